@@ -1,0 +1,118 @@
+# gpuman - one plain Makefile.
+#   make            build everything into build/
+#   make demo       run the main job (a simulated 8-GPU workstation without a GPU)
+#   make check      all tests: unit (cmocka), end-to-end (bats), Python, ASan/UBSan
+#   make bench      benchmarks, printing ratios against peers and limits
+#   make asan       the unit and end-to-end tests under ASan/UBSan
+#   make install PREFIX=/usr/local DESTDIR=
+
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+PYDIR   ?= $(PREFIX)/lib/python3/dist-packages
+DESTDIR ?=
+BUILD   ?= build
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wwrite-strings
+ifeq ($(WERROR),1)
+WARN    += -Werror
+endif
+CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_LIBDIR='"$(LIBDIR)"'
+ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
+LIBS    := -ljansson -lsqlite3 -ldl -lpthread
+
+LIB_SRC := $(sort $(wildcard lib/*.c))
+CLI_SRC := $(sort $(wildcard cli/*.c))
+SIM_COMMON := sim/scenario.c sim/simstate.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
+
+PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
+	    $(BUILD)/sim/libnvidia-ml.so.1 $(EXAMPLE_BIN)
+
+.PHONY: all deps check-deps demo check unit e2e python asan bench install clean format
+all: deps $(PROGRAMS)
+
+deps:
+	@CC="$(CC)" sh scripts/ensure-deps
+check-deps:
+	@CC="$(CC)" sh scripts/ensure-deps check
+
+# Library objects are position independent so that one set serves the
+# static archive (CLI, tests) and the shared library (Python, C users).
+$(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -DGM_BUILDING_LIB -fPIC -fvisibility=hidden $(ALL_CFLAGS) -c -o $@ $<
+$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(wildcard lib/*.h) include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+$(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -fPIC $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/libgpuman.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libgpuman.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgpuman.a $(LIBS)
+
+# The simulator is installed under the driver's soname so that any NVML
+# client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
+$(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(ALL_CFLAGS) -o $@ $^ -ljansson
+	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
+$(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ -ljansson
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -l:libgpuman.so -Wl,-rpath,'$$ORIGIN/..'
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgpuman.a tests/unit/*.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgpuman.a $(LIBS) -lcmocka
+
+demo: all
+	@sh examples/demo.sh $(BUILD)
+
+unit: check-deps all $(UNIT_BIN)
+	@sh tests/run-unit $(BUILD) $(UNIT_BIN)
+e2e: check-deps all
+	@GM_BUILD=$(abspath $(BUILD)) bats --tap tests/e2e
+python: check-deps all
+	@GM_BUILD=$(abspath $(BUILD)) PYTHONPATH=python python3 -m unittest discover -s tests/python -t . -v
+
+# Everything, with one closing line that counts the suites.
+check: check-deps all $(UNIT_BIN)
+	@sh tests/run-all $(BUILD)
+
+asan: check-deps
+	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
+		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined" all unit e2e
+
+bench: all
+	@sh bench/run $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/gpuman $(DESTDIR)$(INCDIR) $(DESTDIR)$(PYDIR)/gpuman
+	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
+	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
+	install -m 755 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(LIBDIR)/gpuman/libnvidia-ml.so.1
+	install -m 644 include/gpuman.h $(DESTDIR)$(INCDIR)/
+	install -m 644 python/gpuman/*.py $(DESTDIR)$(PYDIR)/gpuman/
+
+format:
+	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] sim/*.[ch] tests/unit/*.[ch] examples/*.c
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,34 @@
+/*
+ * nvml.h - the NVML backend.  lib/nvml.c is the only file that knows NVML:
+ * it dlopens the library, declares the few types it needs itself, looks up
+ * versioned symbols with fallbacks, and turns NVML's answers into a
+ * gm_snapshot.
+ */
+#ifndef GM_NVML_H
+#define GM_NVML_H
+
+#include <stddef.h>
+#include "gpuman.h"
+
+struct nvml;
+
+/*
+ * Load the library at path (dlopen, then nvmlInit_v2/nvmlInit once) or, when
+ * path is NULL, the driver's "libnvidia-ml.so.1" then "libnvidia-ml.so".
+ * GM_ERR_NVML_LOAD with dlerror()'s text when it cannot be loaded;
+ * GM_ERR_NVML when init fails (the detail names NVML's error string).
+ */
+enum gm_err nvml_open(const char *path, struct nvml **out, char *errbuf, size_t errlen);
+void nvml_close(struct nvml *nv);
+
+/*
+ * Fill snap (zeroed by the caller): driver versions, every GPU with its
+ * fields and validity bits, and every compute/graphics process (pid, gpu,
+ * used_mib or has_mem=0, kind; de-duplicated by pid per GPU).  user and
+ * command are left for snapshot.c.  A GPU answering NO_PERMISSION is
+ * skipped with a note; GPU_IS_LOST and other per-GPU errors keep the GPU
+ * with its state and note.  Only a failure to count GPUs fails the call.
+ */
+enum gm_err nvml_snapshot(struct nvml *nv, struct gm_snapshot *snap, char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * util.c - small helpers shared by the library's modules.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "util.h"
+
+enum gm_err gm_fail(enum gm_err err, char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (buf && len) {
+		va_start(ap, fmt);
+		vsnprintf(buf, len, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+static int64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t now_ms(void)
+{
+	return clock_ms(CLOCK_REALTIME);
+}
+
+int64_t monotonic_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
+}
+
+void snapshot_add_note(struct gm_snapshot *snap, const char *fmt, ...)
+{
+	char buf[512];
+	char **notes;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	notes = realloc(snap->notes, (snap->note_count + 1) * sizeof *notes);
+	if (!notes)
+		return;
+	snap->notes = notes;
+	notes[snap->note_count] = strdup(buf);
+	if (notes[snap->note_count])
+		snap->note_count++;
+}

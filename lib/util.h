@@ -1,0 +1,26 @@
+/*
+ * util.h - small helpers shared by the library's modules.
+ */
+#ifndef GM_UTIL_H
+#define GM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include "gpuman.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Write a message into a caller's buffer; NULL or zero-length is allowed.
+ * Returns err so that callers can `return gm_fail(GM_ERR_X, buf, len, ...)`. */
+enum gm_err gm_fail(enum gm_err err, char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+int64_t now_ms(void);          /* CLOCK_REALTIME, milliseconds */
+int64_t monotonic_ms(void);    /* CLOCK_MONOTONIC, milliseconds */
+
+/* Append a printf-formatted note to snap->notes; ignores out-of-memory. */
+void snapshot_add_note(struct gm_snapshot *snap, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#endif
