@@ -37,7 +37,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(BUILD)/sim/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan bench install clean format
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install clean format
 all: deps $(PROGRAMS)
 
 deps:
@@ -53,9 +53,12 @@ $(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
 $(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+# The simulator is never sanitized: it stands for the driver, and it is
+# loaded by programs (Python's ctypes) that carry no sanitizer runtime.
+SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
 $(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -fPIC $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -fPIC $(SIM_CFLAGS) -c -o $@ $<
 
 $(BUILD)/libgpuman.a: $(LIB_OBJ)
 	@rm -f $@
@@ -68,10 +71,10 @@ $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
-	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(ALL_CFLAGS) -o $@ $^ -ljansson
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(SIM_CFLAGS) -o $@ $^ -ljansson
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
 $(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
-	$(CC) $(ALL_CFLAGS) -o $@ $^ -ljansson
+	$(CC) $(SIM_CFLAGS) -o $@ $^ -ljansson
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 	@mkdir -p $(@D)
@@ -98,6 +101,7 @@ check: check-deps all $(UNIT_BIN)
 asan: check-deps
 	@$(MAKE) --no-print-directory BUILD=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
 		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined" all unit e2e
+asan-tests: $(UNIT_BIN)
 
 bench: all
 	@sh bench/run $(BUILD)

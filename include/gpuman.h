@@ -63,7 +63,8 @@ enum gm_err {
 	GM_ERR_STATE = 8,       /* the state directory is unusable or unsafe */
 	GM_ERR_IO = 9,          /* a file or system call failed */
 	GM_ERR_NOT_FOUND = 10,  /* no such GPU, lease or job */
-	GM_ERR_INTERRUPTED = 11 /* a signal ended a wait */
+	GM_ERR_INTERRUPTED = 11, /* a signal ended a wait */
+	GM_ERR_NEVER = 12        /* the request can never be met on this machine */
 };
 
 GM_API const char *gm_strerror(enum gm_err err);
@@ -200,13 +201,52 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 
 /*
  * Choose GPUs for req from a snapshot and the live leases, as gm_acquire
- * would, without leasing them.  On GM_OK, *indices (caller frees) holds
- * *count NVML indices in policy order.  On GM_ERR_UNAVAILABLE, errbuf says
- * per GPU which condition excluded it.
+ * would, without leasing them.  Only GPUs in an inherited
+ * CUDA_VISIBLE_DEVICES are candidates.  On GM_OK, *indices (caller frees)
+ * holds *count NVML indices in policy order.  GM_ERR_UNAVAILABLE: not now;
+ * GM_ERR_NEVER: not on this machine, whatever frees up.  If explain is not
+ * NULL, *explain (caller frees) gets one line per GPU not chosen saying
+ * which condition excluded it ("GPU 3 (NVIDIA TITAN RTX): only 812 MiB free,
+ * --min-free asks 8 GiB").
  */
 GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
 			   const struct gm_request *req, unsigned **indices, size_t *count,
-			   char *errbuf, size_t errlen);
+			   char **explain);
+
+/* ---- leases ----------------------------------------------------------- */
+
+struct gm_lease;
+
+/*
+ * Choose GPUs for req and lease them, race-free across every process and
+ * user of the machine (the registry in $GPUMAN_STATE_DIR).  The lease lives
+ * until gm_lease_release() or until this process (and every child that
+ * inherited gm_lease_fd()) has exited, whichever comes first: the kernel
+ * drops it when its holder dies.  With "wait" set on req, waits first come,
+ * first served.  GM_ERR_UNAVAILABLE (no wait), GM_ERR_TIMEOUT, GM_ERR_NEVER:
+ * errbuf says why, per GPU where it can.
+ */
+GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
+			      struct gm_lease **out, char *errbuf, size_t errlen);
+/* Release the lease (if still held) and free it; NULL is allowed. */
+GM_API void gm_lease_release(struct gm_lease *lease);
+
+GM_API const char *gm_lease_id(const struct gm_lease *lease);
+GM_API size_t gm_lease_gpu_count(const struct gm_lease *lease);
+/* NVML index / UUID of the lease's i-th GPU (best first). */
+GM_API unsigned gm_lease_gpu_index(const struct gm_lease *lease, size_t i);
+GM_API const char *gm_lease_gpu_uuid(const struct gm_lease *lease, size_t i);
+/* The value for CUDA_VISIBLE_DEVICES: full UUIDs, or under an inherited
+ * allocation the inherited entries; owned by the lease. */
+GM_API const char *gm_lease_cuda_visible(const struct gm_lease *lease);
+/* NVML indices, comma separated, for GPUMAN_GPUS; owned by the lease. */
+GM_API const char *gm_lease_indices(const struct gm_lease *lease);
+/* For a memory share: the share as a fraction of the smallest leased GPU's
+ * total (for framework memory caps); 0 for an exclusive lease. */
+GM_API double gm_lease_mem_fraction(const struct gm_lease *lease);
+/* The descriptor that keeps the lease alive; a child that keeps it open
+ * across exec keeps the lease alive as long as it runs. */
+GM_API int gm_lease_fd(const struct gm_lease *lease);
 
 #ifdef __cplusplus
 }

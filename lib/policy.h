@@ -81,6 +81,14 @@ int policy_choose(const struct policy_input *in, const struct gm_request *req,
 		  struct policy_result *out);
 void policy_result_release(struct policy_result *res);
 
+/*
+ * Could the GPU at pos ever serve req, whatever frees up?  The static part
+ * of eligibility: not lost, usable, --only/--exclude, compute mode not
+ * prohibited, total memory at least --mem / --min-free.  A waiting request
+ * holds back exactly these GPUs from later arrivals.
+ */
+int policy_candidate(const struct policy_input *in, const struct gm_request *req, size_t pos);
+
 /* Memory a new share/min-free check can count on: NVML's free memory less
  * what granted shares have not yet allocated. */
 uint64_t policy_effective_free_mib(const struct policy_input *in, size_t pos);

@@ -19,6 +19,17 @@ enum gm_err gm_fail(enum gm_err err, char *buf, size_t len, const char *fmt, ...
 	return err;
 }
 
+void str_copy(char *dst, size_t size, const char *src)
+{
+	size_t n;
+
+	if (!size)
+		return;
+	n = strnlen(src, size - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
 static int64_t clock_ms(clockid_t id)
 {
 	struct timespec ts;

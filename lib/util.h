@@ -16,6 +16,9 @@
 enum gm_err gm_fail(enum gm_err err, char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/* Copy src into dst of size bytes, truncating; dst is always terminated. */
+void str_copy(char *dst, size_t size, const char *src);
+
 int64_t now_ms(void);          /* CLOCK_REALTIME, milliseconds */
 int64_t monotonic_ms(void);    /* CLOCK_MONOTONIC, milliseconds */
 

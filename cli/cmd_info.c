@@ -1,0 +1,166 @@
+/*
+ * cmd_info.c - `gpuman info [GPU...]`: every attribute of each GPU.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "snapshot.h"
+#include "visible.h"
+
+/* Where CUDA will number this GPU, in its default order and by PCI bus:
+ * the two differ on mixed machines, which is why gpuman hands out UUIDs. */
+static void cuda_indices(const struct gm_snapshot *snap, size_t pos, long *fastest, long *pci)
+{
+	size_t *order = calloc(snap->gpu_count ? snap->gpu_count : 1, sizeof *order);
+	size_t n;
+
+	*fastest = *pci = -1;
+	if (!order)
+		return;
+	n = visible_cuda_order(snap, 0, order);
+	for (size_t i = 0; i < n; i++)
+		if (order[i] == pos)
+			*fastest = (long)i;
+	n = visible_cuda_order(snap, 1, order);
+	for (size_t i = 0; i < n; i++)
+		if (order[i] == pos)
+			*pci = (long)i;
+	free(order);
+}
+
+#define ROW(label, ...) (printf("  %-22s", label), printf(__VA_ARGS__), putchar('\n'))
+#define NA "not supported"
+
+static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, size_t pos)
+{
+	const struct gm_gpu *g = &snap->gpus[pos];
+	long fastest, pci;
+	size_t nproc = 0;
+
+	printf("%sGPU %u: %s%s\n", c_bold(cli), g->index, g->name[0] ? g->name : "?", c_reset(cli));
+	ROW("state", "%s%s%s", gpu_state_name(g->state), g->note[0] ? ": " : "", g->note);
+	ROW("uuid", "%s", g->uuid[0] ? g->uuid : "unknown");
+	ROW("pci bus id", "%s", (g->valid & GM_HAS_PCI) ? g->pci_bus_id : "unknown");
+	cuda_indices(snap, pos, &fastest, &pci);
+	if (fastest >= 0)
+		ROW("cuda index", "%ld (default order), %ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)", fastest,
+		    pci);
+	if (g->valid & GM_HAS_MEMORY) {
+		ROW("memory total", "%llu MiB", (unsigned long long)g->mem_total_mib);
+		ROW("memory used", "%llu MiB", (unsigned long long)g->mem_used_mib);
+		ROW("memory free", "%llu MiB", (unsigned long long)g->mem_free_mib);
+	} else {
+		ROW("memory", NA);
+	}
+	if (g->valid & GM_HAS_UTIL) {
+		ROW("utilization gpu", "%u %%", g->util_gpu_pct);
+		ROW("utilization memory", "%u %%", g->util_mem_pct);
+	} else {
+		ROW("utilization", NA);
+	}
+	if (g->valid & GM_HAS_POWER)
+		ROW("power draw", "%.1f W", g->power_mw / 1000.0);
+	else
+		ROW("power draw", NA);
+	if (g->valid & GM_HAS_POWER_LIMIT)
+		ROW("power limit", "%.1f W", g->power_limit_mw / 1000.0);
+	else
+		ROW("power limit", NA);
+	if (g->valid & GM_HAS_TEMPERATURE)
+		ROW("temperature", "%u C", g->temperature_c);
+	else
+		ROW("temperature", NA);
+	if (g->valid & GM_HAS_CC)
+		ROW("compute capability", "%d.%d", g->cc_major, g->cc_minor);
+	else
+		ROW("compute capability", NA);
+	ROW("compute mode", "%s",
+	    (g->valid & GM_HAS_COMPUTE_MODE) ? compute_mode_name(g->compute_mode) : NA);
+	ROW("mig mode", "%s",
+	    (g->valid & GM_HAS_MIG) ? (g->mig_mode == 1 ? "enabled" : "disabled") : NA);
+	for (size_t i = 0; i < snap->proc_count; i++)
+		nproc += snap->procs[i].gpu == g->index;
+	ROW("processes", "%zu", nproc);
+}
+
+static int info_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
+	struct gm_context *ctx = NULL;
+	struct gm_snapshot *snap = NULL;
+	size_t *chosen = NULL, nchosen = 0;
+	int rc;
+
+	rc = cli_parse(cli, &cmd_info, argc, argv, "", longopts, NULL, NULL);
+	if (rc != CLI_CONTINUE)
+		return rc;
+	rc = cli_snapshot(cli, &ctx, &snap);
+	if (rc != EXIT_OK)
+		return rc;
+	chosen = calloc(snap->gpu_count + (size_t)argc, sizeof *chosen);
+	if (!chosen) {
+		rc = cli_error(cli, EXIT_FAIL, "out of memory");
+		goto done;
+	}
+	if (optind == argc)
+		for (size_t i = 0; i < snap->gpu_count; i++)
+			chosen[nchosen++] = i;
+	for (int a = optind; a < argc; a++) {
+		const struct gm_gpu *g = gm_snapshot_find(snap, argv[a]);
+
+		if (!g) {
+			rc = cli_usage(cli, "'%s' names no GPU (use an index 0-%zu or a unique UUID prefix)",
+				       argv[a], snap->gpu_count ? snap->gpu_count - 1 : 0);
+			goto done;
+		}
+		chosen[nchosen++] = (size_t)(g - snap->gpus);
+	}
+	if (cli->json) {
+		json_t *arr = json_array();
+
+		for (size_t i = 0; i < nchosen; i++) {
+			json_t *o = snapshot_gpu_json(&snap->gpus[chosen[i]]);
+			json_t *procs = json_array();
+			long fastest, pci;
+
+			cuda_indices(snap, chosen[i], &fastest, &pci);
+			json_object_set_new(o, "cuda_index", fastest >= 0 ? json_integer(fastest) : json_null());
+			json_object_set_new(o, "cuda_index_pci_bus_order",
+					    pci >= 0 ? json_integer(pci) : json_null());
+			for (size_t p = 0; p < snap->proc_count; p++)
+				if (snap->procs[p].gpu == snap->gpus[chosen[i]].index)
+					json_array_append_new(procs, snapshot_proc_json(snap, &snap->procs[p]));
+			json_object_set_new(o, "processes", procs);
+			json_array_append_new(arr, o);
+		}
+		rc = cli_print_json(arr);
+		goto done;
+	}
+	if (!snap->gpu_count)
+		printf("no NVIDIA GPU found\n");
+	for (size_t i = 0; i < nchosen; i++) {
+		if (i)
+			putchar('\n');
+		print_gpu(cli, snap, chosen[i]);
+	}
+done:
+	free(chosen);
+	gm_snapshot_free(snap);
+	gm_close(ctx);
+	return rc;
+}
+
+const struct cmd_entry cmd_info = {
+	"info", "every attribute of each GPU",
+	"usage: gpuman info [GPU...] [--json] [--sim FILE]\n"
+	"\n"
+	"Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
+	"utilization, power, temperature, compute capability, compute and MIG mode,\n"
+	"and where CUDA numbers it (its default order is fastest-first, not NVML's).\n"
+	"GPU: an NVML index (3) or a unique UUID prefix (GPU-8f3a, 8f3a).\n"
+	"\n"
+	"  --json       a JSON array, one object per GPU\n"
+	"  --sim FILE   use the NVML simulator with this scenario\n",
+	info_exec,
+};

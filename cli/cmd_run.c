@@ -1,0 +1,352 @@
+/*
+ * cmd_run.c - `gpuman run [SELECT] [RESERVE] -- CMD [ARG...]`: lease GPUs,
+ * run an unmodified command on them, exit with its status.
+ *
+ * The job is forked under the registry lock, before the lease is published,
+ * and waits on a pipe for the go: so the lease names the job's pid from its
+ * first instant (memory shares are matched to the job's processes), and the
+ * job never runs without its lease.  The job inherits the lease's
+ * descriptor, so the lease lives exactly as long as the job, even if gpuman
+ * itself is killed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "cli.h"
+#include "context.h"
+#include "lease.h"
+#include "registry.h"
+#include "select_help.h"
+
+extern char **environ;
+
+static volatile sig_atomic_t interrupted;
+static volatile pid_t child_pid;
+
+/* While waiting: Ctrl-C gives up.  While the job runs: pass signals on --
+ * except those the terminal already sent to the job's process group too,
+ * which it would otherwise get twice. */
+static void on_signal(int sig, siginfo_t *info, void *ctx)
+{
+	(void)ctx;
+	if (child_pid > 0) {
+		if (info->si_code == SI_USER || info->si_code == SI_QUEUE || sig == SIGTERM)
+			kill(child_pid, sig);
+	} else {
+		interrupted = 1;
+	}
+}
+
+static void install_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		sigaction(sigs[i], &sa, NULL);
+}
+
+/* The child's environment: ours plus the lease's variables, as an owned
+ * list (the child gets it whole at exec; nothing is set in gpuman). */
+struct child_env {
+	char **vars;
+	size_t count;
+};
+
+static int env_set(struct child_env *env, const char *name, const char *value, int overwrite)
+{
+	size_t nlen = strlen(name);
+	char *entry, **grown;
+
+	for (size_t i = 0; i < env->count; i++)
+		if (!strncmp(env->vars[i], name, nlen) && env->vars[i][nlen] == '=') {
+			if (!overwrite)
+				return 0;
+			if (asprintf(&entry, "%s=%s", name, value) < 0)
+				return -1;
+			free(env->vars[i]);
+			env->vars[i] = entry;
+			return 0;
+		}
+	grown = realloc(env->vars, (env->count + 2) * sizeof *grown);
+	if (!grown)
+		return -1;
+	env->vars = grown;
+	if (asprintf(&env->vars[env->count], "%s=%s", name, value) < 0)
+		return -1;
+	env->vars[++env->count] = NULL;
+	return 0;
+}
+
+static int env_init(struct child_env *env)
+{
+	size_t n = 0;
+
+	while (environ[n])
+		n++;
+	env->vars = calloc(n + 1, sizeof *env->vars);
+	if (!env->vars)
+		return -1;
+	for (env->count = 0; env->count < n; env->count++)
+		if (!(env->vars[env->count] = strdup(environ[env->count])))
+			return -1;
+	return 0;
+}
+
+static void env_release(struct child_env *env)
+{
+	for (size_t i = 0; i < env->count; i++)
+		free(env->vars[i]);
+	free(env->vars);
+	env->vars = NULL;
+	env->count = 0;
+}
+
+struct run {
+	struct cli *cli;
+	char **argv;
+	struct child_env env;
+	int go[2];          /* the job waits on go[0] for one byte */
+	pid_t pid;
+};
+
+/* Tell frameworks that grab every GPU's memory to stay within the share.
+ * Values the user set win. */
+static int framework_env(struct child_env *env, double fraction)
+{
+	char frac[32];
+
+	snprintf(frac, sizeof frac, "%.3f", fraction > 0.001 ? fraction : 0.001);
+	return env_set(env, "TF_FORCE_GPU_ALLOW_GROWTH", "true", 0) |
+	       env_set(env, "XLA_PYTHON_CLIENT_PREALLOCATE", "false", 0) |
+	       env_set(env, "XLA_CLIENT_MEM_FRACTION", frac, 0) |
+	       env_set(env, "XLA_PYTHON_CLIENT_MEM_FRACTION", frac, 0);
+}
+
+/* In the child: wait for the go, then become the job.  Never returns. */
+static void child_exec(struct run *r, int lease_fd)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+	char byte = 0;
+	ssize_t n;
+
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		signal(sigs[i], SIG_DFL);
+	close(r->go[1]);
+	do
+		n = read(r->go[0], &byte, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1 || byte != 'g')
+		_exit(EXIT_FAIL); /* gpuman died before the lease was ours */
+	close(r->go[0]);
+	/* Keep the lease's descriptor across exec: the job holds its lease. */
+	if (lease_fd >= 0)
+		fcntl(lease_fd, F_SETFD, 0);
+	execvpe(r->argv[0], r->argv, r->env.vars);
+	fprintf(stderr, "gpuman run: cannot run '%s': %s\n", r->argv[0], strerror(errno));
+	_exit(errno == ENOENT ? 127 : 126);
+}
+
+static int start_child(struct run *r, int lease_fd, char *err, size_t len)
+{
+	if (pipe2(r->go, O_CLOEXEC) < 0) {
+		snprintf(err, len, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	r->pid = fork();
+	if (r->pid < 0) {
+		snprintf(err, len, "fork: %s", strerror(errno));
+		close(r->go[0]);
+		close(r->go[1]);
+		return -1;
+	}
+	if (r->pid == 0)
+		child_exec(r, lease_fd);
+	close(r->go[0]);
+	return 0;
+}
+
+/* The registry calls this under its lock, with the GPUs chosen. */
+static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
+			   size_t len)
+{
+	struct run *r = data;
+
+	if (env_set(&r->env, "CUDA_VISIBLE_DEVICES", gm_lease_cuda_visible(lease), 1) ||
+	    env_set(&r->env, "GPUMAN_GPUS", gm_lease_indices(lease), 1) ||
+	    env_set(&r->env, "GPUMAN_LEASE", gm_lease_id(lease), 1) ||
+	    (!lease->exclusive && !r->cli->no_framework_env &&
+	     framework_env(&r->env, gm_lease_mem_fraction(lease)))) {
+		snprintf(err, len, "out of memory");
+		return -1;
+	}
+	if (start_child(r, gm_lease_fd(lease), err, len) < 0)
+		return -1;
+	*job_pid = r->pid;
+	return 0;
+}
+
+static void tell_waiting(void *data, const char *why)
+{
+	struct run *r = data;
+
+	(void)why;
+	fprintf(stderr, "gpuman run: waiting for GPUs for '%s' (Ctrl-C to give up)\n", r->argv[0]);
+}
+
+/* Wait for the job; its status becomes ours (128+N if killed by signal N). */
+static int wait_child(struct run *r)
+{
+	int status;
+
+	child_pid = r->pid;
+	if (write(r->go[1], "g", 1) != 1)
+		kill(r->pid, SIGKILL);
+	close(r->go[1]);
+	while (waitpid(r->pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return EXIT_FAIL;
+	child_pid = 0;
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+static int run_on_cpu(struct run *r, const char *why)
+{
+	char err[256];
+
+	fprintf(stderr, "gpuman run: %s; running '%s' on the CPU (--fallback cpu)\n", why,
+		r->argv[0]);
+	if (env_set(&r->env, "CUDA_VISIBLE_DEVICES", "", 1) ||
+	    env_set(&r->env, "GPUMAN_GPUS", "", 1)) {
+		return cli_error(r->cli, EXIT_FAIL, "out of memory");
+	}
+	if (start_child(r, -1, err, sizeof err) < 0)
+		return cli_error(r->cli, EXIT_FAIL, "%s", err);
+	return wait_child(r);
+}
+
+static int run_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, { 0 }
+	};
+	struct run r = { .cli = cli, .go = { -1, -1 } };
+	struct acquire_opts opts = { 0 };
+	struct gm_context *ctx = NULL;
+	struct registry *reg = NULL;
+	struct gm_lease *lease = NULL;
+	char err[GM_ERRBUF_SIZE], *explain = NULL, cmdline[256] = "";
+	enum gm_err rc;
+	int status;
+
+	status = cli_parse(cli, &cmd_run, argc, argv, CLI_SELECT_SHORT, longopts, NULL, NULL);
+	if (status != CLI_CONTINUE)
+		return status;
+	if (optind >= argc)
+		return cli_usage(cli, "no command to run (gpuman run [OPTIONS] -- CMD [ARG...])");
+	r.argv = argv + optind;
+	for (char **a = r.argv; *a; a++) {
+		size_t used = strlen(cmdline);
+
+		snprintf(cmdline + used, sizeof cmdline - used, "%s%s", a == r.argv ? "" : " ", *a);
+	}
+	if (env_init(&r.env) < 0)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	install_signals();
+
+	rc = gm_open(&ctx, err, sizeof err);
+	if (rc != GM_OK) {
+		status = cli->fallback_cpu ? run_on_cpu(&r, err)
+					   : cli_error(cli, EXIT_FAIL, "%s%s", err,
+						       rc == GM_ERR_NVML_LOAD
+							       ? "; no NVIDIA driver here? add "
+								 "--fallback cpu to run on the CPU"
+							       : "");
+		goto done;
+	}
+	rc = registry_open(&reg, err, sizeof err);
+	if (rc != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	opts.command = cmdline;
+	opts.spawn = spawn_for_lease;
+	opts.spawn_data = &r;
+	opts.interrupted = &interrupted;
+	opts.on_wait = tell_waiting;
+	opts.on_wait_data = &r;
+	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
+	switch (rc) {
+	case GM_OK:
+		if (isatty(STDERR_FILENO))
+			fprintf(stderr, "gpuman run: GPU %s leased (%s)\n", gm_lease_indices(lease),
+				lease->exclusive ? "exclusive" : "memory share");
+		status = wait_child(&r);
+		break;
+	case GM_ERR_UNAVAILABLE:
+	case GM_ERR_NEVER:
+	case GM_ERR_TIMEOUT:
+		if (cli->fallback_cpu) {
+			status = run_on_cpu(&r, err);
+			break;
+		}
+		status = cli_error(cli, EXIT_UNAVAILABLE, "%s%s\n%s", err,
+				   rc == GM_ERR_UNAVAILABLE ? " (add --wait to queue for it)" : "",
+				   explain ? explain : "");
+		break;
+	case GM_ERR_INTERRUPTED:
+		status = cli_error(cli, 128 + SIGINT, "%s", err);
+		break;
+	default:
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		break;
+	}
+done:
+	gm_lease_release(lease);
+	free(explain);
+	registry_close(reg);
+	gm_close(ctx);
+	env_release(&r.env);
+	return status;
+}
+
+const struct cmd_entry cmd_run = {
+	"run", "lease GPUs and run a command on them",
+	"usage: gpuman run [SELECT] [RESERVE] [--no-framework-env] -- CMD [ARG...]\n"
+	"\n"
+	"Choose GPUs, lease them (no other gpuman launch can take them, even one a\n"
+	"millisecond later), and run CMD without a shell.  CMD gets:\n"
+	"  CUDA_VISIBLE_DEVICES  the leased GPUs as UUIDs (or, inside a Slurm job or\n"
+	"                        container, the inherited entries), which CUDA cannot\n"
+	"                        misread whatever its device order\n"
+	"  GPUMAN_GPUS           their NVML indices (as nvidia-smi numbers them)\n"
+	"  GPUMAN_LEASE          the lease id\n"
+	"With --mem, frameworks are told to stay within the share:\n"
+	"TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false and\n"
+	"XLA_CLIENT_MEM_FRACTION (values you set win; --no-framework-env: none).\n"
+	"\n"
+	"The lease lasts as long as CMD, even if gpuman is killed; signals sent to\n"
+	"gpuman reach CMD; gpuman exits with CMD's status (128+N if killed by signal N).\n"
+	"\n" SELECT_HELP
+	"\n" RESERVE_HELP
+	"\n"
+	"Without --wait, exit 75 if nothing fits now.  Waiters are served first come,\n"
+	"first served: a request waiting for 4 GPUs is not overtaken by later ones.\n"
+	"\n"
+	"examples:\n"
+	"  gpuman run -- python train.py --lr 3e-4\n"
+	"  gpuman run -n 2 --wait=2h -- torchrun --nproc-per-node 2 train.py\n"
+	"  gpuman run --mem 8G --wait -- python eval.py\n",
+	run_exec,
+};

@@ -1,0 +1,264 @@
+/*
+ * common.c - options, messages and output helpers shared by the subcommands.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <time.h>
+#include "cli.h"
+#include "registry.h"
+
+int cli_error(struct cli *cli, int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "gpuman%s%s: ", cli->cmd ? " " : "", cli->cmd ? cli->cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return status;
+}
+
+int cli_usage(struct cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "gpuman%s%s: ", cli->cmd ? " " : "", cli->cmd ? cli->cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n(see 'gpuman %s%s--help')\n", cli->cmd ? cli->cmd : "", cli->cmd ? " " : "");
+	return EXIT_USAGE;
+}
+
+static int bad_option(struct cli *cli, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (optopt && optopt < 256)
+		return cli_usage(cli, "option '-%c' is unknown or needs a value", optopt);
+	return cli_usage(cli, "option '%s' is unknown or needs a value", arg ? arg : "?");
+}
+
+/* --sim FILE: the simulator replaces the driver for this process and the
+ * commands it runs, whose own NVML clients then see the same machine. */
+static int use_simulator(struct cli *cli, const char *file)
+{
+	char path[PATH_MAX];
+
+	if (!realpath(file, path) || access(path, R_OK) < 0)
+		return cli_usage(cli, "--sim '%s': %s", file, strerror(errno));
+	setenv("GPUMAN_SIM", path, 1);
+	unsetenv("GPUMAN_NVML");
+	return 0;
+}
+
+static int request_option(struct cli *cli, const char *key, const char *arg)
+{
+	char err[GM_ERRBUF_SIZE];
+
+	if (gm_request_set(cli->req, key, arg, err, sizeof err) != GM_OK)
+		return cli_usage(cli, "%s", err);
+	return 0;
+}
+
+#define HELP_SHOWN 0x100
+
+/* 0 handled, -1 not a common option, else a status to exit with. */
+static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_JSON: cli->json = 1; return 0;
+	case OPT_SIM: return use_simulator(cli, arg);
+	case OPT_HELP:
+		fputs(cmd->usage, stdout);
+		return HELP_SHOWN;
+	case 'n': return request_option(cli, "n", arg);
+	case OPT_BY: return request_option(cli, "by", arg);
+	case OPT_MIN_FREE: return request_option(cli, "min-free", arg);
+	case OPT_MAX_UTIL: return request_option(cli, "max-util", arg);
+	case OPT_ONLY: return request_option(cli, "only", arg);
+	case OPT_EXCLUDE: return request_option(cli, "exclude", arg);
+	case OPT_EXCLUSIVE: return request_option(cli, "exclusive", NULL);
+	case OPT_MEM: return request_option(cli, "mem", arg);
+	case OPT_IDLE: return request_option(cli, "idle", NULL);
+	case OPT_WAIT: return request_option(cli, "wait", arg);
+	case OPT_NO_FRAMEWORK_ENV: cli->no_framework_env = 1; return 0;
+	case OPT_FALLBACK:
+		if (strcmp(arg, "cpu"))
+			return cli_usage(cli, "--fallback '%s': the only fallback is 'cpu'", arg);
+		cli->fallback_cpu = 1;
+		return 0;
+	case OPT_FORMAT:
+		if (strcmp(arg, "index") && strcmp(arg, "uuid") && strcmp(arg, "cuda"))
+			return cli_usage(cli, "--format '%s': use index, uuid or cuda", arg);
+		cli->format = arg;
+		return 0;
+	}
+	return -1;
+}
+
+int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
+	      const char *shortopts, const struct option *longopts,
+	      int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data)
+{
+	char optstring[64];
+	int opt, rc;
+
+	snprintf(optstring, sizeof optstring, "+:%s", shortopts ? shortopts : "");
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
+		if (opt == '?' || opt == ':')
+			return bad_option(cli, argv);
+		rc = common_option(cli, cmd, opt, optarg);
+		if (rc == -1)
+			rc = own ? own(cli, opt, optarg, data) : -1;
+		else if (rc == 0)
+			rc = CLI_CONTINUE;
+		if (rc == HELP_SHOWN)
+			return EXIT_OK;
+		if (rc != CLI_CONTINUE)
+			return rc == -1 ? bad_option(cli, argv) : rc;
+	}
+	return CLI_CONTINUE;
+}
+
+int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **snap)
+{
+	char err[GM_ERRBUF_SIZE];
+	enum gm_err rc;
+
+	*snap = NULL;
+	rc = gm_open(ctx, err, sizeof err);
+	if (rc == GM_ERR_NVML_LOAD)
+		return cli_error(cli, EXIT_FAIL,
+				 "%s; no NVIDIA driver here? try the simulator: "
+				 "gpuman --sim examples/lab-8gpu.json %s",
+				 err, cli->cmd ? cli->cmd : "status");
+	if (rc != GM_OK)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	rc = gm_snapshot_take(*ctx, snap, err, sizeof err);
+	if (rc != GM_OK) {
+		gm_close(*ctx);
+		*ctx = NULL;
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	}
+	return EXIT_OK;
+}
+
+int cli_print_json(json_t *value)
+{
+	int rc = json_dumpf(value, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
+	json_decref(value);
+	fputc('\n', stdout);
+	return rc == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
+char *fmt_mib(char *buf, size_t len, uint64_t mib)
+{
+	if (mib < 1024)
+		snprintf(buf, len, "%lluM", (unsigned long long)mib);
+	else
+		snprintf(buf, len, "%.1fG", mib / 1024.0);
+	return buf;
+}
+
+#define COLOUR(fn, code) \
+	const char *fn(const struct cli *cli) { return cli->color ? code : ""; }
+COLOUR(c_bold, "\033[1m")
+COLOUR(c_dim, "\033[2m")
+COLOUR(c_red, "\033[31m")
+COLOUR(c_green, "\033[32m")
+COLOUR(c_yellow, "\033[33m")
+COLOUR(c_reset, "\033[0m")
+
+void cli_read_leases(struct cli *cli, struct registry_view *view)
+{
+	struct registry *reg;
+	char err[GM_ERRBUF_SIZE];
+
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	if (registry_open(&reg, err, sizeof err) != GM_OK) {
+		cli_error(cli, 0, "warning: leases not shown: %s", err);
+		return;
+	}
+	if (registry_read(reg, view, err, sizeof err) != GM_OK)
+		cli_error(cli, 0, "warning: leases not shown: %s", err);
+	registry_close(reg);
+}
+
+json_t *cli_leases_json(const struct registry_view *view)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < view->lease_count; i++) {
+		const struct lease_info *l = &view->leases[i];
+		json_t *o = json_object(), *gpus = json_array();
+
+		for (size_t g = 0; g < l->gpu_count; g++) {
+			json_t *jg = json_object();
+
+			json_object_set_new(jg, "index", json_integer(l->indices[g]));
+			json_object_set_new(jg, "uuid", json_string(l->uuids[g]));
+			json_array_append_new(gpus, jg);
+		}
+		json_object_set_new(o, "id", json_string(l->id));
+		json_object_set_new(o, "user", json_string(l->user));
+		json_object_set_new(o, "uid", json_integer(l->uid));
+		json_object_set_new(o, "pid", json_integer(l->pid));
+		json_object_set_new(o, "job_pid", json_integer(l->job_pid));
+		json_object_set_new(o, "command", json_string(l->command));
+		json_object_set_new(o, "start_ms", json_integer(l->start_ms));
+		json_object_set_new(o, "kind", json_string(l->exclusive ? "exclusive" : "share"));
+		json_object_set_new(o, "share_mib",
+				    l->exclusive ? json_null() : json_integer((json_int_t)l->share_mib));
+		json_object_set_new(o, "gpus", gpus);
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+json_t *cli_waiters_json(const struct registry_view *view)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		const struct waiter_info *w = &view->waiters[i];
+		json_t *o = json_object();
+
+		json_object_set_new(o, "position", json_integer((json_int_t)i + 1));
+		json_object_set_new(o, "user", json_string(w->user));
+		json_object_set_new(o, "uid", json_integer(w->uid));
+		json_object_set_new(o, "pid", json_integer(w->pid));
+		json_object_set_new(o, "command", json_string(w->command));
+		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
+		json_object_set_new(o, "request", json_string(w->summary));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+char *fmt_age(char *buf, size_t len, int64_t since_ms)
+{
+	struct timespec ts;
+	int64_t s;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s = ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - since_ms) / 1000;
+	if (s < 0)
+		s = 0;
+	if (s < 60)
+		snprintf(buf, len, "%llds", (long long)s);
+	else if (s < 3600)
+		snprintf(buf, len, "%lldm", (long long)(s / 60));
+	else
+		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+	return buf;
+}

@@ -1,0 +1,114 @@
+/*
+ * gpuman.c - main(): global options, then one subcommand from the table.
+ * Adding a command means one new cmd_*.c and one row below.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+
+static const struct cmd_entry *const commands[] = {
+	&cmd_status, &cmd_info, &cmd_ps, &cmd_pick, &cmd_run,
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: gpuman [--sim FILE] [--json] COMMAND [OPTIONS] [ARGS]\n"
+		"\n"
+		"Find the freest NVIDIA GPUs, reserve them race-free, run jobs on them.\n"
+		"\n"
+		"commands:\n");
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		fprintf(out, "  %-8s %s\n", commands[i]->name, commands[i]->summary);
+	fprintf(out,
+		"\n"
+		"global options:\n"
+		"  --sim FILE   use the NVML simulator with this scenario instead of the driver\n"
+		"  --json       machine-readable output\n"
+		"  --version    print the version\n"
+		"  --help       this text; 'gpuman COMMAND --help' for a command\n"
+		"\n"
+		"exit status: 0 ok, 1 failure, 2 usage error, 75 the request cannot be met now;\n"
+		"'run' exits with its command's status.\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = { 0 };
+	const struct cmd_entry *cmd = NULL;
+	const char *nc = getenv("NO_COLOR");
+	const char *term = getenv("TERM");
+	int i, rc;
+
+	cli.color = isatty(STDOUT_FILENO) && !(nc && *nc) && !(term && !strcmp(term, "dumb"));
+	/* Global options before the command: --sim FILE, --json, --help, --version. */
+	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--version")) {
+			printf("gpuman %s\n", gm_version());
+			return EXIT_OK;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return EXIT_OK;
+		} else if (!strcmp(argv[i], "--json")) {
+			cli.json = 1;
+		} else if (!strcmp(argv[i], "--sim") || !strncmp(argv[i], "--sim=", 6)) {
+			const char *file = argv[i][5] == '=' ? argv[i] + 6 : argv[++i];
+
+			if (!file) {
+				fprintf(stderr, "gpuman: --sim needs a scenario file\n");
+				return EXIT_USAGE;
+			}
+			char path[PATH_MAX];
+
+			if (!realpath(file, path)) {
+				fprintf(stderr, "gpuman: --sim '%s': %s\n", file, strerror(errno));
+				return EXIT_USAGE;
+			}
+			/* Absolute, so that jobs started elsewhere see the same machine. */
+			setenv("GPUMAN_SIM", path, 1);
+			unsetenv("GPUMAN_NVML");
+		} else {
+			fprintf(stderr, "gpuman: unknown option '%s' (see 'gpuman --help')\n", argv[i]);
+			return EXIT_USAGE;
+		}
+	}
+	if (i == argc) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (!strcmp(argv[i], "help")) {
+		if (i + 1 < argc)
+			for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+				if (!strcmp(commands[k]->name, argv[i + 1])) {
+					fputs(commands[k]->usage, stdout);
+					return EXIT_OK;
+				}
+		usage(stdout);
+		return EXIT_OK;
+	}
+	for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+		if (!strcmp(commands[k]->name, argv[i]))
+			cmd = commands[k];
+	if (!cmd) {
+		fprintf(stderr, "gpuman: '%s' is not a command (see 'gpuman --help')\n", argv[i]);
+		return EXIT_USAGE;
+	}
+	if (getenv("GPUMAN_SIM") && access(getenv("GPUMAN_SIM"), R_OK) < 0) {
+		fprintf(stderr, "gpuman: scenario '%s' (GPUMAN_SIM or --sim) cannot be read\n",
+			getenv("GPUMAN_SIM"));
+		return EXIT_USAGE;
+	}
+	cli.cmd = cmd->name;
+	cli.req = gm_request_new();
+	if (!cli.req) {
+		fprintf(stderr, "gpuman: out of memory\n");
+		return EXIT_FAIL;
+	}
+	rc = cmd->exec(&cli, argc - i, argv + i);
+	gm_request_free(cli.req);
+	return rc;
+}

@@ -1,0 +1,229 @@
+/*
+ * context.c - opening a context (which NVML to load), error strings, and
+ * requests built from command-line style options.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "context.h"
+#include "parse.h"
+#include "policy.h"
+#include "util.h"
+
+GM_API const char *gm_strerror(enum gm_err err)
+{
+	switch (err) {
+	case GM_OK: return "success";
+	case GM_ERR_NOMEM: return "out of memory";
+	case GM_ERR_INVALID: return "invalid argument";
+	case GM_ERR_NVML_LOAD: return "the NVML library could not be loaded";
+	case GM_ERR_NVML: return "NVML error";
+	case GM_ERR_SCENARIO: return "malformed simulator scenario";
+	case GM_ERR_UNAVAILABLE: return "the request cannot be met now";
+	case GM_ERR_TIMEOUT: return "timed out waiting for GPUs";
+	case GM_ERR_STATE: return "the state directory is unusable";
+	case GM_ERR_IO: return "input/output error";
+	case GM_ERR_NOT_FOUND: return "not found";
+	case GM_ERR_INTERRUPTED: return "interrupted";
+	case GM_ERR_NEVER: return "the request can never be met on this machine";
+	}
+	return "unknown error";
+}
+
+GM_API const char *gm_version(void)
+{
+	return GM_VERSION;
+}
+
+/*
+ * The simulator ships beside gpuman: in the build tree as sim/ next to the
+ * binary or library, installed as $LIBDIR/gpuman/.  Find it relative to the
+ * object that holds this code, so both layouts work without configuration.
+ */
+static int find_simulator(char *out, size_t len)
+{
+	static const char *const rel[] = {
+		"sim/libnvidia-ml.so.1",
+		"gpuman/libnvidia-ml.so.1",
+		"../lib/gpuman/libnvidia-ml.so.1",
+		"../sim/libnvidia-ml.so.1",
+	};
+	char dir[PATH_MAX];
+	Dl_info info;
+	size_t i;
+
+	if (dladdr((void *)find_simulator, &info) && info.dli_fname) {
+		char *slash;
+
+		if (!realpath(info.dli_fname, dir))
+			snprintf(dir, sizeof dir, "%s", info.dli_fname);
+		slash = strrchr(dir, '/');
+		if (slash) {
+			*slash = '\0';
+			for (i = 0; i < ARRAY_SIZE(rel); i++) {
+				snprintf(out, len, "%s/%s", dir, rel[i]);
+				if (access(out, R_OK) == 0)
+					return 0;
+			}
+		}
+	}
+	snprintf(out, len, "%s/gpuman/libnvidia-ml.so.1", GM_LIBDIR);
+	return access(out, R_OK) == 0 ? 0 : -1;
+}
+
+GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
+{
+	struct gm_context *ctx;
+	const char *path = getenv("GPUMAN_NVML");
+	const char *sim = getenv("GPUMAN_SIM");
+	enum gm_err err;
+
+	*out = NULL;
+	ctx = calloc(1, sizeof *ctx);
+	if (!ctx)
+		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
+	if (path && *path) {
+		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "%s", path);
+	} else if (sim && *sim) {
+		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0) {
+			err = gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
+				      "GPUMAN_SIM is set but the simulator library was not found "
+				      "(looked beside gpuman and in '%s/gpuman'); set GPUMAN_NVML to "
+				      "its path",
+				      GM_LIBDIR);
+			goto failed;
+		}
+	}
+	err = nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
+	if (err != GM_OK)
+		goto failed;
+	if (!ctx->nvml_path[0])
+		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "libnvidia-ml.so.1");
+	*out = ctx;
+	return GM_OK;
+failed:
+	free(ctx);
+	return err;
+}
+
+GM_API void gm_close(struct gm_context *ctx)
+{
+	if (!ctx)
+		return;
+	nvml_close(ctx->nvml);
+	free(ctx);
+}
+
+GM_API const char *gm_context_nvml_path(const struct gm_context *ctx)
+{
+	return ctx->nvml_path;
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+GM_API struct gm_request *gm_request_new(void)
+{
+	struct gm_request *req = calloc(1, sizeof *req);
+
+	if (!req)
+		return NULL;
+	req->count = 1;
+	req->by = GM_BY_MEMORY;
+	req->wait_ms = -1;
+	return req;
+}
+
+GM_API void gm_request_free(struct gm_request *req)
+{
+	if (!req)
+		return;
+	gpu_list_release(&req->only);
+	gpu_list_release(&req->exclude);
+	free(req);
+}
+
+/* Parse into a temporary and swap on success, so a bad value leaves the
+ * request as it was. */
+GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const char *value,
+				  char *errbuf, size_t errlen)
+{
+	char why[256] = "";
+	const char *v = value ? value : "";
+	int rc = 0;
+
+	if (!req || !key)
+		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "no request or option given");
+	if (!strcmp(key, "n")) {
+		rc = parse_count(v, &req->count, why, sizeof why);
+	} else if (!strcmp(key, "by")) {
+		int by = policy_from_name(v);
+
+		if (by < 0) {
+			snprintf(why, sizeof why,
+				 "unknown policy '%s' (use memory, memory-rate, power, util or index)", v);
+			rc = -1;
+		} else {
+			req->by = (enum gm_policy)by;
+		}
+	} else if (!strcmp(key, "min-free")) {
+		struct gm_size size;
+
+		rc = parse_size(v, &size, why, sizeof why);
+		if (rc == 0) {
+			req->has_min_free = 1;
+			req->min_free = size;
+		}
+	} else if (!strcmp(key, "max-util")) {
+		unsigned pct;
+
+		rc = parse_percent(v, &pct, why, sizeof why);
+		if (rc == 0) {
+			req->has_max_util = 1;
+			req->max_util = pct;
+		}
+	} else if (!strcmp(key, "only") || !strcmp(key, "exclude")) {
+		struct gpu_list list = GPU_LIST_INIT;
+		struct gpu_list *dst = key[0] == 'o' ? &req->only : &req->exclude;
+
+		rc = gpu_list_parse(v, &list, why, sizeof why);
+		if (rc == 0) {
+			gpu_list_release(dst);
+			*dst = list;
+		}
+	} else if (!strcmp(key, "exclusive")) {
+		req->share = 0;
+	} else if (!strcmp(key, "mem")) {
+		struct gm_size size;
+
+		rc = parse_size(v, &size, why, sizeof why);
+		if (rc == 0 && !size.is_pct && size.mib == 0) {
+			snprintf(why, sizeof why, "a share of 0 MiB reserves nothing (use --exclusive)");
+			rc = -1;
+		}
+		if (rc == 0) {
+			req->share = 1;
+			req->mem = size;
+		}
+	} else if (!strcmp(key, "idle")) {
+		req->idle = 1;
+	} else if (!strcmp(key, "wait")) {
+		int64_t ms = -1;
+
+		if (*v)
+			rc = parse_duration_ms(v, &ms, why, sizeof why);
+		if (rc == 0) {
+			req->has_wait = 1;
+			req->wait_ms = ms;
+		}
+	} else {
+		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "unknown request option '%s'", key);
+	}
+	if (rc < 0)
+		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "%s%s '%s': %s", key[1] ? "--" : "-",
+			       key, v, why);
+	return GM_OK;
+}

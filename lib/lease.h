@@ -1,0 +1,25 @@
+/*
+ * lease.h - what a gm_lease holds.
+ */
+#ifndef GM_LEASE_H
+#define GM_LEASE_H
+
+#include <limits.h>
+#include <stdint.h>
+#include "gpuman.h"
+
+struct gm_lease {
+	int fd;                 /* flock'd; -1 once released */
+	char path[PATH_MAX];    /* lease.<id> in the registry */
+	char id[64];
+	size_t gpu_count;
+	unsigned *indices;
+	char (*uuids)[96];
+	char *cuda_visible;
+	char *indices_text;
+	int exclusive;
+	uint64_t share_mib;
+	double mem_fraction;
+};
+
+#endif

@@ -1,0 +1,85 @@
+/*
+ * pick.c - choosing without reserving, and what choices share: the
+ * inherited CUDA_VISIBLE_DEVICES as the usable set, the child's
+ * CUDA_VISIBLE_DEVICES, and reasons for people.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pick.h"
+#include "util.h"
+
+int pick_env_init(struct pick_env *env, const struct gm_snapshot *snap)
+{
+	const char *order = getenv("CUDA_DEVICE_ORDER");
+	int pci_order = order && !strcmp(order, "PCI_BUS_ID");
+
+	*env = (struct pick_env)PICK_ENV_INIT;
+	if (visible_parse(getenv("CUDA_VISIBLE_DEVICES"), &env->vis) < 0)
+		return -1;
+	if (!env->vis.set)
+		return 0;
+	env->usable = calloc(snap->gpu_count ? snap->gpu_count : 1, 1);
+	env->entry_gpu = calloc(env->vis.count ? env->vis.count : 1, sizeof *env->entry_gpu);
+	if (!env->usable || !env->entry_gpu) {
+		pick_env_release(env);
+		return -1;
+	}
+	env->usable_entries = visible_resolve(&env->vis, snap, pci_order, env->entry_gpu);
+	for (size_t i = 0; i < env->usable_entries; i++)
+		env->usable[env->entry_gpu[i]] = 1;
+	return 0;
+}
+
+void pick_env_release(struct pick_env *env)
+{
+	visible_release(&env->vis);
+	free(env->entry_gpu);
+	free(env->usable);
+	*env = (struct pick_env)PICK_ENV_INIT;
+}
+
+char *pick_env_cuda_visible(const struct pick_env *env, const struct gm_snapshot *snap,
+			    const size_t *pos, size_t count)
+{
+	size_t len = 1;
+	char *out, *p;
+
+	for (size_t i = 0; i < count; i++)
+		len += sizeof snap->gpus[0].uuid + 1;
+	for (size_t e = 0; e < env->vis.count; e++)
+		len += strlen(env->vis.entries[e]) + 1;
+	out = p = malloc(len);
+	if (!out)
+		return NULL;
+	*p = '\0';
+	for (size_t i = 0; i < count; i++) {
+		const char *entry = snap->gpus[pos[i]].uuid;
+
+		if (env->vis.set)
+			for (size_t e = 0; e < env->usable_entries; e++)
+				if (env->entry_gpu[e] == (long)pos[i])
+					entry = env->vis.entries[e];
+		p += sprintf(p, "%s%s", i ? "," : "", entry);
+	}
+	return out;
+}
+
+char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res)
+{
+	size_t len = 1;
+	char *out, *p;
+
+	for (size_t i = 0; i < res->gpu_count; i++)
+		len += strlen(res->why[i]) + sizeof snap->gpus[i].name + 32;
+	out = p = malloc(len);
+	if (!out)
+		return NULL;
+	*p = '\0';
+	for (size_t i = 0; i < res->gpu_count; i++)
+		if (res->why[i][0])
+			p += sprintf(p, "GPU %u (%s): %s\n", snap->gpus[i].index,
+				     snap->gpus[i].name[0] ? snap->gpus[i].name : "unknown",
+				     res->why[i]);
+	return out;
+}

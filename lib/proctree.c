@@ -1,0 +1,93 @@
+/*
+ * proctree.c - the machine's process tree from /proc.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "proctree.h"
+
+static int entry_cmp(const void *a, const void *b)
+{
+	const struct proctree_entry *x = a, *y = b;
+
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+int proctree_read(struct proctree *tree)
+{
+	size_t cap = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc");
+
+	*tree = (struct proctree)PROCTREE_INIT;
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char path[64], buf[512], *close_paren;
+		int pid = atoi(de->d_name), ppid, fd;
+		ssize_t got;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/stat", pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		got = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (got <= 0)
+			continue;
+		buf[got] = '\0';
+		/* The command name may hold spaces and parentheses: the state
+		 * and the parent follow the last ')'. */
+		close_paren = strrchr(buf, ')');
+		if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1)
+			continue;
+		if (tree->count == cap) {
+			size_t ncap = cap ? cap * 2 : 256;
+			struct proctree_entry *grown = realloc(tree->entries, ncap * sizeof *grown);
+
+			if (!grown) {
+				closedir(d);
+				proctree_release(tree);
+				return -1;
+			}
+			tree->entries = grown;
+			cap = ncap;
+		}
+		tree->entries[tree->count].pid = pid;
+		tree->entries[tree->count].ppid = ppid;
+		tree->count++;
+	}
+	closedir(d);
+	if (tree->count)
+		qsort(tree->entries, tree->count, sizeof *tree->entries, entry_cmp);
+	return 0;
+}
+
+void proctree_release(struct proctree *tree)
+{
+	free(tree->entries);
+	*tree = (struct proctree)PROCTREE_INIT;
+}
+
+int proctree_within(const struct proctree *tree, int root, int pid)
+{
+	/* Walk up from pid; the depth bound guards against a torn read. */
+	for (int depth = 0; depth < 128 && pid > 0; depth++) {
+		struct proctree_entry key = { pid, 0 }, *e;
+
+		if (pid == root)
+			return 1;
+		if (!tree->count)
+			return 0;
+		e = bsearch(&key, tree->entries, tree->count, sizeof key, entry_cmp);
+		if (!e || e->ppid == pid)
+			return 0;
+		pid = e->ppid;
+	}
+	return 0;
+}

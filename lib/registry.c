@@ -1,0 +1,1097 @@
+/*
+ * registry.c - leases shared by every process and user of the machine: the
+ * state directory and its safety checks, reading live leases and waiters,
+ * and the atomic choose-and-lease step with first-come-first-served waiting.
+ * See registry.h for the directory's layout and the locking protocol.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "context.h"
+#include "lease.h"
+#include "parse.h"
+#include "pick.h"
+#include "proctree.h"
+#include "policy.h"
+#include "registry.h"
+#include "util.h"
+
+#define LEASE_PREFIX "lease."
+#define WAIT_PREFIX "wait."
+#define TMP_PREFIX ".tmp."
+#define MAX_FILE_BYTES 65536
+/* A temporary file is locked right after its creation; one this old with no
+ * lock is debris of a crash between open and flock. */
+#define TMP_STALE_MS 60000
+/* How often an eligible waiter re-reads NVML for changes made outside
+ * gpuman (a process that exits frees memory without any lease event). */
+#define RECHECK_MS 1000
+
+/* ---- the directory ------------------------------------------------------ */
+
+static enum gm_err check_dir(const char *dir, char *err, size_t len)
+{
+	struct stat st;
+
+	if (lstat(dir, &st) < 0)
+		return gm_fail(GM_ERR_STATE, err, len, "state directory '%s': %s", dir,
+			       strerror(errno));
+	if (S_ISLNK(st.st_mode))
+		return gm_fail(GM_ERR_STATE, err, len,
+			       "state directory '%s' is a symbolic link; refusing it (another user "
+			       "could redirect everyone's leases); point GPUMAN_STATE_DIR at a real "
+			       "directory",
+			       dir);
+	if (!S_ISDIR(st.st_mode))
+		return gm_fail(GM_ERR_STATE, err, len, "state directory '%s' is not a directory",
+			       dir);
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		struct passwd *pw = getpwuid(st.st_uid);
+
+		return gm_fail(GM_ERR_STATE, err, len,
+			       "state directory '%s' is owned by user '%s', who could remove "
+			       "everyone's leases; use one owned by root or by you "
+			       "(GPUMAN_STATE_DIR)",
+			       dir, pw ? pw->pw_name : "?");
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+		return gm_fail(GM_ERR_STATE, err, len,
+			       "state directory '%s' is writable by others without the sticky bit, "
+			       "so anyone could remove your leases; fix it with 'chmod +t %s'",
+			       dir, dir);
+	return GM_OK;
+}
+
+/* Shared by every user, so world-writable and sticky: each user may add
+ * files but only remove their own. */
+static enum gm_err make_shared_dir(const char *dir, char *err, size_t len)
+{
+	if (mkdir(dir, 01777) == 0) {
+		if (chmod(dir, 01777) < 0) /* mkdir obeys the umask */
+			return gm_fail(GM_ERR_STATE, err, len, "state directory '%s': chmod: %s",
+				       dir, strerror(errno));
+	} else if (errno != EEXIST) {
+		return gm_fail(GM_ERR_STATE, err, len,
+			       "cannot create state directory '%s': %s (set GPUMAN_STATE_DIR)", dir,
+			       strerror(errno));
+	}
+	return GM_OK;
+}
+
+enum gm_err registry_open(struct registry **out, char *err, size_t len)
+{
+	const char *env = getenv("GPUMAN_STATE_DIR");
+	struct registry *reg;
+	struct stat st;
+	enum gm_err rc;
+	char lock[PATH_MAX + 8];
+
+	*out = NULL;
+	reg = calloc(1, sizeof *reg);
+	if (!reg)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	reg->lock_fd = -1;
+	if (env && *env)
+		snprintf(reg->dir, sizeof reg->dir, "%s", env);
+	else if (stat("/run/gpuman", &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(reg->dir, sizeof reg->dir, "/run/gpuman");
+	else
+		snprintf(reg->dir, sizeof reg->dir, "/tmp/gpuman");
+	rc = make_shared_dir(reg->dir, err, len);
+	if (rc == GM_OK)
+		rc = check_dir(reg->dir, err, len);
+	if (rc != GM_OK)
+		goto failed;
+	snprintf(lock, sizeof lock, "%s/lock", reg->dir);
+	/* Read-only: flock needs no write access, and a read-only close wakes
+	 * no waiter (they watch for closes of written files). */
+	reg->lock_fd = open(lock, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (reg->lock_fd < 0) {
+		rc = gm_fail(GM_ERR_STATE, err, len,
+			     "cannot open the registry lock '%s': %s (remove it if it is not a plain "
+			     "file readable by all)",
+			     lock, strerror(errno));
+		goto failed;
+	}
+	if (fstat(reg->lock_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		rc = gm_fail(GM_ERR_STATE, err, len, "registry lock '%s' is not a plain file", lock);
+		goto failed;
+	}
+	*out = reg;
+	return GM_OK;
+failed:
+	registry_close(reg);
+	return rc;
+}
+
+void registry_close(struct registry *reg)
+{
+	if (!reg)
+		return;
+	if (reg->lock_fd >= 0)
+		close(reg->lock_fd);
+	free(reg);
+}
+
+/* ---- reading leases and tickets ---------------------------------------- */
+
+/*
+ * Open a lease or ticket and tell whether its holder lives: the holder keeps
+ * an exclusive flock, so our shared try-lock fails exactly while it lives.
+ * Returns 1 (alive, *text malloc'd, *st filled), 0 (dead or gone; removed
+ * where permitted) or -1 (out of memory).
+ */
+static int read_live_file(int dirfd, const char *name, char **text, struct stat *st)
+{
+	ssize_t n, got = 0;
+	char *buf;
+	int fd, rc = 0;
+
+	*text = NULL;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))
+		goto done;
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+		unlinkat(dirfd, name, 0); /* EPERM for others' files: leave them */
+		goto done;
+	}
+	buf = malloc(MAX_FILE_BYTES + 1);
+	if (!buf) {
+		rc = -1;
+		goto done;
+	}
+	while (got < MAX_FILE_BYTES && (n = read(fd, buf + got, MAX_FILE_BYTES - got)) > 0)
+		got += n;
+	buf[got] = '\0';
+	*text = buf;
+	rc = 1;
+done:
+	close(fd);
+	return rc;
+}
+
+static void user_name(unsigned uid, char *out, size_t len)
+{
+	struct passwd pw, *res = NULL;
+	char buf[1024];
+
+	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
+		snprintf(out, len, "%s", pw.pw_name);
+	else
+		snprintf(out, len, "%u", uid);
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "";
+}
+
+static int parse_lease(const char *text, const struct stat *st, struct lease_info *li)
+{
+	json_t *o = json_loads(text, 0, NULL), *gpus, *g;
+	size_t i;
+
+	if (!o)
+		return -1;
+	memset(li, 0, sizeof *li);
+	snprintf(li->id, sizeof li->id, "%s", jstr(o, "id"));
+	li->uid = st->st_uid;
+	user_name(st->st_uid, li->user, sizeof li->user);
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	snprintf(li->command, sizeof li->command, "%s", jstr(o, "command"));
+	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
+	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
+	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	gpus = json_object_get(o, "gpus");
+	li->gpu_count = json_array_size(gpus);
+	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
+	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
+	if (!li->uuids || !li->indices) {
+		json_decref(o);
+		return -1;
+	}
+	json_array_foreach(gpus, i, g) {
+		snprintf(li->uuids[i], sizeof li->uuids[i], "%s", jstr(g, "uuid"));
+		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+	}
+	json_decref(o);
+	return 0;
+}
+
+static int parse_waiter(const char *name, const char *text, const struct stat *st,
+			struct waiter_info *wi)
+{
+	json_t *o = json_loads(text, 0, NULL), *cand, *c;
+	size_t i;
+
+	if (!o)
+		return -1;
+	memset(wi, 0, sizeof *wi);
+	str_copy(wi->name, sizeof wi->name, name);
+	wi->uid = st->st_uid;
+	user_name(st->st_uid, wi->user, sizeof wi->user);
+	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	snprintf(wi->command, sizeof wi->command, "%s", jstr(o, "command"));
+	snprintf(wi->summary, sizeof wi->summary, "%s", jstr(o, "summary"));
+	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
+	cand = json_object_get(o, "candidates");
+	wi->cand_count = json_array_size(cand);
+	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
+	if (!wi->cand) {
+		json_decref(o);
+		return -1;
+	}
+	json_array_foreach(cand, i, c)
+		snprintf(wi->cand[i], sizeof wi->cand[i], "%s", json_string_value(c) ? json_string_value(c) : "");
+	json_decref(o);
+	return 0;
+}
+
+static int waiter_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct waiter_info *)a)->name, ((const struct waiter_info *)b)->name);
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+	return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* Remove a crashed creator's temporary file, never a fresh one. */
+static void clean_tmp(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    (int64_t)st.st_mtime * 1000 + TMP_STALE_MS < now_ms())
+		unlinkat(dirfd, name, 0);
+}
+
+enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err,
+			  size_t len)
+{
+	DIR *d;
+	struct dirent *de;
+	enum gm_err rc = GM_OK;
+
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	d = opendir(reg->dir);
+	if (!d)
+		return gm_fail(GM_ERR_STATE, err, len, "cannot read state directory '%s': %s",
+			       reg->dir, strerror(errno));
+	while ((de = readdir(d))) {
+		int is_lease = starts_with(de->d_name, LEASE_PREFIX);
+		int is_wait = starts_with(de->d_name, WAIT_PREFIX);
+		struct stat st;
+		char *text;
+		int live;
+
+		if (starts_with(de->d_name, TMP_PREFIX))
+			clean_tmp(dirfd(d), de->d_name);
+		if (!is_lease && !is_wait)
+			continue;
+		live = read_live_file(dirfd(d), de->d_name, &text, &st);
+		if (live < 0) {
+			rc = GM_ERR_NOMEM;
+			break;
+		}
+		if (!live)
+			continue;
+		if (is_lease) {
+			struct lease_info *l = realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+
+			if (l) {
+				view->leases = l;
+				if (parse_lease(text, &st, &l[view->lease_count]) == 0)
+					view->lease_count++;
+			}
+		} else {
+			struct waiter_info *w = realloc(view->waiters, (view->waiter_count + 1) * sizeof *w);
+
+			if (w) {
+				view->waiters = w;
+				if (parse_waiter(de->d_name, text, &st, &w[view->waiter_count]) == 0)
+					view->waiter_count++;
+			}
+		}
+		free(text);
+	}
+	closedir(d);
+	if (view->waiter_count > 1)
+		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
+	if (rc != GM_OK) {
+		registry_view_release(view);
+		return gm_fail(rc, err, len, "out of memory");
+	}
+	return GM_OK;
+}
+
+void registry_view_release(struct registry_view *view)
+{
+	for (size_t i = 0; i < view->lease_count; i++) {
+		free(view->leases[i].uuids);
+		free(view->leases[i].indices);
+	}
+	for (size_t i = 0; i < view->waiter_count; i++)
+		free(view->waiters[i].cand);
+	free(view->leases);
+	free(view->waiters);
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+}
+
+/* ---- memory a share has not allocated yet ------------------------------ */
+
+/* MiB that the job's own processes (job_pid and descendants) hold on GPU
+ * index, per NVML. */
+static uint64_t job_used_mib(const struct gm_snapshot *snap, const struct proctree *tree,
+			     int job_pid, unsigned index)
+{
+	uint64_t used = 0;
+
+	for (size_t i = 0; i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+
+		if (p->gpu == index && p->has_mem && job_pid > 0 &&
+		    proctree_within(tree, job_pid, (int)p->pid))
+			used += p->used_mib;
+	}
+	return used;
+}
+
+/* ---- one attempt: read everything, ask the policy ---------------------- */
+
+struct attempt {
+	struct registry_view view;
+	struct gm_snapshot *snap;   /* owned unless given by the caller */
+	int snap_given;
+	struct pick_env env;
+	struct policy_lease *leases;
+	size_t lease_count;
+	char (*holders)[80];
+	const char **held_for;
+	char (*held_text)[160];
+	struct policy_result res;
+	struct policy_input in;
+};
+
+static void attempt_release(struct attempt *a)
+{
+	registry_view_release(&a->view);
+	if (!a->snap_given)
+		gm_snapshot_free(a->snap);
+	pick_env_release(&a->env);
+	free(a->leases);
+	free(a->holders);
+	free((void *)a->held_for);
+	free(a->held_text);
+	policy_result_release(&a->res);
+	memset(a, 0, sizeof *a);
+}
+
+static const char *waiter_summary(const struct gm_request *req, char *buf, size_t len)
+{
+	char size[32];
+
+	if (req->share)
+		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
+			 size_format(&req->mem, size, sizeof size));
+	else
+		snprintf(buf, len, "%u GPU%s exclusive", req->count, req->count == 1 ? "" : "s");
+	return buf;
+}
+
+/*
+ * Read leases, waiters and (unless given) NVML, and run the policy.  Waiters
+ * whose ticket sorts before `mine` (all of them when mine is NULL: a request
+ * that does not wait queues behind everyone) hold their candidate GPUs back.
+ */
+static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
+			       const struct gm_snapshot *given, const struct gm_request *req,
+			       const char *mine, struct attempt *a, char *err, size_t len)
+{
+	struct proctree tree = PROCTREE_INIT;
+	size_t ngpu;
+	enum gm_err rc;
+	int need_tree = 0;
+
+	memset(a, 0, sizeof *a);
+	rc = registry_read(reg, &a->view, err, len);
+	if (rc != GM_OK)
+		return rc;
+	if (given) {
+		a->snap = (struct gm_snapshot *)given;
+		a->snap_given = 1;
+	} else {
+		rc = gm_snapshot_take(ctx, &a->snap, err, len);
+		if (rc != GM_OK)
+			return rc;
+	}
+	ngpu = a->snap->gpu_count;
+	if (pick_env_init(&a->env, a->snap) < 0)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	for (size_t i = 0; i < a->view.lease_count; i++) {
+		a->lease_count += a->view.leases[i].gpu_count;
+		need_tree |= !a->view.leases[i].exclusive;
+	}
+	a->leases = calloc(a->lease_count + 1, sizeof *a->leases);
+	a->holders = calloc(a->view.lease_count + 1, sizeof *a->holders);
+	a->held_for = calloc(ngpu + 1, sizeof *a->held_for);
+	a->held_text = calloc(ngpu + 1, sizeof *a->held_text);
+	if (!a->leases || !a->holders || !a->held_for || !a->held_text)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	if (need_tree && proctree_read(&tree) < 0)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	a->lease_count = 0;
+	for (size_t i = 0; i < a->view.lease_count; i++) {
+		const struct lease_info *li = &a->view.leases[i];
+
+		snprintf(a->holders[i], sizeof a->holders[i], "%s (pid %d)", li->user,
+			 li->job_pid > 0 ? li->job_pid : li->pid);
+		for (size_t g = 0; g < li->gpu_count; g++) {
+			struct policy_lease *pl = &a->leases[a->lease_count++];
+			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, li->uuids[g]);
+			uint64_t used = 0;
+
+			pl->uuid = li->uuids[g];
+			pl->exclusive = li->exclusive;
+			pl->share_mib = li->share_mib;
+			pl->holder = a->holders[i];
+			if (!li->exclusive && gpu)
+				used = job_used_mib(a->snap, &tree, li->job_pid, gpu->index);
+			pl->pending_mib = pl->share_mib > used ? pl->share_mib - used : 0;
+		}
+	}
+	proctree_release(&tree);
+	for (size_t w = 0; w < a->view.waiter_count; w++) {
+		const struct waiter_info *wi = &a->view.waiters[w];
+
+		if (mine && strcmp(wi->name, mine) >= 0)
+			break;
+		for (size_t c = 0; c < wi->cand_count; c++) {
+			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, wi->cand[c]);
+			size_t pos;
+
+			if (!gpu)
+				continue;
+			pos = (size_t)(gpu - a->snap->gpus);
+			if (a->held_for[pos])
+				continue;
+			if (snprintf(a->held_text[pos], sizeof a->held_text[pos],
+				     "queued for an earlier request: %s's %s (pid %d)", wi->user,
+				     wi->summary, wi->pid) >= (int)sizeof a->held_text[pos])
+				a->held_text[pos][sizeof a->held_text[pos] - 1] = '\0';
+			a->held_for[pos] = a->held_text[pos];
+		}
+	}
+	a->in.snap = a->snap;
+	a->in.leases = a->leases;
+	a->in.lease_count = a->lease_count;
+	a->in.usable = a->env.usable;
+	a->in.held_for = a->held_for;
+	if (policy_choose(&a->in, req, &a->res) < 0)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	return GM_OK;
+}
+
+/* ---- publishing files --------------------------------------------------- */
+
+static void random_id(char *buf, size_t len)
+{
+	unsigned r = 0;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r)
+		r = (unsigned)(now_ms() ^ ((int64_t)getpid() << 16));
+	if (fd >= 0)
+		close(fd);
+	snprintf(buf, len, "%lld-%d-%08x", (long long)now_ms(), (int)getpid(), r);
+}
+
+/* Create name under a temporary name, lock it, write text, rename it into
+ * place.  Returns the locked descriptor, or -1 with errno. */
+static int publish_locked_file(const char *dir, const char *name, const char *text,
+			       int (*before_rename)(void *data, int fd), void *data)
+{
+	char tmp[PATH_MAX], final[PATH_MAX];
+	size_t len = strlen(text), off = 0;
+	int fd, saved;
+
+	snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s", dir, name);
+	snprintf(final, sizeof final, "%s/%s", dir, name);
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+		goto failed;
+	if (before_rename && before_rename(data, fd) < 0)
+		goto failed;
+	while (off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			goto failed;
+		}
+		off += (size_t)n;
+	}
+	if (rename(tmp, final) < 0)
+		goto failed;
+	return fd;
+failed:
+	saved = errno;
+	unlink(tmp);
+	close(fd);
+	errno = saved;
+	return -1;
+}
+
+static char *self_command(void)
+{
+	char buf[256];
+	ssize_t n;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return strdup("?");
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return strdup("?");
+	while (n > 0 && buf[n - 1] == '\0')
+		n--;
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] == '\0')
+			buf[i] = ' ';
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+static enum gm_err write_ticket(struct registry *reg, struct attempt *a,
+				const struct gm_request *req, const struct acquire_opts *opts,
+				char *name, size_t name_len, int *fd_out, char *err, size_t len)
+{
+	json_t *o = json_object(), *cand = json_array();
+	char summary[128], id[64], *text, *cmd = NULL;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	random_id(id, sizeof id);
+	/* Zero-padded nanoseconds: names sort in arrival order. */
+	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
+		 (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
+	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
+		if (policy_candidate(&a->in, req, pos))
+			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
+	if (!opts || !opts->command)
+		cmd = self_command();
+	json_object_set_new(o, "pid", json_integer(getpid()));
+	json_object_set_new(o, "command", json_string(opts && opts->command ? opts->command
+									  : (cmd ? cmd : "?")));
+	json_object_set_new(o, "since_ms", json_integer(now_ms()));
+	json_object_set_new(o, "summary", json_string(waiter_summary(req, summary, sizeof summary)));
+	json_object_set_new(o, "candidates", cand);
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	free(cmd);
+	if (!text)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	*fd_out = publish_locked_file(reg->dir, name, text, NULL, NULL);
+	free(text);
+	if (*fd_out < 0)
+		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir,
+			       strerror(errno));
+	return GM_OK;
+}
+
+static void lease_free_fields(struct gm_lease *l)
+{
+	free(l->indices);
+	free(l->uuids);
+	free(l->cuda_visible);
+	free(l->indices_text);
+	free(l);
+}
+
+struct spawn_call {
+	const struct acquire_opts *opts;
+	struct gm_lease *lease;
+	pid_t job_pid;
+	char *err;
+	size_t len;
+	json_t *doc;
+};
+
+/* Under the registry lock and before the lease file is visible, start the
+ * job so that the lease names it from the first instant. */
+static int lease_before_rename(void *data, int fd)
+{
+	struct spawn_call *sc = data;
+	char *text;
+
+	sc->lease->fd = fd;
+	if (sc->opts && sc->opts->spawn &&
+	    sc->opts->spawn(sc->opts->spawn_data, sc->lease, &sc->job_pid, sc->err, sc->len) < 0) {
+		errno = ECHILD;
+		return -1;
+	}
+	json_object_set_new(sc->doc, "job_pid", json_integer(sc->job_pid));
+	text = json_dumps(sc->doc, JSON_COMPACT);
+	if (!text) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+		free(text);
+		return -1;
+	}
+	free(text);
+	return 0;
+}
+
+static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
+				 const struct gm_request *req, const struct acquire_opts *opts,
+				 struct gm_lease **out, char *err, size_t len)
+{
+	struct gm_lease *l = calloc(1, sizeof *l);
+	json_t *doc = json_object(), *gpus = json_array();
+	struct spawn_call sc = { opts, l, getpid(), err, len, doc };
+	size_t n = a->res.count, ilen = 1;
+	uint64_t min_total = 0;
+	char name[128], *cmd = NULL;
+	enum gm_err rc = GM_ERR_NOMEM;
+	int fd;
+
+	if (!l)
+		goto failed;
+	l->fd = -1;
+	l->gpu_count = n;
+	l->indices = calloc(n + 1, sizeof *l->indices);
+	l->uuids = calloc(n + 1, sizeof *l->uuids);
+	l->indices_text = calloc(n + 1, 12);
+	l->cuda_visible = pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
+	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible)
+		goto failed;
+	random_id(l->id, sizeof l->id);
+	l->exclusive = !req->share;
+	for (size_t i = 0; i < n; i++) {
+		const struct gm_gpu *g = &a->snap->gpus[a->res.chosen[i]];
+		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
+		json_t *jg = json_object();
+
+		l->indices[i] = g->index;
+		snprintf(l->uuids[i], sizeof l->uuids[i], "%s", g->uuid);
+		ilen += (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", g->index);
+		/* A percentage share is the same size on every GPU of the lease:
+		 * the smallest GPU's, so the record is one number. */
+		if (req->share && (!l->share_mib || share < l->share_mib))
+			l->share_mib = share;
+		if (!min_total || g->mem_total_mib < min_total)
+			min_total = g->mem_total_mib;
+		json_object_set_new(jg, "index", json_integer(g->index));
+		json_object_set_new(jg, "uuid", json_string(g->uuid));
+		json_array_append_new(gpus, jg);
+	}
+	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	if (!opts || !opts->command)
+		cmd = self_command();
+	json_object_set_new(doc, "id", json_string(l->id));
+	json_object_set_new(doc, "pid", json_integer(getpid()));
+	json_object_set_new(doc, "command", json_string(opts && opts->command ? opts->command
+									    : (cmd ? cmd : "?")));
+	json_object_set_new(doc, "start_ms", json_integer(now_ms()));
+	json_object_set_new(doc, "kind", json_string(req->share ? "share" : "exclusive"));
+	json_object_set_new(doc, "share_mib", json_integer((json_int_t)l->share_mib));
+	json_object_set_new(doc, "gpus", gpus);
+	snprintf(name, sizeof name, LEASE_PREFIX "%s", l->id);
+	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
+		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long", reg->dir);
+		goto failed;
+	}
+	err[0] = '\0';
+	fd = publish_locked_file(reg->dir, name, "", lease_before_rename, &sc);
+	if (fd < 0) {
+		rc = err[0] ? GM_ERR_IO
+			    : gm_fail(GM_ERR_STATE, err, len, "cannot write a lease in '%s': %s",
+				      reg->dir, strerror(errno));
+		goto failed;
+	}
+	l->fd = fd;
+	json_decref(doc);
+	free(cmd);
+	*out = l;
+	return GM_OK;
+failed:
+	json_decref(doc);
+	free(cmd);
+	if (l)
+		lease_free_fields(l);
+	if (rc == GM_ERR_NOMEM)
+		gm_fail(rc, err, len, "out of memory");
+	return rc;
+}
+
+/* ---- waiting ------------------------------------------------------------ */
+
+/*
+ * What a waiter knows of the waiters ahead of it.  Tickets are immutable and
+ * later arrivals sort after us, so the set only shrinks: read once, then
+ * drop names as inotify reports their last close or removal.
+ */
+struct ahead {
+	size_t count;
+	char (*names)[128];
+	uint64_t *blocks;   /* bit i: that waiter may take my candidate i */
+	size_t mine_count;  /* my candidates (at most 64 tracked) */
+};
+
+static void ahead_release(struct ahead *ah)
+{
+	free(ah->names);
+	free(ah->blocks);
+	memset(ah, 0, sizeof *ah);
+}
+
+static void ahead_build(struct ahead *ah, const struct registry_view *view, const char *mine)
+{
+	const struct waiter_info *me = NULL;
+
+	ahead_release(ah);
+	for (size_t w = 0; w < view->waiter_count; w++)
+		if (!strcmp(view->waiters[w].name, mine))
+			me = &view->waiters[w];
+	ah->names = calloc(view->waiter_count + 1, sizeof *ah->names);
+	ah->blocks = calloc(view->waiter_count + 1, sizeof *ah->blocks);
+	if (!ah->names || !ah->blocks || !me)
+		return;
+	ah->mine_count = me->cand_count < 64 ? me->cand_count : 64;
+	for (size_t w = 0; w < view->waiter_count; w++) {
+		const struct waiter_info *wi = &view->waiters[w];
+		uint64_t mask = 0;
+
+		if (strcmp(wi->name, mine) >= 0)
+			break;
+		for (size_t i = 0; i < ah->mine_count; i++)
+			for (size_t c = 0; c < wi->cand_count; c++)
+				if (!strcmp(me->cand[i], wi->cand[c]))
+					mask |= 1ull << i;
+		snprintf(ah->names[ah->count], sizeof ah->names[0], "%s", wi->name);
+		ah->blocks[ah->count++] = mask;
+	}
+}
+
+static void ahead_forget(struct ahead *ah, const char *name)
+{
+	for (size_t i = 0; i < ah->count; i++)
+		if (!strcmp(ah->names[i], name)) {
+			ah->count--;
+			memmove(ah->names[i], ah->names[i + 1], (ah->count - i) * sizeof ah->names[0]);
+			memmove(&ah->blocks[i], &ah->blocks[i + 1], (ah->count - i) * sizeof ah->blocks[0]);
+			return;
+		}
+}
+
+/* Could an attempt now give us anything, or do earlier waiters hold every
+ * GPU we could use? */
+static int ahead_leaves_room(const struct ahead *ah)
+{
+	uint64_t all = ah->mine_count >= 64 ? ~0ull : (1ull << ah->mine_count) - 1, held = 0;
+
+	if (!ah->blocks)
+		return 1;
+	for (size_t i = 0; i < ah->count; i++)
+		held |= ah->blocks[i];
+	return (held & all) != all || ah->mine_count == 0;
+}
+
+/*
+ * Sleep until something that may let us in happens: a lease closed or
+ * removed (release or holder death), an earlier waiter gone, or -- for a
+ * waiter with room -- RECHECK_MS passed (NVML changes outside gpuman).
+ * Returns 0 to try again, GM_ERR_TIMEOUT, or GM_ERR_INTERRUPTED.
+ */
+static enum gm_err wait_for_change(int ifd, struct ahead *ah, int64_t deadline,
+				   const struct acquire_opts *opts, struct registry *reg,
+				   const char *mine)
+{
+	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int64_t recheck_at = monotonic_ms() + RECHECK_MS;
+
+	for (;;) {
+		int64_t now = monotonic_ms(), until = -1;
+		struct pollfd pfd = { ifd, POLLIN, 0 };
+		int room = ahead_leaves_room(ah), wake = 0, n;
+		ssize_t got;
+
+		if (opts && opts->interrupted && *opts->interrupted)
+			return GM_ERR_INTERRUPTED;
+		if (room)
+			until = recheck_at;
+		if (deadline >= 0 && (until < 0 || deadline < until))
+			until = deadline;
+		if (until >= 0 && now >= until)
+			return deadline >= 0 && now >= deadline ? GM_ERR_TIMEOUT : GM_OK;
+		n = poll(&pfd, 1, until < 0 ? -1 : (int)(until - now));
+		if (n < 0 && errno != EINTR)
+			return GM_ERR_IO;
+		if (n <= 0)
+			continue;
+		got = read(ifd, buf, sizeof buf);
+		for (char *p = buf; got > 0 && p < buf + got;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+
+			if (ev->mask & IN_Q_OVERFLOW) {
+				struct registry_view view;
+
+				if (registry_read(reg, &view, NULL, 0) == GM_OK) {
+					ahead_build(ah, &view, mine);
+					registry_view_release(&view);
+				}
+				wake = 1;
+			} else if (ev->len && starts_with(ev->name, LEASE_PREFIX)) {
+				wake = 1;
+			} else if (ev->len && starts_with(ev->name, WAIT_PREFIX) &&
+				   strcmp(ev->name, mine) < 0) {
+				ahead_forget(ah, ev->name);
+				wake = 1;
+			}
+			p += sizeof *ev + ev->len;
+		}
+		if (wake && ahead_leaves_room(ah))
+			return GM_OK;
+	}
+}
+
+enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
+			     const struct gm_request *req, const struct acquire_opts *opts,
+			     struct gm_lease **out, char **explain, char *err, size_t len)
+{
+	struct attempt a;
+	struct ahead ah = { 0 };
+	char ticket[128] = "";
+	int ticket_fd = -1, ifd = -1, locked = 0;
+	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
+	enum gm_err rc;
+
+	*out = NULL;
+	if (explain)
+		*explain = NULL;
+	memset(&a, 0, sizeof a);
+	for (;;) {
+		while (flock(reg->lock_fd, LOCK_EX) < 0) {
+			if (errno != EINTR) {
+				rc = gm_fail(GM_ERR_STATE, err, len, "cannot lock the registry: %s",
+					     strerror(errno));
+				goto done;
+			}
+			if (opts && opts->interrupted && *opts->interrupted) {
+				rc = gm_fail(GM_ERR_INTERRUPTED, err, len, "interrupted");
+				goto done;
+			}
+		}
+		locked = 1;
+		attempt_release(&a);
+		rc = attempt_run(reg, ctx, NULL, req, ticket[0] ? ticket : NULL, &a, err, len);
+		if (rc != GM_OK)
+			goto done;
+		if (a.res.outcome == POLICY_OK) {
+			rc = publish_lease(reg, &a, req, opts, out, err, len);
+			goto done;
+		}
+		if (a.res.outcome == POLICY_NEVER || !req->has_wait) {
+			rc = a.res.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
+			gm_fail(rc, err, len, "%s",
+				rc == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
+						   : "no GPU meets the request now");
+			if (explain)
+				*explain = pick_explain(a.snap, &a.res);
+			goto done;
+		}
+		if (!ticket[0]) {
+			/* Watch before the ticket exists and before unlocking,
+			 * so that no release can slip between. */
+			ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+			if (ifd < 0 || inotify_add_watch(ifd, reg->dir, IN_CLOSE_WRITE | IN_DELETE) < 0) {
+				rc = gm_fail(GM_ERR_IO, err, len, "cannot watch '%s': %s", reg->dir,
+					     strerror(errno));
+				goto done;
+			}
+			rc = write_ticket(reg, &a, req, opts, ticket, sizeof ticket, &ticket_fd, err,
+					  len);
+			if (rc != GM_OK)
+				goto done;
+			/* Who is ahead of us, read once (see struct ahead). */
+			{
+				struct registry_view view;
+
+				if (registry_read(reg, &view, NULL, 0) == GM_OK) {
+					ahead_build(&ah, &view, ticket);
+					registry_view_release(&view);
+				}
+			}
+			flock(reg->lock_fd, LOCK_UN);
+			locked = 0;
+			if (opts && opts->on_wait) {
+				char *why = pick_explain(a.snap, &a.res);
+
+				opts->on_wait(opts->on_wait_data, why ? why : "");
+				free(why);
+			}
+		} else {
+			flock(reg->lock_fd, LOCK_UN);
+			locked = 0;
+		}
+		rc = wait_for_change(ifd, &ah, deadline, opts, reg, ticket);
+		if (rc == GM_ERR_TIMEOUT) {
+			gm_fail(rc, err, len, "no GPU met the request within the wait");
+			if (explain)
+				*explain = pick_explain(a.snap, &a.res);
+			goto done;
+		}
+		if (rc == GM_ERR_INTERRUPTED) {
+			gm_fail(rc, err, len, "interrupted while waiting");
+			goto done;
+		}
+		if (rc != GM_OK) {
+			gm_fail(rc, err, len, "waiting failed: %s", strerror(errno));
+			goto done;
+		}
+	}
+done:
+	if (ticket_fd >= 0) {
+		char path[PATH_MAX + 130];
+
+		snprintf(path, sizeof path, "%s/%s", reg->dir, ticket);
+		unlink(path);
+		close(ticket_fd);
+	}
+	if (locked)
+		flock(reg->lock_fd, LOCK_UN);
+	if (ifd >= 0)
+		close(ifd);
+	ahead_release(&ah);
+	attempt_release(&a);
+	return rc;
+}
+
+/* ---- the public lease API ----------------------------------------------- */
+
+GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
+			   const struct gm_request *req, unsigned **indices, size_t *count,
+			   char **explain)
+{
+	struct registry *reg = NULL;
+	struct attempt a;
+	enum gm_err rc;
+
+	*indices = NULL;
+	*count = 0;
+	if (explain)
+		*explain = NULL;
+	memset(&a, 0, sizeof a);
+	rc = registry_open(&reg, NULL, 0);
+	if (rc == GM_OK) {
+		rc = attempt_run(reg, ctx, snap, req, NULL, &a, NULL, 0);
+	} else {
+		/* No usable registry (say, an unsafe state directory): choose
+		 * from NVML alone rather than not at all; run will refuse. */
+		a.snap = (struct gm_snapshot *)snap;
+		a.snap_given = 1;
+		if (pick_env_init(&a.env, snap) < 0)
+			rc = GM_ERR_NOMEM;
+		else {
+			a.in.snap = snap;
+			a.in.usable = a.env.usable;
+			rc = policy_choose(&a.in, req, &a.res) < 0 ? GM_ERR_NOMEM : GM_OK;
+		}
+	}
+	if (rc != GM_OK)
+		goto done;
+	if (explain && !(*explain = pick_explain(snap, &a.res))) {
+		rc = GM_ERR_NOMEM;
+		goto done;
+	}
+	if (a.res.outcome != POLICY_OK) {
+		rc = a.res.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
+		goto done;
+	}
+	*indices = malloc((a.res.count + 1) * sizeof **indices);
+	if (!*indices) {
+		rc = GM_ERR_NOMEM;
+		goto done;
+	}
+	for (size_t i = 0; i < a.res.count; i++)
+		(*indices)[i] = snap->gpus[a.res.chosen[i]].index;
+	*count = a.res.count;
+done:
+	attempt_release(&a);
+	registry_close(reg);
+	return rc;
+}
+
+GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
+			      struct gm_lease **out, char *errbuf, size_t errlen)
+{
+	struct registry *reg;
+	char *explain = NULL;
+	enum gm_err rc;
+
+	*out = NULL;
+	if (!ctx || !req)
+		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "no context or request");
+	rc = registry_open(&reg, errbuf, errlen);
+	if (rc != GM_OK)
+		return rc;
+	rc = registry_acquire(reg, ctx, req, NULL, out, &explain, errbuf, errlen);
+	if (explain && *explain && errbuf && errlen) {
+		size_t used = strlen(errbuf);
+
+		snprintf(errbuf + used, errlen - used, ":\n%s", explain);
+	}
+	free(explain);
+	registry_close(reg);
+	return rc;
+}
+
+GM_API void gm_lease_release(struct gm_lease *lease)
+{
+	if (!lease)
+		return;
+	if (lease->fd >= 0) {
+		/* Remove first: a waiter woken by the close must not find it. */
+		unlink(lease->path);
+		close(lease->fd);
+	}
+	lease_free_fields(lease);
+}
+
+GM_API const char *gm_lease_id(const struct gm_lease *l) { return l->id; }
+GM_API size_t gm_lease_gpu_count(const struct gm_lease *l) { return l->gpu_count; }
+GM_API unsigned gm_lease_gpu_index(const struct gm_lease *l, size_t i)
+{
+	return i < l->gpu_count ? l->indices[i] : 0;
+}
+GM_API const char *gm_lease_gpu_uuid(const struct gm_lease *l, size_t i)
+{
+	return i < l->gpu_count ? l->uuids[i] : "";
+}
+GM_API const char *gm_lease_cuda_visible(const struct gm_lease *l) { return l->cuda_visible; }
+GM_API const char *gm_lease_indices(const struct gm_lease *l) { return l->indices_text; }
+GM_API double gm_lease_mem_fraction(const struct gm_lease *l) { return l->mem_fraction; }
+GM_API int gm_lease_fd(const struct gm_lease *l) { return l->fd; }

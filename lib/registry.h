@@ -1,0 +1,118 @@
+/*
+ * registry.h - leases shared by every process and user of the machine.
+ *
+ * The registry is a directory (GPUMAN_STATE_DIR, else /run/gpuman if it
+ * exists, else /tmp/gpuman) holding:
+ *
+ *   lock            flock'd exclusively while a caller chooses and leases,
+ *                   so that choosing and leasing are one atomic step
+ *   lease.<id>      one per lease: JSON naming its GPUs, kind and holder;
+ *                   alive exactly while some process holds an flock on it
+ *   wait.<ns>.<id>  one per waiting request (its ticket), flock'd likewise;
+ *                   names sort in arrival order, which is the serving order
+ *
+ * Files are created under a temporary name, locked, written, then renamed
+ * into place, so a reader never sees an unlocked live file.  The kernel
+ * drops a dead holder's flock, so a killed holder's lease is dead at once;
+ * readers try the lock to tell, and unlink dead files where the sticky
+ * directory lets them.  The owner of a file (st_uid), never its content,
+ * names its user, so leases cannot be forged for somebody else.
+ *
+ * Waiters sleep on inotify: a lease's last close (release or holder death)
+ * and a ticket's removal wake them, and only waiters that an earlier waiter
+ * does not block try again, so a release reaches the next waiter in
+ * milliseconds without a thundering herd.
+ */
+#ifndef GM_REGISTRY_H
+#define GM_REGISTRY_H
+
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "gpuman.h"
+
+struct registry {
+	char dir[PATH_MAX];
+	int lock_fd;    /* the directory's lock file, read-only */
+};
+
+/* Resolve, create if needed and check the state directory: refused if it is
+ * a symlink, not a directory, owned by another non-root user, or writable by
+ * others without the sticky bit.  GM_ERR_STATE says what to do. */
+enum gm_err registry_open(struct registry **out, char *errbuf, size_t errlen);
+void registry_close(struct registry *reg);
+
+/* A live lease, as its file says (user from the file's owner). */
+struct lease_info {
+	char id[64];
+	unsigned uid;
+	char user[33];
+	int pid;            /* the holder (gpuman run, or the API caller) */
+	int job_pid;        /* the job whose processes use the GPUs */
+	char command[256];
+	int64_t start_ms;
+	int exclusive;
+	uint64_t share_mib; /* per GPU, for shares */
+	size_t gpu_count;
+	char (*uuids)[96];
+	unsigned *indices;
+};
+
+/* A live waiting request. */
+struct waiter_info {
+	char name[128];     /* file name; sorts in arrival order */
+	unsigned uid;
+	char user[33];
+	int pid;
+	char command[256];
+	int64_t since_ms;
+	char summary[128];  /* "2 GPUs exclusive", "1 GPU, 8 GiB share" */
+	size_t cand_count;  /* GPUs it may be placed on (UUIDs) */
+	char (*cand)[96];
+};
+
+struct registry_view {
+	struct lease_info *leases;
+	size_t lease_count;
+	struct waiter_info *waiters;  /* in arrival order */
+	size_t waiter_count;
+};
+#define REGISTRY_VIEW_INIT { NULL, 0, NULL, 0 }
+
+/* Read the live leases and waiters; dead files are skipped and removed
+ * where permitted.  Needs no lock. */
+enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,
+			  size_t errlen);
+void registry_view_release(struct registry_view *view);
+
+struct acquire_opts {
+	const char *command;    /* shown in status; default: this process's */
+	/*
+	 * Optional: called under the registry lock once GPUs are chosen and
+	 * before the lease is published, to start the job (gpuman run forks a
+	 * child that waits for the go).  It sets *job_pid; returns 0, or -1
+	 * with a message, which fails the acquisition.
+	 */
+	int (*spawn)(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
+		     size_t errlen);
+	void *spawn_data;
+	/* Set by a signal handler to stop waiting (GM_ERR_INTERRUPTED). */
+	volatile sig_atomic_t *interrupted;
+	/* Called once when the request starts waiting (to tell the user). */
+	void (*on_wait)(void *data, const char *why);
+	void *on_wait_data;
+};
+
+/*
+ * Choose and lease GPUs for req, as one atomic step under the registry
+ * lock, honouring earlier waiters.  With req->has_wait, wait (up to
+ * req->wait_ms, -1 forever) until the request fits.  GM_ERR_UNAVAILABLE /
+ * GM_ERR_NEVER / GM_ERR_TIMEOUT come with *explain (caller frees; may be
+ * NULL) saying per GPU what excluded it.
+ */
+enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
+			     const struct gm_request *req, const struct acquire_opts *opts,
+			     struct gm_lease **out, char **explain, char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,288 @@
+/*
+ * snapshot.c - every GPU and its processes at one instant.  The NVML backend
+ * fills the devices and the raw process list; this file adds what /proc
+ * shows of each process (owner and command line), orders everything, and
+ * gives the snapshot its stable JSON form.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "context.h"
+#include "parse.h"
+#include "snapshot.h"
+#include "util.h"
+
+/* Owner and command line of a process.  In a container without the host's
+ * PID namespace the driver's PIDs may not exist here: leave them unknown. */
+static void proc_fill_from_procfs(struct gm_proc *proc, unsigned *last_uid, char *last_user)
+{
+	char path[64];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%u", proc->pid);
+	if (stat(path, &st) < 0)
+		return;
+	proc->has_user = 1;
+	proc->uid = st.st_uid;
+	if (*last_uid != st.st_uid) {
+		struct passwd pw, *res = NULL;
+		char buf[1024];
+
+		if (getpwuid_r(st.st_uid, &pw, buf, sizeof buf, &res) == 0 && res)
+			snprintf(last_user, 33, "%s", pw.pw_name);
+		else
+			snprintf(last_user, 33, "%u", (unsigned)st.st_uid);
+		*last_uid = st.st_uid;
+	}
+	snprintf(proc->user, sizeof proc->user, "%s", last_user);
+
+	snprintf(path, sizeof path, "/proc/%u/cmdline", proc->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, proc->command, sizeof proc->command - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	/* Arguments are NUL separated; a trailing NUL ends the last one. */
+	while (n > 0 && proc->command[n - 1] == '\0')
+		n--;
+	for (ssize_t i = 0; i < n; i++)
+		if (proc->command[i] == '\0' || proc->command[i] == '\n')
+			proc->command[i] = ' ';
+	proc->command[n] = '\0';
+}
+
+static int gpu_cmp(const void *a, const void *b)
+{
+	const struct gm_gpu *x = a, *y = b;
+
+	return (x->index > y->index) - (x->index < y->index);
+}
+
+static int proc_cmp(const void *a, const void *b)
+{
+	const struct gm_proc *x = a, *y = b;
+
+	if (x->gpu != y->gpu)
+		return (x->gpu > y->gpu) - (x->gpu < y->gpu);
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
+				    char *errbuf, size_t errlen)
+{
+	struct gm_snapshot *snap;
+	enum gm_err err;
+	unsigned last_uid = (unsigned)-1;
+	char last_user[33] = "";
+
+	*out = NULL;
+	snap = calloc(1, sizeof *snap);
+	if (!snap)
+		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
+	snap->taken_ms = now_ms();
+	err = nvml_snapshot(ctx->nvml, snap, errbuf, errlen);
+	if (err != GM_OK) {
+		gm_snapshot_free(snap);
+		return err;
+	}
+	qsort(snap->gpus, snap->gpu_count, sizeof *snap->gpus, gpu_cmp);
+	qsort(snap->procs, snap->proc_count, sizeof *snap->procs, proc_cmp);
+	for (size_t i = 0; i < snap->proc_count; i++)
+		proc_fill_from_procfs(&snap->procs[i], &last_uid, last_user);
+	*out = snap;
+	return GM_OK;
+}
+
+GM_API void gm_snapshot_free(struct gm_snapshot *snap)
+{
+	if (!snap)
+		return;
+	for (size_t i = 0; i < snap->note_count; i++)
+		free(snap->notes[i]);
+	free(snap->notes);
+	free(snap->gpus);
+	free(snap->procs);
+	free(snap);
+}
+
+long snapshot_position(const struct gm_snapshot *snap, unsigned index)
+{
+	for (size_t i = 0; i < snap->gpu_count; i++)
+		if (snap->gpus[i].index == index)
+			return (long)i;
+	return -1;
+}
+
+GM_API const struct gm_gpu *gm_snapshot_find(const struct gm_snapshot *snap, const char *spec)
+{
+	const struct gm_gpu *found = NULL;
+
+	if (!snap || !spec || !*spec)
+		return NULL;
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		if (!gpu_spec_matches(spec, snap->gpus[i].index, snap->gpus[i].uuid))
+			continue;
+		if (found)
+			return NULL; /* ambiguous prefix */
+		found = &snap->gpus[i];
+	}
+	return found;
+}
+
+const char *gpu_state_name(enum gm_gpu_state state)
+{
+	switch (state) {
+	case GM_GPU_OK: return "ok";
+	case GM_GPU_LOST: return "lost";
+	case GM_GPU_NO_PERMISSION: return "no_permission";
+	case GM_GPU_ERROR: return "error";
+	}
+	return "error";
+}
+
+const char *compute_mode_name(int mode)
+{
+	switch (mode) {
+	case GM_COMPUTE_DEFAULT: return "default";
+	case GM_COMPUTE_EXCLUSIVE_THREAD: return "exclusive_thread";
+	case GM_COMPUTE_PROHIBITED: return "prohibited";
+	case GM_COMPUTE_EXCLUSIVE_PROCESS: return "exclusive_process";
+	}
+	return "unknown";
+}
+
+/* JSON strings must be UTF-8; a command line need not be.  Keep what is
+ * valid and show other bytes as '?'. */
+json_t *json_text(const char *s)
+{
+	json_t *j = json_string(s);
+	char *copy;
+
+	if (j)
+		return j;
+	copy = strdup(s);
+	if (!copy)
+		return json_null();
+	for (char *p = copy; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	j = json_string(copy);
+	free(copy);
+	return j ? j : json_null();
+}
+
+/* A field the GPU did not report is null in JSON, never 0. */
+static json_t *opt_int(const struct gm_gpu *gpu, unsigned bit, json_int_t v)
+{
+	return (gpu->valid & bit) ? json_integer(v) : json_null();
+}
+
+json_t *snapshot_gpu_json(const struct gm_gpu *gpu)
+{
+	json_t *o = json_object();
+	char cc[16];
+
+	json_object_set_new(o, "index", json_integer(gpu->index));
+	json_object_set_new(o, "uuid", gpu->uuid[0] ? json_string(gpu->uuid) : json_null());
+	json_object_set_new(o, "name", gpu->name[0] ? json_text(gpu->name) : json_null());
+	json_object_set_new(o, "pci_bus_id",
+			    (gpu->valid & GM_HAS_PCI) ? json_string(gpu->pci_bus_id) : json_null());
+	json_object_set_new(o, "state", json_string(gpu_state_name(gpu->state)));
+	json_object_set_new(o, "note", gpu->note[0] ? json_text(gpu->note) : json_null());
+	json_object_set_new(o, "memory_total_mib",
+			    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_total_mib));
+	json_object_set_new(o, "memory_used_mib",
+			    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_used_mib));
+	json_object_set_new(o, "memory_free_mib",
+			    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_free_mib));
+	json_object_set_new(o, "utilization_gpu_pct", opt_int(gpu, GM_HAS_UTIL, gpu->util_gpu_pct));
+	json_object_set_new(o, "utilization_memory_pct",
+			    opt_int(gpu, GM_HAS_UTIL, gpu->util_mem_pct));
+	json_object_set_new(o, "power_draw_w", (gpu->valid & GM_HAS_POWER)
+						       ? json_real(gpu->power_mw / 1000.0)
+						       : json_null());
+	json_object_set_new(o, "power_limit_w", (gpu->valid & GM_HAS_POWER_LIMIT)
+							? json_real(gpu->power_limit_mw / 1000.0)
+							: json_null());
+	json_object_set_new(o, "temperature_c",
+			    opt_int(gpu, GM_HAS_TEMPERATURE, gpu->temperature_c));
+	snprintf(cc, sizeof cc, "%d.%d", gpu->cc_major, gpu->cc_minor);
+	json_object_set_new(o, "compute_capability",
+			    (gpu->valid & GM_HAS_CC) ? json_string(cc) : json_null());
+	json_object_set_new(o, "compute_mode", (gpu->valid & GM_HAS_COMPUTE_MODE)
+						       ? json_string(compute_mode_name(gpu->compute_mode))
+						       : json_null());
+	json_object_set_new(o, "mig_mode", (gpu->valid & GM_HAS_MIG)
+						   ? json_boolean(gpu->mig_mode == 1)
+						   : json_null());
+	return o;
+}
+
+json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc *proc)
+{
+	json_t *o = json_object();
+	long pos = snapshot_position(snap, proc->gpu);
+	const char *kind = proc->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "compute+graphics"
+			   : proc->kind == GM_PROC_GRAPHICS			? "graphics"
+										: "compute";
+
+	json_object_set_new(o, "pid", json_integer(proc->pid));
+	json_object_set_new(o, "gpu", json_integer(proc->gpu));
+	json_object_set_new(o, "gpu_uuid",
+			    pos >= 0 && snap->gpus[pos].uuid[0] ? json_string(snap->gpus[pos].uuid)
+								: json_null());
+	json_object_set_new(o, "used_mib",
+			    proc->has_mem ? json_integer((json_int_t)proc->used_mib) : json_null());
+	json_object_set_new(o, "type", json_string(kind));
+	json_object_set_new(o, "user", proc->has_user ? json_string(proc->user) : json_null());
+	json_object_set_new(o, "uid", proc->has_user ? json_integer(proc->uid) : json_null());
+	json_object_set_new(o, "command", proc->command[0] ? json_text(proc->command) : json_null());
+	return o;
+}
+
+json_t *snapshot_json(const struct gm_snapshot *snap)
+{
+	json_t *o = json_object(), *gpus = json_array(), *procs = json_array(), *notes = json_array();
+	char cuda[16];
+
+	json_object_set_new(o, "schema", json_integer(1));
+	json_object_set_new(o, "taken_ms", json_integer(snap->taken_ms));
+	json_object_set_new(o, "driver_version",
+			    snap->driver_version[0] ? json_string(snap->driver_version) : json_null());
+	snprintf(cuda, sizeof cuda, "%d.%d", snap->cuda_driver_version / 1000,
+		 snap->cuda_driver_version % 1000 / 10);
+	json_object_set_new(o, "cuda_driver_version",
+			    snap->cuda_driver_version ? json_string(cuda) : json_null());
+	for (size_t i = 0; i < snap->gpu_count; i++)
+		json_array_append_new(gpus, snapshot_gpu_json(&snap->gpus[i]));
+	for (size_t i = 0; i < snap->proc_count; i++)
+		json_array_append_new(procs, snapshot_proc_json(snap, &snap->procs[i]));
+	for (size_t i = 0; i < snap->note_count; i++)
+		json_array_append_new(notes, json_text(snap->notes[i]));
+	json_object_set_new(o, "gpus", gpus);
+	json_object_set_new(o, "processes", procs);
+	json_object_set_new(o, "notes", notes);
+	return o;
+}
+
+GM_API char *gm_snapshot_json(const struct gm_snapshot *snap)
+{
+	json_t *o;
+	char *s;
+
+	if (!snap)
+		return NULL;
+	o = snapshot_json(snap);
+	s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	return s;
+}

@@ -1,0 +1,22 @@
+/*
+ * snapshot.h - the snapshot's JSON form, for modules that extend it
+ * (status adds leases and waiters).
+ */
+#ifndef GM_SNAPSHOT_H
+#define GM_SNAPSHOT_H
+
+#include <jansson.h>
+#include "gpuman.h"
+
+/* One GPU / one process / the whole snapshot as JSON objects (new refs). */
+json_t *snapshot_gpu_json(const struct gm_gpu *gpu);
+json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc *proc);
+json_t *snapshot_json(const struct gm_snapshot *snap);
+/* The snapshot position of the GPU with this NVML index, or -1. */
+long snapshot_position(const struct gm_snapshot *snap, unsigned index);
+/* A JSON string of s, with bytes that are not UTF-8 shown as '?'. */
+json_t *json_text(const char *s);
+const char *gpu_state_name(enum gm_gpu_state state);
+const char *compute_mode_name(int mode);
+
+#endif

@@ -1,0 +1,979 @@
+/*
+ * test_policy.c - which GPUs a request gets, and why the others were left
+ * out.  Each test is a machine a user could have (a fake snapshot plus the
+ * leases already granted) and asserts what `gpuman pick` would answer:
+ * the GPUs, their order, whether waiting could help, and the reason shown
+ * for a GPU that was passed over.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include "policy.h"
+#include "unit.h"
+
+static struct gm_request request(void)
+{
+	struct gm_request req;
+
+	memset(&req, 0, sizeof req);
+	req.count = 1;
+	req.by = GM_BY_MEMORY;
+	req.wait_ms = -1;
+	return req;
+}
+
+static void set_size(struct gm_size *size, const char *text)
+{
+	char err[128];
+
+	if (parse_size(text, size, err, sizeof err) != 0)
+		fail_msg("bad size '%s' in a test: %s", text, err);
+}
+
+static void set_list(struct gpu_list *list, const char *text)
+{
+	char err[128];
+
+	if (gpu_list_parse(text, list, err, sizeof err) != 0)
+		fail_msg("bad list '%s' in a test: %s", text, err);
+}
+
+static void release_request(struct gm_request *req)
+{
+	gpu_list_release(&req->only);
+	gpu_list_release(&req->exclude);
+}
+
+/* The input for a snapshot with no leases, every GPU usable. */
+static struct policy_input input(const struct gm_snapshot *snap)
+{
+	struct policy_input in;
+
+	memset(&in, 0, sizeof in);
+	in.snap = snap;
+	return in;
+}
+
+static struct policy_lease lease(const struct gm_snapshot *snap, unsigned index, int exclusive,
+				 uint64_t share_mib, uint64_t pending_mib, const char *holder)
+{
+	struct policy_lease l;
+	size_t i;
+
+	memset(&l, 0, sizeof l);
+	for (i = 0; i < snap->gpu_count; i++)
+		if (snap->gpus[i].index == index)
+			l.uuid = snap->gpus[i].uuid;
+	assert_non_null(l.uuid);
+	l.exclusive = exclusive;
+	l.share_mib = share_mib;
+	l.pending_mib = pending_mib;
+	l.holder = holder;
+	return l;
+}
+
+static void choose(const struct policy_input *in, const struct gm_request *req,
+		   struct policy_result *res)
+{
+	assert_int_equal(policy_choose(in, req, res), 0);
+	assert_int_equal(res->gpu_count, in->snap->gpu_count);
+	assert_non_null(res->why);
+}
+
+/* The chosen NVML indices, in order, must be exactly want[0..n). */
+static void assert_chosen(const struct gm_snapshot *snap, const struct policy_result *res,
+			  const unsigned *want, size_t n)
+{
+	size_t i;
+
+	assert_int_equal(res->outcome, POLICY_OK);
+	assert_int_equal(res->count, n);
+	for (i = 0; i < n; i++)
+		if (snap->gpus[res->chosen[i]].index != want[i])
+			fail_msg("choice %zu is GPU %u, expected GPU %u", i,
+				 snap->gpus[res->chosen[i]].index, want[i]);
+}
+
+/* The reason given for the GPU at pos must mention each of the facts. */
+static void assert_why(const struct policy_result *res, size_t pos, const char *fact1,
+		       const char *fact2)
+{
+	if (!strstr(res->why[pos], fact1))
+		fail_msg("why[%zu] = '%s' does not mention '%s'", pos, res->why[pos], fact1);
+	if (fact2 && !strstr(res->why[pos], fact2))
+		fail_msg("why[%zu] = '%s' does not mention '%s'", pos, res->why[pos], fact2);
+}
+
+/* ---- orderings -------------------------------------------------------- */
+
+static void test_memory_most_free_first_ties_by_index(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {1, 3, 0, 2};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 24576, 8000);
+	fake_gpu_mem(&snap, 1, 24576, 20000);
+	fake_gpu_mem(&snap, 2, 24576, 4000);
+	fake_gpu_mem(&snap, 3, 81920, 20000); /* same free as 1: index 1 wins */
+	in = input(&snap);
+	req.count = 4;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 4);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_memory_rate_and_memory_differ(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned by_rate[] = {2, 0, 1, 3};
+	static const unsigned by_mem[] = {1, 2, 3, 0};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 8192, 4096);   /* 50 % free */
+	fake_gpu_mem(&snap, 1, 81920, 40960); /* 50 % free, most MiB */
+	fake_gpu_mem(&snap, 2, 16384, 12288); /* 75 % free */
+	fake_gpu_mem(&snap, 3, 24576, 6144);  /* 25 % free */
+	in = input(&snap);
+	req.count = 4;
+	req.by = GM_BY_MEMORY_RATE;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, by_rate, 4);
+	policy_result_release(&res);
+
+	req.by = GM_BY_MEMORY;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, by_mem, 4);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_power_lowest_draw_ratio_missing_last(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {2, 0, 5, 1, 3, 4};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, NULL, 24576, 20000, 0, 100000, 250000, 1);  /* 0.4 */
+	fake_gpu(&snap, 1, NULL, 24576, 20000, 0, 350000, 700000, 1);  /* 0.5 */
+	fake_gpu(&snap, 2, NULL, 24576, 1000, 0, 50000, 250000, 1);    /* 0.2 */
+	fake_gpu(&snap, 3, NULL, 24576, 24000, 0, 10000, FAKE_NONE, 1); /* laptop: no limit */
+	fake_gpu(&snap, 4, NULL, 24576, 24000, 0, FAKE_NONE, 250000, 1);
+	fake_gpu(&snap, 5, NULL, 24576, 20000, 0, 200000, 500000, 1);  /* 0.4, ties with 0 */
+	in = input(&snap);
+	req.count = 6;
+	req.by = GM_BY_POWER;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 6);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_util_lowest_first_missing_last(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {2, 0, 3, 4, 1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, NULL, 24576, 1000, 30, 1, 2, 1);
+	fake_gpu(&snap, 1, NULL, 24576, 24000, FAKE_NONE, 1, 2, 1); /* MIG: no reading */
+	fake_gpu(&snap, 2, NULL, 24576, 1000, 5, 1, 2, 1);
+	fake_gpu(&snap, 3, NULL, 24576, 24000, 30, 1, 2, 1);
+	fake_gpu(&snap, 4, NULL, 24576, 24000, 90, 1, 2, 1);
+	in = input(&snap);
+	req.count = 5;
+	req.by = GM_BY_UTIL;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 5);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_index_ignores_load(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {0, 1, 2};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, NULL, 24576, 100, 99, 300000, 350000, 1);
+	fake_gpu(&snap, 1, NULL, 24576, 24000, 0, 30000, 350000, 1);
+	fake_gpu(&snap, 2, NULL, 24576, 12000, 50, 30000, 350000, 1);
+	in = input(&snap);
+	req.count = 3;
+	req.by = GM_BY_INDEX;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 3);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_n3_takes_the_three_best(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const long long free_mib[8] = {1000, 7000, 3000, 9000, 2000, 8000, 500, 6000};
+	static const unsigned want[] = {3, 5, 1};
+	unsigned i;
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	for (i = 0; i < 8; i++)
+		fake_gpu_mem(&snap, i, 11264, free_mib[i]);
+	in = input(&snap);
+	req.count = 3;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 3);
+	/* eligible GPUs that were simply not needed carry no reason */
+	for (i = 0; i < 8; i++)
+		assert_string_equal(res.why[i], "");
+	policy_result_release(&res);
+	assert_null(res.chosen);
+	assert_null(res.why);
+	fake_snapshot_release(&snap);
+}
+
+/* ---- filters ---------------------------------------------------------- */
+
+static void test_min_free_mib(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 24576, 3120);
+	fake_gpu_mem(&snap, 1, 24576, 8192); /* exactly enough */
+	in = input(&snap);
+	req.has_min_free = 1;
+	set_size(&req.min_free, "8G");
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "only 3120 MiB free", "--min-free asks 8 GiB");
+	policy_result_release(&res);
+
+	/* the only GPU with enough is busy: wait */
+	snap.gpus[1].mem_free_mib = 8191;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_int_equal(res.count, 0);
+	assert_why(&res, 1, "only 8191 MiB free", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_min_free_percent_of_each_gpu(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 24576, 10000); /* needs 12288 */
+	fake_gpu_mem(&snap, 1, 11264, 6000);  /* needs 5632 */
+	in = input(&snap);
+	req.has_min_free = 1;
+	set_size(&req.min_free, "50%");
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "only 10000 MiB free", "--min-free asks 50% = 12288 MiB");
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_max_util(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {2};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, NULL, 24576, 24000, 87, 1, 2, 1);
+	fake_gpu(&snap, 1, NULL, 24576, 24000, FAKE_NONE, 1, 2, 1);
+	fake_gpu(&snap, 2, NULL, 24576, 1000, 50, 1, 2, 1); /* at the limit: fine */
+	in = input(&snap);
+	req.has_max_util = 1;
+	req.max_util = 50;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "utilization 87% > --max-util 50%", NULL);
+	assert_why(&res, 1, "utilization not reported", NULL);
+	policy_result_release(&res);
+
+	/* busy now: waiting helps; no reading at all: it never will */
+	snap.gpus[2].util_gpu_pct = 51;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	policy_result_release(&res);
+	set_list(&req.only, "1");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	policy_result_release(&res);
+	release_request(&req);
+	fake_snapshot_release(&snap);
+}
+
+static void test_only_indices_and_uuid_prefix(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {3, 1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, "GPU-11aa0000-0000", 24576, 24000, 0, 1, 2, 1);
+	fake_gpu(&snap, 1, "GPU-22bb0000-0000", 24576, 10000, 0, 1, 2, 1);
+	fake_gpu(&snap, 2, "GPU-33cc0000-0000", 24576, 24000, 0, 1, 2, 1);
+	fake_gpu(&snap, 3, "GPU-44dd0000-0000", 24576, 20000, 0, 1, 2, 1);
+	in = input(&snap);
+	req.count = 2;
+	set_list(&req.only, "1,gpu-44DD");
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 2);
+	assert_why(&res, 0, "not in --only", NULL);
+	assert_why(&res, 2, "not in --only", NULL);
+	policy_result_release(&res);
+
+	/* three from a list of two can never be */
+	req.count = 3;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	policy_result_release(&res);
+	release_request(&req);
+	fake_snapshot_release(&snap);
+}
+
+static void test_exclude_indices_and_uuid_prefix(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, "GPU-11aa0000-0000", 24576, 24000, 0, 1, 2, 1);
+	fake_gpu(&snap, 1, "GPU-22bb0000-0000", 24576, 10000, 0, 1, 2, 1);
+	fake_gpu(&snap, 2, "GPU-33cc0000-0000", 24576, 23000, 0, 1, 2, 1);
+	in = input(&snap);
+	set_list(&req.exclude, "0,33cc"); /* a UUID prefix without "GPU-" */
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "excluded by --exclude", NULL);
+	assert_why(&res, 2, "excluded by --exclude", NULL);
+	assert_string_equal(res.why[1], "");
+	policy_result_release(&res);
+	release_request(&req);
+	fake_snapshot_release(&snap);
+}
+
+static void test_usable_mask_is_cuda_visible_devices(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned char usable[] = {0, 1, 0, 1};
+	static const unsigned want[] = {3, 1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 81000); /* the best GPU, but not ours */
+	fake_gpu_mem(&snap, 1, 24576, 10000);
+	fake_gpu_mem(&snap, 2, 81920, 81000);
+	fake_gpu_mem(&snap, 3, 24576, 20000);
+	in = input(&snap);
+	in.usable = usable;
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 2);
+	assert_why(&res, 0, "outside CUDA_VISIBLE_DEVICES", NULL);
+	policy_result_release(&res);
+
+	/* the allocation has two GPUs: a third can never come */
+	req.count = 3;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_idle_means_no_process_and_no_lease(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[1];
+	static const unsigned want_any[] = {0};
+	static const unsigned want_idle[] = {2};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 24576, 20000);
+	fake_gpu_mem(&snap, 1, 24576, 19000);
+	fake_gpu_mem(&snap, 2, 24576, 8000);
+	fake_proc(&snap, 0, 28329, 4000);
+	leases[0] = lease(&snap, 1, 0, 2048, 2048, "bob (pid 77)");
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 1;
+
+	/* without --idle a process someone else started does not stop us */
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want_any, 1);
+	policy_result_release(&res);
+
+	req.idle = 1;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want_idle, 1);
+	assert_why(&res, 0, "has processes (--idle): pid 28329", NULL);
+	assert_why(&res, 1, "has 1 memory share", NULL);
+	policy_result_release(&res);
+
+	/* a share that is idle wants no other share next to it either */
+	req.share = 1;
+	set_size(&req.mem, "1G");
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want_idle, 1);
+	assert_why(&res, 1, "leased by bob (pid 77) (--idle)", NULL);
+	policy_result_release(&res);
+
+	/* several processes are listed */
+	fake_proc(&snap, 2, 5, 100);
+	fake_proc(&snap, 2, 6, 100);
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 2, "pids 5, 6", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_compute_modes(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {2};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 81000)->compute_mode = GM_COMPUTE_PROHIBITED;
+	fake_gpu_mem(&snap, 1, 81920, 70000)->compute_mode = GM_COMPUTE_EXCLUSIVE_PROCESS;
+	fake_gpu_mem(&snap, 2, 24576, 20000)->compute_mode = GM_COMPUTE_EXCLUSIVE_PROCESS;
+	fake_proc(&snap, 1, 123, 10000);
+	in = input(&snap);
+	choose(&in, &req, &res);
+	/* exclusive-process without a process is as good as any */
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "compute mode is prohibited", NULL);
+	assert_why(&res, 1, "exclusive-process compute mode and already running pid 123", NULL);
+	policy_result_release(&res);
+
+	/* even a small share cannot go next to the running process */
+	req.share = 1;
+	set_size(&req.mem, "1G");
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW); /* GPUs 1 and 2 may free up */
+	assert_why(&res, 1, "already running pid 123", NULL);
+	policy_result_release(&res);
+
+	req.count = 3; /* GPU 0 never will */
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_exclusive_process_gpu_takes_one_lease(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[1];
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 81000)->compute_mode = GM_COMPUTE_EXCLUSIVE_PROCESS;
+	/* a share granted a moment ago: its job has not started yet */
+	leases[0] = lease(&snap, 0, 0, 4096, 4096, "carol (pid 9)");
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 1;
+	req.share = 1;
+	set_size(&req.mem, "4G");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 0, "exclusive-process compute mode", "carol (pid 9)");
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+/* ---- exclusive leases and shares -------------------------------------- */
+
+static void test_exclusive_lease_blocks_shares(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[1];
+	static const unsigned want[] = {1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 81000); /* leased, but its job not started */
+	fake_gpu_mem(&snap, 1, 24576, 20000);
+	leases[0] = lease(&snap, 0, 1, 0, 0, "alice (pid 4242)");
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 1;
+	req.share = 1;
+	set_size(&req.mem, "1G");
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "leased exclusively by alice (pid 4242)", NULL);
+	policy_result_release(&res);
+
+	/* and exclusive requests too */
+	req.share = 0;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "leased exclusively by alice (pid 4242)", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_share_blocks_exclusive(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[3];
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 60000);
+	fake_gpu_mem(&snap, 1, 81920, 70000);
+	leases[0] = lease(&snap, 0, 0, 8192, 0, "bob (pid 1)");
+	leases[1] = lease(&snap, 0, 0, 8192, 0, "bob (pid 2)");
+	leases[2] = lease(&snap, 1, 0, 4096, 0, "dan (pid 3)");
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 3;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 0, "has 2 memory shares (--exclusive needs none)", NULL);
+	assert_why(&res, 1, "has 1 memory share ", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_shares_pack_until_effective_free_runs_out(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[2];
+	static const unsigned want[] = {0};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 24576, 24000);
+	in = input(&snap);
+	in.leases = leases;
+	req.share = 1;
+	set_size(&req.mem, "8G");
+
+	/* first share */
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	policy_result_release(&res);
+
+	/* second: the first job has not allocated yet, NVML still says 24000 */
+	leases[0] = lease(&snap, 0, 0, 8192, 8192, "erin (pid 10)");
+	in.lease_count = 1;
+	assert_int_equal(policy_effective_free_mib(&in, 0), 24000 - 8192);
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	policy_result_release(&res);
+
+	/* third: 24000 - 2 * 8192 = 7616 MiB left for a job asking 8 GiB */
+	leases[1] = lease(&snap, 0, 0, 8192, 8192, "erin (pid 11)");
+	in.lease_count = 2;
+	assert_int_equal(policy_effective_free_mib(&in, 0), 7616);
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 0, "only 7616 MiB free after pending shares", "--mem asks 8 GiB");
+	policy_result_release(&res);
+
+	/* once the jobs hold their memory, nothing is pending: NVML's number */
+	snap.gpus[0].mem_free_mib = 24000 - 2 * 8192;
+	leases[0].pending_mib = leases[1].pending_mib = 0;
+	assert_int_equal(policy_effective_free_mib(&in, 0), 7616);
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 0, "only 7616 MiB free", NULL);
+	assert_null(strstr(res.why[0], "pending"));
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_pending_counts_in_ordering_and_min_free(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[1];
+	static const unsigned want[] = {1, 0};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 24576, 20000);
+	fake_gpu_mem(&snap, 1, 24576, 10000);
+	leases[0] = lease(&snap, 0, 0, 15000, 15000, "fay (pid 5)"); /* 5000 left */
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 1;
+	req.share = 1;
+	set_size(&req.mem, "1G");
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 2);
+	policy_result_release(&res);
+
+	req.count = 1;
+	req.has_min_free = 1;
+	set_size(&req.min_free, "6G");
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "only 5000 MiB free after pending shares", "--min-free asks 6 GiB");
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_memory_not_reported(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want_excl[] = {1, 0};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu(&snap, 0, NULL, FAKE_NONE, FAKE_NONE, 0, 1, 2, 1); /* container, no rights */
+	fake_gpu_mem(&snap, 1, 24576, 100);
+	in = input(&snap);
+	/* exclusive use needs no memory reading; it just sorts last */
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want_excl, 2);
+	policy_result_release(&res);
+
+	req.share = 1;
+	set_size(&req.mem, "1G");
+	req.count = 1;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW); /* GPU 1 may free up */
+	assert_why(&res, 0, "memory not reported", NULL);
+	policy_result_release(&res);
+
+	req.share = 0;
+	req.has_min_free = 1;
+	set_size(&req.min_free, "1G");
+	choose(&in, &req, &res);
+	assert_why(&res, 0, "memory not reported", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_held_for_earlier_waiter(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	const char *held[2] = {"bob's job 17 (waiting since 10:02)", NULL};
+	static const unsigned want[] = {1};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 81000);
+	fake_gpu_mem(&snap, 1, 24576, 20000);
+	in = input(&snap);
+	in.held_for = held;
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "held for an earlier waiter", "bob's job 17");
+	policy_result_release(&res);
+
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_lost_and_failed_gpus_never_chosen(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct gm_gpu *g;
+	static const unsigned want[] = {2};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_lost(fake_gpu_mem(&snap, 0, 81920, 81000));
+	g = fake_gpu_mem(&snap, 1, 81920, 81000);
+	g->state = GM_GPU_ERROR;
+	snprintf(g->note, sizeof g->note, "unknown error reading temperature");
+	fake_gpu_mem(&snap, 2, 11264, 100);
+	in = input(&snap);
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 0, "lost", "fallen off the bus");
+	assert_why(&res, 1, "unknown error reading temperature", NULL);
+	policy_result_release(&res);
+
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+/* ---- never or not now ------------------------------------------------- */
+
+static void eight_gpus(struct gm_snapshot *snap)
+{
+	unsigned i;
+
+	fake_snapshot_init(snap);
+	for (i = 0; i < 8; i++)
+		fake_gpu_mem(snap, i, 24576, 24000 - i);
+}
+
+static void test_more_gpus_than_the_machine_has_is_never(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+
+	(void)state;
+	eight_gpus(&snap);
+	in = input(&snap);
+	req.count = 9;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_int_equal(res.count, 0);
+	policy_result_release(&res);
+
+	req.count = 8;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_OK);
+	assert_int_equal(res.count, 8);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_all_leased_is_not_now(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease leases[8];
+	unsigned i;
+
+	(void)state;
+	eight_gpus(&snap);
+	for (i = 0; i < 8; i++)
+		leases[i] = lease(&snap, i, 1, 0, 0, "alice (pid 4242)");
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 8;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_int_equal(res.count, 0);
+	for (i = 0; i < 8; i++)
+		assert_why(&res, i, "leased exclusively by alice (pid 4242)", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_more_memory_than_any_gpu_has_is_never(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+
+	(void)state;
+	eight_gpus(&snap);
+	in = input(&snap);
+	req.share = 1;
+	set_size(&req.mem, "100G");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_why(&res, 0, "24576 MiB in total", "--mem asks 100 GiB");
+	policy_result_release(&res);
+
+	req.share = 0;
+	req.has_min_free = 1;
+	set_size(&req.min_free, "25G");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_why(&res, 7, "24576 MiB in total", "--min-free asks 25 GiB");
+	policy_result_release(&res);
+
+	/* 24 GiB fits in total: when the GPUs empty out it will do */
+	set_size(&req.min_free, "24G");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_no_gpus_at_all(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	in = input(&snap);
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_int_equal(res.count, 0);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_candidate_is_what_waiting_could_get(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_lease leases[1];
+	static const unsigned char usable[] = {1, 1, 1, 0};
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_lost(fake_gpu_mem(&snap, 0, 81920, 81000));
+	fake_gpu_mem(&snap, 1, 81920, 100); /* leased and full, but only for now */
+	fake_gpu_mem(&snap, 2, 11264, 11000);
+	fake_gpu_mem(&snap, 3, 81920, 81000);
+	leases[0] = lease(&snap, 1, 1, 0, 0, "alice (pid 4242)");
+	in = input(&snap);
+	in.leases = leases;
+	in.lease_count = 1;
+	in.usable = usable;
+	req.share = 1;
+	set_size(&req.mem, "16G");
+	assert_false(policy_candidate(&in, &req, 0)); /* lost */
+	assert_true(policy_candidate(&in, &req, 1));
+	assert_false(policy_candidate(&in, &req, 2)); /* 11 GiB in all */
+	assert_false(policy_candidate(&in, &req, 3)); /* not ours */
+	assert_false(policy_candidate(&in, &req, 4)); /* no such position */
+	fake_snapshot_release(&snap);
+}
+
+static void test_policy_names(void **state)
+{
+	static const char *const names[] = {"memory", "memory-rate", "power", "util", "index"};
+	int i;
+
+	(void)state;
+	for (i = 0; i < 5; i++) {
+		assert_int_equal(policy_from_name(names[i]), i);
+		assert_string_equal(policy_name((enum gm_policy)i), names[i]);
+	}
+	assert_int_equal(policy_from_name("fastest"), -1);
+	assert_int_equal(policy_from_name("Memory"), -1);
+	assert_int_equal(policy_from_name(""), -1);
+	assert_int_equal(policy_from_name(NULL), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_memory_most_free_first_ties_by_index),
+		cmocka_unit_test(test_memory_rate_and_memory_differ),
+		cmocka_unit_test(test_power_lowest_draw_ratio_missing_last),
+		cmocka_unit_test(test_util_lowest_first_missing_last),
+		cmocka_unit_test(test_index_ignores_load),
+		cmocka_unit_test(test_n3_takes_the_three_best),
+		cmocka_unit_test(test_min_free_mib),
+		cmocka_unit_test(test_min_free_percent_of_each_gpu),
+		cmocka_unit_test(test_max_util),
+		cmocka_unit_test(test_only_indices_and_uuid_prefix),
+		cmocka_unit_test(test_exclude_indices_and_uuid_prefix),
+		cmocka_unit_test(test_usable_mask_is_cuda_visible_devices),
+		cmocka_unit_test(test_idle_means_no_process_and_no_lease),
+		cmocka_unit_test(test_compute_modes),
+		cmocka_unit_test(test_exclusive_process_gpu_takes_one_lease),
+		cmocka_unit_test(test_exclusive_lease_blocks_shares),
+		cmocka_unit_test(test_share_blocks_exclusive),
+		cmocka_unit_test(test_shares_pack_until_effective_free_runs_out),
+		cmocka_unit_test(test_pending_counts_in_ordering_and_min_free),
+		cmocka_unit_test(test_memory_not_reported),
+		cmocka_unit_test(test_held_for_earlier_waiter),
+		cmocka_unit_test(test_lost_and_failed_gpus_never_chosen),
+		cmocka_unit_test(test_more_gpus_than_the_machine_has_is_never),
+		cmocka_unit_test(test_all_leased_is_not_now),
+		cmocka_unit_test(test_more_memory_than_any_gpu_has_is_never),
+		cmocka_unit_test(test_no_gpus_at_all),
+		cmocka_unit_test(test_candidate_is_what_waiting_could_get),
+		cmocka_unit_test(test_policy_names),
+	};
+
+	return cmocka_run_group_tests_name("policy", tests, NULL, NULL);
+}
