@@ -72,8 +72,9 @@ enum {
 #define CLI_CONTINUE (-1)
 
 /*
- * Parse argv with getopt_long ("+" mode: options end at the first operand,
- * so `run -- CMD --its-own-flag` and `run CMD --flag` both work).  Common,
+ * Parse argv with getopt_long.  shortopts starting with '+' end options at
+ * the first operand, so `run CMD --its-own-flag` works; otherwise options
+ * may follow operands.  Common,
  * SELECT and RESERVE options are handled here; any other option goes to
  * own() (may be NULL), which returns CLI_CONTINUE or an exit status.
  * Returns CLI_CONTINUE with optind at the first operand, or the status to

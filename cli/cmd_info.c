@@ -6,28 +6,6 @@
 #include <string.h>
 #include "cli.h"
 #include "snapshot.h"
-#include "visible.h"
-
-/* Where CUDA will number this GPU, in its default order and by PCI bus:
- * the two differ on mixed machines, which is why gpuman hands out UUIDs. */
-static void cuda_indices(const struct gm_snapshot *snap, size_t pos, long *fastest, long *pci)
-{
-	size_t *order = calloc(snap->gpu_count ? snap->gpu_count : 1, sizeof *order);
-	size_t n;
-
-	*fastest = *pci = -1;
-	if (!order)
-		return;
-	n = visible_cuda_order(snap, 0, order);
-	for (size_t i = 0; i < n; i++)
-		if (order[i] == pos)
-			*fastest = (long)i;
-	n = visible_cuda_order(snap, 1, order);
-	for (size_t i = 0; i < n; i++)
-		if (order[i] == pos)
-			*pci = (long)i;
-	free(order);
-}
 
 #define ROW(label, ...) (printf("  %-22s", label), printf(__VA_ARGS__), putchar('\n'))
 #define NA "not supported"
@@ -35,14 +13,13 @@ static void cuda_indices(const struct gm_snapshot *snap, size_t pos, long *faste
 static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, size_t pos)
 {
 	const struct gm_gpu *g = &snap->gpus[pos];
-	long fastest, pci;
+	long fastest = snapshot_cuda_index(snap, pos, 0), pci = snapshot_cuda_index(snap, pos, 1);
 	size_t nproc = 0;
 
 	printf("%sGPU %u: %s%s\n", c_bold(cli), g->index, g->name[0] ? g->name : "?", c_reset(cli));
 	ROW("state", "%s%s%s", gpu_state_name(g->state), g->note[0] ? ": " : "", g->note);
 	ROW("uuid", "%s", g->uuid[0] ? g->uuid : "unknown");
 	ROW("pci bus id", "%s", (g->valid & GM_HAS_PCI) ? g->pci_bus_id : "unknown");
-	cuda_indices(snap, pos, &fastest, &pci);
 	if (fastest >= 0)
 		ROW("cuda index", "%ld (default order), %ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)", fastest,
 		    pci);
@@ -120,14 +97,9 @@ static int info_exec(struct cli *cli, int argc, char **argv)
 		json_t *arr = json_array();
 
 		for (size_t i = 0; i < nchosen; i++) {
-			json_t *o = snapshot_gpu_json(&snap->gpus[chosen[i]]);
+			json_t *o = snapshot_gpu_json(snap, chosen[i]);
 			json_t *procs = json_array();
-			long fastest, pci;
 
-			cuda_indices(snap, chosen[i], &fastest, &pci);
-			json_object_set_new(o, "cuda_index", fastest >= 0 ? json_integer(fastest) : json_null());
-			json_object_set_new(o, "cuda_index_pci_bus_order",
-					    pci >= 0 ? json_integer(pci) : json_null());
 			for (size_t p = 0; p < snap->proc_count; p++)
 				if (snap->procs[p].gpu == snap->gpus[chosen[i]].index)
 					json_array_append_new(procs, snapshot_proc_json(snap, &snap->procs[p]));

@@ -250,7 +250,7 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	enum gm_err rc;
 	int status;
 
-	status = cli_parse(cli, &cmd_run, argc, argv, CLI_SELECT_SHORT, longopts, NULL, NULL);
+	status = cli_parse(cli, &cmd_run, argc, argv, "+" CLI_SELECT_SHORT, longopts, NULL, NULL);
 	if (status != CLI_CONTINUE)
 		return status;
 	if (optind >= argc)

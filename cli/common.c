@@ -110,7 +110,11 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 	char optstring[64];
 	int opt, rc;
 
-	snprintf(optstring, sizeof optstring, "+:%s", shortopts ? shortopts : "");
+	/* A leading '+' (run, submit) ends options at the command to run;
+	 * elsewhere options may follow operands (info 3 --json). */
+	shortopts = shortopts ? shortopts : "";
+	snprintf(optstring, sizeof optstring, "%s:%s", *shortopts == '+' ? "+" : "",
+		 shortopts + (*shortopts == '+'));
 	optind = 1;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {

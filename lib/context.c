@@ -56,11 +56,16 @@ static int find_simulator(char *out, size_t len)
 	Dl_info info;
 	size_t i;
 
+	/* For the main program dladdr may give the name it was run by, with
+	 * no directory: then /proc/self/exe says where it is. */
 	if (dladdr((void *)find_simulator, &info) && info.dli_fname) {
 		char *slash;
 
-		if (!realpath(info.dli_fname, dir))
-			snprintf(dir, sizeof dir, "%s", info.dli_fname);
+		if (!strchr(info.dli_fname, '/') || !realpath(info.dli_fname, dir)) {
+			ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+
+			dir[n > 0 ? n : 0] = '\0';
+		}
 		slash = strrchr(dir, '/');
 		if (slash) {
 			*slash = '\0';

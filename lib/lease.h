@@ -22,4 +22,12 @@ struct gm_lease {
 	double mem_fraction;
 };
 
+/*
+ * Free the lease in this process without releasing it: close our
+ * descriptor, remove nothing.  For a process that forked the lease's holder
+ * (the dispatcher after starting a runner): the lease lives on in the child,
+ * which releases it with gm_lease_release().
+ */
+void lease_detach(struct gm_lease *lease);
+
 #endif

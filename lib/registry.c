@@ -15,7 +15,10 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #include "context.h"
@@ -820,60 +823,152 @@ static int ahead_leaves_room(const struct ahead *ah)
 	return (held & all) != all || ah->mine_count == 0;
 }
 
+/* A waiter between attempts. */
+struct waiting {
+	struct registry *reg;
+	const char *mine;   /* our ticket's name */
+	struct ahead ah;
+	int ifd;            /* inotify on the registry; -1 until we have room */
+	int no_inotify;     /* the per-user inotify limit is reached: poll */
+};
+
+/* Without inotify (the kernel allows 128 instances per user), a waiter with
+ * room re-checks this often. */
+#define POLL_FALLBACK_MS 50
+
+static void ahead_refresh(struct waiting *w)
+{
+	struct registry_view view;
+
+	if (registry_read(w->reg, &view, NULL, 0) == GM_OK) {
+		ahead_build(&w->ah, &view, w->mine);
+		registry_view_release(&view);
+	}
+}
+
+/*
+ * Earlier waiters hold every GPU we could use: sleep until the nearest of
+ * them leaves (served or dead), by blocking on its ticket's lock -- in a
+ * small child, so that the wait can time out and be interrupted.  The child
+ * dies with us.  No polling and no inotify instance per queued request.
+ */
+static void wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
+{
+	char path[PATH_MAX + 130];
+	const char *blocker = NULL;
+	int64_t now = monotonic_ms(), until = now + RECHECK_MS;
+	pid_t parent = getpid(), pid;
+	int fd, p[2];
+
+	for (size_t i = w->ah.count; i-- > 0;)
+		if (w->ah.blocks[i]) {
+			blocker = w->ah.names[i];
+			break;
+		}
+	if (!blocker)
+		return;
+	snprintf(path, sizeof path, "%s/%s", w->reg->dir, blocker);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return; /* already gone */
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		close(fd);
+		return;
+	}
+	pid = fork();
+	if (pid == 0) {
+		/* Only system calls here: the parent may be multi-threaded. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == parent)
+			flock(fd, LOCK_SH);
+		_exit(0);
+	}
+	close(p[1]);
+	close(fd);
+	if (deadline >= 0 && deadline < until)
+		until = deadline;
+	while (pid > 0 && now < until && !(opts && opts->interrupted && *opts->interrupted)) {
+		struct pollfd pfd = { p[0], POLLIN, 0 };
+		int n = poll(&pfd, 1, (int)(until - now));
+
+		if (n > 0 || (n < 0 && errno != EINTR))
+			break;
+		now = monotonic_ms();
+	}
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	close(p[0]);
+}
+
 /*
  * Sleep until something that may let us in happens: a lease closed or
  * removed (release or holder death), an earlier waiter gone, or -- for a
  * waiter with room -- RECHECK_MS passed (NVML changes outside gpuman).
- * Returns 0 to try again, GM_ERR_TIMEOUT, or GM_ERR_INTERRUPTED.
+ * Returns GM_OK to try again, GM_ERR_TIMEOUT, GM_ERR_INTERRUPTED or
+ * GM_ERR_IO.
  */
-static enum gm_err wait_for_change(int ifd, struct ahead *ah, int64_t deadline,
-				   const struct acquire_opts *opts, struct registry *reg,
-				   const char *mine)
+static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
+				   const struct acquire_opts *opts)
 {
 	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
 	int64_t recheck_at = monotonic_ms() + RECHECK_MS;
 
 	for (;;) {
-		int64_t now = monotonic_ms(), until = -1;
-		struct pollfd pfd = { ifd, POLLIN, 0 };
-		int room = ahead_leaves_room(ah), wake = 0, n;
+		int64_t now = monotonic_ms(), until;
+		struct pollfd pfd = { w->ifd, POLLIN, 0 };
+		int wake = 0, n;
 		ssize_t got;
 
 		if (opts && opts->interrupted && *opts->interrupted)
 			return GM_ERR_INTERRUPTED;
-		if (room)
-			until = recheck_at;
-		if (deadline >= 0 && (until < 0 || deadline < until))
+		if (deadline >= 0 && now >= deadline)
+			return GM_ERR_TIMEOUT;
+		if (!ahead_leaves_room(&w->ah)) {
+			wait_behind(w, deadline, opts);
+			ahead_refresh(w);
+			continue;
+		}
+		if (w->ifd < 0 && !w->no_inotify) {
+			/* Watch first, then try: no release can slip between. */
+			w->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+			if (w->ifd >= 0 &&
+			    inotify_add_watch(w->ifd, w->reg->dir, IN_CLOSE_WRITE | IN_DELETE) < 0) {
+				close(w->ifd);
+				w->ifd = -1;
+			}
+			w->no_inotify = w->ifd < 0;
+			return GM_OK;
+		}
+		until = w->ifd >= 0 ? recheck_at : now + POLL_FALLBACK_MS;
+		if (deadline >= 0 && deadline < until)
 			until = deadline;
-		if (until >= 0 && now >= until)
-			return deadline >= 0 && now >= deadline ? GM_ERR_TIMEOUT : GM_OK;
-		n = poll(&pfd, 1, until < 0 ? -1 : (int)(until - now));
+		if (now >= until)
+			return GM_OK;
+		pfd.fd = w->ifd;
+		n = poll(w->ifd >= 0 ? &pfd : NULL, w->ifd >= 0 ? 1 : 0, (int)(until - now));
 		if (n < 0 && errno != EINTR)
 			return GM_ERR_IO;
 		if (n <= 0)
 			continue;
-		got = read(ifd, buf, sizeof buf);
+		got = read(w->ifd, buf, sizeof buf);
 		for (char *p = buf; got > 0 && p < buf + got;) {
 			const struct inotify_event *ev = (const struct inotify_event *)p;
 
 			if (ev->mask & IN_Q_OVERFLOW) {
-				struct registry_view view;
-
-				if (registry_read(reg, &view, NULL, 0) == GM_OK) {
-					ahead_build(ah, &view, mine);
-					registry_view_release(&view);
-				}
+				ahead_refresh(w);
 				wake = 1;
 			} else if (ev->len && starts_with(ev->name, LEASE_PREFIX)) {
 				wake = 1;
 			} else if (ev->len && starts_with(ev->name, WAIT_PREFIX) &&
-				   strcmp(ev->name, mine) < 0) {
-				ahead_forget(ah, ev->name);
+				   strcmp(ev->name, w->mine) < 0) {
+				ahead_forget(&w->ah, ev->name);
 				wake = 1;
 			}
 			p += sizeof *ev + ev->len;
 		}
-		if (wake && ahead_leaves_room(ah))
+		if (wake && ahead_leaves_room(&w->ah))
 			return GM_OK;
 	}
 }
@@ -883,9 +978,9 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			     struct gm_lease **out, char **explain, char *err, size_t len)
 {
 	struct attempt a;
-	struct ahead ah = { 0 };
 	char ticket[128] = "";
-	int ticket_fd = -1, ifd = -1, locked = 0;
+	struct waiting w = { reg, ticket, { 0 }, -1, 0 };
+	int ticket_fd = -1, locked = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
 
@@ -907,7 +1002,8 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		}
 		locked = 1;
 		attempt_release(&a);
-		rc = attempt_run(reg, ctx, NULL, req, ticket[0] ? ticket : NULL, &a, err, len);
+		rc = attempt_run(reg, ctx, opts && !ticket[0] ? opts->snapshot : NULL, req,
+				 ticket[0] ? ticket : NULL, &a, err, len);
 		if (rc != GM_OK)
 			goto done;
 		if (a.res.outcome == POLICY_OK) {
@@ -924,27 +1020,12 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			goto done;
 		}
 		if (!ticket[0]) {
-			/* Watch before the ticket exists and before unlocking,
-			 * so that no release can slip between. */
-			ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-			if (ifd < 0 || inotify_add_watch(ifd, reg->dir, IN_CLOSE_WRITE | IN_DELETE) < 0) {
-				rc = gm_fail(GM_ERR_IO, err, len, "cannot watch '%s': %s", reg->dir,
-					     strerror(errno));
-				goto done;
-			}
+			/* Queue: the ticket's name fixes our place in line. */
 			rc = write_ticket(reg, &a, req, opts, ticket, sizeof ticket, &ticket_fd, err,
 					  len);
 			if (rc != GM_OK)
 				goto done;
-			/* Who is ahead of us, read once (see struct ahead). */
-			{
-				struct registry_view view;
-
-				if (registry_read(reg, &view, NULL, 0) == GM_OK) {
-					ahead_build(&ah, &view, ticket);
-					registry_view_release(&view);
-				}
-			}
+			ahead_refresh(&w);
 			flock(reg->lock_fd, LOCK_UN);
 			locked = 0;
 			if (opts && opts->on_wait) {
@@ -957,7 +1038,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			flock(reg->lock_fd, LOCK_UN);
 			locked = 0;
 		}
-		rc = wait_for_change(ifd, &ah, deadline, opts, reg, ticket);
+		rc = wait_for_change(&w, deadline, opts);
 		if (rc == GM_ERR_TIMEOUT) {
 			gm_fail(rc, err, len, "no GPU met the request within the wait");
 			if (explain)
@@ -983,9 +1064,9 @@ done:
 	}
 	if (locked)
 		flock(reg->lock_fd, LOCK_UN);
-	if (ifd >= 0)
-		close(ifd);
-	ahead_release(&ah);
+	if (w.ifd >= 0)
+		close(w.ifd);
+	ahead_release(&w.ah);
 	attempt_release(&a);
 	return rc;
 }
@@ -1078,6 +1159,15 @@ GM_API void gm_lease_release(struct gm_lease *lease)
 		unlink(lease->path);
 		close(lease->fd);
 	}
+	lease_free_fields(lease);
+}
+
+void lease_detach(struct gm_lease *lease)
+{
+	if (!lease)
+		return;
+	if (lease->fd >= 0)
+		close(lease->fd);
 	lease_free_fields(lease);
 }
 

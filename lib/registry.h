@@ -99,6 +99,13 @@ struct acquire_opts {
 	void *spawn_data;
 	/* Set by a signal handler to stop waiting (GM_ERR_INTERRUPTED). */
 	volatile sig_atomic_t *interrupted;
+	/*
+	 * Optional: place against this snapshot instead of reading NVML (a
+	 * dispatcher starting many tasks re-reads NVML about once a second).
+	 * Safe when recent: leases are always read fresh, and a stale snapshot
+	 * errs on the side of less free memory for gpuman's own jobs.
+	 */
+	const struct gm_snapshot *snapshot;
 	/* Called once when the request starts waiting (to tell the user). */
 	void (*on_wait)(void *data, const char *why);
 	void *on_wait_data;

@@ -16,6 +16,7 @@
 #include "parse.h"
 #include "snapshot.h"
 #include "util.h"
+#include "visible.h"
 
 /* Owner and command line of a process.  In a container without the host's
  * PID namespace the driver's PIDs may not exist here: leave them unknown. */
@@ -186,9 +187,26 @@ static json_t *opt_int(const struct gm_gpu *gpu, unsigned bit, json_int_t v)
 	return (gpu->valid & bit) ? json_integer(v) : json_null();
 }
 
-json_t *snapshot_gpu_json(const struct gm_gpu *gpu)
+long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_order)
 {
+	size_t *order = malloc((snap->gpu_count + 1) * sizeof *order), n;
+	long found = -1;
+
+	if (!order)
+		return -1;
+	n = visible_cuda_order(snap, pci_order, order);
+	for (size_t i = 0; i < n; i++)
+		if (order[i] == pos)
+			found = (long)i;
+	free(order);
+	return found;
+}
+
+json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
+{
+	const struct gm_gpu *gpu = &snap->gpus[pos];
 	json_t *o = json_object();
+	long fastest = snapshot_cuda_index(snap, pos, 0), pci = snapshot_cuda_index(snap, pos, 1);
 	char cc[16];
 
 	json_object_set_new(o, "index", json_integer(gpu->index));
@@ -224,6 +242,9 @@ json_t *snapshot_gpu_json(const struct gm_gpu *gpu)
 	json_object_set_new(o, "mig_mode", (gpu->valid & GM_HAS_MIG)
 						   ? json_boolean(gpu->mig_mode == 1)
 						   : json_null());
+	/* CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID. */
+	json_object_set_new(o, "cuda_index", fastest >= 0 ? json_integer(fastest) : json_null());
+	json_object_set_new(o, "cuda_index_pci_bus_order", pci >= 0 ? json_integer(pci) : json_null());
 	return o;
 }
 
@@ -263,7 +284,7 @@ json_t *snapshot_json(const struct gm_snapshot *snap)
 	json_object_set_new(o, "cuda_driver_version",
 			    snap->cuda_driver_version ? json_string(cuda) : json_null());
 	for (size_t i = 0; i < snap->gpu_count; i++)
-		json_array_append_new(gpus, snapshot_gpu_json(&snap->gpus[i]));
+		json_array_append_new(gpus, snapshot_gpu_json(snap, i));
 	for (size_t i = 0; i < snap->proc_count; i++)
 		json_array_append_new(procs, snapshot_proc_json(snap, &snap->procs[i]));
 	for (size_t i = 0; i < snap->note_count; i++)

@@ -9,7 +9,10 @@
 #include "gpuman.h"
 
 /* One GPU / one process / the whole snapshot as JSON objects (new refs). */
-json_t *snapshot_gpu_json(const struct gm_gpu *gpu);
+json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos);
+/* Where CUDA numbers the GPU at pos: in its default fastest-first order, or
+ * with CUDA_DEVICE_ORDER=PCI_BUS_ID; -1 if CUDA does not see it. */
+long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_order);
 json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc *proc);
 json_t *snapshot_json(const struct gm_snapshot *snap);
 /* The snapshot position of the GPU with this NVML index, or -1. */

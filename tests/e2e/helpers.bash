@@ -1,0 +1,62 @@
+# helpers.bash - shared set-up for the end-to-end tests: each test gets its
+# own registry, simulator state and queue, and the build's programs first on
+# PATH.  Load with `load helpers`.
+
+bats_require_minimum_version 1.5.0
+
+GM_BUILD=${GM_BUILD:-$BATS_TEST_DIRNAME/../../build}
+GM_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+export PATH="$GM_BUILD:$PATH"
+
+gm_setup() {
+	export GPUMAN_STATE_DIR="$BATS_TEST_TMPDIR/state"
+	export GPUMAN_SIM_STATE="$BATS_TEST_TMPDIR/simstate"
+	export GPUMAN_QUEUE_DIR="$BATS_TEST_TMPDIR/queue"
+	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML GPUMAN_SIM NO_COLOR
+	mkdir -p "$GPUMAN_SIM_STATE"
+}
+
+setup() {
+	gm_setup
+}
+
+# scenario NAME <<JSON - write a scenario file for this test and make it the
+# simulated machine (GPUMAN_SIM).
+scenario() {
+	export GPUMAN_SIM="$BATS_TEST_TMPDIR/$1.json"
+	cat >"$GPUMAN_SIM"
+}
+
+# four_gpus - a small machine with known numbers, written here so that the
+# assertions do not depend on the example scenarios.
+four_gpus() {
+	scenario four <<'JSON'
+{ "driver_version": "550.54.15", "cuda_driver_version": 12040,
+  "gpus": [
+    { "name": "Test GPU A", "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+      "memory_total_mib": 16000, "memory_used_mib": 1000, "utilization_gpu": 10,
+      "power_draw_w": 100, "power_limit_w": 400, "temperature_c": 40,
+      "compute_capability": "8.0", "speed": 1.0, "processes": [] },
+    { "name": "Test GPU B", "uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000",
+      "memory_total_mib": 24000, "memory_used_mib": 0, "utilization_gpu": 50,
+      "power_draw_w": 300, "power_limit_w": 350, "temperature_c": 70,
+      "compute_capability": "8.6", "speed": 2.0,
+      "processes": [ { "pid": 3000001, "used_mib": 4000, "utilization": 20 } ] },
+    { "name": "Test GPU C", "uuid": "GPU-cccccccc-0000-0000-0000-000000000000",
+      "memory_total_mib": 12000, "memory_used_mib": 500, "utilization_gpu": 0,
+      "power_draw_w": 20, "power_limit_w": 250, "temperature_c": 30,
+      "compute_capability": "7.5", "speed": 0.5, "processes": [] },
+    { "name": "Test GPU D", "uuid": "GPU-dddddddd-0000-0000-0000-000000000000",
+      "memory_total_mib": 16000, "memory_used_mib": 0, "utilization_gpu": 5,
+      "power_draw_w": 60, "power_limit_w": 400, "temperature_c": 35,
+      "compute_capability": "8.0", "speed": 1.0,
+      "processes": [ { "pid": 3000002, "used_mib": 9000, "utilization": 0 },
+                     { "pid": 3000003, "used_mib": null, "utilization": 0, "type": "graphics" } ] }
+  ] }
+JSON
+}
+
+# jqr EXPR - jq -r on $output
+jqr() {
+	printf '%s' "$output" | jq -r "$@"
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env bats
+# status, info and ps against simulated machines: what a scenario says is
+# what gpuman reports, unsupported fields are null, never 0.
+
+load helpers
+
+@test "status --json reports exactly the scenario's memory, utilization, power and processes" {
+	four_gpus
+	run -0 gpuman status --json
+	[ "$(jqr '.gpus | length')" = 4 ]
+	[ "$(jqr '.driver_version')" = 550.54.15 ]
+	[ "$(jqr '.cuda_driver_version')" = 12.4 ]
+	# used = driver's own use + processes' memory; free = total - used
+	[ "$(jqr '[.gpus[] | .memory_used_mib] | join(",")')" = "1000,4000,500,9000" ]
+	[ "$(jqr '[.gpus[] | .memory_free_mib] | join(",")')" = "15000,20000,11500,7000" ]
+	[ "$(jqr '[.gpus[] | .memory_total_mib] | join(",")')" = "16000,24000,12000,16000" ]
+	# utilization = GPU's own + its processes', capped at 100
+	[ "$(jqr '[.gpus[] | .utilization_gpu_pct] | join(",")')" = "10,70,0,5" ]
+	[ "$(jqr '.gpus[1].power_draw_w')" = 300 ]
+	[ "$(jqr '.gpus[1].power_limit_w')" = 350 ]
+	[ "$(jqr '.gpus[2].temperature_c')" = 30 ]
+	[ "$(jqr '.gpus[1].compute_capability')" = 8.6 ]
+	[ "$(jqr '.gpus[0].uuid')" = GPU-aaaaaaaa-0000-0000-0000-000000000000 ]
+	[ "$(jqr '[.processes[] | "\(.gpu):\(.pid):\(.used_mib)"] | join(" ")')" = \
+	  "1:3000001:4000 3:3000002:9000 3:3000003:null" ]
+	[ "$(jqr '.processes[2].type')" = graphics ]
+	# pids that do not exist here: no invented user or command
+	[ "$(jqr '.processes[0].user')" = null ]
+}
+
+@test "status shows a table a person reads, with processes and no colour when piped" {
+	four_gpus
+	run -0 gpuman status
+	[[ "$output" == *"Test GPU B"* ]]
+	[[ "$output" == *"3000001"* ]]
+	[[ "$output" != *$'\033['* ]]
+	[ "${#lines[@]}" -ge 6 ]
+}
+
+@test "--sim FILE works on every command and is the same as GPUMAN_SIM" {
+	four_gpus
+	sim=$GPUMAN_SIM
+	unset GPUMAN_SIM
+	run -0 gpuman --sim "$sim" status --json
+	[ "$(jqr '.gpus | length')" = 4 ]
+	run -0 gpuman status --sim "$sim" --json
+	[ "$(jqr '.gpus | length')" = 4 ]
+	run -0 gpuman info --sim "$sim" 2
+	[[ "$output" == *"Test GPU C"* ]]
+	run -0 gpuman ps --sim "$sim"
+	[[ "$output" == *3000002* ]]
+	run -0 gpuman pick --sim "$sim"
+	[ "$output" = 1 ]
+}
+
+@test "info shows every attribute, by index and by UUID prefix, and where CUDA numbers the GPU" {
+	four_gpus
+	run -0 gpuman info 1
+	[[ "$output" == *"GPU 1: Test GPU B"* ]]
+	[[ "$output" == *"GPU-bbbbbbbb-0000-0000-0000-000000000000"* ]]
+	[[ "$output" == *"memory free"*"20000 MiB"* ]]
+	[[ "$output" == *"compute capability"*"8.6"* ]]
+	# GPU B is the fastest: CUDA's default order puts it first
+	[[ "$output" == *"cuda index"*"0 (default order), 1 (CUDA_DEVICE_ORDER=PCI_BUS_ID)"* ]]
+	run -0 gpuman info cccc --json
+	[ "$(jqr '.[0].index')" = 2 ]
+	[ "$(jqr '.[0].cuda_index')" = 3 ]
+	run -0 gpuman info --json
+	[ "$(jqr 'length')" = 4 ]
+	[ "$(jqr '.[3].processes | length')" = 2 ]
+}
+
+@test "info of a GPU that does not exist is a usage error naming it" {
+	four_gpus
+	run -2 gpuman info 7
+	[[ "$output" == *"'7' names no GPU"* ]]
+}
+
+@test "ps lists every GPU process with its memory; unknown memory is '-'" {
+	four_gpus
+	run -0 gpuman ps
+	[[ "${lines[1]}" == *" 1 "*"3000001"*"3.9G"* ]]
+	[[ "$output" == *"3000003"*" - "* ]]
+	run -0 gpuman ps --json
+	[ "$(jqr 'length')" = 3 ]
+}
+
+@test "a laptop GPU without power management reads as not supported, not as zero" {
+	scenario laptop <<'JSON'
+{ "gpus": [ { "name": "Laptop GPU", "memory_total_mib": 4096, "memory_used_mib": 100,
+              "utilization_gpu": 3, "power_draw_w": null, "power_limit_w": null,
+              "temperature_c": 50 } ] }
+JSON
+	run -0 gpuman status --json
+	[ "$(jqr '.gpus[0].power_draw_w')" = null ]
+	[ "$(jqr '.gpus[0].power_limit_w')" = null ]
+	[ "$(jqr '.gpus[0].memory_free_mib')" = 3996 ]
+	run -0 gpuman info 0
+	[[ "$output" == *"power draw"*"not supported"* ]]
+	run -0 gpuman status
+	[[ "$output" == *"Laptop GPU"* ]]
+}
+
+@test "every field of an old or limited driver can be unsupported without a crash" {
+	scenario bare <<'JSON'
+{ "gpus": [ { "name": "Bare GPU", "memory_total_mib": 8192, "utilization_gpu": null,
+              "power_draw_w": null, "power_limit_w": null, "temperature_c": null,
+              "compute_capability": null,
+              "processes": [ { "pid": 3000010, "used_mib": null } ] } ] }
+JSON
+	run -0 gpuman status --json
+	[ "$(jqr '.gpus[0].utilization_gpu_pct')" = null ]
+	[ "$(jqr '.gpus[0].temperature_c')" = null ]
+	[ "$(jqr '.gpus[0].compute_capability')" = null ]
+	[ "$(jqr '.processes[0].used_mib')" = null ]
+	run -0 gpuman info
+	run -0 gpuman ps
+	# a policy needing a missing reading says so
+	run -75 gpuman pick --max-util 50
+	[[ "$output" == *"utilization not reported"* ]]
+}
+
+@test "a driver with no GPU: status says so, pick exits 75" {
+	scenario none <<'JSON'
+{ "driver_version": "580.95.05", "gpus": [] }
+JSON
+	run -0 gpuman status
+	[[ "$output" == *"no NVIDIA GPU"* ]]
+	run -0 gpuman status --json
+	[ "$(jqr '.gpus | length')" = 0 ]
+	run -75 gpuman pick
+}
