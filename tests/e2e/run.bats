@@ -21,10 +21,10 @@ one_gpu() {
 JSON
 }
 
-# wait_for CMD... - retry CMD for up to 10 s
+# wait_for 'CONDITION' - evaluate the shell condition until true, up to 10 s
 wait_for() {
 	for _ in $(seq 200); do
-		"$@" && return 0
+		eval "$1" && return 0
 		sleep 0.05
 	done
 	return 1
@@ -97,7 +97,7 @@ leases() {
 @test "without --wait a busy machine exits 75 and says who holds the GPU" {
 	one_gpu
 	gpuman run -- sleep 5 &
-	wait_for test "$(leases)" = 1
+	wait_for 'test "$(leases)" = 1'
 	run -75 gpuman run -- true
 	[[ "$output" == *"leased exclusively by"* ]]
 	[[ "$output" == *"--wait"* ]]
@@ -109,10 +109,10 @@ leases() {
 	one_gpu
 	gpuman run -- sh -c 'echo $$ > "$1/job.pid"; exec sleep 30' sh "$BATS_TEST_TMPDIR" &
 	holder=$!
-	wait_for test -s "$BATS_TEST_TMPDIR/job.pid"
+	wait_for 'test -s "$BATS_TEST_TMPDIR/job.pid"'
 	gpuman run --wait -- sh -c 'date +%s%N > "$1/second"' sh "$BATS_TEST_TMPDIR" &
 	waiter=$!
-	wait_for test "$(gpuman status --json | jq '.waiters | length')" = 1
+	wait_for 'test "$(gpuman status --json | jq ".waiters | length")" = 1'
 	killed=$(date +%s%N)
 	kill -9 "$(cat "$BATS_TEST_TMPDIR/job.pid")"
 	st=0
@@ -129,7 +129,7 @@ leases() {
 	one_gpu
 	gpuman run -- sh -c 'echo $$ > "$1/job.pid"; sleep 1.5' sh "$BATS_TEST_TMPDIR" &
 	holder=$!
-	wait_for test -s "$BATS_TEST_TMPDIR/job.pid"
+	wait_for 'test -s "$BATS_TEST_TMPDIR/job.pid"'
 	kill -9 "$holder"
 	wait "$holder" || true
 	# the job still runs on the GPU: nobody else may get it
@@ -144,13 +144,13 @@ leases() {
 @test "kill -9 of a waiting gpuman removes it from the line" {
 	one_gpu
 	gpuman run -- sleep 1 &
-	wait_for test "$(leases)" = 1
+	wait_for 'test "$(leases)" = 1'
 	gpuman run --wait -- true &
 	first=$!
-	wait_for test "$(gpuman status --json | jq '.waiters | length')" = 1
+	wait_for 'test "$(gpuman status --json | jq ".waiters | length")" = 1'
 	gpuman run --wait -- sh -c 'echo second > "$1/second"' sh "$BATS_TEST_TMPDIR" &
 	second=$!
-	wait_for test "$(gpuman status --json | jq '.waiters | length')" = 2
+	wait_for 'test "$(gpuman status --json | jq ".waiters | length")" = 2'
 	kill -9 "$first"
 	wait "$second"
 	[ "$(cat "$BATS_TEST_TMPDIR/second")" = second ]
@@ -167,9 +167,9 @@ JSON
 	for i in 1 2 3 4; do
 		gpuman run -- sleep "0.$((i + 3))" &
 	done
-	wait_for test "$(leases)" = 4
+	wait_for 'test "$(leases)" = 4'
 	gpuman run -n 4 --wait -- sh -c 'echo big >> "$1"' sh "$order" &
-	wait_for test "$(gpuman status --json | jq '.waiters | length')" = 1
+	wait_for 'test "$(gpuman status --json | jq ".waiters | length")" = 1'
 	# a stream of small requests, each of which would fit the first freed GPU
 	for i in $(seq 8); do
 		gpuman run --wait -- sh -c 'echo small >> "$1"' sh "$order" &
@@ -184,7 +184,7 @@ JSON
 	one_gpu
 	# 10 GiB + 10 GiB > 16000 MiB, and the first job allocates only after 1 s
 	gpuman run --mem 10G -- gpuman-simload --mem 10G --util 10 --seconds 1 --init-delay 1 &
-	wait_for test "$(leases)" = 1
+	wait_for 'test "$(leases)" = 1'
 	run -75 gpuman run --mem 10G -- true
 	[[ "$output" == *"pending"* || "$output" == *"MiB free"* ]]
 	# a share that fits beside it is granted at once
@@ -222,7 +222,7 @@ JSON
 	[[ "$output" == *"--fallback cpu"* ]]
 	one_gpu
 	gpuman run -- sleep 3 &
-	wait_for test "$(leases)" = 1
+	wait_for 'test "$(leases)" = 1'
 	run -0 gpuman run --wait=0.3s --fallback cpu -- sh -c 'echo "[$CUDA_VISIBLE_DEVICES]"'
 	[[ "$output" == *"[]"* ]]
 	run -75 gpuman run --wait=0.2s -- true
@@ -276,7 +276,7 @@ JSON
 	chmod 644 "$shared/one.json"
 	export GPUMAN_SIM=$shared/one.json
 	gpuman run -- sleep 3 &
-	wait_for test "$(leases)" = 1
+	wait_for 'test "$(leases)" = 1'
 	lease=$(ls "$GPUMAN_STATE_DIR" | grep '^lease\.')
 	as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/ "$@"; }
 	run -0 as_nobody gpuman status --json
@@ -292,9 +292,9 @@ JSON
 @test "status and ps show leases and waiters" {
 	one_gpu
 	gpuman run -- gpuman-simload --mem 1G --util 30 --seconds 3 &
-	wait_for test "$(gpuman ps --json | jq 'length')" = 1
+	wait_for 'test "$(gpuman ps --json | jq "length")" = 1'
 	gpuman run --wait -- true &
-	wait_for test "$(gpuman status --json | jq '.waiters | length')" = 1
+	wait_for 'test "$(gpuman status --json | jq ".waiters | length")" = 1'
 	run -0 gpuman status --json
 	[ "$(jqr '.leases[0].kind')" = exclusive ]
 	[[ "$(jqr '.leases[0].command')" == gpuman-simload* ]]
@@ -311,7 +311,7 @@ JSON
 	one_gpu
 	gpuman run -- sh -c 'trap "echo got-term > \"$1/sig\"; exit 0" TERM; echo ready > "$1/ready"; while :; do sleep 0.05; done' sh "$BATS_TEST_TMPDIR" &
 	pid=$!
-	wait_for test -s "$BATS_TEST_TMPDIR/ready"
+	wait_for 'test -s "$BATS_TEST_TMPDIR/ready"'
 	kill -TERM "$pid"
 	wait "$pid"
 	[ "$(cat "$BATS_TEST_TMPDIR/sig")" = got-term ]
