@@ -35,7 +35,7 @@ EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
-	    $(BUILD)/sim/libnvidia-ml.so.1 $(EXAMPLE_BIN)
+	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
 .PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install clean format
 all: deps $(PROGRAMS)
@@ -58,13 +58,14 @@ $(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(wildcard lib/*.h) include/gpuman
 SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
 $(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -fPIC $(SIM_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -c -o $@ $<
 
 $(BUILD)/libgpuman.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/libgpuman.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) -o $@ $^ $(LIBS)
+	ln -sf libgpuman.so $(BUILD)/libgpuman.so.0
 $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgpuman.a $(LIBS)
 
@@ -73,6 +74,12 @@ $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
 	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(SIM_CFLAGS) -o $@ $^ -ljansson
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
+# The same simulator as a driver from before the _v2/_v3 symbols: the version
+# script exports only the old names, so dlsym really finds no nvmlInit_v2.
+$(BUILD)/sim/old/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o) sim/old-driver.map
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/old-driver.map $(SIM_CFLAGS) \
+		-o $@ $(filter %.o,$^) -ljansson
 $(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
 	$(CC) $(SIM_CFLAGS) -o $@ $^ -ljansson
 
@@ -103,8 +110,16 @@ asan: check-deps
 		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined" all unit e2e
 asan-tests: $(UNIT_BIN)
 
-bench: all
-	@sh bench/run $(BUILD)
+BENCH_BIN := $(BUILD)/bench/runtime $(BUILD)/bench/inproc
+$(BUILD)/bench/runtime: bench/runtime.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $<
+$(BUILD)/bench/inproc: bench/inproc.c $(BUILD)/libgpuman.so include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -l:libgpuman.so -Wl,-rpath,'$$ORIGIN/..'
+
+bench: all $(BENCH_BIN)
+	@sh bench/run $(abspath $(BUILD))
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/gpuman $(DESTDIR)$(INCDIR) $(DESTDIR)$(PYDIR)/gpuman
