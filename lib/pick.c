@@ -65,9 +65,10 @@ char *pick_env_cuda_visible(const struct pick_env *env, const struct gm_snapshot
 	return out;
 }
 
-char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res)
+char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res,
+		   unsigned wanted)
 {
-	size_t len = 1;
+	size_t len = 96, fit = 0;
 	char *out, *p;
 
 	for (size_t i = 0; i < res->gpu_count; i++)
@@ -76,10 +77,17 @@ char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *r
 	if (!out)
 		return NULL;
 	*p = '\0';
-	for (size_t i = 0; i < res->gpu_count; i++)
-		if (res->why[i][0])
-			p += sprintf(p, "GPU %u (%s): %s\n", snap->gpus[i].index,
-				     snap->gpus[i].name[0] ? snap->gpus[i].name : "unknown",
-				     res->why[i]);
+	for (size_t i = 0; i < res->gpu_count; i++) {
+		if (!res->why[i][0]) {
+			fit++;
+			continue;
+		}
+		p += sprintf(p, "GPU %u (%s): %s\n", snap->gpus[i].index,
+			     snap->gpus[i].name[0] ? snap->gpus[i].name : "unknown", res->why[i]);
+	}
+	/* The GPUs that do fit are not listed: say how many, against -n. */
+	if (fit && fit < wanted)
+		sprintf(p, "%zu GPU%s fit%s, the request needs %u (-n)\n", fit, fit == 1 ? "" : "s",
+			fit == 1 ? "s" : "", wanted);
 	return out;
 }

@@ -30,8 +30,9 @@ void pick_env_release(struct pick_env *env);
 char *pick_env_cuda_visible(const struct pick_env *env, const struct gm_snapshot *snap,
 			    const size_t *pos, size_t count);
 
-/* "GPU 3 (NVIDIA TITAN RTX): reason\n" for each GPU with a reason. Caller
- * frees; NULL on out-of-memory. */
-char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res);
+/* "GPU 3 (NVIDIA TITAN RTX): reason\n" for each GPU with a reason, and how
+ * many fit when fewer than wanted do.  Caller frees; NULL on out-of-memory. */
+char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res,
+		   unsigned wanted);
 
 #endif

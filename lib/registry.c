@@ -1016,7 +1016,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 				rc == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
 						   : "no GPU meets the request now");
 			if (explain)
-				*explain = pick_explain(a.snap, &a.res);
+				*explain = pick_explain(a.snap, &a.res, req->count);
 			goto done;
 		}
 		if (!ticket[0]) {
@@ -1029,7 +1029,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			flock(reg->lock_fd, LOCK_UN);
 			locked = 0;
 			if (opts && opts->on_wait) {
-				char *why = pick_explain(a.snap, &a.res);
+				char *why = pick_explain(a.snap, &a.res, req->count);
 
 				opts->on_wait(opts->on_wait_data, why ? why : "");
 				free(why);
@@ -1042,7 +1042,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		if (rc == GM_ERR_TIMEOUT) {
 			gm_fail(rc, err, len, "no GPU met the request within the wait");
 			if (explain)
-				*explain = pick_explain(a.snap, &a.res);
+				*explain = pick_explain(a.snap, &a.res, req->count);
 			goto done;
 		}
 		if (rc == GM_ERR_INTERRUPTED) {
@@ -1104,7 +1104,7 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
 	}
 	if (rc != GM_OK)
 		goto done;
-	if (explain && !(*explain = pick_explain(snap, &a.res))) {
+	if (explain && !(*explain = pick_explain(snap, &a.res, req->count))) {
 		rc = GM_ERR_NOMEM;
 		goto done;
 	}
