@@ -20,7 +20,8 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wwri
 ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
-CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_LIBDIR='"$(LIBDIR)"'
+DATADIR ?= $(PREFIX)/share/gpuman
+CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_LIBDIR='"$(LIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
 LIBS    := -ljansson -lsqlite3 -ldl -lpthread
 
@@ -129,6 +130,8 @@ install: all
 	install -m 755 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(LIBDIR)/gpuman/libnvidia-ml.so.1
 	install -m 644 include/gpuman.h $(DESTDIR)$(INCDIR)/
 	install -m 644 python/gpuman/*.py $(DESTDIR)$(PYDIR)/gpuman/
+	install -d $(DESTDIR)$(DATADIR)/examples
+	install -m 644 examples/*.json examples/*.txt $(DESTDIR)$(DATADIR)/examples/
 
 format:
 	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] sim/*.[ch] tests/unit/*.[ch] examples/*.c

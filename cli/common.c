@@ -142,9 +142,12 @@ int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **
 	rc = gm_open(ctx, err, sizeof err);
 	if (rc == GM_ERR_NVML_LOAD)
 		return cli_error(cli, EXIT_FAIL,
-				 "%s; no NVIDIA driver here? try the simulator: "
-				 "gpuman --sim examples/lab-8gpu.json %s",
-				 err, cli->cmd ? cli->cmd : "status");
+				 "%s; no NVIDIA driver here? try the simulator: gpuman --sim %s %s",
+				 err,
+				 access("examples/lab-8gpu.json", R_OK) == 0
+					 ? "examples/lab-8gpu.json"
+					 : GM_DATADIR "/examples/lab-8gpu.json",
+				 cli->cmd ? cli->cmd : "status");
 	if (rc != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
 	rc = gm_snapshot_take(*ctx, snap, err, sizeof err);
