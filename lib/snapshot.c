@@ -95,8 +95,11 @@ GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot *
 		gm_snapshot_free(snap);
 		return err;
 	}
-	qsort(snap->gpus, snap->gpu_count, sizeof *snap->gpus, gpu_cmp);
-	qsort(snap->procs, snap->proc_count, sizeof *snap->procs, proc_cmp);
+	/* qsort's array may not be NULL, even when empty */
+	if (snap->gpu_count)
+		qsort(snap->gpus, snap->gpu_count, sizeof *snap->gpus, gpu_cmp);
+	if (snap->proc_count)
+		qsort(snap->procs, snap->proc_count, sizeof *snap->procs, proc_cmp);
 	for (size_t i = 0; i < snap->proc_count; i++)
 		proc_fill_from_procfs(&snap->procs[i], &last_uid, last_user);
 	*out = snap;
