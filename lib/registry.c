@@ -64,8 +64,10 @@ static enum gm_err check_dir(const char *dir, char *err, size_t len)
 
 		return gm_fail(GM_ERR_STATE, err, len,
 			       "state directory '%s' is owned by user '%s', who could remove "
-			       "everyone's leases; use one owned by root or by you "
-			       "(GPUMAN_STATE_DIR)",
+			       "everyone's leases; for a registry shared by all users an admin "
+			       "should run 'install -d -m 1777 /run/gpuman' (see "
+			       "contrib/gpuman.tmpfiles.conf), or set GPUMAN_STATE_DIR to a "
+			       "directory owned by root or by you",
 			       dir, pw ? pw->pw_name : "?");
 	}
 	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
