@@ -1,0 +1,1 @@
+"""Tests of the Python binding; run with tap.py or `make python`."""
