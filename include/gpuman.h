@@ -48,7 +48,8 @@ extern "C" {
 #endif
 
 #define GM_VERSION "0.1.0"
-#define GM_ERRBUF_SIZE 512
+/* Room for a message and one line of explanation per GPU of a large node. */
+#define GM_ERRBUF_SIZE 4096
 
 /* Append-only: scripts and the Python binding rely on the numbers. */
 enum gm_err {
@@ -228,7 +229,12 @@ struct gm_lease;
  */
 GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
 			      struct gm_lease **out, char *errbuf, size_t errlen);
-/* Release the lease (if still held) and free it; NULL is allowed. */
+/*
+ * Release the lease (if still held) and free it; NULL is allowed.  The lease
+ * is released for every process sharing it: a child forked while the lease
+ * was held may release it on its parent's behalf (a runner supervising a
+ * job does); a child that must not should leave it alone.
+ */
 GM_API void gm_lease_release(struct gm_lease *lease);
 
 GM_API const char *gm_lease_id(const struct gm_lease *lease);

@@ -21,7 +21,7 @@ ERR_UNAVAILABLE = 6
 ERR_TIMEOUT = 7
 ERR_NEVER = 12
 
-ERRBUF_SIZE = 512  # GM_ERRBUF_SIZE
+ERRBUF_SIZE = 4096  # GM_ERRBUF_SIZE
 # gm_acquire's detail has a line per GPU; 512 bytes cut it off on 8 GPUs.
 ACQUIRE_ERRBUF_SIZE = 16384
 
