@@ -230,6 +230,13 @@ struct gm_lease;
 GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
 			      struct gm_lease **out, char *errbuf, size_t errlen);
 /*
+ * Make a gm_acquire() that waits on this context return GM_ERR_INTERRUPTED
+ * at once (a later call waits normally again).  Safe from a signal handler
+ * and from another thread: the one call on a context that is.
+ */
+GM_API void gm_cancel(struct gm_context *ctx);
+
+/*
  * Release the lease (if still held) and free it; NULL is allowed.  The lease
  * is released for every process sharing it: a child forked while the lease
  * was held may release it on its parent's behalf (a runner supervising a

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 #include "context.h"
 #include "parse.h"
@@ -91,6 +92,7 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 	ctx = calloc(1, sizeof *ctx);
 	if (!ctx)
 		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
+	ctx->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (path && *path) {
 		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "%s", path);
 	} else if (sim && *sim) {
@@ -111,6 +113,8 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 	*out = ctx;
 	return GM_OK;
 failed:
+	if (ctx->cancel_fd >= 0)
+		close(ctx->cancel_fd);
 	free(ctx);
 	return err;
 }
@@ -120,6 +124,8 @@ GM_API void gm_close(struct gm_context *ctx)
 	if (!ctx)
 		return;
 	nvml_close(ctx->nvml);
+	if (ctx->cancel_fd >= 0)
+		close(ctx->cancel_fd);
 	free(ctx);
 }
 

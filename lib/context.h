@@ -11,6 +11,7 @@
 struct gm_context {
 	struct nvml *nvml;
 	char nvml_path[PATH_MAX];   /* what was loaded, for messages */
+	int cancel_fd;              /* eventfd that gm_cancel() signals */
 };
 
 #endif

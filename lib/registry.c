@@ -188,15 +188,29 @@ done:
 	return rc;
 }
 
+/* Names of the few users whose leases a reader meets, remembered: every
+ * read of the registry names each lease's owner, and getpwuid_r reads
+ * /etc/passwd each time (a dispatcher reads the registry per task). */
 static void user_name(unsigned uid, char *out, size_t len)
 {
+	static _Thread_local struct { unsigned uid; int set; char name[33]; } cache[4];
+	static _Thread_local unsigned next;
 	struct passwd pw, *res = NULL;
 	char buf[1024];
 
+	for (size_t i = 0; i < ARRAY_SIZE(cache); i++)
+		if (cache[i].set && cache[i].uid == uid) {
+			snprintf(out, len, "%s", cache[i].name);
+			return;
+		}
 	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
 		snprintf(out, len, "%s", pw.pw_name);
 	else
 		snprintf(out, len, "%u", uid);
+	cache[next].uid = uid;
+	cache[next].set = 1;
+	str_copy(cache[next].name, sizeof cache[next].name, out);
+	next = (next + 1) % ARRAY_SIZE(cache);
 }
 
 static const char *jstr(json_t *o, const char *key)
@@ -827,12 +841,23 @@ static int ahead_leaves_room(const struct ahead *ah)
 
 /* A waiter between attempts. */
 struct waiting {
+	int cancel_fd;      /* readable once gm_cancel() was called; -1: none */
 	struct registry *reg;
 	const char *mine;   /* our ticket's name */
 	struct ahead ah;
 	int ifd;            /* inotify on the registry; -1 until we have room */
 	int no_inotify;     /* the per-user inotify limit is reached: poll */
 };
+
+/* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
+static int cancelled(const struct waiting *w, const struct acquire_opts *opts)
+{
+	struct pollfd pfd = { w->cancel_fd, POLLIN, 0 };
+
+	if (opts && opts->interrupted && *opts->interrupted)
+		return 1;
+	return w->cancel_fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
 
 /* Without inotify (the kernel allows 128 instances per user), a waiter with
  * room re-checks this often. */
@@ -889,11 +914,11 @@ static void wait_behind(struct waiting *w, int64_t deadline, const struct acquir
 	close(fd);
 	if (deadline >= 0 && deadline < until)
 		until = deadline;
-	while (pid > 0 && now < until && !(opts && opts->interrupted && *opts->interrupted)) {
-		struct pollfd pfd = { p[0], POLLIN, 0 };
-		int n = poll(&pfd, 1, (int)(until - now));
+	while (pid > 0 && now < until && !cancelled(w, opts)) {
+		struct pollfd pfd[2] = { { p[0], POLLIN, 0 }, { w->cancel_fd, POLLIN, 0 } };
+		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
 
-		if (n > 0 || (n < 0 && errno != EINTR))
+		if ((n > 0 && pfd[0].revents) || (n < 0 && errno != EINTR))
 			break;
 		now = monotonic_ms();
 	}
@@ -919,11 +944,11 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
 
 	for (;;) {
 		int64_t now = monotonic_ms(), until;
-		struct pollfd pfd = { w->ifd, POLLIN, 0 };
+		struct pollfd pfd[2] = { { w->ifd, POLLIN, 0 }, { w->cancel_fd, POLLIN, 0 } };
 		int wake = 0, n;
 		ssize_t got;
 
-		if (opts && opts->interrupted && *opts->interrupted)
+		if (cancelled(w, opts))
 			return GM_ERR_INTERRUPTED;
 		if (deadline >= 0 && now >= deadline)
 			return GM_ERR_TIMEOUT;
@@ -943,16 +968,21 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
 			w->no_inotify = w->ifd < 0;
 			return GM_OK;
 		}
-		until = w->ifd >= 0 ? recheck_at : now + POLL_FALLBACK_MS;
+		if (w->ifd < 0) {
+			/* No inotify to be had: look again shortly. */
+			n = poll(&pfd[1], 1, POLL_FALLBACK_MS);
+			return cancelled(w, opts) ? GM_ERR_INTERRUPTED : GM_OK;
+		}
+		until = recheck_at;
 		if (deadline >= 0 && deadline < until)
 			until = deadline;
 		if (now >= until)
 			return GM_OK;
-		pfd.fd = w->ifd;
-		n = poll(w->ifd >= 0 ? &pfd : NULL, w->ifd >= 0 ? 1 : 0, (int)(until - now));
+		/* Slot 0 is ignored when negative, as poll() does with fds. */
+		n = poll(pfd, 2, (int)(until - now));
 		if (n < 0 && errno != EINTR)
 			return GM_ERR_IO;
-		if (n <= 0)
+		if (n <= 0 || !pfd[0].revents)
 			continue;
 		got = read(w->ifd, buf, sizeof buf);
 		for (char *p = buf; got > 0 && p < buf + got;) {
@@ -981,7 +1011,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 {
 	struct attempt a;
 	char ticket[128] = "";
-	struct waiting w = { reg, ticket, { 0 }, -1, 0 };
+	struct waiting w = { ctx->cancel_fd, reg, ticket, { 0 }, -1, 0 };
 	int ticket_fd = -1, locked = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
@@ -997,7 +1027,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 					     strerror(errno));
 				goto done;
 			}
-			if (opts && opts->interrupted && *opts->interrupted) {
+			if (cancelled(&w, opts)) {
 				rc = gm_fail(GM_ERR_INTERRUPTED, err, len, "interrupted");
 				goto done;
 			}
@@ -1142,6 +1172,13 @@ GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *r
 	if (rc != GM_OK)
 		return rc;
 	rc = registry_acquire(reg, ctx, req, NULL, out, &explain, errbuf, errlen);
+	if (rc == GM_ERR_INTERRUPTED) {
+		uint64_t count;
+
+		/* consumed: the next gm_acquire waits again */
+		if (read(ctx->cancel_fd, &count, sizeof count) < 0)
+			count = 0;
+	}
 	if (explain && *explain && errbuf && errlen) {
 		size_t used = strlen(errbuf);
 
@@ -1150,6 +1187,15 @@ GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *r
 	free(explain);
 	registry_close(reg);
 	return rc;
+}
+
+GM_API void gm_cancel(struct gm_context *ctx)
+{
+	uint64_t one = 1;
+
+	/* write(2) is async-signal-safe: callable from a handler. */
+	if (ctx && ctx->cancel_fd >= 0 && write(ctx->cancel_fd, &one, sizeof one) < 0)
+		return;
 }
 
 GM_API void gm_lease_release(struct gm_lease *lease)
