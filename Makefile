@@ -35,7 +35,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
+PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
 .PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install clean format
@@ -69,6 +69,14 @@ $(BUILD)/libgpuman.so: $(LIB_OBJ)
 	ln -sf libgpuman.so $(BUILD)/libgpuman.so.0
 $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgpuman.a $(LIBS)
+
+# The supervisor of each batch task and queued job, started by the
+# dispatcher: static, so that starting it costs no dynamic linking (it is
+# started once per task); sanitizer runtimes cannot be static.
+RUNNER_LDFLAGS = $(if $(SANITIZE),,-static)
+$(BUILD)/gpuman-runner: runner/gpuman-runner.c cli/childenv.c cli/childenv.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(RUNNER_LDFLAGS) -o $@ runner/gpuman-runner.c cli/childenv.c
 
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
@@ -124,7 +132,7 @@ bench: all $(BENCH_BIN)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/gpuman $(DESTDIR)$(INCDIR) $(DESTDIR)$(PYDIR)/gpuman
-	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
 	install -m 755 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
 	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
 	install -m 755 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(LIBDIR)/gpuman/libnvidia-ml.so.1
@@ -134,7 +142,7 @@ install: all
 	install -m 644 examples/*.json examples/*.txt $(DESTDIR)$(DATADIR)/examples/
 
 format:
-	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] sim/*.[ch] tests/unit/*.[ch] examples/*.c
+	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c
 
 clean:
 	rm -rf build build-asan

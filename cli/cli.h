@@ -37,6 +37,8 @@ struct cmd_entry {
 };
 
 extern const struct cmd_entry cmd_status, cmd_info, cmd_ps, cmd_pick, cmd_run;
+extern const struct cmd_entry cmd_batch, cmd_submit, cmd_queue, cmd_cancel, cmd_logs, cmd_wait,
+	cmd_dispatcher;
 
 /*
  * Long options every command accepts, and the SELECT/RESERVE group.  A

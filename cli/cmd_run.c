@@ -17,13 +17,12 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "childenv.h"
 #include "cli.h"
 #include "context.h"
 #include "lease.h"
 #include "registry.h"
 #include "select_help.h"
-
-extern char **environ;
 
 static volatile sig_atomic_t interrupted;
 static volatile pid_t child_pid;
@@ -55,62 +54,6 @@ static void install_signals(void)
 		sigaction(sigs[i], &sa, NULL);
 }
 
-/* The child's environment: ours plus the lease's variables, as an owned
- * list (the child gets it whole at exec; nothing is set in gpuman). */
-struct child_env {
-	char **vars;
-	size_t count;
-};
-
-static int env_set(struct child_env *env, const char *name, const char *value, int overwrite)
-{
-	size_t nlen = strlen(name);
-	char *entry, **grown;
-
-	for (size_t i = 0; i < env->count; i++)
-		if (!strncmp(env->vars[i], name, nlen) && env->vars[i][nlen] == '=') {
-			if (!overwrite)
-				return 0;
-			if (asprintf(&entry, "%s=%s", name, value) < 0)
-				return -1;
-			free(env->vars[i]);
-			env->vars[i] = entry;
-			return 0;
-		}
-	grown = realloc(env->vars, (env->count + 2) * sizeof *grown);
-	if (!grown)
-		return -1;
-	env->vars = grown;
-	if (asprintf(&env->vars[env->count], "%s=%s", name, value) < 0)
-		return -1;
-	env->vars[++env->count] = NULL;
-	return 0;
-}
-
-static int env_init(struct child_env *env)
-{
-	size_t n = 0;
-
-	while (environ[n])
-		n++;
-	env->vars = calloc(n + 1, sizeof *env->vars);
-	if (!env->vars)
-		return -1;
-	for (env->count = 0; env->count < n; env->count++)
-		if (!(env->vars[env->count] = strdup(environ[env->count])))
-			return -1;
-	return 0;
-}
-
-static void env_release(struct child_env *env)
-{
-	for (size_t i = 0; i < env->count; i++)
-		free(env->vars[i]);
-	free(env->vars);
-	env->vars = NULL;
-	env->count = 0;
-}
-
 struct run {
 	struct cli *cli;
 	char **argv;
@@ -118,19 +61,6 @@ struct run {
 	int go[2];          /* the job waits on go[0] for one byte */
 	pid_t pid;
 };
-
-/* Tell frameworks that grab every GPU's memory to stay within the share.
- * Values the user set win. */
-static int framework_env(struct child_env *env, double fraction)
-{
-	char frac[32];
-
-	snprintf(frac, sizeof frac, "%.3f", fraction > 0.001 ? fraction : 0.001);
-	return env_set(env, "TF_FORCE_GPU_ALLOW_GROWTH", "true", 0) |
-	       env_set(env, "XLA_PYTHON_CLIENT_PREALLOCATE", "false", 0) |
-	       env_set(env, "XLA_CLIENT_MEM_FRACTION", frac, 0) |
-	       env_set(env, "XLA_PYTHON_CLIENT_MEM_FRACTION", frac, 0);
-}
 
 /* In the child: wait for the go, then become the job.  Never returns. */
 static void child_exec(struct run *r, int lease_fd)
@@ -181,11 +111,11 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 {
 	struct run *r = data;
 
-	if (env_set(&r->env, "CUDA_VISIBLE_DEVICES", gm_lease_cuda_visible(lease), 1) ||
-	    env_set(&r->env, "GPUMAN_GPUS", gm_lease_indices(lease), 1) ||
-	    env_set(&r->env, "GPUMAN_LEASE", gm_lease_id(lease), 1) ||
+	if (child_env_set(&r->env, "CUDA_VISIBLE_DEVICES", gm_lease_cuda_visible(lease), 1) ||
+	    child_env_set(&r->env, "GPUMAN_GPUS", gm_lease_indices(lease), 1) ||
+	    child_env_set(&r->env, "GPUMAN_LEASE", gm_lease_id(lease), 1) ||
 	    (!lease->exclusive && !r->cli->no_framework_env &&
-	     framework_env(&r->env, gm_lease_mem_fraction(lease)))) {
+	     child_env_framework(&r->env, gm_lease_mem_fraction(lease)))) {
 		snprintf(err, len, "out of memory");
 		return -1;
 	}
@@ -227,8 +157,8 @@ static int run_on_cpu(struct run *r, const char *why)
 
 	fprintf(stderr, "gpuman run: %s; running '%s' on the CPU (--fallback cpu)\n", why,
 		r->argv[0]);
-	if (env_set(&r->env, "CUDA_VISIBLE_DEVICES", "", 1) ||
-	    env_set(&r->env, "GPUMAN_GPUS", "", 1)) {
+	if (child_env_set(&r->env, "CUDA_VISIBLE_DEVICES", "", 1) ||
+	    child_env_set(&r->env, "GPUMAN_GPUS", "", 1)) {
 		return cli_error(r->cli, EXIT_FAIL, "out of memory");
 	}
 	if (start_child(r, -1, err, sizeof err) < 0)
@@ -261,7 +191,7 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 
 		snprintf(cmdline + used, sizeof cmdline - used, "%s%s", a == r.argv ? "" : " ", *a);
 	}
-	if (env_init(&r.env) < 0)
+	if (child_env_init(&r.env) < 0)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
 	install_signals();
 
@@ -317,7 +247,7 @@ done:
 	free(explain);
 	registry_close(reg);
 	gm_close(ctx);
-	env_release(&r.env);
+	child_env_release(&r.env);
 	return status;
 }
 

@@ -12,6 +12,8 @@
 
 static const struct cmd_entry *const commands[] = {
 	&cmd_status, &cmd_info, &cmd_ps, &cmd_pick, &cmd_run,
+	&cmd_batch, &cmd_submit, &cmd_queue, &cmd_cancel, &cmd_logs, &cmd_wait,
+	&cmd_dispatcher, /* no summary: not listed */
 };
 
 static void usage(FILE *out)
@@ -23,7 +25,8 @@ static void usage(FILE *out)
 		"\n"
 		"commands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		fprintf(out, "  %-8s %s\n", commands[i]->name, commands[i]->summary);
+		if (commands[i]->summary)
+			fprintf(out, "  %-8s %s\n", commands[i]->name, commands[i]->summary);
 	fprintf(out,
 		"\n"
 		"global options:\n"

@@ -1,0 +1,677 @@
+/*
+ * cmd_batch.c - `gpuman batch [SELECT] [RESERVE] [BATCH] FILE|-`: run each
+ * line of FILE as a task on GPUs as they free up, then say what ran where,
+ * for how long and what it used.
+ *
+ * The tasks go into a job store in the log directory, and this process is
+ * their dispatcher (the engine, engine.h): the store is what --resume reads,
+ * and what a killed batch leaves for the next one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "cli.h"
+#include "engine.h"
+#include "jobs.h"
+#include "parse.h"
+#include "registry.h"
+#include "select_help.h"
+#include "util.h"
+
+enum { OPT_JOBS = OPT_CMD_BASE, OPT_RETRIES, OPT_LOG_DIR, OPT_DRY_RUN, OPT_RESUME, OPT_PROGRESS };
+
+struct batch_opts {
+	unsigned jobs;       /* -j; 0 no limit */
+	unsigned retries;
+	const char *log_dir;
+	int dry_run, resume, progress;
+};
+
+static int batch_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	struct batch_opts *o = data;
+	char err[256];
+
+	switch (opt) {
+	case 'j':
+	case OPT_JOBS:
+		if (parse_count(arg, &o->jobs, err, sizeof err) < 0)
+			return cli_usage(cli, "-j '%s': %s", arg, err);
+		return CLI_CONTINUE;
+	case OPT_RETRIES:
+		if (!strcmp(arg, "0"))
+			o->retries = 0;
+		else if (parse_count(arg, &o->retries, err, sizeof err) < 0)
+			return cli_usage(cli, "--retries '%s': %s", arg, err);
+		return CLI_CONTINUE;
+	case OPT_LOG_DIR: o->log_dir = arg; return CLI_CONTINUE;
+	case OPT_DRY_RUN: o->dry_run = 1; return CLI_CONTINUE;
+	case OPT_RESUME: o->resume = 1; return CLI_CONTINUE;
+	case OPT_PROGRESS: o->progress = 1; return CLI_CONTINUE;
+	}
+	return -1;
+}
+
+/* ---- the task file ---------------------------------------------------- */
+
+struct task {
+	int64_t n;        /* its number: 1, 2, ... over the non-comment lines */
+	char *line;
+};
+
+static void tasks_free(struct task *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(t[i].line);
+	free(t);
+}
+
+/* Each non-empty line that is not a comment (# first) is a task. */
+static int read_tasks(FILE *f, struct task **out, size_t *count)
+{
+	struct task *t = NULL;
+	size_t n = 0, cap = 0, sz = 0;
+	char *line = NULL;
+	ssize_t len;
+
+	while ((len = getline(&line, &sz, f)) >= 0) {
+		char *s = line, *e = line + len;
+
+		while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+			*--e = '\0';
+		s += strspn(s, " \t");
+		if (!*s || *s == '#')
+			continue;
+		if (n == cap) {
+			struct task *grown = realloc(t, (cap = cap ? cap * 2 : 64) * sizeof *grown);
+
+			if (!grown)
+				goto failed;
+			t = grown;
+		}
+		t[n].n = (int64_t)n + 1;
+		if (!(t[n].line = strdup(s)))
+			goto failed;
+		n++;
+	}
+	free(line);
+	*out = t;
+	*count = n;
+	return ferror(f) ? -1 : 0;
+failed:
+	free(line);
+	tasks_free(t, n);
+	return -1;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+/* ---- progress --------------------------------------------------------- */
+
+struct progress {
+	int on, tty;
+	size_t total;
+	size_t done0, failed0;  /* already ended before this run */
+	int64_t last_ms;
+	int told_stop;
+	int drawn;
+};
+
+static void draw(struct progress *p, const struct engine_counts *c, int force)
+{
+	int64_t now = monotonic_ms(), elapsed = now - c->started_ms;
+	size_t ended = c->done + c->failed + c->cancelled + c->interrupted - p->done0 - p->failed0;
+	char eta[32] = "", el[32], line[256];
+
+	if (c->interrupting && !p->told_stop) {
+		p->told_stop = 1;
+		fprintf(stderr, "%sgpuman batch: stopping; %zu running task%s got SIGTERM (Ctrl-C "
+				"again to kill them)\n",
+			p->drawn && p->tty ? "\r\033[K" : "", c->running, c->running == 1 ? "" : "s");
+	}
+	if (!p->on || (!force && now - p->last_ms < (p->tty ? 100 : 1000)))
+		return;
+	p->last_ms = now;
+	if (ended && (c->queued || c->running)) {
+		double rate = (double)ended / (double)(elapsed > 0 ? elapsed : 1);
+		double left = ((double)c->queued + (double)c->running / 2.0) / rate;
+
+		snprintf(eta, sizeof eta, ", ETA %s", fmt_duration(el, sizeof el, (int64_t)left));
+	}
+	snprintf(line, sizeof line, "gpuman batch: %zu/%zu done, %zu running, %zu failed, %zu queued, "
+				    "%s elapsed%s",
+		 c->done, p->total, c->running, c->failed + c->cancelled + c->interrupted, c->queued,
+		 fmt_duration(el, sizeof el, elapsed), eta);
+	if (p->tty)
+		fprintf(stderr, "\r\033[K%s", line);
+	else
+		fprintf(stderr, "%s\n", line);
+	p->drawn = 1;
+}
+
+static void on_progress(void *data, const struct engine_counts *c)
+{
+	draw(data, c, 0);
+}
+
+/* A task's line with {task} filled in, as people read it ({gpu} and
+ * {uuid} are known only when it runs).  Caller frees; NULL: no memory. */
+static char *task_line(const char *line, int64_t n)
+{
+	char num[24], *out;
+	size_t need = strlen(line) + 1;
+
+	snprintf(num, sizeof num, "%lld", (long long)n);
+	for (const char *p = strstr(line, "{task}"); p; p = strstr(p + 1, "{task}"))
+		need += strlen(num);
+	out = malloc(need);
+	if (!out)
+		return NULL;
+	out[0] = '\0';
+	for (const char *p = line; *p;) {
+		const char *hit = strstr(p, "{task}");
+
+		if (!hit) {
+			strcat(out, p);
+			break;
+		}
+		strncat(out, p, (size_t)(hit - p));
+		strcat(out, num);
+		p = hit + 6;
+	}
+	return out;
+}
+
+/* ---- the summary ------------------------------------------------------ */
+
+struct gpu_tally {
+	unsigned index;
+	char name[96];
+	char uuid[96];
+	size_t tasks;
+	int64_t busy_ms;
+};
+
+static void tally(const struct job *jobs, size_t n, const struct gm_snapshot *snap,
+		  struct gpu_tally **out, size_t *count)
+{
+	struct gpu_tally *t = calloc(snap ? snap->gpu_count + 1 : 1, sizeof *t);
+	size_t nt = 0;
+
+	*out = t;
+	*count = 0;
+	if (!t || !snap)
+		return;
+	for (size_t k = 0; k < snap->gpu_count; k++) {
+		t[nt].index = snap->gpus[k].index;
+		str_copy(t[nt].name, sizeof t[nt].name, snap->gpus[k].name);
+		str_copy(t[nt].uuid, sizeof t[nt].uuid, snap->gpus[k].uuid);
+		nt++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct job *j = &jobs[i];
+
+		if (j->state != JOB_DONE || !j->gpus)
+			continue;
+		for (const char *p = j->gpus; *p;) {
+			unsigned g = (unsigned)strtoul(p, NULL, 10);
+
+			for (size_t k = 0; k < nt; k++)
+				if (t[k].index == g) {
+					t[k].tasks++;
+					t[k].busy_ms += j->end_ms - j->start_ms;
+				}
+			p += strcspn(p, ",");
+			p += *p == ',';
+		}
+	}
+	*count = nt;
+}
+
+static void print_summary(struct cli *cli, const struct job *jobs, size_t n,
+			  const struct gpu_tally *t, size_t nt)
+{
+	char dur[32], peak[32], util[16];
+
+	printf("%s%5s  %-11s %-5s %8s %6s %5s %5s  %s%s\n", c_bold(cli), "TASK", "STATE", "GPU",
+	       "TIME", "PEAK", "UTIL", "TRIES", "COMMAND", c_reset(cli));
+	for (size_t i = 0; i < n; i++) {
+		const struct job *j = &jobs[i];
+		const char *color = j->state == JOB_DONE ? c_green(cli)
+				    : j->state == JOB_QUEUED || j->state == JOB_RUNNING ? c_yellow(cli)
+											  : c_red(cli);
+
+		char *cmd = task_line(j->command, j->id);
+
+		printf("%5lld  %s%-11s%s %-5s %8s %6s %5s %5d  %s\n", (long long)j->id, color,
+		       job_state_name(j->state), c_reset(cli),
+		       j->gpus && j->state != JOB_QUEUED ? j->gpus : "-",
+		       fmt_duration(dur, sizeof dur,
+				    j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1),
+		       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j), j->attempts,
+		       cmd ? cmd : j->command);
+		free(cmd);
+		if (j->reason && (j->state != JOB_DONE || j->ooms))
+			printf("%5s  %s%s%s\n", "", c_dim(cli), j->reason, c_reset(cli));
+	}
+	if (!nt)
+		return;
+	printf("\n%s%5s  %-28s %6s %9s%s\n", c_bold(cli), "GPU", "NAME", "TASKS", "BUSY",
+	       c_reset(cli));
+	for (size_t k = 0; k < nt; k++)
+		printf("%5u  %-28.28s %6zu %9s\n", t[k].index, t[k].name, t[k].tasks,
+		       fmt_duration(dur, sizeof dur, t[k].busy_ms));
+}
+
+static int write_summary(const char *path, const char *file, const char *log_dir,
+			 const struct job *jobs, size_t n, const struct gpu_tally *t, size_t nt,
+			 int64_t started_ms, int64_t ended_ms)
+{
+	json_t *o = json_object(), *tasks = json_array(), *gpus = json_array(), *counts = json_object();
+	size_t c[JOB_STATE_COUNT] = { 0 };
+	char tmp[PATH_MAX + 80];
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(tasks, job_json(&jobs[i], jobs[i].log, 1));
+		c[jobs[i].state]++;
+	}
+	for (size_t k = 0; k < nt; k++) {
+		json_t *g = json_object();
+
+		json_object_set_new(g, "index", json_integer(t[k].index));
+		json_object_set_new(g, "uuid", json_string(t[k].uuid));
+		json_object_set_new(g, "name", json_string(t[k].name));
+		json_object_set_new(g, "tasks", json_integer((json_int_t)t[k].tasks));
+		json_object_set_new(g, "busy_ms", json_integer(t[k].busy_ms));
+		json_array_append_new(gpus, g);
+	}
+	for (int s = 0; s < JOB_STATE_COUNT; s++)
+		json_object_set_new(counts, job_state_name((enum job_state)s),
+				    json_integer((json_int_t)c[s]));
+	json_object_set_new(o, "file", json_string(file));
+	json_object_set_new(o, "log_dir", json_string(log_dir));
+	json_object_set_new(o, "start_ms", json_integer(started_ms));
+	json_object_set_new(o, "end_ms", json_integer(ended_ms));
+	json_object_set_new(o, "elapsed_ms", json_integer(ended_ms - started_ms));
+	json_object_set_new(o, "counts", counts);
+	json_object_set_new(o, "tasks", tasks);
+	json_object_set_new(o, "gpus", gpus);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	rc = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (rc == 0)
+		rc = rename(tmp, path);
+	return rc;
+}
+
+/* ---- preparing the store ---------------------------------------------- */
+
+/* Without --resume: start over.  With it: keep the tasks that succeeded
+ * (same number, same line), and those still running; queue the rest. */
+static int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
+			 const struct batch_opts *o, const char *dir, size_t *skipped)
+{
+	struct job *old = NULL;
+	size_t nold = 0;
+	unsigned char *keep = calloc(n + 1, 1);
+	char err[GM_ERRBUF_SIZE], log[PATH_MAX + 64];
+	int status = EXIT_FAIL;
+
+	*skipped = 0;
+	if (!keep)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	if (jobstore_list(st, -1, 0, 0, &old, &nold, err, sizeof err) != GM_OK ||
+	    jobstore_begin(st, err, sizeof err) != GM_OK) {
+		cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	for (size_t i = 0; i < nold; i++) {
+		const struct job *j = &old[i];
+		int same = j->id >= 1 && (size_t)j->id <= n && !strcmp(j->command, t[j->id - 1].line);
+
+		if (o->resume && same && (j->state == JOB_DONE || j->state == JOB_RUNNING)) {
+			keep[j->id] = 1;
+			*skipped += j->state == JOB_DONE;
+			continue;
+		}
+		if (j->log && j->state != JOB_RUNNING)
+			unlink(j->log);
+		if (jobstore_delete(st, j->id, err, sizeof err) != GM_OK)
+			goto failed;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct job job = JOB_INIT;
+
+		if (keep[t[i].n])
+			continue;
+		snprintf(log, sizeof log, "%s/task-%lld.log", dir, (long long)t[i].n);
+		job.id = t[i].n;
+		job.command = t[i].line;
+		job.log = log;
+		job.submit_ms = now_ms();
+		job.retries = (int)o->retries;
+		if (jobstore_insert(st, &job, err, sizeof err) != GM_OK)
+			goto failed;
+	}
+	if (jobstore_commit(st, err, sizeof err) != GM_OK)
+		goto failed;
+	status = EXIT_OK;
+	goto done;
+failed:
+	jobstore_rollback(st);
+	cli_error(cli, EXIT_FAIL, "%s", err);
+done:
+	jobstore_free_list(old, nold);
+	free(keep);
+	return status;
+}
+
+static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct batch_opts *o,
+		   const char *dir)
+{
+	char req[256], *json = engine_request_json(cli->req, cli->no_framework_env);
+
+	snprintf(req, sizeof req, "%s", json ? json : "?");
+	free(json);
+	for (size_t i = 0; i < n; i++) {
+		char *out = task_line(t[i].line, t[i].n);
+
+		if (!out)
+			return cli_error(cli, EXIT_FAIL, "out of memory");
+		printf("%5lld  %s\n", (long long)t[i].n, out);
+		free(out);
+	}
+	printf("%zu task%s; each asks %s; at most %s running; %u retr%s; logs in %s\n", n,
+	       n == 1 ? "" : "s", req, o->jobs ? "-j" : "as many as GPUs allow", o->retries,
+	       o->retries == 1 ? "y" : "ies", dir);
+	return EXIT_OK;
+}
+
+static int batch_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS,
+		{ "jobs", required_argument, NULL, OPT_JOBS },
+		{ "retries", required_argument, NULL, OPT_RETRIES },
+		{ "log-dir", required_argument, NULL, OPT_LOG_DIR },
+		{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
+		{ "resume", no_argument, NULL, OPT_RESUME },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ 0 }
+	};
+	struct batch_opts o = { 0 };
+	struct task *tasks = NULL;
+	size_t ntasks = 0, skipped = 0, njobs = 0, nt = 0;
+	struct job *jobs = NULL;
+	struct gpu_tally *t = NULL;
+	struct jobstore *st = NULL;
+	struct gm_context *ctx = NULL;
+	struct registry *reg = NULL;
+	struct gm_snapshot *snap = NULL;
+	struct engine_config cfg;
+	struct progress prog = { 0 };
+	enum engine_result res = ENGINE_ERROR;
+	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE];
+	const char *file;
+	int status, lock_fd = -1;
+	int64_t started, ended;
+	FILE *f;
+
+	status = cli_parse(cli, &cmd_batch, argc, argv, CLI_SELECT_SHORT "j:", longopts,
+			   batch_option, &o);
+	if (status != CLI_CONTINUE)
+		return status;
+	if (optind + 1 != argc)
+		return cli_usage(cli, optind >= argc ? "which task file? (gpuman batch FILE, or - for "
+						       "stdin)"
+						     : "one task file only ('%s' is extra)",
+				 optind < argc ? argv[optind + 1] : "");
+	if (cli->fallback_cpu)
+		return cli_usage(cli, "--fallback cpu does not apply to batch");
+	file = argv[optind];
+	f = strcmp(file, "-") ? fopen(file, "r") : stdin;
+	if (!f)
+		return cli_usage(cli, "cannot read '%s': %s", file, strerror(errno));
+	status = read_tasks(f, &tasks, &ntasks);
+	if (f != stdin)
+		fclose(f);
+	if (status < 0) {
+		status = cli_error(cli, EXIT_FAIL, "cannot read '%s': %s", file, strerror(errno));
+		goto done;
+	}
+	if (o.log_dir) {
+		snprintf(path, sizeof path, "%s", o.log_dir);
+	} else {
+		char copy[PATH_MAX];
+
+		snprintf(copy, sizeof copy, "%s", file);
+		snprintf(path, sizeof path, "gpuman-logs/%s", strcmp(file, "-") ? basename(copy)
+										 : "stdin");
+	}
+	if (o.dry_run) {
+		status = dry_run(cli, tasks, ntasks, &o, path);
+		goto done;
+	}
+	if (!ntasks) {
+		cli_error(cli, 0, "'%s' has no tasks (one command per line; # starts a comment)",
+			  file);
+		status = EXIT_OK;
+		goto done;
+	}
+	if (make_dirs(path, 0755) < 0 || !realpath(path, dir)) {
+		status = cli_error(cli, EXIT_FAIL, "log directory '%s': %s", path, strerror(errno));
+		goto done;
+	}
+	snprintf(runs, sizeof runs, "%s/.runs", dir);
+	if (mkdir(runs, 0700) < 0 && errno != EEXIST) {
+		status = cli_error(cli, EXIT_FAIL, "'%s': %s", runs, strerror(errno));
+		goto done;
+	}
+	snprintf(path, sizeof path, "%s/batch.lock", dir);
+	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		status = cli_error(cli, EXIT_FAIL,
+				   lock_fd < 0 ? "'%s': cannot open its lock"
+					       : "another gpuman batch is running in '%s' (use "
+						 "--log-dir for a second one)",
+				   dir);
+		goto done;
+	}
+	snprintf(path, sizeof path, "%s/jobs.db", dir);
+	if (jobstore_open(&st, path, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	status = prepare_store(cli, st, tasks, ntasks, &o, dir, &skipped);
+	if (status != EXIT_OK)
+		goto done;
+	snprintf(path, sizeof path, "%s/summary.json", dir);
+	unlink(path);
+	if (gm_open(&ctx, err, sizeof err) != GM_OK || registry_open(&reg, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	if (skipped)
+		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n", skipped,
+			ntasks);
+
+	prog.tty = isatty(STDERR_FILENO);
+	prog.on = prog.tty || o.progress;
+	prog.total = ntasks;
+	prog.done0 = skipped;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.store = st;
+	cfg.run_dir = runs;
+	cfg.log_dir = dir;
+	cfg.ctx = ctx;
+	cfg.reg = reg;
+	cfg.request = cli->req;
+	cfg.no_framework_env = cli->no_framework_env;
+	cfg.max_running = o.jobs;
+	cfg.requeue_dead = o.resume;
+	cfg.dispatcher_lock_fd = -1;
+	cfg.progress = on_progress;
+	cfg.progress_data = &prog;
+	started = now_ms();
+	res = engine_run(&cfg, err, sizeof err);
+	ended = now_ms();
+	if (prog.on && prog.drawn) {
+		size_t c[JOB_STATE_COUNT];
+		struct engine_counts ec = { 0 };
+
+		if (jobstore_counts(st, c, NULL, 0) == GM_OK) {
+			ec.queued = c[JOB_QUEUED];
+			ec.running = c[JOB_RUNNING];
+			ec.done = c[JOB_DONE];
+			ec.failed = c[JOB_FAILED];
+			ec.cancelled = c[JOB_CANCELLED];
+			ec.interrupted = c[JOB_INTERRUPTED];
+			ec.started_ms = monotonic_ms() - (ended - started);
+			draw(&prog, &ec, 1);
+		}
+		if (prog.tty)
+			fputc('\n', stderr);
+	}
+	if (res == ENGINE_ERROR)
+		cli_error(cli, 0, "%s", err);
+
+	if (jobstore_list(st, -1, 0, 0, &jobs, &njobs, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	if (gm_snapshot_take(ctx, &snap, err, sizeof err) != GM_OK)
+		snap = NULL;
+	tally(jobs, njobs, snap, &t, &nt);
+	snprintf(path, sizeof path, "%s/summary.json", dir);
+	if (write_summary(path, strcmp(file, "-") ? file : "-", dir, jobs, njobs, t, nt, started,
+			  ended) < 0)
+		cli_error(cli, 0, "warning: cannot write '%s'", path);
+	if (cli->json) {
+		json_t *sum = json_load_file(path, 0, NULL);
+
+		if (sum)
+			cli_print_json(sum);
+	} else {
+		print_summary(cli, jobs, njobs, t, nt);
+	}
+	{
+		size_t c[JOB_STATE_COUNT] = { 0 };
+
+		for (size_t i = 0; i < njobs; i++)
+			c[jobs[i].state]++;
+		FILE *out = cli->json ? stderr : stdout;
+
+		fprintf(out, "%s%zu task%s: %zu done", cli->json ? "gpuman batch: " : "\n", njobs,
+			njobs == 1 ? "" : "s", c[JOB_DONE]);
+		if (c[JOB_FAILED])
+			fprintf(out, ", %s%zu failed%s", c_red(cli), c[JOB_FAILED], c_reset(cli));
+		if (c[JOB_INTERRUPTED])
+			fprintf(out, ", %zu interrupted", c[JOB_INTERRUPTED]);
+		if (c[JOB_QUEUED] + c[JOB_RUNNING])
+			fprintf(out, ", %zu not run", c[JOB_QUEUED] + c[JOB_RUNNING]);
+		if (skipped)
+			fprintf(out, " (%zu from an earlier run)", skipped);
+		fmt_duration(path, sizeof path, ended - started);
+		fprintf(out, ", in %s; logs and summary.json in %s\n", path, dir);
+		status = c[JOB_DONE] == njobs ? EXIT_OK : EXIT_FAIL;
+	}
+	if (res == ENGINE_INTERRUPTED)
+		status = 128 + SIGINT;
+	else if (res == ENGINE_ERROR)
+		status = EXIT_FAIL;
+done:
+	free(t);
+	gm_snapshot_free(snap);
+	jobstore_free_list(jobs, njobs);
+	jobstore_close(st);
+	registry_close(reg);
+	gm_close(ctx);
+	tasks_free(tasks, ntasks);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	return status;
+}
+
+const struct cmd_entry cmd_batch = {
+	"batch", "run the lines of a file as tasks on GPUs as they free up",
+	"usage: gpuman batch [SELECT] [RESERVE] [BATCH] FILE|-\n"
+	"\n"
+	"Each non-empty line of FILE (- reads stdin) that does not start with # is a\n"
+	"task: a command line, run by /bin/sh when it uses shell syntax, directly\n"
+	"otherwise.  Tasks start in file order as soon as GPUs that fit are free:\n"
+	"GPUs are leased as 'gpuman run' leases them, so other users and their jobs\n"
+	"are respected, and a fast GPU simply takes more tasks than a slow one.  Near\n"
+	"the end, a slow GPU is left idle when a faster one, by the durations measured\n"
+	"so far, will finish the task sooner.\n"
+	"\n"
+	"In a line, {gpu} becomes the task's GPUs (NVML indices, comma separated),\n"
+	"{uuid} their UUIDs, {task} the task's number (1 for the first task).  Each\n"
+	"task also gets CUDA_VISIBLE_DEVICES, GPUMAN_GPUS, GPUMAN_LEASE and GPUMAN_TASK.\n"
+	"\n"
+	"A task that fails with a CUDA out-of-memory error is requeued (up to 3 times)\n"
+	"for a GPU with more free memory than the one it ran out of, and that GPU\n"
+	"gets no further task of the batch until it has more free memory than then.\n"
+	"\n"
+	"batch:\n"
+	"  -j, --jobs N       at most N tasks at once (default: as many as GPUs allow)\n"
+	"  --retries N        run a failed task again, up to N times (default 0)\n"
+	"  --log-dir DIR      task-N.log (stdout and stderr), summary.json and the\n"
+	"                     task store (default gpuman-logs/<FILE's name or stdin>)\n"
+	"  --resume           run only the tasks that have not succeeded yet (same\n"
+	"                     number, same line) in an earlier run with this log dir\n"
+	"  --dry-run          print the tasks and what they ask; run nothing\n"
+	"  --progress         the progress line even when stderr is not a terminal\n"
+	"  --json             the summary as JSON (as summary.json) instead of the table\n"
+	"\n" SELECT_HELP
+	"\n"
+	"reserve (per task):\n"
+	"  --exclusive        nobody else is placed on the GPU (default)\n"
+	"  --mem SIZE         share the GPU: SIZE counts against its free memory\n"
+	"  --idle             only GPUs with no process at all\n"
+	"  --no-framework-env with --mem: no framework memory variables\n"
+	"Tasks always wait for their GPUs; --wait is accepted and changes nothing.\n"
+	"\n"
+	"On a terminal a progress line shows done, running, failed and queued tasks\n"
+	"and an ETA.  At the end, a summary: per task its state, GPUs, duration, peak\n"
+	"GPU memory and mean GPU utilization (sampled once a second from NVML; '-' for\n"
+	"tasks shorter than a sample), then per GPU the tasks it ran and its busy time.\n"
+	"Ctrl-C stops launching and sends SIGTERM to the running tasks, which are\n"
+	"recorded as interrupted; a second Ctrl-C kills them.\n"
+	"\n"
+	"Exit status: 0 every task succeeded, 1 some did not, 2 usage, 130 Ctrl-C.\n"
+	"\n"
+	"examples:\n"
+	"  gpuman batch sweep.txt\n"
+	"  gpuman batch -n 2 --min-free 20G --retries 1 sweep.txt\n"
+	"  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n",
+	batch_exec,
+};

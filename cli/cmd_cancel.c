@@ -1,0 +1,137 @@
+/*
+ * cmd_cancel.c - `gpuman cancel ID...`: a queued job never starts; a running
+ * one gets SIGTERM through its runner (SIGKILL 10 s later), which records it
+ * as cancelled.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "cli.h"
+#include "jobs.h"
+#include "util.h"
+
+/* Signal a running job's runner, if it still lives.  Its run file is
+ * locked exactly while it lives, which also proves its pid is not reused. */
+static int signal_runner(const struct queue *q, const struct job *job, int sig)
+{
+	char path[PATH_MAX + 64];
+	int fd, pidfd = -1, rc = -1;
+
+	if (job->run_slot < 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/runs/slot-%d.run", q->dir, job->run_slot);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || job->runner_pid <= 0)
+		goto done;
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+		goto done; /* it has ended */
+#ifdef SYS_pidfd_open
+	pidfd = (int)syscall(SYS_pidfd_open, job->runner_pid, 0);
+	if (pidfd >= 0 && flock(fd, LOCK_SH | LOCK_NB) < 0)
+		rc = (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+	else if (pidfd < 0)
+#endif
+		rc = kill(job->runner_pid, sig);
+done:
+	if (pidfd >= 0)
+		close(pidfd);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static int cancel_one(struct cli *cli, struct queue *q, int64_t id)
+{
+	char err[GM_ERRBUF_SIZE];
+	struct job job;
+	enum gm_err rc;
+
+	for (int tries = 0; tries < 5; tries++) {
+		rc = jobstore_get(q->store, id, 0, &job, err, sizeof err);
+		if (rc == GM_ERR_NOT_FOUND)
+			return cli_error(cli, EXIT_USAGE, "no job %lld in your queue", (long long)id);
+		if (rc != GM_OK)
+			return cli_error(cli, EXIT_FAIL, "%s", err);
+		if (job.state == JOB_QUEUED) {
+			struct job upd = job;
+			int changed = 0;
+
+			upd.state = JOB_CANCELLED;
+			upd.reason = (char *)"cancelled before it started";
+			upd.end_ms = now_ms();
+			rc = jobstore_update(q->store, &upd, JOB_QUEUED, job.attempts, &changed, err,
+					     sizeof err);
+			upd.reason = NULL;
+			job_release(&job);
+			if (rc != GM_OK)
+				return cli_error(cli, EXIT_FAIL, "%s", err);
+			if (changed) {
+				printf("%lld cancelled\n", (long long)id);
+				return EXIT_OK;
+			}
+			continue; /* it has just started: cancel it running */
+		}
+		if (job.state == JOB_RUNNING) {
+			if (signal_runner(q, &job, SIGTERM) == 0) {
+				printf("%lld cancelling (running on GPU %s)\n", (long long)id,
+				       job.gpus ? job.gpus : "?");
+				job_release(&job);
+				return EXIT_OK;
+			}
+			job_release(&job);
+			usleep(20000); /* ending right now, or not started yet */
+			continue;
+		}
+		cli_error(cli, 0, "job %lld has already ended (%s)", (long long)id,
+			  job_state_name(job.state));
+		job_release(&job);
+		return EXIT_FAIL;
+	}
+	return cli_error(cli, EXIT_FAIL, "job %lld: could not cancel it, try again", (long long)id);
+}
+
+static int cancel_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
+	struct queue q;
+	char err[GM_ERRBUF_SIZE];
+	int status, worst = EXIT_OK;
+
+	status = cli_parse(cli, &cmd_cancel, argc, argv, "", longopts, NULL, NULL);
+	if (status != CLI_CONTINUE)
+		return status;
+	if (optind >= argc)
+		return cli_usage(cli, "which jobs? (gpuman cancel ID...)");
+	for (int i = optind; i < argc; i++)
+		if (parse_job_id(argv[i]) < 0)
+			return cli_usage(cli, "'%s' is not a job id", argv[i]);
+	if (queue_open(cli, &q) != EXIT_OK)
+		return EXIT_FAIL;
+	for (int i = optind; i < argc; i++) {
+		status = cancel_one(cli, &q, parse_job_id(argv[i]));
+		if (status == EXIT_USAGE || (status != EXIT_OK && worst != EXIT_USAGE))
+			worst = status;
+	}
+	queue_wake(&q);
+	if (queue_has_work(&q) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
+		cli_error(cli, 0, "warning: cannot start the dispatcher: %s", err);
+	queue_close(&q);
+	return worst;
+}
+
+const struct cmd_entry cmd_cancel = {
+	"cancel", "cancel queued or running jobs",
+	"usage: gpuman cancel ID...\n"
+	"\n"
+	"A queued job is removed from the queue (state cancelled).  A running job's\n"
+	"processes get SIGTERM, and SIGKILL 10 seconds later if they are still there;\n"
+	"it is recorded as cancelled with its exit status.\n"
+	"\n"
+	"Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
+	cancel_exec,
+};

@@ -1,0 +1,116 @@
+/*
+ * cmd_dispatcher.c - `gpuman dispatcher --lock-fd=N DIR`, not for people:
+ * the per-user queue's dispatcher, exec'd by queue_ensure_dispatcher()
+ * (jobs.c) with dispatcher.lock already locked on descriptor N.  It runs
+ * the engine until the queue is empty, then exits.  Its messages go to
+ * DIR/dispatcher.log.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli.h"
+#include "engine.h"
+#include "jobs.h"
+#include "registry.h"
+
+static void stamp(char *buf, size_t len)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+}
+
+/*
+ * The dispatcher stays resident while jobs are queued: drop the code pages
+ * that starting it mapped (opening the store, loading NVML; the kernel maps
+ * code 16 pages around each fault), so that only the code its loop runs
+ * comes back.  Only r-xp mappings: code is never written, so it faults
+ * back in unchanged from the page cache.
+ */
+static void trim_code_pages(void)
+{
+	FILE *maps = fopen("/proc/self/maps", "re");
+	char line[512];
+
+	if (!maps)
+		return;
+	while (fgets(line, sizeof line, maps)) {
+		unsigned long lo, hi;
+		char perms[8];
+
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || strcmp(perms, "r-xp") ||
+		    !strchr(line, '/'))
+			continue;
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	}
+	fclose(maps);
+}
+
+static int dispatcher_exec(struct cli *cli, int argc, char **argv)
+{
+	struct engine_config cfg;
+	struct queue q;
+	struct gm_context *ctx = NULL;
+	struct registry *reg = NULL;
+	char err[GM_ERRBUF_SIZE], runs[PATH_MAX + 32], logs[PATH_MAX + 32], events[PATH_MAX + 32],
+		when[32], pid[24];
+	enum engine_result res;
+	int lock_fd = -1, status = EXIT_FAIL;
+
+	if (argc != 3 || strncmp(argv[1], "--lock-fd=", 10))
+		return cli_usage(cli, "this command is started by gpuman itself");
+	lock_fd = atoi(argv[1] + 10);
+	/* Ours already: a no-op that proves it. */
+	if (lock_fd < 3 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return cli_error(cli, EXIT_FAIL, "the dispatcher lock is not ours");
+	fcntl(lock_fd, F_SETFD, FD_CLOEXEC);
+	snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pid, strlen(pid), 0) < 0)
+		cli_error(cli, 0, "warning: cannot write the pid into the lock file");
+	setenv("GPUMAN_QUEUE_DIR", argv[2], 1);
+	if (queue_open(cli, &q) != EXIT_OK)
+		return EXIT_FAIL;
+	stamp(when, sizeof when);
+	if (gm_open(&ctx, err, sizeof err) != GM_OK ||
+	    registry_open(&reg, err, sizeof err) != GM_OK) {
+		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), err);
+		goto done;
+	}
+	trim_code_pages();
+	memset(&cfg, 0, sizeof cfg);
+	cfg.store = q.store;
+	cfg.run_dir = queue_path(&q, "runs", runs, sizeof runs);
+	cfg.log_dir = queue_path(&q, "logs", logs, sizeof logs);
+	cfg.ctx = ctx;
+	cfg.reg = reg;
+	cfg.dispatcher_lock_fd = lock_fd;
+	cfg.wake_dir = q.dir;
+	cfg.wake_name = "wake";
+	cfg.events_path = queue_path(&q, "events", events, sizeof events);
+	cfg.log = stderr;
+	res = engine_run(&cfg, err, sizeof err);
+	stamp(when, sizeof when);
+	if (res == ENGINE_ERROR)
+		fprintf(stderr, "%s dispatcher %d: stopped: %s\n", when, (int)getpid(), err);
+	else
+		status = EXIT_OK;
+done:
+	registry_close(reg);
+	gm_close(ctx);
+	queue_close(&q);
+	return status;
+}
+
+/* No summary: `gpuman --help` does not list it. */
+const struct cmd_entry cmd_dispatcher = {
+	"dispatcher", NULL,
+	"usage: gpuman dispatcher (started by gpuman submit, queue, wait and logs)\n",
+	dispatcher_exec,
+};

@@ -1,0 +1,216 @@
+/*
+ * cmd_submit.c - `gpuman submit [SELECT] [RESERVE] -- CMD [ARG...]`: put a
+ * command in the user's persistent queue, with its working directory and
+ * environment, and make sure a dispatcher runs.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "engine.h"
+#include "jobs.h"
+#include "parse.h"
+#include "select_help.h"
+#include "util.h"
+
+extern char **environ;
+
+enum { OPT_RETRIES = OPT_CMD_BASE };
+
+static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	unsigned *retries = data;
+	char err[256];
+
+	if (opt != OPT_RETRIES)
+		return -1;
+	if (!strcmp(arg, "0")) {
+		*retries = 0;
+		return CLI_CONTINUE;
+	}
+	if (parse_count(arg, retries, err, sizeof err) < 0)
+		return cli_usage(cli, "--retries '%s': %s", arg, err);
+	return CLI_CONTINUE;
+}
+
+/* The command for people: words joined, quoted where a shell would need it. */
+static char *display_command(char **argv)
+{
+	size_t need = 1;
+	char *out, *p;
+
+	for (char **a = argv; *a; a++)
+		need += strlen(*a) * 4 + 3;
+	out = p = malloc(need);
+	if (!out)
+		return NULL;
+	for (char **a = argv; *a; a++) {
+		int quote = !**a || strpbrk(*a, " \t\n'\"\\$`|&;<>()*?[]#~{}!") != NULL;
+
+		if (a != argv)
+			*p++ = ' ';
+		if (quote)
+			*p++ = '\'';
+		for (const char *c = *a; *c; c++) {
+			if (quote && *c == '\'') {
+				memcpy(p, "'\\''", 4);
+				p += 4;
+			} else {
+				*p++ = *c;
+			}
+		}
+		if (quote)
+			*p++ = '\'';
+	}
+	*p = '\0';
+	return out;
+}
+
+static char *env_block(size_t *len)
+{
+	size_t need = 0;
+	char *block, *p;
+
+	for (char **e = environ; *e; e++)
+		need += strlen(*e) + 1;
+	block = p = malloc(need + 1);
+	if (!block)
+		return NULL;
+	for (char **e = environ; *e; e++) {
+		size_t l = strlen(*e) + 1;
+
+		memcpy(p, *e, l);
+		p += l;
+	}
+	*len = need;
+	return block;
+}
+
+static int submit_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS,
+		{ "retries", required_argument, NULL, OPT_RETRIES }, { 0 }
+	};
+	struct job job = JOB_INIT;
+	struct queue q = { .store = NULL };
+	json_t *jargv = json_array();
+	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
+					   *request = NULL, *env = NULL;
+	unsigned retries = 0;
+	size_t env_len = 0;
+	int status;
+
+	status = cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option,
+			   &retries);
+	if (status != CLI_CONTINUE)
+		goto done;
+	if (optind >= argc) {
+		status = cli_usage(cli, "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...])");
+		goto done;
+	}
+	if (cli->fallback_cpu) {
+		status = cli_usage(cli, "--fallback cpu does not apply to queued jobs");
+		goto done;
+	}
+	if (cli->json) {
+		status = cli_usage(cli, "--json does not apply to submit (see 'gpuman queue --json')");
+		goto done;
+	}
+	if (!getcwd(cwd, sizeof cwd)) {
+		status = cli_error(cli, EXIT_FAIL, "cannot tell the working directory: %s",
+				   strerror(errno));
+		goto done;
+	}
+	for (int i = optind; i < argc; i++)
+		json_array_append_new(jargv, json_string(argv[i]));
+	argv_text = json_dumps(jargv, JSON_COMPACT);
+	command = display_command(argv + optind);
+	request = engine_request_json(cli->req, cli->no_framework_env);
+	env = env_block(&env_len);
+	if (!argv_text || !command || !request || !env) {
+		status = cli_error(cli, EXIT_FAIL, "out of memory (or an argument is not UTF-8)");
+		goto done;
+	}
+	{
+		/* A job that can never run is better refused now than queued. */
+		struct gm_context *ctx = NULL;
+		struct gm_snapshot *snap = NULL;
+
+		status = cli_snapshot(cli, &ctx, &snap);
+		gm_snapshot_free(snap);
+		gm_close(ctx);
+		if (status != EXIT_OK)
+			goto done;
+	}
+	status = queue_open(cli, &q);
+	if (status != EXIT_OK)
+		goto done;
+	job.command = command;
+	job.argv = argv_text;
+	job.cwd = cwd;
+	job.env = env;
+	job.env_len = env_len;
+	job.request = request;
+	job.submit_ms = now_ms();
+	job.retries = (int)retries;
+	if (jobstore_insert(q.store, &job, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	queue_wake(&q);
+	if (queue_ensure_dispatcher(&q, err, sizeof err) < 0)
+		cli_error(cli, 0, "warning: cannot start the dispatcher: %s (job %lld stays queued)",
+			  err, (long long)job.id);
+	printf("%lld\n", (long long)job.id);
+	status = EXIT_OK;
+done:
+	queue_close(&q);
+	json_decref(jargv);
+	free(argv_text);
+	free(command);
+	free(request);
+	free(env);
+	return status;
+}
+
+const struct cmd_entry cmd_submit = {
+	"submit", "queue a command; a dispatcher runs it when GPUs fit",
+	"usage: gpuman submit [SELECT] [RESERVE] [--retries N] -- CMD [ARG...]\n"
+	"\n"
+	"Put CMD in your persistent queue and print its job id.  The working\n"
+	"directory and the environment are recorded now; CMD runs with them, without\n"
+	"a shell, as soon as GPUs that fit are free (first come, first served), with\n"
+	"the same variables as 'gpuman run' (CUDA_VISIBLE_DEVICES, GPUMAN_GPUS,\n"
+	"GPUMAN_LEASE) and GPUMAN_JOB, its id.  Its stdout and stderr go to its log\n"
+	"('gpuman logs ID').\n"
+	"\n"
+	"A small dispatcher starts by itself and exits when the queue is empty.  Each\n"
+	"running job has its own supervisor that holds its lease and records its\n"
+	"result, so the dispatcher can die and restart without losing or repeating a\n"
+	"job; if it has died, the next submit, queue, wait or logs starts a new one.\n"
+	"A job that fails with a CUDA out-of-memory error is requeued for a GPU with\n"
+	"more free memory (up to 3 times).\n"
+	"\n"
+	"  --retries N        run it again up to N times if it fails (default 0)\n"
+	"\n" SELECT_HELP
+	"\n"
+	"reserve:\n"
+	"  --exclusive        nobody else is placed on the GPU (default)\n"
+	"  --mem SIZE         share the GPU: SIZE counts against its free memory\n"
+	"  --idle             only GPUs with no process at all\n"
+	"  --no-framework-env with --mem: no framework memory variables\n"
+	"Queued jobs always wait; --wait is accepted and changes nothing.\n"
+	"\n"
+	"The queue lives in $GPUMAN_QUEUE_DIR, else ${XDG_STATE_HOME:-~/.local/state}/gpuman\n"
+	"(yours alone: mode 0700).\n"
+	"\n"
+	"examples:\n"
+	"  gpuman submit -- python train.py --lr 3e-4\n"
+	"  gpuman submit -n 2 --min-free 20G -- torchrun --nproc-per-node 2 train.py\n"
+	"  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n",
+	submit_exec,
+};

@@ -1,0 +1,97 @@
+/*
+ * engine.h - the dispatch engine shared by `gpuman batch` and the queue's
+ * dispatcher: it starts queued jobs of a job store as GPUs that fit free up,
+ * each under its own runner, records their results, and accounts what they
+ * used.
+ *
+ * A job's life, and who writes what:
+ *
+ *   queued   --(engine: lease GPUs, start the runner, commit "running")-->
+ *   running  --(runner: run the job, write the result into its run file,
+ *               release the lease, exit; engine: commit the result)-->
+ *   done | failed | cancelled | interrupted | queued again (retry, OOM)
+ *
+ * The runner is gpuman-runner (runner/gpuman-runner.c), a small static
+ * program the engine starts with posix_spawn under the registry lock, so
+ * that the lease names it from the start.  Each running job has a run file
+ * <run_dir>/slot-<n>.run (n recorded in the job's row; the files are
+ * reused, not created per job) that its runner holds flock'd from the claim
+ * until it exits, and into which it writes its result before releasing its
+ * lease.  The runner never touches SQLite: results reach the store through
+ * the engine, which reads run files when runners exit, one transaction per
+ * round.  So the engine can be killed at any instant: a restarted engine
+ * finds each "running" job's runner alive (run file locked: it watches its
+ * pidfd), finished (result in the file: recorded now) or dead without a
+ * result (failed, "runner died").  A runner waits for a go byte that the
+ * engine writes only after the claim has committed; one that gets end of
+ * file instead (the engine died in between) does not run its job, which
+ * stays queued: no job is lost, none runs twice.  A run slot is not reused
+ * before the round that recorded its result has committed.
+ *
+ * The engine never busy-polls: it sleeps in poll() on a signalfd (its
+ * runners' exits, Ctrl-C), inotify on the lease registry (GPUs released by
+ * anybody) and on the queue directory's wake file (submit, cancel), pidfds
+ * of adopted runners, and a one-second tick only while jobs are queued or
+ * running (NVML changes made outside gpuman; accounting samples).
+ */
+#ifndef GM_ENGINE_H
+#define GM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "gpuman.h"
+#include "jobstore.h"
+
+struct registry;
+
+struct engine_counts {
+	size_t queued, running, done, failed, cancelled, interrupted;
+	int64_t started_ms;     /* monotonic, when the engine started */
+	int interrupting;       /* Ctrl-C seen: running jobs are being stopped */
+};
+
+struct engine_config {
+	struct jobstore *store;
+	const char *run_dir;        /* run files; must exist */
+	const char *log_dir;        /* "<id>.log" for jobs that name no log */
+	struct gm_context *ctx;
+	struct registry *reg;
+	/* Batch: the request of every task, a sweep's heuristics (learned
+	 * out-of-memory floors, fastest-finish placement at the tail),
+	 * Ctrl-C stops the tasks.  NULL: the queue; each job has its own. */
+	const struct gm_request *request;
+	int no_framework_env;       /* batch: no framework memory variables */
+	unsigned max_running;       /* -j; 0: as many as GPUs allow */
+	int requeue_dead;           /* a job whose runner died runs again (--resume) */
+	/* Queue: the dispatcher's lock, dropped (and re-taken if jobs came in
+	 * meanwhile) when nothing is left; -1 for batch. */
+	int dispatcher_lock_fd;
+	const char *wake_name;      /* file name in wake_dir whose writes mean "look again" */
+	const char *wake_dir;
+	const char *events_path;    /* rewritten after jobs end (wait, logs -f watch it) */
+	FILE *log;                  /* messages for people (dispatcher.log); may be NULL */
+	void (*progress)(void *data, const struct engine_counts *counts);
+	void *progress_data;
+};
+
+enum engine_result {
+	ENGINE_DONE = 0,        /* nothing queued or running is left */
+	ENGINE_INTERRUPTED = 1, /* batch: Ctrl-C; every started job ended */
+	ENGINE_STOPPED = 2,     /* dispatcher: SIGTERM, or another dispatcher took over */
+	ENGINE_ERROR = -1       /* errbuf says why */
+};
+
+enum engine_result engine_run(const struct engine_config *cfg, char *errbuf, size_t errlen);
+
+/* A request as JSON text (the job store's "request" column): option names
+ * of the command line.  Caller frees; NULL on out-of-memory. */
+char *engine_request_json(const struct gm_request *req, int no_framework_env);
+/* Parse it back; *no_framework_env may be NULL.  NULL on bad text. */
+struct gm_request *engine_request_parse(const char *json, int *no_framework_env, char *errbuf,
+					size_t errlen);
+
+/* "killed by signal 9 (Killed)" / "exit status 3", for reasons. */
+void engine_describe_status(int status, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,319 @@
+/*
+ * jobs.c - the queue directory, race-free dispatcher start, and jobs as
+ * JSON and table cells (see jobs.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "jobs.h"
+
+static int make_private_dir(const char *dir, char *err, size_t len)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, len, "cannot create '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	if (lstat(dir, &st) < 0) {
+		snprintf(err, len, "'%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, len, "'%s' is not a directory (GPUMAN_QUEUE_DIR)", dir);
+		return -1;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(err, len,
+			 "'%s' belongs to another user; the queue must be yours alone "
+			 "(set GPUMAN_QUEUE_DIR)",
+			 dir);
+		return -1;
+	}
+	if ((st.st_mode & 077) && chmod(dir, 0700) < 0) {
+		snprintf(err, len, "cannot make '%s' private: %s", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* mkdir -p for the parents of the queue directory (0700 too). */
+static int make_parents(char *path)
+{
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+			*p = '/';
+			return -1;
+		}
+		*p = '/';
+	}
+	return 0;
+}
+
+int queue_open(struct cli *cli, struct queue *q)
+{
+	const char *env = getenv("GPUMAN_QUEUE_DIR"), *xdg = getenv("XDG_STATE_HOME"),
+		   *home = getenv("HOME");
+	char err[GM_ERRBUF_SIZE], path[PATH_MAX + 32];
+
+	memset(q, 0, sizeof *q);
+	if (env && *env)
+		snprintf(q->dir, sizeof q->dir, "%s", env);
+	else if (xdg && *xdg == '/')
+		snprintf(q->dir, sizeof q->dir, "%s/gpuman", xdg);
+	else if (home && *home == '/')
+		snprintf(q->dir, sizeof q->dir, "%s/.local/state/gpuman", home);
+	else
+		return cli_error(cli, EXIT_FAIL,
+				 "no home directory for the queue: set GPUMAN_QUEUE_DIR");
+	if (make_parents(q->dir) < 0 || make_private_dir(q->dir, err, sizeof err) < 0)
+		return cli_error(cli, EXIT_FAIL, "queue directory: %s",
+				 errno && !err[0] ? strerror(errno) : err);
+	if (make_private_dir(queue_path(q, "logs", path, sizeof path), err, sizeof err) < 0 ||
+	    make_private_dir(queue_path(q, "runs", path, sizeof path), err, sizeof err) < 0)
+		return cli_error(cli, EXIT_FAIL, "queue directory: %s", err);
+	if (jobstore_open(&q->store, queue_path(q, "jobs.db", path, sizeof path), err, sizeof err) !=
+	    GM_OK)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	return EXIT_OK;
+}
+
+void queue_close(struct queue *q)
+{
+	jobstore_close(q->store);
+	q->store = NULL;
+}
+
+char *queue_path(const struct queue *q, const char *name, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s", q->dir, name);
+	return buf;
+}
+
+char *queue_log_path(const struct queue *q, const struct job *job, char *buf, size_t len)
+{
+	if (job->log)
+		snprintf(buf, len, "%s", job->log);
+	else
+		snprintf(buf, len, "%s/logs/%lld.log", q->dir, (long long)job->id);
+	return buf;
+}
+
+void queue_wake(const struct queue *q)
+{
+	char path[PATH_MAX + 32];
+	int fd = open(queue_path(q, "wake", path, sizeof path),
+		      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	if (fd < 0)
+		return;
+	if (write(fd, "1", 1) != 1) {
+		/* the close still wakes the dispatcher */
+	}
+	close(fd);
+}
+
+int queue_has_work(struct queue *q)
+{
+	size_t counts[JOB_STATE_COUNT];
+
+	if (jobstore_counts(q->store, counts, NULL, 0) != GM_OK)
+		return 1;
+	return counts[JOB_QUEUED] + counts[JOB_RUNNING] > 0;
+}
+
+int queue_dispatcher_pid(const struct queue *q)
+{
+	char path[PATH_MAX + 32], buf[32];
+	int fd = open(queue_path(q, "dispatcher.lock", path, sizeof path), O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	int pid = 0;
+
+	if (fd < 0)
+		return 0;
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+		n = pread(fd, buf, sizeof buf - 1, 0);
+		if (n > 0) {
+			buf[n] = '\0';
+			pid = atoi(buf);
+		}
+	}
+	close(fd);
+	return pid;
+}
+
+int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
+{
+	char path[PATH_MAX + 32], arg[32];
+	pid_t pid;
+	int fd, status;
+
+	fd = open(queue_path(q, "dispatcher.lock", path, sizeof path),
+		  O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		snprintf(err, len, "'%s': %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int saved = errno;
+
+		close(fd);
+		if (saved == EWOULDBLOCK)
+			return 0; /* one runs, and will see what we committed */
+		snprintf(err, len, "'%s': %s", path, strerror(saved));
+		return -1;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		snprintf(err, len, "fork: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (pid == 0) {
+		int null_fd, log_fd;
+
+		/* Its own session, and not our child: it outlives us and no
+		 * terminal's signals reach it. */
+		setsid();
+		if (fork() != 0)
+			_exit(0);
+		if (fd < 3) {
+			int high = fcntl(fd, F_DUPFD, 3);
+
+			if (high < 0)
+				_exit(1);
+			fd = high;
+		}
+		fcntl(fd, F_SETFD, 0);
+		null_fd = open("/dev/null", O_RDWR);
+		log_fd = open(queue_path(q, "dispatcher.log", path, sizeof path),
+			      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+		if (null_fd >= 0)
+			dup2(null_fd, 0);
+		dup2(log_fd >= 0 ? log_fd : null_fd, 1);
+		dup2(log_fd >= 0 ? log_fd : null_fd, 2);
+		if (null_fd > 2)
+			close(null_fd);
+		if (log_fd > 2)
+			close(log_fd);
+		umask(077);
+		snprintf(arg, sizeof arg, "--lock-fd=%d", fd);
+		execl("/proc/self/exe", "gpuman", "dispatcher", arg, q->dir, (char *)NULL);
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	close(fd); /* the dispatcher holds the lock through its own copy */
+	return 0;
+}
+
+static json_t *opt_int(int has, int64_t v)
+{
+	return has ? json_integer(v) : json_null();
+}
+
+json_t *job_json(const struct job *job, const char *log_path, int batch)
+{
+	json_t *o = json_object(), *gpus = json_array(), *argv = NULL;
+	const char *ip = job->gpus, *up = job->uuids;
+	int64_t dur = job->start_ms && job->end_ms ? job->end_ms - job->start_ms : -1;
+
+	while (ip && *ip) {
+		json_t *g = json_object();
+		size_t ul = up ? strcspn(up, ",") : 0;
+
+		json_object_set_new(g, "index", json_integer(strtol(ip, NULL, 10)));
+		json_object_set_new(g, "uuid", up ? json_stringn(up, ul) : json_null());
+		json_array_append_new(gpus, g);
+		ip += strcspn(ip, ",");
+		ip += *ip == ',';
+		if (up) {
+			up += ul;
+			up += *up == ',';
+		}
+	}
+	if (job->argv)
+		argv = json_loads(job->argv, 0, NULL);
+	json_object_set_new(o, batch ? "task" : "id", json_integer(job->id));
+	json_object_set_new(o, "state", json_string(job_state_name(job->state)));
+	json_object_set_new(o, "command", json_string(job->command ? job->command : ""));
+	if (!batch) {
+		json_object_set_new(o, "argv", argv ? argv : json_null());
+		json_object_set_new(o, "cwd", job->cwd ? json_string(job->cwd) : json_null());
+	} else {
+		json_decref(argv);
+	}
+	json_object_set_new(o, "gpus", gpus);
+	if (!batch)
+		json_object_set_new(o, "submit_ms", opt_int(job->submit_ms != 0, job->submit_ms));
+	json_object_set_new(o, "start_ms", opt_int(job->start_ms != 0, job->start_ms));
+	json_object_set_new(o, "end_ms", opt_int(job->end_ms != 0, job->end_ms));
+	json_object_set_new(o, "duration_ms", opt_int(dur >= 0, dur));
+	json_object_set_new(o, "exit_status", opt_int(job->has_exit, job->exit_status));
+	json_object_set_new(o, "reason", job->reason ? json_string(job->reason) : json_null());
+	json_object_set_new(o, "attempts", json_integer(job->attempts));
+	json_object_set_new(o, "oom_requeues", json_integer(job->ooms));
+	json_object_set_new(o, "peak_mem_mib", opt_int(job->has_peak, job->peak_mem_mib));
+	json_object_set_new(o, "mean_util_pct",
+			    job->util_samples ? json_real(job->util_sum / job->util_samples)
+					      : json_null());
+	json_object_set_new(o, "util_samples", json_integer(job->util_samples));
+	json_object_set_new(o, "log", log_path ? json_string(log_path) : json_null());
+	return o;
+}
+
+char *fmt_duration(char *buf, size_t len, int64_t ms)
+{
+	if (ms < 0)
+		snprintf(buf, len, "-");
+	else if (ms < 60000)
+		snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
+	else if (ms < 3600000)
+		snprintf(buf, len, "%lldm%02llds", (long long)(ms / 60000),
+			 (long long)(ms % 60000 / 1000));
+	else
+		snprintf(buf, len, "%lldh%02lldm", (long long)(ms / 3600000),
+			 (long long)(ms % 3600000 / 60000));
+	return buf;
+}
+
+char *fmt_peak(char *buf, size_t len, const struct job *job)
+{
+	if (!job->has_peak)
+		return strcpy(buf, "-");
+	return fmt_mib(buf, len, (uint64_t)job->peak_mem_mib);
+}
+
+char *fmt_util(char *buf, size_t len, const struct job *job)
+{
+	if (!job->util_samples)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.0f%%", job->util_sum / job->util_samples);
+	return buf;
+}
+
+int64_t parse_job_id(const char *s)
+{
+	char *end;
+	long long v;
+
+	if (!s || !*s)
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end || v <= 0)
+		return -1;
+	return v;
+}

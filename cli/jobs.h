@@ -1,0 +1,69 @@
+/*
+ * jobs.h - what batch and the queue commands share besides the engine: the
+ * per-user queue directory, starting its dispatcher race-free, and jobs as
+ * JSON and as table cells.
+ *
+ * The queue directory ($GPUMAN_QUEUE_DIR, else
+ * ${XDG_STATE_HOME:-$HOME/.local/state}/gpuman; mode 0700) holds:
+ *
+ *   jobs.db          the job store (SQLite, WAL; 0600)
+ *   dispatcher.lock  flock'd by the live dispatcher; holds its pid
+ *   dispatcher.log   what the dispatcher has to say
+ *   wake             rewritten by submit and cancel: "look at the queue"
+ *   events           rewritten by the dispatcher when jobs end
+ *   logs/<id>.log    each job's stdout and stderr
+ *   runs/<id>.run    each running job's run file (see engine.h)
+ */
+#ifndef GM_JOBS_H
+#define GM_JOBS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "cli.h"
+#include "jobstore.h"
+
+struct queue {
+	char dir[PATH_MAX];
+	struct jobstore *store;
+};
+
+/* Resolve, create (0700) and check the queue directory and open its store.
+ * Reports failures itself; returns EXIT_OK or EXIT_FAIL. */
+int queue_open(struct cli *cli, struct queue *q);
+void queue_close(struct queue *q);
+/* "<dir>/<name>" into buf. */
+char *queue_path(const struct queue *q, const char *name, char *buf, size_t len);
+/* The log file of a job. */
+char *queue_log_path(const struct queue *q, const struct job *job, char *buf, size_t len);
+/* Tell a running dispatcher to look at the queue again. */
+void queue_wake(const struct queue *q);
+
+/*
+ * Start the dispatcher unless one runs: take dispatcher.lock without
+ * waiting; if that works nobody holds it, so fork, setsid, fork again and
+ * exec `gpuman dispatcher` in the grandchild, which inherits the locked
+ * descriptor; if it is held, a dispatcher runs and will see our commit
+ * (it looks again after dropping the lock).  Returns 0, -1 with a message.
+ */
+int queue_ensure_dispatcher(const struct queue *q, char *errbuf, size_t errlen);
+/* Does any job wait or run?  (Then a dispatcher must live.) */
+int queue_has_work(struct queue *q);
+/* The dispatcher's pid from its lock file, 0 if none holds it. */
+int queue_dispatcher_pid(const struct queue *q);
+
+/* A job as JSON (the schema of `gpuman queue --json`, README); with
+ * task >= 0 a batch task. New reference. */
+struct json_t;
+struct json_t *job_json(const struct job *job, const char *log_path, int batch);
+
+/* "1.2s", "3m05s", "2h01m"; "-" for negative. */
+char *fmt_duration(char *buf, size_t len, int64_t ms);
+/* Peak GPU memory / mean utilization cells: "2.0G" / "90%", or "-" when
+ * the job was never sampled. */
+char *fmt_peak(char *buf, size_t len, const struct job *job);
+char *fmt_util(char *buf, size_t len, const struct job *job);
+/* Parse a job id operand; -1 if it is not one. */
+int64_t parse_job_id(const char *s);
+
+#endif

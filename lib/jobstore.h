@@ -1,0 +1,142 @@
+/*
+ * jobstore.h - the job store shared by `gpuman batch` and the per-user
+ * queue: one SQLite database (WAL) holding every job, its state, where it
+ * ran and what it used.
+ *
+ * One process writes jobs' progress (the dispatcher, or the batch process
+ * itself); others (submit, queue, cancel, wait) read, insert and cancel
+ * through their own connections.  SQLite's locks make that safe; the busy
+ * timeout makes short waits invisible.  A connection is never carried
+ * across fork(): close it first, or open a new one only in a new program.
+ *
+ * Calling sequence:
+ *
+ *   struct jobstore *st;
+ *   if (jobstore_open(&st, "/path/jobs.db", err, sizeof err) != GM_OK) ...
+ *   struct job job = JOB_INIT;
+ *   job.command = "python train.py"; ...
+ *   jobstore_insert(st, &job, err, sizeof err);      (sets job.id)
+ *   ...
+ *   jobstore_begin(st, ...); several updates; jobstore_commit(st, ...);
+ *   jobstore_close(st);
+ *
+ * Strings in a struct job read from the store are owned by the job and
+ * freed by job_release(); jobs built by a caller for insert may point
+ * anywhere (the store copies them) but must then not be released.
+ */
+#ifndef GM_JOBSTORE_H
+#define GM_JOBSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "gpuman.h"
+
+enum job_state {
+	JOB_QUEUED = 0,
+	JOB_RUNNING = 1,
+	JOB_DONE = 2,        /* exited 0 */
+	JOB_FAILED = 3,      /* non-zero exit, signal, never placeable, runner died */
+	JOB_CANCELLED = 4,   /* gpuman cancel */
+	JOB_INTERRUPTED = 5  /* batch stopped by Ctrl-C while it ran */
+};
+#define JOB_STATE_COUNT 6
+
+/* "queued", "running", ...; job_state_parse returns -1 for unknown names. */
+const char *job_state_name(enum job_state state);
+int job_state_parse(const char *name);
+/* Has the job ended (nothing will run it again unless resumed)? */
+int job_state_final(enum job_state state);
+
+struct job {
+	int64_t id;
+	enum job_state state;
+	char *command;          /* for people; for a shell job the line itself */
+	char *argv;             /* JSON array of arguments; NULL: run command with /bin/sh */
+	char *cwd;              /* NULL: the dispatcher's */
+	char *env;              /* NAME=VALUE\0...; NULL: the dispatcher's environment */
+	size_t env_len;         /* bytes of env */
+	char *request;          /* JSON object: request options by command-line name */
+	char *log;              /* its log file (stdout and stderr) */
+	int64_t submit_ms, start_ms, end_ms; /* wall clock; 0 = not yet */
+	char *gpus;             /* NVML indices "1,7"; NULL before placement */
+	char *uuids;            /* "GPU-...,GPU-..." */
+	int has_exit;
+	int exit_status;        /* exit code, or 128+N when killed by signal N */
+	char *reason;           /* why it failed, was requeued or cancelled */
+	int attempts;           /* starts so far, retries and requeues included */
+	int retries;            /* further starts allowed after a failure */
+	int ooms;               /* requeues after CUDA out-of-memory errors */
+	int64_t min_free_mib;   /* extra free memory asked after an OOM; 0 none */
+	int64_t placed_free_mib;/* free MiB of its GPU(s) when placed; -1 unknown */
+	int has_peak;
+	int64_t peak_mem_mib;   /* most GPU memory its processes held at a sample */
+	int util_samples;       /* samples that saw its processes on its GPUs */
+	double util_sum;        /* sum of those samples' mean GPU utilization, % */
+	int runner_pid;         /* the runner that supervises it while running */
+	int run_slot;           /* its run file while running (engine.h); -1 none */
+};
+#define JOB_INIT { 0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, \
+		   0, 0, NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1 }
+
+/* Free the strings of a job read from the store; keep the struct. */
+void job_release(struct job *job);
+
+struct jobstore;
+
+/*
+ * Open (creating if needed, mode 0600) the database at path: WAL journal,
+ * synchronous=NORMAL (a crash of any process loses nothing committed; a
+ * power loss may lose the last commits), a busy timeout of some seconds.
+ * GM_ERR_STATE with a message naming the file on failure.
+ */
+enum gm_err jobstore_open(struct jobstore **out, const char *path, char *errbuf, size_t errlen);
+void jobstore_close(struct jobstore *st);
+
+/* Transactions: several changes become visible, and durable, at once.
+ * Each returns GM_OK or GM_ERR_IO with the message. */
+enum gm_err jobstore_begin(struct jobstore *st, char *errbuf, size_t errlen);
+enum gm_err jobstore_commit(struct jobstore *st, char *errbuf, size_t errlen);
+void jobstore_rollback(struct jobstore *st);
+
+/* Insert a job; its id is job->id when non-zero (batch: the task number),
+ * else the next free one (never reused), written back to job->id. */
+enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *errbuf, size_t errlen);
+
+/* Read one job (env only if with_env).  GM_ERR_NOT_FOUND if none. */
+enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct job *out,
+			 char *errbuf, size_t errlen);
+
+/*
+ * Jobs in id order: with state >= 0 only those in that state; only ids
+ * above after_id; at most limit (0: all).  *jobs (caller frees with
+ * jobstore_free_list) holds *count jobs, without env.
+ */
+enum gm_err jobstore_list(struct jobstore *st, int state, int64_t after_id, size_t limit,
+			  struct job **jobs, size_t *count, char *errbuf, size_t errlen);
+void jobstore_free_list(struct job *jobs, size_t count);
+
+/* Ids of the jobs in a state, in id order (caller frees *ids). */
+enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids,
+			 size_t *count, char *errbuf, size_t errlen);
+
+/* How many jobs are in each state: counts[JOB_STATE_COUNT]. */
+enum gm_err jobstore_counts(struct jobstore *st, size_t *counts, char *errbuf, size_t errlen);
+
+/*
+ * Write every mutable field of job (state, times, placement, result,
+ * counters, accounting, runner) -- but only if the stored job is still in
+ * state expect with expect_attempts attempts, so that a stale writer (a
+ * dispatcher that lost a race, a result of an earlier attempt) changes
+ * nothing.  *changed is 1 if it was written, 0 if not.
+ */
+enum gm_err jobstore_update(struct jobstore *st, const struct job *job, enum job_state expect,
+			    int expect_attempts, int *changed, char *errbuf, size_t errlen);
+
+/* Only the accounting of a running job (peak memory, utilization samples). */
+enum gm_err jobstore_account(struct jobstore *st, const struct job *job, char *errbuf,
+			     size_t errlen);
+
+/* Delete one job (id > 0) or all of them (id == 0). */
+enum gm_err jobstore_delete(struct jobstore *st, int64_t id, char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,583 @@
+/*
+ * gpuman-runner.c - the supervisor of one batch task or queued job, started
+ * by the engine (cli/engine.c) with posix_spawn; not for people.
+ *
+ * It holds the job's lease and its run file's lock for as long as it lives,
+ * waits for the go (one byte on a pipe, written once the engine has
+ * committed the claim; end of file instead means "do not run"), runs the
+ * job in its own process group with its output in the log, waits for it,
+ * writes one result line into the run file, releases the lease and exits.
+ * The engine reads the result when it sees the runner exit; a runner that
+ * dies without writing one takes its job with it (PR_SET_PDEATHSIG), so a
+ * job never runs unsupervised.
+ *
+ * It is a small static program rather than a fork of the engine: a fork of
+ * the engine costs the engine about five times as much (page tables, then a
+ * copy-on-write fault for each page either side writes), and the engine is
+ * the one process every task waits for.
+ *
+ * Signals: SIGTERM cancels (SIGTERM to the job's group, SIGKILL 10 s
+ * later, or at once on a second SIGTERM); SIGUSR1 interrupts (batch's
+ * Ctrl-C: SIGTERM, recorded as interrupted); SIGUSR2 kills.  SIGINT, SIGHUP
+ * and SIGQUIT from a terminal are ignored: batch decides.
+ *
+ * Arguments (all --name=value, then the command):
+ *   --job=ID --attempt=N --run-fd=FD --go-fd=FD --lease-fd=FD
+ *   --lease-path=PATH --lease-id=ID --gpus=1,7 --uuids=GPU-..,GPU-..
+ *   --cuda-visible=VALUE [--mem-fraction=F [--no-framework-env]]
+ *   --log=PATH [--private-log] [--cwd=DIR] [--task]
+ *   (--line=SHELL-LINE | -- PROGRAM ARG...)
+ * Its environment is the job's.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "../cli/childenv.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define CANCEL_GRACE_S 10
+#define RESULT_MAGIC "gpuman-run 1 "
+
+enum stop { STOP_NONE = 0, STOP_CANCELLED = 1, STOP_INTERRUPTED = 2, STOP_ABORTED = 3 };
+static const char *const stop_names[] = { "none", "cancelled", "interrupted", "aborted" };
+
+struct args {
+	long long job;
+	int attempt;
+	int run_fd, go_fd, lease_fd;
+	const char *lease_path, *lease_id, *gpus, *uuids, *cuda_visible;
+	double mem_fraction;       /* > 0: a memory share */
+	int no_framework_env;
+	const char *log;
+	int private_log;
+	const char *cwd;
+	int task;                  /* batch: GPUMAN_TASK */
+	const char *line;          /* batch: a command line */
+	char **argv;               /* queue: the argument vector */
+};
+
+static volatile sig_atomic_t r_stop, r_kill;
+static volatile pid_t r_job;
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+
+	if (sig == SIGTERM && r_stop)
+		r_kill = 1;
+	else if (sig == SIGTERM)
+		r_stop = STOP_CANCELLED;
+	else if (sig == SIGUSR1 && !r_stop)
+		r_stop = STOP_INTERRUPTED;
+	else if (sig == SIGUSR2 || sig == SIGALRM)
+		r_kill = 1;
+	if (r_job > 0)
+		kill(-r_job, r_kill ? SIGKILL : SIGTERM);
+	if (sig == SIGTERM && !r_kill)
+		alarm(CANCEL_GRACE_S);
+	errno = saved;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void write_result(const struct args *a, int64_t start, int64_t end, int status, int oom,
+			 enum stop stop)
+{
+	char line[256];
+	int n = snprintf(line, sizeof line,
+			 RESULT_MAGIC "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d "
+				      "stop=%s\n",
+			 a->job, a->attempt, (long long)start, (long long)end, status, oom,
+			 stop_names[stop]);
+
+	if (pwrite(a->run_fd, line, (size_t)n, 0) != n)
+		_exit(1); /* unrecorded: the engine says "runner died" */
+}
+
+/* Remove the lease, then close it: a waiter woken by the close must not
+ * find it (as gm_lease_release does). */
+static void release_lease(const struct args *a)
+{
+	unlink(a->lease_path);
+	close(a->lease_fd);
+}
+
+/* Did this attempt's output report a CUDA out-of-memory error? */
+static int log_has_oom(int fd, off_t from)
+{
+	static const char *const pats[] = { "out of memory", "CUDA_ERROR_OUT_OF_MEMORY",
+					    "cudaErrorMemoryAllocation" };
+	enum { CHUNK = 65536, OVERLAP = 64 };
+	char *buf = malloc(CHUNK + OVERLAP + 1);
+	size_t kept = 0;
+	int found = 0;
+	ssize_t got;
+
+	if (!buf)
+		return 0;
+	while (!found && (got = pread(fd, buf + kept, CHUNK, from)) > 0) {
+		size_t n = kept + (size_t)got;
+
+		from += got;
+		for (size_t i = 0; i < n; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		buf[n] = '\0';
+		for (size_t p = 0; p < ARRAY_SIZE(pats) && !found; p++)
+			found = strcasestr(buf, pats[p]) != NULL;
+		kept = n < OVERLAP ? n : OVERLAP;
+		memmove(buf, buf + n - kept, kept);
+	}
+	free(buf);
+	return found;
+}
+
+/* Replace {gpu}, {uuid} and {task} in a batch line. */
+static char *substitute(const char *line, const char *gpus, const char *uuids, long long task)
+{
+	char num[24];
+	size_t cap = strlen(line) + 1, n = 0;
+	char *out;
+
+	snprintf(num, sizeof num, "%lld", task);
+	for (const char *p = strchr(line, '{'); p; p = strchr(p + 1, '{'))
+		cap += strlen(uuids) + strlen(gpus) + strlen(num);
+	out = malloc(cap);
+	if (!out)
+		return NULL;
+	for (const char *p = line; *p;) {
+		const char *with = NULL;
+		size_t skip = 0;
+
+		if (!strncmp(p, "{gpu}", 5))
+			with = gpus, skip = 5;
+		else if (!strncmp(p, "{uuid}", 6))
+			with = uuids, skip = 6;
+		else if (!strncmp(p, "{task}", 6))
+			with = num, skip = 6;
+		if (with) {
+			memcpy(out + n, with, strlen(with));
+			n += strlen(with);
+			p += skip;
+		} else {
+			out[n++] = *p++;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/*
+ * Does a line need /bin/sh?  Only plain words do not: then it is split on
+ * blanks and run directly, which saves a shell's start-up per task (a
+ * thousand trivial tasks a second depend on it).
+ */
+static int needs_shell(const char *line)
+{
+	static const char *const words[] = {
+		"!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in",
+		"then", "until", "while", ".", ":", "alias", "break", "cd", "command", "continue",
+		"eval", "exec", "exit", "export", "read", "readonly", "return", "set", "shift",
+		"source", "test", "times", "trap", "ulimit", "umask", "unset", "wait", "[",
+	};
+	size_t first;
+
+	if (strpbrk(line, "|&;<>()$`\\\"'*?[#~\n\r"))
+		return 1;
+	line += strspn(line, " \t");
+	first = strcspn(line, " \t");
+	if (!first || memchr(line, '=', first))
+		return 1;
+	for (size_t i = 0; i < ARRAY_SIZE(words); i++)
+		if (strlen(words[i]) == first && !strncmp(line, words[i], first))
+			return 1;
+	return 0;
+}
+
+/* Split a plain line into words (it has no quotes: see needs_shell). */
+static char **split_words(char *line)
+{
+	size_t n = 0, cap = 8;
+	char **argv = malloc(cap * sizeof *argv), *save = NULL;
+
+	if (!argv)
+		return NULL;
+	for (char *w = strtok_r(line, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+		if (n + 2 > cap) {
+			char **grown = realloc(argv, (cap *= 2) * sizeof *argv);
+
+			if (!grown) {
+				free(argv);
+				return NULL;
+			}
+			argv = grown;
+		}
+		argv[n++] = w;
+	}
+	argv[n] = NULL;
+	return argv;
+}
+
+/* Where execvp would find argv0 in the job's own PATH; caller frees. */
+static char *resolve_program(const char *argv0, const struct child_env *env)
+{
+	const char *path = "/usr/local/bin:/usr/bin:/bin";
+	size_t alen = strlen(argv0);
+
+	if (strchr(argv0, '/'))
+		return strdup(argv0);
+	for (size_t i = 0; i < env->count; i++)
+		if (!strncmp(env->vars[i], "PATH=", 5))
+			path = env->vars[i] + 5;
+	for (const char *p = path;; p += strcspn(p, ":") + 1) {
+		size_t dlen = strcspn(p, ":");
+		char *cand = malloc(dlen + alen + 3);
+		struct stat st;
+
+		if (!cand)
+			return NULL;
+		snprintf(cand, dlen + alen + 3, "%.*s/%s", (int)dlen, dlen ? p : ".", argv0);
+		if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+			return cand;
+		free(cand);
+		if (!p[dlen])
+			return NULL;
+	}
+}
+
+struct job_exec {
+	const char *program;   /* resolved path, or NULL: not found */
+	char **argv;
+	char **envp;
+	const char *cwd;
+	int log_fd, lease_fd, null_fd;
+	pid_t runner;
+	char msg[512];         /* "gpuman: cannot run 'x': " */
+	size_t msg_len;
+};
+
+/*
+ * In the job's process, between vfork and exec: it shares the runner's
+ * memory, so it only makes system calls on prepared data.  Never returns.
+ */
+static void job_exec(const struct job_exec *x)
+{
+	static const int sigs[] = { SIGINT, SIGQUIT, SIGHUP, SIGPIPE, SIGTERM,
+				    SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD };
+	struct sigaction dfl;
+	sigset_t none;
+	const char *why;
+	int err;
+
+	setpgid(0, 0);
+	/* A killed runner takes its job with it rather than leave it running
+	 * unsupervised with nobody to record it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != x->runner)
+		_exit(1);
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+		sigaction(sigs[i], &dfl, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (x->null_fd >= 0)
+		dup2(x->null_fd, 0);
+	dup2(x->log_fd, 1);
+	dup2(x->log_fd, 2);
+	if (x->cwd && chdir(x->cwd) < 0) {
+		err = errno;
+		why = "cannot enter its working directory";
+		goto failed;
+	}
+	/* The job holds its lease too: a job that outlives its runner keeps
+	 * its GPUs until it ends. */
+	fcntl(x->lease_fd, F_SETFD, 0);
+	if (!x->program) {
+		err = ENOENT;
+		why = "not found in PATH";
+		goto failed;
+	}
+	execve(x->program, x->argv, x->envp);
+	err = errno;
+	why = strerror(err);
+failed:
+	if (write(2, x->msg, x->msg_len) < 0 || write(2, why, strlen(why)) < 0 ||
+	    write(2, "\n", 1) < 0)
+		_exit(err == ENOENT ? 127 : 126);
+	_exit(err == ENOENT ? 127 : 126);
+}
+
+/* vfork in a function of its own: nothing of the caller's frame is live
+ * across it. */
+static __attribute__((noinline)) pid_t spawn_job(const struct job_exec *x)
+{
+	pid_t pid = vfork();
+
+	if (pid == 0)
+		job_exec(x);
+	return pid;
+}
+
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	memset(a, 0, sizeof *a);
+	a->run_fd = a->go_fd = a->lease_fd = -1;
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i], *v = strchr(arg, '=');
+		size_t klen = v ? (size_t)(v - arg) : strlen(arg);
+		char key[32];
+
+		if (!strcmp(arg, "--")) {
+			a->argv = argv + i + 1;
+			break;
+		}
+		if (!strcmp(arg, "--no-framework-env")) {
+			a->no_framework_env = 1;
+			continue;
+		}
+		if (!strcmp(arg, "--private-log")) {
+			a->private_log = 1;
+			continue;
+		}
+		if (!strcmp(arg, "--task")) {
+			a->task = 1;
+			continue;
+		}
+		if (!v || klen >= sizeof key)
+			return -1;
+		/* argv stays as it was: ps and /proc/PID/cmdline show it whole */
+		memcpy(key, arg, klen);
+		key[klen] = '\0';
+		arg = key;
+		v++;
+		if (!strcmp(arg, "--job"))
+			a->job = strtoll(v, NULL, 10);
+		else if (!strcmp(arg, "--attempt"))
+			a->attempt = atoi(v);
+		else if (!strcmp(arg, "--run-fd"))
+			a->run_fd = atoi(v);
+		else if (!strcmp(arg, "--go-fd"))
+			a->go_fd = atoi(v);
+		else if (!strcmp(arg, "--lease-fd"))
+			a->lease_fd = atoi(v);
+		else if (!strcmp(arg, "--lease-path"))
+			a->lease_path = v;
+		else if (!strcmp(arg, "--lease-id"))
+			a->lease_id = v;
+		else if (!strcmp(arg, "--gpus"))
+			a->gpus = v;
+		else if (!strcmp(arg, "--uuids"))
+			a->uuids = v;
+		else if (!strcmp(arg, "--cuda-visible"))
+			a->cuda_visible = v;
+		else if (!strcmp(arg, "--mem-fraction"))
+			a->mem_fraction = strtod(v, NULL);
+		else if (!strcmp(arg, "--log"))
+			a->log = v;
+		else if (!strcmp(arg, "--cwd"))
+			a->cwd = v;
+		else if (!strcmp(arg, "--line"))
+			a->line = v;
+		else
+			return -1;
+	}
+	if (a->job <= 0 || a->attempt <= 0 || a->run_fd < 3 || a->go_fd < 3 || a->lease_fd < 3 ||
+	    !a->lease_path || !a->lease_id || !a->gpus || !a->uuids || !a->cuda_visible ||
+	    !a->log || (!a->line && !(a->argv && a->argv[0])))
+		return -1;
+	return 0;
+}
+
+/* Close every descriptor above 2 but ours: nothing of the engine's lives on
+ * in us (its lock, another runner's go pipe). */
+static void close_others(const struct args *a)
+{
+	int keep[3] = { a->run_fd, a->go_fd, a->lease_fd };
+	unsigned lo = 3;
+
+	for (int i = 0; i < 3; i++)
+		for (int j = i + 1; j < 3; j++)
+			if (keep[j] < keep[i]) {
+				int t = keep[i];
+
+				keep[i] = keep[j];
+				keep[j] = t;
+			}
+	for (int i = 0; i <= 3; i++) {
+		unsigned hi = i < 3 ? (unsigned)keep[i] : ~0u;
+
+		if (hi > lo) {
+#ifdef SYS_close_range
+			if (syscall(SYS_close_range, lo, hi - 1, 0) < 0)
+#endif
+				for (unsigned fd = lo; fd < hi && fd < 65536; fd++)
+					close((int)fd);
+		}
+		lo = hi + 1;
+	}
+}
+
+
+int main(int argc, char **argv)
+{
+	static const int handled[] = { SIGTERM, SIGUSR1, SIGUSR2, SIGALRM };
+	static const int ignored[] = { SIGINT, SIGQUIT, SIGHUP, SIGPIPE };
+	struct args a;
+	struct child_env env = CHILD_ENV_INIT;
+	struct job_exec x;
+	struct sigaction sa;
+	sigset_t none, all, old;
+	char byte = 0, num[24], *line = NULL, **jargv = NULL, **own_argv = NULL;
+	int status = -1, oom = 0, log_fd, ws;
+	int64_t start = 0, end;
+	off_t from;
+	pid_t pid;
+	ssize_t n;
+
+	memset(&x, 0, sizeof x);
+	x.null_fd = -1;
+	if (parse_args(argc, argv, &a) < 0) {
+		fprintf(stderr, "gpuman-runner: started by gpuman only\n");
+		return 2;
+	}
+	close_others(&a);
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(handled); i++)
+		sigaddset(&sa.sa_mask, handled[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(handled); i++)
+		sigaction(handled[i], &sa, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(ignored); i++)
+		signal(ignored[i], SIG_IGN);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+
+	do
+		n = read(a.go_fd, &byte, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1 || byte != 'g') {
+		/* The claim was not recorded: the job stays queued. */
+		write_result(&a, 0, 0, -1, 0, STOP_ABORTED);
+		release_lease(&a);
+		return 0;
+	}
+	close(a.go_fd);
+	if (r_stop) {
+		end = now_ms();
+		write_result(&a, end, end, -1, 0, (enum stop)r_stop);
+		release_lease(&a);
+		return 0;
+	}
+
+	log_fd = open(a.log, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | (a.attempt == 1 ? O_TRUNC : 0),
+		      a.private_log ? 0600 : 0644);
+	if (log_fd < 0)
+		log_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	from = lseek(log_fd, 0, SEEK_END);
+	if (a.attempt > 1)
+		dprintf(log_fd, "--- gpuman: attempt %d on GPU %s ---\n", a.attempt, a.gpus);
+
+	snprintf(num, sizeof num, "%lld", a.job);
+	if (child_env_init(&env) < 0 ||
+	    child_env_set(&env, "CUDA_VISIBLE_DEVICES", a.cuda_visible, 1) ||
+	    child_env_set(&env, "GPUMAN_GPUS", a.gpus, 1) ||
+	    child_env_set(&env, "GPUMAN_LEASE", a.lease_id, 1) ||
+	    child_env_set(&env, a.task ? "GPUMAN_TASK" : "GPUMAN_JOB", num, 1) ||
+	    (a.mem_fraction > 0 && !a.no_framework_env &&
+	     child_env_framework(&env, a.mem_fraction))) {
+		dprintf(log_fd, "gpuman: out of memory\n");
+		goto finish;
+	}
+	if (a.argv) {
+		jargv = a.argv;
+	} else {
+		line = substitute(a.line, a.gpus, a.uuids, a.job);
+		if (line && needs_shell(line)) {
+			jargv = calloc(4, sizeof *jargv);
+			if (jargv) {
+				jargv[0] = (char *)"/bin/sh";
+				jargv[1] = (char *)"-c";
+				jargv[2] = line;
+			}
+		} else if (line) {
+			jargv = split_words(line);
+		}
+		own_argv = jargv;
+	}
+	if (!jargv || !jargv[0]) {
+		dprintf(log_fd, "gpuman: nothing to run (out of memory or an empty command)\n");
+		goto finish;
+	}
+
+	x.program = resolve_program(jargv[0], &env);
+	x.argv = jargv;
+	x.envp = env.vars;
+	x.cwd = a.cwd;
+	x.log_fd = log_fd;
+	x.lease_fd = a.lease_fd;
+	x.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	x.runner = getpid();
+	x.msg_len = (size_t)snprintf(x.msg, sizeof x.msg, "gpuman: cannot run '%s': ", jargv[0]);
+	if (x.msg_len >= sizeof x.msg)
+		x.msg_len = sizeof x.msg - 1;
+	/* No signal handler may run in the child while it shares our memory. */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	start = now_ms();
+	pid = spawn_job(&x);
+	if (pid > 0) {
+		setpgid(pid, pid);
+		r_job = pid;
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		dprintf(log_fd, "gpuman: cannot start the job: %s\n", strerror(errno));
+		goto finish;
+	}
+	if (r_stop)
+		kill(-pid, r_kill ? SIGKILL : SIGTERM);
+	while (waitpid(pid, &ws, 0) < 0)
+		if (errno != EINTR) {
+			ws = 0xff00; /* unknowable: as exit 255 */
+			break;
+		}
+	r_job = 0;
+	status = WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
+	if (status != 0)
+		oom = log_has_oom(log_fd, from);
+finish:
+	end = now_ms();
+	if (!start)
+		start = end;
+	if (status < 0)
+		status = 126;
+	write_result(&a, start, end, status, oom, (enum stop)r_stop);
+	release_lease(&a);
+	free((char *)x.program);
+	free(own_argv);
+	free(line);
+	child_env_release(&env);
+	if (x.null_fd >= 0)
+		close(x.null_fd);
+	close(log_fd);
+	return 0;
+}
