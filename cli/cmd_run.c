@@ -197,8 +197,13 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc != GM_OK) {
-		status = cli->fallback_cpu ? run_on_cpu(&r, err)
-					   : cli_error(cli, EXIT_FAIL, "%s%s", err,
+		/* No driver, or one that does not work: the CPU.  A malformed
+		 * scenario is a mistake to fix, not a machine without GPUs. */
+		int no_gpu = rc == GM_ERR_NVML_LOAD || rc == GM_ERR_NVML;
+
+		status = cli->fallback_cpu && no_gpu
+				 ? run_on_cpu(&r, err)
+				 : cli_error(cli, EXIT_FAIL, "%s%s", err,
 						       rc == GM_ERR_NVML_LOAD
 							       ? "; no NVIDIA driver here? add "
 								 "--fallback cpu to run on the CPU"

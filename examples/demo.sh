@@ -48,5 +48,5 @@ python3 "$root/tests/e2e/helpers/overlaps.py" "$tmp/jobs" |
 
 if [ -f "$root/examples/sweep.txt" ] && gpuman batch --help >/dev/null 2>&1; then
 	step "gpuman batch examples/sweep.txt   # a sweep over whatever GPUs free up"
-	gpuman batch --log-dir "$tmp/sweep" "$root/examples/sweep.txt"
+	gpuman batch --progress --log-dir "$tmp/sweep" "$root/examples/sweep.txt"
 fi

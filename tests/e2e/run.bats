@@ -225,6 +225,12 @@ JSON
 	[[ "$output" == *"[]"* ]]
 	GPUMAN_NVML=/nonexistent/libnvidia-ml.so.1 run -1 gpuman run -- true
 	[[ "$output" == *"--fallback cpu"* ]]
+	# a broken scenario is a mistake to fix, not a reason to run on the CPU
+	scenario typo <<'JSON'
+{ "gpus": [ { "name": "x", "memory_totl_mib": 100 } ] }
+JSON
+	run -1 gpuman run --fallback cpu -- true
+	[[ "$output" == *"memory_totl_mib"* ]]
 	one_gpu
 	gpuman run -- sleep 3 &
 	wait_for 'test "$(leases)" = 1'
