@@ -3,17 +3,10 @@
 # by the tasks' own records (gpuman-simload --record, marker files the tasks
 # write), not by what gpuman says about them.
 
-bats_require_minimum_version 1.5.0
-
-GM_BUILD=${GM_BUILD:-$BATS_TEST_DIRNAME/../../build}
-export PATH="$GM_BUILD:$PATH"
+load helpers
 
 setup() {
-	export GPUMAN_STATE_DIR="$BATS_TEST_TMPDIR/state"
-	export GPUMAN_SIM_STATE="$BATS_TEST_TMPDIR/simstate"
-	export GPUMAN_QUEUE_DIR="$BATS_TEST_TMPDIR/queue"
-	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML GPUMAN_SIM NO_COLOR
-	mkdir -p "$GPUMAN_SIM_STATE"
+	gm_setup
 	cd "$BATS_TEST_TMPDIR"
 }
 
@@ -175,15 +168,6 @@ EOF
 	[[ "$output" == *"exit status 1"* ]]
 }
 
-# wait_for N FILE - until FILE has N lines (10 s at most).
-wait_for() {
-	for _ in $(seq 200); do
-		[ "$(cat "$2" 2>/dev/null | wc -l)" -ge "$1" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
-
 @test "Ctrl-C stops launching, stops the running tasks and records them; exit 130" {
 	gpus two.json 1.0 1.0
 	for i in 1 2 3 4 5; do
@@ -192,7 +176,7 @@ wait_for() {
 	# its own process group, signalled whole, as a terminal does
 	setsid gpuman batch long.txt >out.txt 2>err.txt &
 	pid=$!
-	wait_for 2 rec.txt
+	wait_lines 2 rec.txt
 	kill -INT -- -"$pid"
 	status=0
 	wait "$pid" || status=$?
@@ -211,7 +195,7 @@ wait_for() {
 	echo "trap '' TERM; echo up >>up.txt; while :; do sleep 0.1; done # stubborn $BATS_TEST_TMPDIR" >stubborn.txt
 	setsid gpuman batch stubborn.txt >out.txt 2>err.txt &
 	pid=$!
-	wait_for 1 up.txt
+	wait_lines 1 up.txt
 	kill -INT -- -"$pid"
 	sleep 0.5
 	# still there: it ignores SIGTERM

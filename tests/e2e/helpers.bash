@@ -56,6 +56,20 @@ four_gpus() {
 JSON
 }
 
+# wait_for 'CONDITION' - evaluate the shell condition until true (10 s at most)
+wait_for() {
+	for _ in $(seq 200); do
+		eval "$1" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# wait_lines N FILE - until FILE has N lines (10 s at most)
+wait_lines() {
+	wait_for "[ \"\$(cat \"$2\" 2>/dev/null | wc -l)\" -ge $1 ]"
+}
+
 # jqr EXPR - jq -r on $output
 jqr() {
 	printf '%s' "$output" | jq -r "$@"

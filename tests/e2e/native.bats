@@ -3,13 +3,11 @@
 # sees it as CUDA device 0, and queues or gives up (exit 75) when another
 # instance holds the only GPU that fits.
 
+load helpers
+
 setup() {
-	GM_BUILD=${GM_BUILD:-$BATS_TEST_DIRNAME/../../build}
+	gm_setup
 	NATIVE=$GM_BUILD/examples/native_gpu
-	export GPUMAN_STATE_DIR="$BATS_TEST_TMPDIR/state"
-	export GPUMAN_SIM_STATE="$BATS_TEST_TMPDIR/simstate"
-	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML
-	mkdir -p "$GPUMAN_SIM_STATE"
 	# GPU 1 has the most free memory; only it can hold a 20 GiB share.
 	export GPUMAN_SIM="$BATS_TEST_TMPDIR/machine.json"
 	cat >"$GPUMAN_SIM" <<'JSON'

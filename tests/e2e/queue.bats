@@ -3,17 +3,10 @@
 # dispatcher, which may die at any moment without losing or repeating a job.
 # What ran is proved by the jobs' own marker files and simload records.
 
-bats_require_minimum_version 1.5.0
-
-GM_BUILD=${GM_BUILD:-$BATS_TEST_DIRNAME/../../build}
-export PATH="$GM_BUILD:$PATH"
+load helpers
 
 setup() {
-	export GPUMAN_STATE_DIR="$BATS_TEST_TMPDIR/state"
-	export GPUMAN_SIM_STATE="$BATS_TEST_TMPDIR/simstate"
-	export GPUMAN_QUEUE_DIR="$BATS_TEST_TMPDIR/queue"
-	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML GPUMAN_SIM NO_COLOR
-	mkdir -p "$GPUMAN_SIM_STATE"
+	gm_setup
 	cd "$BATS_TEST_TMPDIR"
 }
 
@@ -52,15 +45,6 @@ gpus() {
 		printf '] }\n'
 	} >"$BATS_TEST_TMPDIR/gpus.json"
 	export GPUMAN_SIM=$BATS_TEST_TMPDIR/gpus.json
-}
-
-# wait_for N FILE - until FILE has N lines (10 s at most).
-wait_for() {
-	for _ in $(seq 200); do
-		[ "$(cat "$2" 2>/dev/null | wc -l)" -ge "$1" ] && return 0
-		sleep 0.05
-	done
-	return 1
 }
 
 # dispatcher_gone - the dispatcher exits once nothing is queued (5 s at most).
@@ -104,10 +88,6 @@ dispatcher_gone() {
 	dispatcher_gone
 }
 
-jqr() {
-	printf '%s' "$output" | jq -r "$@"
-}
-
 @test "wait exits 1 when a job failed, 2 for an unknown id; queue --all says why" {
 	gpus 1
 	run -0 gpuman submit -- sh -c 'exit 3'
@@ -148,7 +128,7 @@ EOF
 	gpus 1
 	gpuman submit -- gpuman-simload --mem 1G --util 10 --seconds 30 --record "$BATS_TEST_TMPDIR/rec.txt" >/dev/null
 	gpuman submit -- touch b-ran >/dev/null
-	wait_for 1 rec.txt
+	wait_lines 1 rec.txt
 	run -0 gpuman cancel 2
 	[ "$output" = "2 cancelled" ]
 	run -0 gpuman cancel 1
@@ -218,7 +198,7 @@ EOF
 	gpus 1
 	gpuman submit -- gpuman-simload --mem 1G --util 10 --seconds 1 --record rec.txt >/dev/null
 	gpuman submit -- sh -c 'echo ran >>b.txt' >/dev/null
-	wait_for 1 rec.txt
+	wait_lines 1 rec.txt
 	d=$(dispatcher_pid)
 	kill -9 "$d"
 	run -0 gpuman logs -f 2
@@ -231,7 +211,7 @@ EOF
 @test "a job whose runner is killed is recorded as failed, and its process goes with it" {
 	gpus 1
 	gpuman submit -- gpuman-simload --mem 1G --util 10 --seconds 30 --record rec.txt >/dev/null
-	wait_for 1 rec.txt
+	wait_lines 1 rec.txt
 	job=$(awk '/^start/ {print $2}' rec.txt)
 	runner=$(pgrep -f "gpuman-runner .*--lease-path=$GPUMAN_STATE_DIR/")
 	kill -9 "$runner"

@@ -21,15 +21,6 @@ one_gpu() {
 JSON
 }
 
-# wait_for 'CONDITION' - evaluate the shell condition until true, up to 10 s
-wait_for() {
-	for _ in $(seq 200); do
-		eval "$1" && return 0
-		sleep 0.05
-	done
-	return 1
-}
-
 leases() {
 	gpuman status --json | jq '.leases | length'
 }
