@@ -106,6 +106,21 @@ struct json_t *cli_waiters_json(const struct registry_view *view);
 /* "3m", "2h05m": how long since ms (wall clock). */
 char *fmt_age(char *buf, size_t len, int64_t since_ms);
 
+/*
+ * The machine as a command without operands shows it: options parsed, a
+ * snapshot taken, the live leases and waiters read.  cli_look() returns
+ * CLI_CONTINUE, or the status to exit with (already reported); on
+ * CLI_CONTINUE the caller ends with cli_look_release().
+ */
+struct cli_look {
+	struct gm_context *ctx;
+	struct gm_snapshot *snap;
+	struct registry_view *view;
+};
+int cli_look(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
+	     struct cli_look *look);
+void cli_look_release(struct cli_look *look);
+
 /* Print a JSON value (steals the reference) to stdout. */
 struct json_t;
 int cli_print_json(struct json_t *value);

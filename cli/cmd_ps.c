@@ -20,30 +20,26 @@ static const struct lease_info *lease_of(const struct registry_view *view,
 
 static int ps_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
-	struct gm_context *ctx = NULL;
-	struct gm_snapshot *snap = NULL;
-	struct registry_view view;
+	struct cli_look look;
+	const struct gm_snapshot *snap;
+	const struct registry_view *view;
 	struct proctree tree = PROCTREE_INIT;
 	char mem[16];
 	int rc;
 
-	rc = cli_parse(cli, &cmd_ps, argc, argv, "", longopts, NULL, NULL);
+	rc = cli_look(cli, &cmd_ps, argc, argv, &look);
 	if (rc != CLI_CONTINUE)
 		return rc;
-	if (optind < argc)
-		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
-	rc = cli_snapshot(cli, &ctx, &snap);
-	if (rc != EXIT_OK)
-		return rc;
-	cli_read_leases(cli, &view);
-	if (view.lease_count)
+	rc = EXIT_OK;
+	snap = look.snap;
+	view = look.view;
+	if (view->lease_count)
 		proctree_read(&tree);
 	if (cli->json) {
 		json_t *arr = json_array();
 
 		for (size_t i = 0; i < snap->proc_count; i++) {
-			const struct lease_info *l = lease_of(&view, &tree, &snap->procs[i]);
+			const struct lease_info *l = lease_of(view, &tree, &snap->procs[i]);
 			json_t *o = snapshot_proc_json(snap, &snap->procs[i]);
 
 			json_object_set_new(o, "lease", l ? json_string(l->id) : json_null());
@@ -56,7 +52,7 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 	       "MEMORY", "TYPE", "LEASE", "COMMAND", c_reset(cli));
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
-		const struct lease_info *l = lease_of(&view, &tree, p);
+		const struct lease_info *l = lease_of(view, &tree, p);
 
 		printf("%3u %8u  %-12.12s %8s  %-4s %-26.26s  %s\n", p->gpu, p->pid,
 		       p->has_user ? p->user : "?",
@@ -70,9 +66,7 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 		printf("%sno processes on any GPU%s\n", c_dim(cli), c_reset(cli));
 done:
 	proctree_release(&tree);
-	registry_view_release(&view);
-	gm_snapshot_free(snap);
-	gm_close(ctx);
+	cli_look_release(&look);
 	return rc;
 }
 

@@ -85,28 +85,24 @@ static void print_gpu_row(const struct cli *cli, const struct gm_snapshot *snap,
 
 static int status_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
-	struct gm_context *ctx = NULL;
-	struct gm_snapshot *snap = NULL;
-	struct registry_view view;
+	struct cli_look look;
+	const struct gm_snapshot *snap;
+	const struct registry_view *view;
 	const char *sim;
 	char age[32];
 	int rc;
 
-	rc = cli_parse(cli, &cmd_status, argc, argv, "", longopts, NULL, NULL);
+	rc = cli_look(cli, &cmd_status, argc, argv, &look);
 	if (rc != CLI_CONTINUE)
 		return rc;
-	if (optind < argc)
-		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
-	rc = cli_snapshot(cli, &ctx, &snap);
-	if (rc != EXIT_OK)
-		return rc;
-	cli_read_leases(cli, &view);
+	rc = EXIT_OK;
+	snap = look.snap;
+	view = look.view;
 	if (cli->json) {
 		json_t *o = snapshot_json(snap);
 
-		json_object_set_new(o, "leases", cli_leases_json(&view));
-		json_object_set_new(o, "waiters", cli_waiters_json(&view));
+		json_object_set_new(o, "leases", cli_leases_json(view));
+		json_object_set_new(o, "waiters", cli_waiters_json(view));
 		rc = cli_print_json(o);
 		goto done;
 	}
@@ -123,12 +119,12 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 		       "UTIL", "MEMORY USED / TOTAL", "POWER", " PROCESSES (user pid memory)",
 		       c_reset(cli));
 		for (size_t i = 0; i < snap->gpu_count; i++)
-			print_gpu_row(cli, snap, &view, &snap->gpus[i]);
+			print_gpu_row(cli, snap, view, &snap->gpus[i]);
 	} else {
 		printf("no NVIDIA GPU found\n");
 	}
-	for (size_t i = 0; i < view.waiter_count; i++) {
-		const struct waiter_info *w = &view.waiters[i];
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		const struct waiter_info *w = &view->waiters[i];
 
 		if (i == 0)
 			printf("%swaiting (served in this order):%s\n", c_bold(cli), c_reset(cli));
@@ -138,9 +134,7 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 	for (size_t i = 0; i < snap->note_count; i++)
 		printf("%snote: %s%s\n", c_dim(cli), snap->notes[i], c_reset(cli));
 done:
-	registry_view_release(&view);
-	gm_snapshot_free(snap);
-	gm_close(ctx);
+	cli_look_release(&look);
 	return rc;
 }
 

@@ -269,3 +269,39 @@ char *fmt_age(char *buf, size_t len, int64_t since_ms)
 		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
 	return buf;
 }
+
+int cli_look(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
+	     struct cli_look *look)
+{
+	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
+	int rc;
+
+	memset(look, 0, sizeof *look);
+	rc = cli_parse(cli, cmd, argc, argv, "", longopts, NULL, NULL);
+	if (rc != CLI_CONTINUE)
+		return rc;
+	if (optind < argc)
+		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	look->view = malloc(sizeof *look->view);
+	if (!look->view)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	rc = cli_snapshot(cli, &look->ctx, &look->snap);
+	if (rc != EXIT_OK) {
+		free(look->view);
+		look->view = NULL;
+		return rc;
+	}
+	cli_read_leases(cli, look->view);
+	return CLI_CONTINUE;
+}
+
+void cli_look_release(struct cli_look *look)
+{
+	if (look->view) {
+		registry_view_release(look->view);
+		free(look->view);
+	}
+	gm_snapshot_free(look->snap);
+	gm_close(look->ctx);
+	memset(look, 0, sizeof *look);
+}
