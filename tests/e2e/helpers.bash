@@ -74,3 +74,28 @@ wait_lines() {
 jqr() {
 	printf '%s' "$output" | jq -r "$@"
 }
+
+# Real Unix users for the multi-user tests.  Only root can make them (CI runs
+# as root); elsewhere the test is skipped with the reason.  The users are
+# shared by every suite and never deleted, so creation is idempotent and
+# retried while another test run holds the passwd lock.
+#   gm_user NAME          ensure gmtest-NAME exists (skips the test if not root)
+#   as_user NAME CMD...   run CMD as gmtest-NAME with a clean group list,
+#                         HOME=/tmp and the test's gpuman variables
+GM_TEST_USERS="alice bob mallory"
+gm_user() {
+	local u="gmtest-$1" i
+	[ "$(id -u)" = 0 ] || skip "needs root to create test users gmtest-* (CI runs as root)"
+	command -v useradd >/dev/null || skip "useradd is missing"
+	for i in $(seq 50); do
+		id -u "$u" >/dev/null 2>&1 && return 0
+		useradd --system --no-create-home --shell /usr/sbin/nologin "$u" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	id -u "$u" >/dev/null 2>&1 || { echo "could not create user $u" >&2; return 1; }
+}
+as_user() {
+	local u="gmtest-$1"; shift
+	setpriv --reuid="$u" --regid="$u" --clear-groups \
+		env HOME=/tmp PATH="$PATH" "$@"
+}
