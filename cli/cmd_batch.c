@@ -410,8 +410,12 @@ static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct
 		printf("%5lld  %s\n", (long long)t[i].n, out);
 		free(out);
 	}
+	char most[32];
+
+	if (o->jobs)
+		snprintf(most, sizeof most, "%u", (unsigned)o->jobs);
 	printf("%zu task%s; each asks %s; at most %s running; %u retr%s; logs in %s\n", n,
-	       n == 1 ? "" : "s", req, o->jobs ? "-j" : "as many as GPUs allow", o->retries,
+	       n == 1 ? "" : "s", req, o->jobs ? most : "as many as GPUs allow", o->retries,
 	       o->retries == 1 ? "y" : "ies", dir);
 	return EXIT_OK;
 }

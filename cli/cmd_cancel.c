@@ -87,10 +87,11 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id)
 			usleep(20000); /* ending right now, or not started yet */
 			continue;
 		}
-		cli_error(cli, 0, "job %lld has already ended (%s)", (long long)id,
-			  job_state_name(job.state));
+		const char *state = job_state_name(job.state);
+
 		job_release(&job);
-		return EXIT_FAIL;
+		return cli_error(cli, EXIT_FAIL, "job %lld has already ended (%s)", (long long)id,
+				 state);
 	}
 	return cli_error(cli, EXIT_FAIL, "job %lld: could not cancel it, try again", (long long)id);
 }

@@ -116,10 +116,6 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		status = cli_usage(cli, "--fallback cpu does not apply to queued jobs");
 		goto done;
 	}
-	if (cli->json) {
-		status = cli_usage(cli, "--json does not apply to submit (see 'gpuman queue --json')");
-		goto done;
-	}
 	if (!getcwd(cwd, sizeof cwd)) {
 		status = cli_error(cli, EXIT_FAIL, "cannot tell the working directory: %s",
 				   strerror(errno));
@@ -165,8 +161,12 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	if (queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot start the dispatcher: %s (job %lld stays queued)",
 			  err, (long long)job.id);
-	printf("%lld\n", (long long)job.id);
-	status = EXIT_OK;
+	if (cli->json)
+		status = cli_print_json(json_pack("{s:I}", "id", (json_int_t)job.id));
+	else {
+		printf("%lld\n", (long long)job.id);
+		status = EXIT_OK;
+	}
 done:
 	queue_close(&q);
 	json_decref(jargv);
@@ -196,6 +196,7 @@ const struct cmd_entry cmd_submit = {
 	"more free memory (up to 3 times).\n"
 	"\n"
 	"  --retries N        run it again up to N times if it fails (default 0)\n"
+	"  --json             print {\"id\": N} instead of the bare id\n"
 	"\n" SELECT_HELP
 	"\n"
 	"reserve:\n"

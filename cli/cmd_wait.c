@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <unistd.h>
+#include <jansson.h>
 #include "cli.h"
 #include "jobs.h"
 
@@ -68,16 +69,26 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 			job_release(&job);
 		}
 		if (!pending) {
+			json_t *arr = cli->json ? json_array() : NULL;
+
 			for (int i = 0; i < n; i++) {
 				struct job job;
 
 				if (jobstore_get(q.store, ids[i], 0, &job, err, sizeof err) != GM_OK)
 					continue;
-				printf("%lld %s%s%s\n", (long long)job.id, job_state_name(job.state),
+				if (arr)
+					json_array_append_new(
+						arr, json_pack("{s:I, s:s, s:s?}", "id", (json_int_t)job.id,
+							       "state", job_state_name(job.state),
+							       "reason", job.reason));
+				else
+					printf("%lld %s%s%s\n", (long long)job.id, job_state_name(job.state),
 				       job.reason && job.state != JOB_DONE ? ": " : "",
 				       job.reason && job.state != JOB_DONE ? job.reason : "");
 				job_release(&job);
 			}
+			if (arr)
+				cli_print_json(arr);
 			status = failed ? EXIT_FAIL : EXIT_OK;
 			goto done;
 		}
@@ -99,10 +110,12 @@ done:
 
 const struct cmd_entry cmd_wait = {
 	"wait", "wait until queued jobs have ended",
-	"usage: gpuman wait ID...\n"
+	"usage: gpuman wait [--json] ID...\n"
 	"\n"
 	"Block until every job named has ended, then print one line per job (id,\n"
 	"state and, unless done, why).  Starts the dispatcher if it has died.\n"
+	"\n"
+	"  --json       [{\"id\", \"state\", \"reason\"}] instead of the lines\n"
 	"\n"
 	"Exit status: 0 every job succeeded, 1 one did not, 2 no such job.\n",
 	wait_exec,

@@ -10,7 +10,27 @@
 #include <unistd.h>
 #include <time.h>
 #include "cli.h"
+#include "parse.h"
 #include "registry.h"
+
+/* Set once JSON went to stdout: a later error must not add a second
+ * document to a stream that readers parse as one. */
+static int json_printed;
+
+/* With --json, a failure is also one JSON object on stdout, so that a
+ * script reading stdout learns why rather than getting nothing. */
+static void json_error(struct cli *cli, int status, const char *fmt, va_list ap)
+{
+	char *msg = NULL;
+	json_t *o;
+
+	if (!cli->json || status == 0 || json_printed || vasprintf(&msg, fmt, ap) < 0)
+		return;
+	o = json_pack("{s:s, s:i}", "error", msg, "status", status);
+	free(msg);
+	if (o)
+		cli_print_json(o);
+}
 
 int cli_error(struct cli *cli, int status, const char *fmt, ...)
 {
@@ -21,6 +41,9 @@ int cli_error(struct cli *cli, int status, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	va_start(ap, fmt);
+	json_error(cli, status, fmt, ap);
+	va_end(ap);
 	return status;
 }
 
@@ -33,6 +56,9 @@ int cli_usage(struct cli *cli, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\n(see 'gpuman %s%s--help')\n", cli->cmd ? cli->cmd : "", cli->cmd ? " " : "");
+	va_start(ap, fmt);
+	json_error(cli, EXIT_USAGE, fmt, ap);
+	va_end(ap);
 	return EXIT_USAGE;
 }
 
@@ -65,6 +91,14 @@ static int request_option(struct cli *cli, const char *key, const char *arg)
 	if (gm_request_set(cli->req, key, arg, err, sizeof err) != GM_OK)
 		return cli_usage(cli, "%s", err);
 	return 0;
+}
+
+static int looks_like_duration(const char *s)
+{
+	char err[8];
+	int64_t ms;
+
+	return parse_duration_ms(s, &ms, err, sizeof err) == 0;
 }
 
 #define HELP_SHOWN 0x100
@@ -115,11 +149,27 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 	shortopts = shortopts ? shortopts : "";
 	snprintf(optstring, sizeof optstring, "%s:%s", *shortopts == '+' ? "+" : "",
 		 shortopts + (*shortopts == '+'));
+	/* --json anywhere among the options: even an error in an option
+	 * before it is then reported as JSON (not past '--' or, for run, the
+	 * command). */
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (*shortopts == '+' && argv[i][0] != '-')
+			break;
+		if (!strcmp(argv[i], "--json"))
+			cli->json = 1;
+	}
 	optind = 1;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
 		if (opt == '?' || opt == ':')
 			return bad_option(cli, argv);
+		/* --wait's duration is optional, so "--wait 15m" would make 15m an
+		 * operand (the command to run); a word that reads as a duration is
+		 * far more likely meant for --wait. */
+		if (opt == OPT_WAIT && !optarg && optind < argc && looks_like_duration(argv[optind]))
+			return cli_usage(cli, "--wait %s: write --wait=%s ('--wait %s' would wait "
+					 "forever and take '%s' as an argument)",
+					 argv[optind], argv[optind], argv[optind], argv[optind]);
 		rc = common_option(cli, cmd, opt, optarg);
 		if (rc == -1)
 			rc = own ? own(cli, opt, optarg, data) : -1;
@@ -163,6 +213,7 @@ int cli_print_json(json_t *value)
 {
 	int rc = json_dumpf(value, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 
+	json_printed = 1;
 	json_decref(value);
 	fputc('\n', stdout);
 	return rc == 0 ? EXIT_OK : EXIT_FAIL;

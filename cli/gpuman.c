@@ -90,6 +90,11 @@ int main(int argc, char **argv)
 					fputs(commands[k]->usage, stdout);
 					return EXIT_OK;
 				}
+		if (i + 1 < argc) {
+			fprintf(stderr, "gpuman help: '%s' is not a command (see 'gpuman --help')\n",
+				argv[i + 1]);
+			return EXIT_USAGE;
+		}
 		usage(stdout);
 		return EXIT_OK;
 	}

@@ -47,6 +47,10 @@ python3 "$root/tests/e2e/helpers/overlaps.py" "$tmp/jobs" |
 	awk '{ printf "all %d jobs ran; GPUs shared by two jobs at once: %d (by the jobs'"'"' own records)\n", $2, $4 }'
 
 if [ -f "$root/examples/sweep.txt" ] && gpuman batch --help >/dev/null 2>&1; then
+	# Outside $tmp: the summary's last line names this directory, which
+	# must still be there for the reader to look into.
+	sweep=$(mktemp -d "${TMPDIR:-/tmp}/gpuman-demo-sweep.XXXXXX")
 	step "gpuman batch examples/sweep.txt   # a sweep over whatever GPUs free up"
-	gpuman batch --progress --log-dir "$tmp/sweep" "$root/examples/sweep.txt"
+	gpuman batch --progress --log-dir "$sweep" "$root/examples/sweep.txt"
+	echo "(kept for you to look at; remove it with: rm -r $sweep)"
 fi

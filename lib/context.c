@@ -211,8 +211,8 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 		struct gm_size size;
 
 		rc = parse_size(v, &size, why, sizeof why);
-		if (rc == 0 && !size.is_pct && size.mib == 0) {
-			snprintf(why, sizeof why, "a share of 0 MiB reserves nothing (use --exclusive)");
+		if (rc == 0 && (size.is_pct ? size.pct == 0 : size.mib == 0)) {
+			snprintf(why, sizeof why, "a share of nothing reserves nothing (use --exclusive)");
 			rc = -1;
 		}
 		if (rc == 0) {
