@@ -91,9 +91,10 @@ struct nvml_memory_v2 {
 #define NVML_MEMORY_V2 ((unsigned)(sizeof(struct nvml_memory_v2) | (2u << 24)))
 _Static_assert(sizeof(struct nvml_memory_v2) == 40, "nvmlMemory_v2_t is 40 bytes");
 
-/* The current layout (pci info _v2/_v3).  The original nvmlDeviceGetPciInfo
- * filled a 52-byte struct with the bus id in the first 16 bytes, where
- * bus_id_legacy is; pci_bus_id() copes with both. */
+/* The _v3 layout (68 bytes).  nvmlDeviceGetPciInfo and _v2 fill the older
+ * 52-byte struct, with the bus id in the first 16 bytes, where
+ * bus_id_legacy is; a 68-byte buffer holds either and pci_bus_id() copes
+ * with both. */
 struct nvml_pci {
 	char bus_id_legacy[16];
 	unsigned domain, bus, device, device_id, subsystem_id;

@@ -78,11 +78,20 @@ struct nvml_utilization {
 	unsigned gpu, memory;
 };
 
-/* nvmlPciInfo_t */
+/* nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it (68 bytes). */
 struct nvml_pci_info {
 	char bus_id_legacy[16];
 	unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
 	char bus_id[32];
+};
+
+/* The original nvmlPciInfo_t, which nvmlDeviceGetPciInfo and _v2 fill
+ * (52 bytes): the "%04X:%02X:%02X.0" bus id first, then four reserved
+ * words.  Writing the 68-byte layout here overruns the caller's struct. */
+struct nvml_pci_info_v2 {
+	char bus_id[16];
+	unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+	unsigned reserved[4];
 };
 
 /* nvmlProcessInfo_v1_t, as the unversioned process-list functions fill it. */
@@ -102,6 +111,7 @@ struct nvml_process_v2 {
 _Static_assert(sizeof(struct nvml_memory_v2) == 40, "nvmlMemory_v2_t is 40 bytes");
 _Static_assert(NVML_MEMORY_V2_VERSION == 0x02000028, "nvmlMemory_v2 version word");
 _Static_assert(sizeof(struct nvml_pci_info) == 68, "nvmlPciInfo_t is 68 bytes");
+_Static_assert(sizeof(struct nvml_pci_info_v2) == 52, "the old nvmlPciInfo_t is 52 bytes");
 _Static_assert(sizeof(struct nvml_process_v1) == 16, "nvmlProcessInfo_v1_t is 16 bytes");
 _Static_assert(sizeof(struct nvml_process_v2) == 24, "nvmlProcessInfo_v2_t is 24 bytes");
 
@@ -131,9 +141,9 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetUUID(struct scenario_gpu *device, char 
 SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v3(struct scenario_gpu *device,
                                                     struct nvml_pci_info *pci);
 SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v2(struct scenario_gpu *device,
-                                                    struct nvml_pci_info *pci);
+                                                    struct nvml_pci_info_v2 *pci);
 SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo(struct scenario_gpu *device,
-                                                 struct nvml_pci_info *pci);
+                                                 struct nvml_pci_info_v2 *pci);
 SIM_EXPORT enum nvml_return nvmlDeviceGetMinorNumber(struct scenario_gpu *device, unsigned *minor);
 SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo_v2(struct scenario_gpu *device,
                                                        struct nvml_memory_v2 *memory);
@@ -525,10 +535,10 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetUUID(struct scenario_gpu *device, char 
 	return ret;
 }
 
-static enum nvml_return pci_info(enum scenario_fn fn, struct scenario_gpu *device,
-                                 struct nvml_pci_info *pci)
+SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v3(struct scenario_gpu *device,
+                                                    struct nvml_pci_info *pci)
 {
-	enum nvml_return ret = device_query(fn, device, pci != NULL, 0);
+	enum nvml_return ret = device_query(FN_nvmlDeviceGetPciInfo_v3, device, pci != NULL, 0);
 
 	if (ret == NVML_SUCCESS) {
 		memset(pci, 0, sizeof *pci);
@@ -544,22 +554,34 @@ static enum nvml_return pci_info(enum scenario_fn fn, struct scenario_gpu *devic
 	return ret;
 }
 
-SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v3(struct scenario_gpu *device,
-                                                    struct nvml_pci_info *pci)
+/* The 52-byte layout of nvmlDeviceGetPciInfo and _v2. */
+static enum nvml_return pci_info_v2(enum scenario_fn fn, struct scenario_gpu *device,
+                                    struct nvml_pci_info_v2 *pci)
 {
-	return pci_info(FN_nvmlDeviceGetPciInfo_v3, device, pci);
+	enum nvml_return ret = device_query(fn, device, pci != NULL, 0);
+
+	if (ret == NVML_SUCCESS) {
+		memset(pci, 0, sizeof *pci);
+		snprintf(pci->bus_id, sizeof pci->bus_id, "%s", device->pci_bus_id_legacy);
+		pci->domain = device->pci_domain;
+		pci->bus = device->pci_bus;
+		pci->device = device->pci_device;
+		pci->pci_device_id = device->pci_device_id;
+		pci->pci_subsystem_id = device->pci_subsystem_id;
+	}
+	return ret;
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v2(struct scenario_gpu *device,
-                                                    struct nvml_pci_info *pci)
+                                                    struct nvml_pci_info_v2 *pci)
 {
-	return pci_info(FN_nvmlDeviceGetPciInfo_v2, device, pci);
+	return pci_info_v2(FN_nvmlDeviceGetPciInfo_v2, device, pci);
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo(struct scenario_gpu *device,
-                                                 struct nvml_pci_info *pci)
+                                                 struct nvml_pci_info_v2 *pci)
 {
-	return pci_info(FN_nvmlDeviceGetPciInfo, device, pci);
+	return pci_info_v2(FN_nvmlDeviceGetPciInfo, device, pci);
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetMinorNumber(struct scenario_gpu *device, unsigned *minor)

@@ -1,0 +1,292 @@
+/*
+ * test_simabi.c - the NVML simulator's ABI against NVML's documented
+ * layouts: every struct the simulator writes is checked at the size and
+ * offsets NVIDIA documents (written down here independently of sim/), in a
+ * buffer of exactly that size followed by canary bytes that must come back
+ * untouched.  A client built against the real nvml.h allocates exactly the
+ * documented size, so one byte too many is memory corruption in someone
+ * else's program.
+ *
+ * The simulator is loaded from $GM_BUILD/sim (default "build") with the lab
+ * scenario, examples/lab-8gpu.json; run from the source tree.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#define CANARY_LEN 64
+#define CANARY_BYTE 0xA5
+#define MIB 1048576ull
+
+/* NVML's documented sizes and offsets (LP64). */
+enum {
+	PCI_V2_SIZE = 52, /* busId[16], domain, bus, device, pciDeviceId, pciSubSystemId, reserved[4] */
+	PCI_V3_SIZE = 68, /* busIdLegacy[16], domain, bus, device, pciDeviceId, pciSubSystemId, busId[32] */
+	PCI_DOMAIN_OFF = 16,
+	PCI_BUS_OFF = 20,
+	PCI_DEVICE_OFF = 24,
+	PCI_DEVICE_ID_OFF = 28,
+	PCI_SUBSYS_OFF = 32,
+	PCI_V3_BUSID_OFF = 36,
+	MEMORY_V1_SIZE = 24, /* total, free, used */
+	MEMORY_V2_SIZE = 40, /* version, (pad), total, reserved, free, used */
+	MEMORY_V2_VERSION = 0x02000028,
+	UTIL_SIZE = 8,     /* gpu, memory */
+	PROC_V1_SIZE = 16, /* pid, (pad), usedGpuMemory */
+	PROC_V2_SIZE = 24, /* pid, (pad), usedGpuMemory, gpuInstanceId, computeInstanceId */
+	NAME_LEN = 96
+};
+
+static void *lib;
+typedef int (*fn_void)(void);
+
+static void *sym(const char *name)
+{
+	void *p = dlsym(lib, name);
+
+	if (!p)
+		fail_msg("the simulator does not export %s", name);
+	return p;
+}
+
+/* A zone of size bytes followed by the canary; the version word, if any,
+ * goes first as NVML's versioned structs expect. */
+static unsigned char *zone(size_t size, unsigned version)
+{
+	unsigned char *b = malloc(size + CANARY_LEN);
+
+	assert_non_null(b);
+	memset(b, CANARY_BYTE, size + CANARY_LEN);
+	if (version)
+		memcpy(b, &version, sizeof version);
+	return b;
+}
+
+static void canary_intact(const unsigned char *b, size_t size, const char *what)
+{
+	for (size_t i = 0; i < CANARY_LEN; i++)
+		if (b[size + i] != CANARY_BYTE)
+			fail_msg("%s wrote byte %zu past its documented %zu-byte struct", what,
+				 i, size);
+}
+
+static unsigned u32_at(const unsigned char *b, size_t off)
+{
+	unsigned v;
+
+	memcpy(&v, b + off, sizeof v);
+	return v;
+}
+
+static unsigned long long u64_at(const unsigned char *b, size_t off)
+{
+	unsigned long long v;
+
+	memcpy(&v, b + off, sizeof v);
+	return v;
+}
+
+static void *device(unsigned index)
+{
+	int (*by_index)(unsigned, void **) = (int (*)(unsigned, void **))sym(
+	    "nvmlDeviceGetHandleByIndex_v2");
+	void *dev = NULL;
+
+	assert_int_equal(by_index(index, &dev), 0);
+	return dev;
+}
+
+static int setup(void **state)
+{
+	const char *build = getenv("GM_BUILD");
+	char path[PATH_MAX];
+
+	(void)state;
+	snprintf(path, sizeof path, "%s/sim/libnvidia-ml.so.1", build && *build ? build : "build");
+	setenv("GPUMAN_SIM", "examples/lab-8gpu.json", 1);
+	lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		fprintf(stderr, "cannot load %s: %s\n", path, dlerror());
+		return -1;
+	}
+	return ((fn_void)sym("nvmlInit_v2"))();
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	((fn_void)sym("nvmlShutdown"))();
+	dlclose(lib);
+	return 0;
+}
+
+/* ---- pci info ---------------------------------------------------------- */
+
+static void check_pci_old(const char *fn)
+{
+	int (*get)(void *, void *) = (int (*)(void *, void *))sym(fn);
+	unsigned char *b = zone(PCI_V2_SIZE, 0);
+
+	/* GPU 1 of the lab is at 00000000:21:00.0. */
+	assert_int_equal(get(device(1), b), 0);
+	canary_intact(b, PCI_V2_SIZE, fn);
+	assert_string_equal((const char *)b, "0000:21:00.0");
+	assert_int_equal(u32_at(b, PCI_DOMAIN_OFF), 0);
+	assert_int_equal(u32_at(b, PCI_BUS_OFF), 0x21);
+	assert_int_equal(u32_at(b, PCI_DEVICE_OFF), 0);
+	assert_int_equal(u32_at(b, PCI_DEVICE_ID_OFF) & 0xffff, 0x10de);
+	assert_int_equal(u32_at(b, PCI_SUBSYS_OFF) & 0xffff, 0x10de);
+	for (size_t off = 36; off < PCI_V2_SIZE; off += 4)
+		assert_int_equal(u32_at(b, off), 0); /* reserved */
+	free(b);
+}
+
+static void pci_v1_is_52_bytes(void **state)
+{
+	(void)state;
+	check_pci_old("nvmlDeviceGetPciInfo");
+}
+
+static void pci_v2_is_52_bytes(void **state)
+{
+	(void)state;
+	check_pci_old("nvmlDeviceGetPciInfo_v2");
+}
+
+static void pci_v3_is_68_bytes(void **state)
+{
+	int (*get)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetPciInfo_v3");
+	unsigned char *b = zone(PCI_V3_SIZE, 0);
+
+	(void)state;
+	assert_int_equal(get(device(1), b), 0);
+	canary_intact(b, PCI_V3_SIZE, "nvmlDeviceGetPciInfo_v3");
+	assert_string_equal((const char *)b, "0000:21:00.0");
+	assert_string_equal((const char *)b + PCI_V3_BUSID_OFF, "00000000:21:00.0");
+	assert_int_equal(u32_at(b, PCI_BUS_OFF), 0x21);
+	free(b);
+}
+
+/* ---- memory, utilization, strings -------------------------------------- */
+
+static void memory_layouts(void **state)
+{
+	int (*v1)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetMemoryInfo");
+	int (*v2)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetMemoryInfo_v2");
+	unsigned char *a = zone(MEMORY_V1_SIZE, 0), *b = zone(MEMORY_V2_SIZE, MEMORY_V2_VERSION);
+	unsigned long long total, reserved, free_b, used;
+
+	(void)state;
+	assert_int_equal(v1(device(0), a), 0);
+	canary_intact(a, MEMORY_V1_SIZE, "nvmlDeviceGetMemoryInfo");
+	assert_int_equal(u64_at(a, 0), 11264 * MIB);
+	assert_int_equal(u64_at(a, 8) + u64_at(a, 16), 11264 * MIB);
+
+	assert_int_equal(v2(device(0), b), 0);
+	canary_intact(b, MEMORY_V2_SIZE, "nvmlDeviceGetMemoryInfo_v2");
+	total = u64_at(b, 8);
+	reserved = u64_at(b, 16);
+	free_b = u64_at(b, 24);
+	used = u64_at(b, 32);
+	assert_int_equal(total, 11264 * MIB);
+	/* v2's used excludes reserved; v1's includes it. */
+	assert_int_equal(reserved + free_b + used, total);
+	assert_int_equal(used + reserved, u64_at(a, 16));
+
+	/* A bare 2 instead of the version word: FUNCTION_NOT_FOUND, untouched. */
+	memset(b, CANARY_BYTE, MEMORY_V2_SIZE + CANARY_LEN);
+	memcpy(b, &(unsigned){ 2 }, sizeof(unsigned));
+	assert_int_equal(v2(device(0), b), 13);
+	canary_intact(b, 4, "nvmlDeviceGetMemoryInfo_v2 with a bad version");
+	free(a);
+	free(b);
+}
+
+static void utilization_and_strings(void **state)
+{
+	int (*util)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetUtilizationRates");
+	int (*name)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))sym(
+	    "nvmlDeviceGetName");
+	int (*uuid)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))sym(
+	    "nvmlDeviceGetUUID");
+	int (*drv)(char *, unsigned) = (int (*)(char *, unsigned))sym("nvmlSystemGetDriverVersion");
+	unsigned char *u = zone(UTIL_SIZE, 0), *n = zone(NAME_LEN, 0);
+
+	(void)state;
+	assert_int_equal(util(device(0), u), 0);
+	canary_intact(u, UTIL_SIZE, "nvmlDeviceGetUtilizationRates");
+	assert_int_equal(u32_at(u, 0), 97);
+	assert_int_equal(name(device(0), (char *)n, NAME_LEN), 0);
+	canary_intact(n, NAME_LEN, "nvmlDeviceGetName");
+	assert_int_equal(uuid(device(0), (char *)n, NAME_LEN), 0);
+	canary_intact(n, NAME_LEN, "nvmlDeviceGetUUID");
+	/* A buffer one byte too short: INSUFFICIENT_SIZE and nothing written. */
+	memset(n, CANARY_BYTE, NAME_LEN + CANARY_LEN);
+	assert_int_equal(drv((char *)n, 9), 7);
+	canary_intact(n, 0, "nvmlSystemGetDriverVersion with a short buffer");
+	assert_int_equal(drv((char *)n, 10), 0);
+	assert_string_equal((const char *)n, "580.95.05");
+	canary_intact(n, 10, "nvmlSystemGetDriverVersion");
+	free(u);
+	free(n);
+}
+
+/* ---- process lists ----------------------------------------------------- */
+
+static void check_procs(const char *fn, size_t entry)
+{
+	int (*get)(void *, unsigned *, void *) = (int (*)(void *, unsigned *, void *))sym(fn);
+	unsigned count = 0;
+	unsigned char *b;
+
+	/* GPU 0 of the lab: two compute processes. */
+	assert_int_equal(get(device(0), &count, NULL), 7);
+	assert_int_equal(count, 2);
+	b = zone(2 * entry, 0);
+	assert_int_equal(get(device(0), &count, b), 0);
+	assert_int_equal(count, 2);
+	canary_intact(b, 2 * entry, fn);
+	assert_int_equal(u32_at(b, 0), 2028329);
+	assert_int_equal(u64_at(b, 8), 10625 * MIB);
+	assert_int_equal(u32_at(b, entry), 3141592);
+	if (entry == PROC_V2_SIZE) {
+		assert_int_equal(u32_at(b, 16), 0xFFFFFFFFu); /* no MIG */
+		assert_int_equal(u32_at(b, 20), 0xFFFFFFFFu);
+	}
+	/* One entry of room for two: the count, nothing written. */
+	count = 1;
+	memset(b, CANARY_BYTE, 2 * entry + CANARY_LEN);
+	assert_int_equal(get(device(0), &count, b), 7);
+	assert_int_equal(count, 2);
+	canary_intact(b, 0, fn);
+	free(b);
+}
+
+static void process_lists(void **state)
+{
+	(void)state;
+	check_procs("nvmlDeviceGetComputeRunningProcesses", PROC_V1_SIZE);
+	check_procs("nvmlDeviceGetComputeRunningProcesses_v2", PROC_V2_SIZE);
+	check_procs("nvmlDeviceGetComputeRunningProcesses_v3", PROC_V2_SIZE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(pci_v1_is_52_bytes),
+		cmocka_unit_test(pci_v2_is_52_bytes),
+		cmocka_unit_test(pci_v3_is_68_bytes),
+		cmocka_unit_test(memory_layouts),
+		cmocka_unit_test(utilization_and_strings),
+		cmocka_unit_test(process_lists),
+	};
+
+	return cmocka_run_group_tests_name("simabi", tests, setup, teardown);
+}
