@@ -4,13 +4,23 @@
 #   make check      all tests: unit (cmocka), end-to-end (bats), Python, ASan/UBSan
 #   make bench      benchmarks, printing ratios against peers and limits
 #   make asan       the unit and end-to-end tests under ASan/UBSan
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=    (and make uninstall, same variables)
 
 PREFIX  ?= /usr/local
 BINDIR  ?= $(PREFIX)/bin
 LIBDIR  ?= $(PREFIX)/lib
+# Private files (the NVML simulator): not on the linker's path.
+PKGLIBDIR ?= $(PREFIX)/lib/gpuman
 INCDIR  ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR  ?= $(PREFIX)/share/man
+# Debian's python3 reads /usr/lib/python3/dist-packages; for any other
+# prefix `make install` also drops a gpuman.pth into that python's
+# site-packages under the prefix, if it has one (/usr/local/lib/python3.X/
+# dist-packages on Debian), so `import gpuman` works without PYTHONPATH.
 PYDIR   ?= $(PREFIX)/lib/python3/dist-packages
+# Debian's own python3 first: the one `import gpuman` must work with.
+PYTHON  ?= $(firstword $(wildcard /usr/bin/python3) python3)
 DESTDIR ?=
 BUILD   ?= build
 
@@ -21,7 +31,7 @@ ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
 DATADIR ?= $(PREFIX)/share/gpuman
-CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_LIBDIR='"$(LIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
+CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
 LIBS    := -ljansson -lsqlite3 -ldl -lpthread
 
@@ -38,7 +48,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install clean format
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall clean format
 all: deps $(PROGRAMS)
 
 deps:
@@ -134,16 +144,43 @@ $(BUILD)/bench/inproc: bench/inproc.c $(BUILD)/libgpuman.so include/gpuman.h
 bench: all $(BENCH_BIN)
 	@sh bench/run $(abspath $(BUILD))
 
-install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/gpuman $(DESTDIR)$(INCDIR) $(DESTDIR)$(PYDIR)/gpuman
+# The site-packages directory under PREFIX where this python looks, if any
+# and if PYDIR is not already on its path: where gpuman.pth goes.
+PTHDIR = $(shell $(PYTHON) -c 'import site; s=site.getsitepackages(); d=[p for p in s if p.startswith("$(PREFIX)/")]; print("" if "$(PYDIR)" in s or not d else d[0])' 2>/dev/null)
+
+$(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCDIR@|$(INCDIR)|' \
+	    -e "s|@VERSION@|$$(sed -n 's/^#define GM_VERSION "\(.*\)"/\1/p' include/gpuman.h)|" $< >$@
+
+# Paths are not baked into the programs: gpuman finds its runner, the
+# simulator and the examples relative to itself (../lib/gpuman,
+# ../share/gpuman), so DESTDIR and a later move both work.
+install: all $(BUILD)/gpuman.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGLIBDIR) $(DESTDIR)$(INCDIR) \
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)/examples
 	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
-	install -m 755 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
+	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
 	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
-	install -m 755 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(LIBDIR)/gpuman/libnvidia-ml.so.1
+	install -m 644 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1
 	install -m 644 include/gpuman.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(BUILD)/gpuman.pc $(DESTDIR)$(PKGCONFIGDIR)/
 	install -m 644 python/gpuman/*.py $(DESTDIR)$(PYDIR)/gpuman/
-	install -d $(DESTDIR)$(DATADIR)/examples
 	install -m 644 examples/*.json examples/*.txt $(DESTDIR)$(DATADIR)/examples/
+	@if [ -n "$(PTHDIR)" ]; then \
+		echo "install -d $(DESTDIR)$(PTHDIR) && echo $(PYDIR) > $(DESTDIR)$(PTHDIR)/gpuman.pth"; \
+		install -d $(DESTDIR)$(PTHDIR) && echo "$(PYDIR)" >$(DESTDIR)$(PTHDIR)/gpuman.pth; \
+	elif ! $(PYTHON) -c 'import site; exit("$(PYDIR)" not in site.getsitepackages())' 2>/dev/null; then \
+		echo "note: $(PYTHON) does not look in $(PYDIR): use PYTHONPATH=$(PYDIR)"; fi
+
+# Exactly what install put there; directories only if left empty.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/gpuman $(DESTDIR)$(BINDIR)/gpuman-runner $(DESTDIR)$(BINDIR)/gpuman-simload \
+	      $(DESTDIR)$(LIBDIR)/libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so \
+	      $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1 $(DESTDIR)$(INCDIR)/gpuman.h \
+	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
+	rm -rf $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)
+	[ -z "$(PTHDIR)" ] || rm -f $(DESTDIR)$(PTHDIR)/gpuman.pth
+	-rmdir $(DESTDIR)$(PKGLIBDIR) 2>/dev/null
 
 format:
 	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c

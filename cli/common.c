@@ -183,8 +183,33 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 	return CLI_CONTINUE;
 }
 
+/* The shipped scenario, for hints: in the source tree, else relative to
+ * this program as installed (bin/../share/gpuman), wherever it was moved. */
+static const char *example_scenario(char *buf, size_t len)
+{
+	static const char *const rel[] = { "../share/gpuman/examples/lab-8gpu.json",
+					   "../examples/lab-8gpu.json" };
+	char self[PATH_MAX], path[PATH_MAX + 64];
+	ssize_t n;
+
+	if (access("examples/lab-8gpu.json", R_OK) == 0)
+		return "examples/lab-8gpu.json";
+	n = readlink("/proc/self/exe", self, sizeof self - 1);
+	self[n > 0 ? n : 0] = '\0';
+	if (strrchr(self, '/'))
+		*strrchr(self, '/') = '\0';
+	for (size_t i = 0; n > 0 && i < sizeof rel / sizeof rel[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", self, rel[i]);
+		if (realpath(path, buf) && strlen(buf) < len)
+			return buf;
+	}
+	snprintf(buf, len, "%s", GM_DATADIR "/examples/lab-8gpu.json");
+	return buf;
+}
+
 int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **snap)
 {
+	char example[PATH_MAX];
 	char err[GM_ERRBUF_SIZE];
 	enum gm_err rc;
 
@@ -193,10 +218,7 @@ int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **
 	if (rc == GM_ERR_NVML_LOAD)
 		return cli_error(cli, EXIT_FAIL,
 				 "%s; no NVIDIA driver here? try the simulator: gpuman --sim %s %s",
-				 err,
-				 access("examples/lab-8gpu.json", R_OK) == 0
-					 ? "examples/lab-8gpu.json"
-					 : GM_DATADIR "/examples/lab-8gpu.json",
+				 err, example_scenario(example, sizeof example),
 				 cli->cmd ? cli->cmd : "status");
 	if (rc != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);

@@ -42,7 +42,7 @@ GM_API const char *gm_version(void)
 
 /*
  * The simulator ships beside gpuman: in the build tree as sim/ next to the
- * binary or library, installed as $LIBDIR/gpuman/.  Find it relative to the
+ * binary or library, installed as $PREFIX/lib/gpuman/.  Find it relative to the
  * object that holds this code, so both layouts work without configuration.
  */
 static int find_simulator(char *out, size_t len)
@@ -51,6 +51,7 @@ static int find_simulator(char *out, size_t len)
 		"sim/libnvidia-ml.so.1",
 		"gpuman/libnvidia-ml.so.1",
 		"../lib/gpuman/libnvidia-ml.so.1",
+		"../gpuman/libnvidia-ml.so.1", /* from a multiarch libdir */
 		"../sim/libnvidia-ml.so.1",
 	};
 	char dir[PATH_MAX];
@@ -77,7 +78,7 @@ static int find_simulator(char *out, size_t len)
 			}
 		}
 	}
-	snprintf(out, len, "%s/gpuman/libnvidia-ml.so.1", GM_LIBDIR);
+	snprintf(out, len, "%s/libnvidia-ml.so.1", GM_PKGLIBDIR);
 	return access(out, R_OK) == 0 ? 0 : -1;
 }
 
@@ -99,9 +100,9 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0) {
 			err = gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
 				      "GPUMAN_SIM is set but the simulator library was not found "
-				      "(looked beside gpuman and in '%s/gpuman'); set GPUMAN_NVML to "
+				      "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
 				      "its path",
-				      GM_LIBDIR);
+				      GM_PKGLIBDIR);
 			goto failed;
 		}
 	}
