@@ -48,7 +48,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall clean format
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man clean format
 all: deps $(PROGRAMS)
 
 deps:
@@ -125,7 +125,7 @@ python: check-deps all
 	@GM_BUILD=$(abspath $(BUILD)) PYTHONPATH=python python3 -m unittest discover -s tests/python -t . -v
 
 # Everything, with one closing line that counts the suites.
-check: check-deps all $(UNIT_BIN)
+check: check-deps all $(UNIT_BIN) man
 	@sh tests/run-all $(BUILD)
 
 asan: check-deps
@@ -144,6 +144,17 @@ $(BUILD)/bench/inproc: bench/inproc.c $(BUILD)/libgpuman.so include/gpuman.h
 bench: all $(BENCH_BIN)
 	@sh bench/run $(abspath $(BUILD))
 
+# Man pages, made by help2man from the programs' --help (scripts/mkman).
+$(BUILD)/man/gpuman.1: $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload scripts/mkman \
+		README.md include/gpuman.h
+	@rm -rf $(BUILD)/man
+	sh scripts/mkman $(BUILD) $(BUILD)/man
+man: $(BUILD)/man/gpuman.1
+
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+
 # The site-packages directory under PREFIX where this python looks, if any
 # and if PYDIR is not already on its path: where gpuman.pth goes.
 PTHDIR = $(shell $(PYTHON) -c 'import site; s=site.getsitepackages(); d=[p for p in s if p.startswith("$(PREFIX)/")]; print("" if "$(PYDIR)" in s or not d else d[0])' 2>/dev/null)
@@ -155,9 +166,11 @@ $(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h
 # Paths are not baked into the programs: gpuman finds its runner, the
 # simulator and the examples relative to itself (../lib/gpuman,
 # ../share/gpuman), so DESTDIR and a later move both work.
-install: all $(BUILD)/gpuman.pc
+install: all $(BUILD)/gpuman.pc man
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGLIBDIR) $(DESTDIR)$(INCDIR) \
-		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)/examples
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)/examples \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
 	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
@@ -166,6 +179,11 @@ install: all $(BUILD)/gpuman.pc
 	install -m 644 $(BUILD)/gpuman.pc $(DESTDIR)$(PKGCONFIGDIR)/
 	install -m 644 python/gpuman/*.py $(DESTDIR)$(PYDIR)/gpuman/
 	install -m 644 examples/*.json examples/*.txt $(DESTDIR)$(DATADIR)/examples/
+	install -m 644 $(BUILD)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(BUILD)/man/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 644 contrib/completion/gpuman.bash $(DESTDIR)$(BASHCOMPDIR)/gpuman
+	install -m 644 contrib/completion/_gpuman $(DESTDIR)$(ZSHCOMPDIR)/_gpuman
+	install -m 644 contrib/completion/gpuman.fish $(DESTDIR)$(FISHCOMPDIR)/gpuman.fish
 	@if [ -n "$(PTHDIR)" ]; then \
 		echo "install -d $(DESTDIR)$(PTHDIR) && echo $(PYDIR) > $(DESTDIR)$(PTHDIR)/gpuman.pth"; \
 		install -d $(DESTDIR)$(PTHDIR) && echo "$(PYDIR)" >$(DESTDIR)$(PTHDIR)/gpuman.pth; \
@@ -179,6 +197,9 @@ uninstall:
 	      $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1 $(DESTDIR)$(INCDIR)/gpuman.h \
 	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
 	rm -rf $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)
+	rm -f $(DESTDIR)$(MANDIR)/man1/gpuman.1 $(DESTDIR)$(MANDIR)/man1/gpuman-*.1 \
+	      $(DESTDIR)$(MANDIR)/man3/libgpuman.3 $(DESTDIR)$(BASHCOMPDIR)/gpuman \
+	      $(DESTDIR)$(ZSHCOMPDIR)/_gpuman $(DESTDIR)$(FISHCOMPDIR)/gpuman.fish
 	[ -z "$(PTHDIR)" ] || rm -f $(DESTDIR)$(PTHDIR)/gpuman.pth
 	-rmdir $(DESTDIR)$(PKGLIBDIR) 2>/dev/null
 

@@ -130,7 +130,7 @@ const struct cmd_entry cmd_info = {
 	"Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
 	"utilization, power, temperature, compute capability, compute and MIG mode,\n"
 	"and where CUDA numbers it (its default order is fastest-first, not NVML's).\n"
-	"GPU: an NVML index (3) or a unique UUID prefix (GPU-8f3a, 8f3a).\n"
+	"GPU: an NVML index (3) or a unique UUID prefix (GPU-b120, b120).\n"
 	"\n"
 	"  --json       a JSON array, one object per GPU\n"
 	"  --sim FILE   use the NVML simulator with this scenario\n",

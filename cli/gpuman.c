@@ -13,8 +13,14 @@
 static const struct cmd_entry *const commands[] = {
 	&cmd_status, &cmd_info, &cmd_ps, &cmd_pick, &cmd_run,
 	&cmd_batch, &cmd_submit, &cmd_queue, &cmd_cancel, &cmd_logs, &cmd_wait,
-	&cmd_dispatcher, /* no summary: not listed */
+	&cmd_dispatcher, &cmd_complete, /* no summary: not listed */
 };
+
+const struct cmd_entry *const *cli_commands(size_t *count)
+{
+	*count = sizeof commands / sizeof commands[0];
+	return commands;
+}
 
 static void usage(FILE *out)
 {

@@ -12,7 +12,7 @@
 	"                     power (draw/limit, lowest first), util (lowest first), index\n" \
 	"  --min-free SIZE    only GPUs with at least SIZE free (8G, 8192 = MiB, 50%)\n" \
 	"  --max-util PCT     only GPUs at most PCT percent busy\n" \
-	"  --only LIST        only these GPUs (NVML indices or UUID prefixes: 0,3 or GPU-8f3)\n" \
+	"  --only LIST        only these GPUs (NVML indices or UUID prefixes: 0,3 or GPU-b120)\n" \
 	"  --exclude LIST     never these GPUs\n" \
 	"A CUDA_VISIBLE_DEVICES already set (Slurm, a container) limits the candidates.\n"
 

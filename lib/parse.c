@@ -387,7 +387,7 @@ int gpu_list_parse(const char *s, struct gpu_list *out, char *err, size_t errlen
 	if (!s)
 		s = "";
 	if (trimmed_len(skip_blanks(s)) == 0)
-		return bad(err, errlen, "empty list (e.g. 0,3 or GPU-8f3)");
+		return bad(err, errlen, "empty list (e.g. 0,3 or GPU-b120)");
 	for (c = s; *c; c++)
 		n += *c == ',';
 	list.items = calloc(n, sizeof *list.items);

@@ -454,6 +454,18 @@ int main(int argc, char **argv)
 
 	memset(&x, 0, sizeof x);
 	x.null_fd = -1;
+	if (argc == 2 && !strcmp(argv[1], "--help")) {
+		/* For people who find it next to gpuman, and for its man page. */
+		printf("usage: gpuman-runner (started by gpuman only)\n"
+		       "\n"
+		       "The supervisor of one batch task or queued job: 'gpuman batch' and the\n"
+		       "queue's dispatcher start one per task.  It holds the task's GPU lease,\n"
+		       "runs the task in its own process group with its output in the log, and\n"
+		       "records its result, so that the dispatcher may die and restart without\n"
+		       "losing or repeating a job.  It is installed next to gpuman, which\n"
+		       "looks for it there.\n");
+		return 0;
+	}
 	if (parse_args(argc, argv, &a) < 0) {
 		fprintf(stderr, "gpuman-runner: started by gpuman only\n");
 		return 2;

@@ -18,9 +18,14 @@ sanitized() { ldd "$GM_BUILD/libgpuman.so" | grep -q libasan; }
 	run -0 inst /usr "$d"
 	for f in usr/bin/gpuman usr/bin/gpuman-runner usr/bin/gpuman-simload usr/lib/libgpuman.so.0 \
 		usr/lib/gpuman/libnvidia-ml.so.1 usr/include/gpuman.h usr/lib/pkgconfig/gpuman.pc \
-		usr/lib/python3/dist-packages/gpuman/__init__.py usr/share/gpuman/examples/lab-8gpu.json; do
+		usr/lib/python3/dist-packages/gpuman/__init__.py usr/share/gpuman/examples/lab-8gpu.json \
+		usr/share/man/man1/gpuman.1 usr/share/man/man1/gpuman-run.1 usr/share/man/man3/libgpuman.3 \
+		usr/share/bash-completion/completions/gpuman usr/share/zsh/vendor-completions/_gpuman \
+		usr/share/fish/vendor_completions.d/gpuman.fish; do
 		[ -f "$d/$f" ] || { echo "missing $f"; false; }
 	done
+	run -0 env MANPATH="$d/usr/share/man" man -w gpuman
+	[ "$output" = "$d/usr/share/man/man1/gpuman.1" ]
 	# The hint names the scenario next to this installation, not /usr/local.
 	cd "$BATS_TEST_TMPDIR"
 	GPUMAN_NVML=$BATS_TEST_TMPDIR/none run -1 "$d/usr/bin/gpuman" status
