@@ -23,6 +23,7 @@ PYDIR   ?= $(PREFIX)/lib/python3/dist-packages
 PYTHON  ?= $(firstword $(wildcard /usr/bin/python3) python3)
 DESTDIR ?=
 BUILD   ?= build
+comma   := ,
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -48,7 +49,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man clean format
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format
 all: deps $(PROGRAMS)
 
 deps:
@@ -75,14 +76,17 @@ $(BUILD)/libgpuman.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/libgpuman.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) -o $@ $^ $(LIBS)
+	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 	ln -sf libgpuman.so $(BUILD)/libgpuman.so.0
 # SQLite is linked into the command statically: loading and relocating the
 # shared library cost every gpuman process 0.3-0.5 ms, a third of `pick`,
-# which never touches the job store.
-CLI_LIBS := -Wl,-Bstatic -lsqlite3 -Wl,-Bdynamic -ljansson -ldl -lpthread -lm
+# which never touches the job store.  The Debian package links it
+# dynamically (STATIC_SQLITE=0) so that SQLite's security updates reach it.
+STATIC_SQLITE ?= 1
+CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -Wl$(comma)-Bdynamic,-lsqlite3) \
+	-ljansson -ldl -lpthread -lm
 $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
-	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgpuman.a $(CLI_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgpuman.a $(CLI_LIBS)
 
 # The supervisor of each batch task and queued job, started by the
 # dispatcher: static, so that starting it costs no dynamic linking (it is
@@ -90,12 +94,12 @@ $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
 RUNNER_LDFLAGS = $(if $(SANITIZE),,-static)
 $(BUILD)/gpuman-runner: runner/gpuman-runner.c cli/childenv.c cli/childenv.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(RUNNER_LDFLAGS) -o $@ runner/gpuman-runner.c cli/childenv.c
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(RUNNER_LDFLAGS) -o $@ runner/gpuman-runner.c cli/childenv.c
 
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
-	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(SIM_CFLAGS) -o $@ $^ -ljansson
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
 # The same simulator as a driver from before the _v2/_v3 symbols: the version
 # script exports only the old names, so dlsym really finds no nvmlInit_v2.
@@ -104,7 +108,7 @@ $(BUILD)/sim/old/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(B
 	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/old-driver.map $(SIM_CFLAGS) \
 		-o $@ $(filter %.o,$^) -ljansson
 $(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
-	$(CC) $(SIM_CFLAGS) -o $@ $^ -ljansson
+	$(CC) $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 	@mkdir -p $(@D)
@@ -202,6 +206,14 @@ uninstall:
 	      $(DESTDIR)$(ZSHCOMPDIR)/_gpuman $(DESTDIR)$(FISHCOMPDIR)/gpuman.fish
 	[ -z "$(PTHDIR)" ] || rm -f $(DESTDIR)$(PTHDIR)/gpuman.pth
 	-rmdir $(DESTDIR)$(PKGLIBDIR) 2>/dev/null
+
+# Debian packages into $(BUILD)/deb (scripts/mkdeb), then lintian's verdict;
+# check-deb also installs them into a fresh Debian (scripts/check-deb).
+deb:
+	sh scripts/mkdeb $(abspath $(BUILD))/deb
+	lintian --info $(BUILD)/deb/*.changes || true
+check-deb: deb
+	sh scripts/check-deb $(abspath $(BUILD))/deb
 
 format:
 	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c

@@ -1,0 +1,58 @@
+#!/usr/bin/env bats
+# deb: `make deb`'s packages, built once (dpkg-buildpackage) and read with
+# dpkg-deb: what each holds, what it depends on, and that the command as
+# packaged runs from where the package puts it.  `make check-deb` installs
+# them into a fresh Debian as well.
+
+bats_require_minimum_version 1.5.0
+GM_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+
+setup_file() {
+	export DEBS=$BATS_FILE_TMPDIR/deb
+	sh "$GM_ROOT/scripts/mkdeb" "$DEBS" >/dev/null
+}
+
+contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'; }
+
+@test "four packages, each with its files" {
+	run -0 contents gpuman
+	for f in /usr/bin/gpuman /usr/bin/gpuman-runner /usr/bin/gpuman-simload \
+		/usr/lib/gpuman/libnvidia-ml.so.1 /usr/share/gpuman/examples/lab-8gpu.json \
+		/usr/share/man/man1/gpuman.1.gz /usr/share/man/man1/gpuman-run.1.gz \
+		/usr/share/man/man1/gpuman-runner.1.gz /usr/lib/tmpfiles.d/gpuman.conf \
+		/usr/share/bash-completion/completions/gpuman /usr/share/zsh/vendor-completions/_gpuman \
+		/usr/share/fish/vendor_completions.d/gpuman.fish; do
+		grep -qxF "$f" <<<"$output" || { echo "gpuman lacks $f"; false; }
+	done
+	arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+	run -0 contents libgpuman0
+	grep -qxF "/usr/lib/$arch/libgpuman.so.0" <<<"$output"
+	run -0 contents libgpuman-dev
+	for f in /usr/include/gpuman.h "/usr/lib/$arch/libgpuman.so" "/usr/lib/$arch/pkgconfig/gpuman.pc" \
+		/usr/share/man/man3/libgpuman.3.gz; do
+		grep -qxF "$f" <<<"$output" || { echo "libgpuman-dev lacks $f"; false; }
+	done
+	run -0 contents python3-gpuman
+	grep -qxF /usr/lib/python3/dist-packages/gpuman/__init__.py <<<"$output"
+	# Nothing under /usr/local, nothing of the build tree.
+	run ! grep -h '/usr/local\|/build/' <(for p in gpuman libgpuman0 libgpuman-dev python3-gpuman; do contents $p; done)
+}
+
+@test "dependencies: shared SQLite and jansson, the library for Python" {
+	run -0 dpkg-deb -f "$DEBS"/gpuman_*.deb Depends
+	[[ "$output" == *libsqlite3-0* && "$output" == *libjansson4* ]]
+	run -0 dpkg-deb -f "$DEBS"/python3-gpuman_*.deb Depends
+	[[ "$output" == *libgpuman0* && "$output" == *python3* ]]
+	run -0 dpkg-deb -f "$DEBS"/libgpuman-dev_*.deb Depends
+	[[ "$output" == *"libgpuman0 (= "* ]]
+}
+
+@test "the packaged gpuman runs from where the package puts it, with its simulator and scenario" {
+	x=$BATS_TEST_TMPDIR/x
+	dpkg-deb -x "$DEBS"/gpuman_*.deb "$x"
+	export GPUMAN_STATE_DIR=$BATS_TEST_TMPDIR/state GPUMAN_SIM_STATE=$BATS_TEST_TMPDIR/sim
+	run -0 "$x/usr/bin/gpuman" --sim "$x/usr/share/gpuman/examples/lab-8gpu.json" pick
+	[ "$output" = 2 ]
+	run -0 zcat "$x/usr/share/man/man1/gpuman.1.gz"
+	[[ "$output" == *'.SS "gpuman run"'* ]]
+}
