@@ -42,6 +42,20 @@ def _natives():
         path = os.path.join(build, outer)
         if os.path.isfile(path):
             found.append((NAME + "/" + inner, path))
+    # The command itself, and what it finds relative to itself (bin/../lib/
+    # gpuman, bin/../share/gpuman): pip puts .data/scripts on PATH and
+    # .data/data under the environment's prefix.
+    data = "%s-%s.data/" % (NAME, _version())
+    for inner, outer in (("scripts/gpuman", "gpuman"), ("scripts/gpuman-runner", "gpuman-runner"),
+                         ("scripts/gpuman-simload", "gpuman-simload"),
+                         ("data/lib/gpuman/libnvidia-ml.so.1", "sim/libnvidia-ml.so.1")):
+        path = os.path.join(build, outer)
+        if found and os.path.isfile(path):
+            found.append((data + inner, path))
+    examples = os.path.join(os.path.dirname(HERE), "examples")
+    if found and os.path.isdir(examples):
+        found += [(data + "data/share/gpuman/examples/" + f, os.path.join(examples, f))
+                  for f in sorted(os.listdir(examples)) if f.endswith((".json", ".txt"))]
     if not found:
         sys.stderr.write("gpuman_build: no %s/libgpuman.so (run make first?); building a "
                          "pure-Python wheel that needs libgpuman installed\n" % build)
@@ -109,7 +123,8 @@ def get_requires_for_build_editable(config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     natives = _natives()
     files = [(p, _read(src), 0o644) for p, src in _sources()]
-    files += [(p, _read(src), 0o755) for p, src in natives]
+    files += [(p, _read(src), 0o644 if src.endswith((".json", ".txt")) else 0o755)
+              for p, src in natives]
     return _write_wheel(wheel_directory, files, pure=not natives)
 
 

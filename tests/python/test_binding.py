@@ -479,6 +479,28 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(run.stdout.split("\n")[:2],
                          [os.path.join(target, "gpuman", "libgpuman.so"), "cuda:0 " + UUID1])
 
+    def test_pip_install_gives_the_command(self):
+        """pip install ./python also installs gpuman, its runner and simulator"""
+        tmp = tempfile.mkdtemp(prefix="gpuman-pip.")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        prefix = os.path.join(tmp, "env")
+        env = dict(os.environ, GM_BUILD=BUILD, PIP_NO_INDEX="1")
+        run = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                              "--no-build-isolation", "--no-deps", "--prefix", prefix, PYDIR],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stdout)
+        for name in ("gpuman", "gpuman-runner", "gpuman-simload"):
+            self.assertTrue(os.access(os.path.join(prefix, "bin", name), os.X_OK), name)
+        # The command finds the simulator and scenario pip put beside it.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUMAN_", "CUDA_"))}
+        env.update(GPUMAN_STATE_DIR=os.path.join(tmp, "state"))
+        lab = os.path.join(prefix, "share", "gpuman", "examples", "lab-8gpu.json")
+        run = subprocess.run([os.path.join(prefix, "bin", "gpuman"), "--sim", lab, "pick"],
+                             env=env, cwd=tmp, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+        self.assertEqual((run.returncode, run.stdout), (0, "2\n"))
+
 
 if __name__ == "__main__":
     unittest.main()
