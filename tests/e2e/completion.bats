@@ -56,6 +56,15 @@ listed() { gpuman --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 	[ "$(cut -f1 <<<"$output" | tr '\n' ' ')" = "memory memory-rate " ]
 	command -v zsh >/dev/null || skip "zsh is not installed (apt-get install zsh)"
 	run -0 zsh -n "$GM_ROOT/contrib/completion/_gpuman"
+	zc() { zsh -f "$BATS_TEST_DIRNAME/helpers/zsh-complete.zsh" "$1" "$GM_ROOT/contrib/completion/_gpuman"; }
+	run -0 zc "gpuman st"
+	[ "$(head -1 <<<"$output")" = status ]
+	run -0 zc "gpuman pick --by "
+	[ "$(tr '\n' ' ' <<<"$output")" = "memory memory-rate power util index " ]
+	run -0 zc "gpuman --sim $LAB info "
+	[[ "$output" == *GPU-b120a366-f0bb-e9cf-42f2-dc05873f9bd0* ]]
+	run -0 zc "gpuman run -- pyth"
+	[ "$output" = "<normal:pyth>" ]
 }
 
 @test "a man page per command, made from its --help: same synopsis, every option" {
