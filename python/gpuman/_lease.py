@@ -225,9 +225,11 @@ def _options(n, by, min_free, max_util, mem, wait, only, exclude, idle):
 
 class _Acquisition:
     """One gm_acquire call.  A waiting call runs in a helper thread so that
-    Ctrl-C still works (libgpuman offers no way to interrupt a wait); if the
-    caller gives up, the helper releases whatever it gets and frees the
-    context and request itself."""
+    Ctrl-C reaches Python (its signal handlers run in the main thread only,
+    between bytecodes, never inside a C call).  When the caller gives up --
+    KeyboardInterrupt or any other exception -- gm_cancel ends the wait at
+    once, so that its ticket does not stay in line ahead of later requests;
+    a lease won just before the cancel is released."""
 
     def __init__(self, ctx, req):
         self.ctx, self.req = ctx, req
@@ -235,32 +237,47 @@ class _Acquisition:
         self.abandoned = False
         self.rc, self.handle, self.message = None, None, ""
         self.lock = threading.Lock()
+        # Not Thread.join: on Python 3.11 a join interrupted by Ctrl-C may
+        # mark a thread that still runs as stopped (bpo-45274), and a
+        # second join then returns at once.
+        self.finished = threading.Event()
 
     def run(self):
-        L = _native.lib()
-        out = ctypes.c_void_p()
-        err = ctypes.create_string_buffer(_native.ACQUIRE_ERRBUF_SIZE)
-        rc = L.gm_acquire(self.ctx, self.req, ctypes.byref(out), err,
-                          _native.ACQUIRE_ERRBUF_SIZE)
-        with self.lock:
-            self.rc, self.handle = rc, out.value
-            self.message = _native.text(err.value).rstrip()
-            self.done = True
-            if self.abandoned:
-                self.free()
+        try:
+            L = _native.lib()
+            out = ctypes.c_void_p()
+            err = ctypes.create_string_buffer(_native.ACQUIRE_ERRBUF_SIZE)
+            rc = L.gm_acquire(self.ctx, self.req, ctypes.byref(out), err,
+                              _native.ACQUIRE_ERRBUF_SIZE)
+            with self.lock:
+                self.rc, self.handle = rc, out.value
+                self.message = _native.text(err.value).rstrip()
+                self.done = True
+                if self.abandoned:
+                    self.free()
+        finally:
+            self.finished.set()
 
     def run_interruptibly(self):
         worker = threading.Thread(target=self.run, name="gpuman-wait", daemon=True)
         worker.start()
         try:
-            while worker.is_alive():
-                worker.join(0.2)
+            while not self.finished.wait(0.2):
+                pass
         except BaseException:
-            with self.lock:
-                if self.done:
-                    self.free()
-                else:
-                    self.abandoned = True
+            # gm_cancel is the one call that is safe while gm_acquire runs
+            # on the same context in another thread.
+            _native.lib().gm_cancel(self.ctx)
+            try:
+                self.finished.wait()  # prompt: the wait polls the cancel descriptor
+            finally:
+                # A second Ctrl-C here leaves the helper to free what it
+                # holds when its call returns.
+                with self.lock:
+                    if self.done:
+                        self.free()
+                    else:
+                        self.abandoned = True
             raise
 
     def free(self):

@@ -105,6 +105,7 @@ def _declare(lib):
         "gm_request_free": (None, [c_void_p]),
         "gm_request_set": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_size_t]),
         "gm_acquire": (c_int, [c_void_p, c_void_p, pvoid, c_char_p, c_size_t]),
+        "gm_cancel": (None, [c_void_p]),
         "gm_lease_release": (None, [c_void_p]),
         "gm_lease_id": (c_char_p, [c_void_p]),
         "gm_lease_gpu_count": (c_size_t, [c_void_p]),

@@ -10,7 +10,9 @@ libgpuman, as a user's program would.
 
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,18 @@ HOLDER = textwrap.dedent("""
     lease = gpuman.select(n=int(sys.argv[1]))
     print(lease.cuda_visible_devices, flush=True)
     time.sleep(float(sys.argv[2]))
+""")
+
+# A program that waits for N GPUs and, on Ctrl-C, says so and lives on: a
+# wait left behind would show as its ticket while it sleeps.
+WAITER = textwrap.dedent("""
+    import sys, time, gpuman
+    try:
+        gpuman.select(n=int(sys.argv[1]), wait=True)
+        print("leased", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    time.sleep(60)
 """)
 
 CLEARED = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUMAN_NVML", "GPUMAN_SIM",
@@ -116,16 +130,29 @@ class BindingTest(unittest.TestCase):
     def leases(self):
         return self.status()["leases"]
 
-    def holder(self, n, seconds):
-        """Start a process that leases n GPUs for `seconds`; returns it once
-        it holds them, with the CUDA_VISIBLE_DEVICES it got."""
+    def waiters(self):
+        return self.status()["waiters"]
+
+    def child_env(self):
         env = dict(os.environ)
         # Another program, not a child under our lease: nothing inherited.
         for key in ("GPUMAN_NVML", "CUDA_VISIBLE_DEVICES", "GPUMAN_GPUS", "GPUMAN_LEASE"):
             env.pop(key, None)
         env["PYTHONPATH"] = PYDIR
+        return env
+
+    def until(self, what, condition, seconds=30):
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > deadline:
+                self.fail("gave up waiting for %s" % what)
+            time.sleep(0.05)
+
+    def holder(self, n, seconds):
+        """Start a process that leases n GPUs for `seconds`; returns it once
+        it holds them, with the CUDA_VISIBLE_DEVICES it got."""
         child = subprocess.Popen([sys.executable, "-c", HOLDER, str(n), str(seconds)],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=self.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  universal_newlines=True)
         self.children.append(child)
         line = child.stdout.readline().strip()
@@ -412,6 +439,27 @@ class BindingTest(unittest.TestCase):
         second = gpuman.select(wait=30)
         self.assertEqual(child.wait(timeout=30), 0)
         self.assertEqual(second.uuids, [UUID0])
+
+    def test_ctrl_c_in_a_wait_leaves_no_ticket_behind(self):
+        """Ctrl-C in select(wait=True) ends the wait: no ticket blocks later requests"""
+        self.holder(1, 60)  # GPU 1 held; GPU 0 free
+        child = subprocess.Popen([sys.executable, "-c", WAITER, "2"], env=self.child_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 universal_newlines=True)
+        self.children.append(child)
+        self.until("the waiter's ticket",
+                   lambda: [w["pid"] for w in self.waiters()] == [child.pid])
+        # First come, first served: its ticket (2 GPUs) keeps GPU 0 from us.
+        with self.assertRaises(gpuman.Unavailable):
+            gpuman.select()
+        child.send_signal(signal.SIGINT)
+        self.until("the child's answer to SIGINT", lambda: child.poll() is not None
+                   or select.select([child.stdout], [], [], 0.1)[0])
+        self.assertEqual(child.stdout.readline().strip(), "interrupted",
+                         child.stderr.read() if child.poll() is not None else "")
+        self.assertIsNone(child.poll())  # it lives on, and yet...
+        self.assertEqual(self.waiters(), [])
+        self.assertEqual(gpuman.select().indices, [0])
 
     # ---- CUDA already initialised --------------------------------------
 
