@@ -34,9 +34,13 @@ endif
 DATADIR ?= $(PREFIX)/share/gpuman
 CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
-LIBS    := -ljansson -lsqlite3 -ldl -lpthread
+LIBS    := -ljansson -ldl -lpthread
 
-LIB_SRC := $(sort $(wildcard lib/*.c))
+# lib/jobstore.c (SQLite) serves the batch/queue engine only: it is built
+# into its own archive for gpuman and the unit tests, so that the public
+# libgpuman.so, which no gm_* function needs it for, does not pull in SQLite.
+JOBS_SRC := lib/jobstore.c
+LIB_SRC := $(filter-out $(JOBS_SRC),$(sort $(wildcard lib/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/simstate.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -75,8 +79,12 @@ $(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
 $(BUILD)/libgpuman.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/libgpuman.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/libgmjobs.a: $(JOBS_SRC:%.c=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+# Relinked when the Makefile changes: what goes into it is decided here.
+$(BUILD)/libgpuman.so: $(LIB_OBJ) Makefile
+	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
 	ln -sf libgpuman.so $(BUILD)/libgpuman.so.0
 # SQLite is linked into the command statically: loading and relocating the
 # shared library cost every gpuman process 0.3-0.5 ms, a third of `pick`,
@@ -85,8 +93,8 @@ $(BUILD)/libgpuman.so: $(LIB_OBJ)
 STATIC_SQLITE ?= 1
 CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -Wl$(comma)-Bdynamic,-lsqlite3) \
 	-ljansson -ldl -lpthread -lm
-$(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgpuman.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgpuman.a $(CLI_LIBS)
+$(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a $(CLI_LIBS)
 
 # The supervisor of each batch task and queued job, started by the
 # dispatcher: static, so that starting it costs no dynamic linking (it is
@@ -114,9 +122,10 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -l:libgpuman.so -Wl,-rpath,'$$ORIGIN/..'
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgpuman.a tests/unit/*.h
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a tests/unit/*.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgpuman.a $(LIBS) -lcmocka
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a $(LIBS) \
+		-lsqlite3 -lcmocka
 
 demo: all
 	@sh examples/demo.sh $(BUILD)

@@ -1,7 +1,8 @@
 /*
  * jobstore.h - the job store shared by `gpuman batch` and the per-user
  * queue: one SQLite database (WAL) holding every job, its state, where it
- * ran and what it used.
+ * ran and what it used.  Not part of libgpuman.so (no gm_* call needs it):
+ * the Makefile builds it into its own archive for gpuman and the tests.
  *
  * One process writes jobs' progress (the dispatcher, or the batch process
  * itself); others (submit, queue, cancel, wait) read, insert and cancel

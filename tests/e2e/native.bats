@@ -118,3 +118,15 @@ leases() {
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"/nonexistent/libnvidia-ml.so.1"* ]]
 }
+
+@test "libgpuman.so exports only gm_ names and does not pull in SQLite" {
+	run readelf -d "$GM_BUILD/libgpuman.so"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *libjansson* ]]
+	[[ "$output" != *sqlite* ]]
+	run nm -D --defined-only "$GM_BUILD/libgpuman.so"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *" T gm_acquire"* ]]
+	others=$(printf '%s\n' "$output" | awk '$2 ~ /^[TDBRVW]$/ && $3 !~ /^gm_/ { print $3 }')
+	[ -z "$others" ] || { echo "exported besides gm_*: $others"; false; }
+}
