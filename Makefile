@@ -174,7 +174,7 @@ PTHDIR = $(shell $(PYTHON) -c 'import site; s=site.getsitepackages(); d=[p for p
 
 $(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCDIR@|$(INCDIR)|' \
-	    -e "s|@VERSION@|$$(sed -n 's/^#define GM_VERSION "\(.*\)"/\1/p' include/gpuman.h)|" $< >$@
+	    -e "s|@VERSION@|$$(sed -n 's/^#define GM_VERSION_STRING "\(.*\)"/\1/p' include/gpuman.h)|" $< >$@
 
 # Paths are not baked into the programs: gpuman finds its runner, the
 # simulator and the examples relative to itself (../lib/gpuman,

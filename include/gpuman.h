@@ -4,9 +4,20 @@
  * libgpuman sees every NVIDIA GPU of the machine through NVML (loaded at run
  * time, or the gpuman NVML simulator), chooses GPUs by a policy, and leases
  * them race-free across processes and users.  The library never prints, never
- * exits and never aborts on bad input: every call that can fail returns an
- * enum gm_err and, where the caller passes one, writes a one-line detail
- * (NVML's or errno's text, the culprit's name) into a caller-supplied buffer.
+ * exits and never aborts on bad input.
+ *
+ * Errors, one way: a call that can fail returns an enum gm_err (GM_OK is 0)
+ * and, where the caller passes a buffer (errbuf, errlen; NULL or 0 allowed),
+ * writes one detail there for people: NVML's or errno's text, the culprit's
+ * name, and for an unmet request a line per GPU saying why.  gm_strerror()
+ * names a code.  Calls that can fail only for lack of memory (gm_request_new,
+ * gm_request_dup, gm_request_text, gm_snapshot_json) return NULL instead,
+ * and lookups (gm_snapshot_find, gm_snapshot_gpu, ...) return NULL for "no
+ * such thing".  Nothing else reports errors: no errno, no global state.
+ *
+ * Memory: text and arrays that a call hands over ("caller frees") are freed
+ * with gm_free(), never free(): the caller may use another C library than
+ * libgpuman (Python's ctypes does).  Objects have their own _free/_close.
  *
  * Calling sequence:
  *
@@ -15,7 +26,8 @@
  *   if (gm_open(&ctx, err, sizeof err) != GM_OK) { report err; }
  *   struct gm_snapshot *snap;
  *   gm_snapshot_take(ctx, &snap, err, sizeof err);
- *   ... gm_snapshot_gpu(snap, i) ...
+ *   for (size_t i = 0; i < gm_snapshot_gpu_count(snap); i++)
+ *       ... gm_gpu_name(gm_snapshot_gpu(snap, i)) ...
  *   gm_snapshot_free(snap);
  *
  *   struct gm_request *req = gm_request_new();
@@ -29,7 +41,8 @@
  *   gm_request_free(req);
  *   gm_close(ctx);
  *
- * A context is not thread-safe; use one per thread or lock around it.
+ * A context is not thread-safe; use one per thread or lock around it
+ * (gm_cancel excepted).
  */
 #ifndef GPUMAN_H
 #define GPUMAN_H
@@ -47,7 +60,14 @@ extern "C" {
 #define GM_API
 #endif
 
-#define GM_VERSION "0.1.0"
+/* The version of this header; gm_version() and gm_version_number() give
+ * the loaded library's.  GM_VERSION is 0xMMmmpp: compare it, e.g.
+ * #if GM_VERSION >= 0x000200 for what came with 0.2.0. */
+#define GM_VERSION_MAJOR 0
+#define GM_VERSION_MINOR 2
+#define GM_VERSION_PATCH 0
+#define GM_VERSION ((GM_VERSION_MAJOR << 16) | (GM_VERSION_MINOR << 8) | GM_VERSION_PATCH)
+#define GM_VERSION_STRING "0.2.0"
 /* Room for a message and one line of explanation per GPU of a large node. */
 #define GM_ERRBUF_SIZE 4096
 
@@ -68,8 +88,13 @@ enum gm_err {
 	GM_ERR_NEVER = 12        /* the request can never be met on this machine */
 };
 
+/* A short name of the code ("out of memory"); never NULL. */
 GM_API const char *gm_strerror(enum gm_err err);
+/* The loaded library's version: "0.2.0", and as GM_VERSION numbers it. */
 GM_API const char *gm_version(void);
+GM_API unsigned gm_version_number(void);
+/* Free text or an array the library handed over; NULL is allowed. */
+GM_API void gm_free(void *ptr);
 
 /* ---- context ---------------------------------------------------------- */
 
@@ -88,20 +113,20 @@ GM_API const char *gm_context_nvml_path(const struct gm_context *ctx);
 
 /* ---- snapshot --------------------------------------------------------- */
 
-/* Bits of gm_gpu.valid: a field whose bit is clear was "not supported" or
+/* Bits of gm_gpu_valid(): a value whose bit is clear was "not supported" or
  * unreadable, which is a state of its own, never a zero. */
 enum gm_field {
-	GM_HAS_MEMORY = 1u << 0,       /* mem_total/free/used_mib */
-	GM_HAS_UTIL = 1u << 1,         /* util_gpu_pct, util_mem_pct */
-	GM_HAS_POWER = 1u << 2,        /* power_mw */
-	GM_HAS_POWER_LIMIT = 1u << 3,  /* power_limit_mw */
-	GM_HAS_TEMPERATURE = 1u << 4,  /* temperature_c */
-	GM_HAS_CC = 1u << 5,           /* cc_major, cc_minor */
-	GM_HAS_COMPUTE_MODE = 1u << 6, /* compute_mode */
-	GM_HAS_MIG = 1u << 7,          /* mig_mode */
+	GM_HAS_MEMORY = 1u << 0,       /* GM_GPU_MEM_TOTAL/FREE/USED_MIB */
+	GM_HAS_UTIL = 1u << 1,         /* GM_GPU_UTIL_GPU_PCT, _MEM_PCT */
+	GM_HAS_POWER = 1u << 2,        /* GM_GPU_POWER_MW */
+	GM_HAS_POWER_LIMIT = 1u << 3,  /* GM_GPU_POWER_LIMIT_MW */
+	GM_HAS_TEMPERATURE = 1u << 4,  /* GM_GPU_TEMPERATURE_C */
+	GM_HAS_CC = 1u << 5,           /* GM_GPU_CC_MAJOR, _MINOR */
+	GM_HAS_COMPUTE_MODE = 1u << 6, /* GM_GPU_COMPUTE_MODE */
+	GM_HAS_MIG = 1u << 7,          /* GM_GPU_MIG_MODE */
 	GM_HAS_PROCESSES = 1u << 8,    /* the process list was readable */
-	GM_HAS_PCI = 1u << 9,          /* pci_bus_id */
-	GM_HAS_CUDA_RANK = 1u << 10    /* cuda_rank */
+	GM_HAS_PCI = 1u << 9,          /* gm_gpu_pci_bus_id() */
+	GM_HAS_CUDA_RANK = 1u << 10    /* GM_GPU_CUDA_RANK */
 };
 
 enum gm_gpu_state {
@@ -118,51 +143,16 @@ enum gm_compute_mode {
 	GM_COMPUTE_EXCLUSIVE_PROCESS = 3
 };
 
-struct gm_gpu {
-	unsigned index;        /* NVML index (PCI bus order) */
-	enum gm_gpu_state state;
-	char note[160];        /* why the state is not OK, for people */
-	char uuid[96];         /* "GPU-..." (empty if unreadable) */
-	char name[96];
-	char pci_bus_id[32];   /* "00000000:02:00.0" */
-	unsigned valid;        /* enum gm_field bits */
-	uint64_t mem_total_mib, mem_free_mib, mem_used_mib;
-	unsigned util_gpu_pct, util_mem_pct;
-	unsigned power_mw, power_limit_mw;
-	unsigned temperature_c;
-	int cc_major, cc_minor;
-	int compute_mode;      /* enum gm_compute_mode */
-	int mig_mode;          /* 0 disabled, 1 enabled */
-	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
-	 * FASTEST_FIRST device order follows; higher comes first. */
-	uint64_t cuda_rank;
-};
+/*
+ * A snapshot and its GPUs and processes are opaque: read them with the
+ * accessors below, so that a new field never changes what a compiled
+ * program sees.  Pointers they return live as long as the snapshot.
+ */
+struct gm_snapshot;
+struct gm_gpu;
+struct gm_proc;
 
 enum gm_proc_kind { GM_PROC_COMPUTE = 1, GM_PROC_GRAPHICS = 2 };
-
-struct gm_proc {
-	unsigned pid;
-	unsigned gpu;           /* NVML index of its GPU */
-	int has_mem;            /* 0 when NVML does not report its memory */
-	uint64_t used_mib;
-	unsigned kind;          /* enum gm_proc_kind bits */
-	int has_user;           /* /proc showed the owner */
-	unsigned uid;
-	char user[33];
-	char command[256];      /* command line, empty if /proc hides it */
-};
-
-struct gm_snapshot {
-	char driver_version[80];   /* empty if unknown */
-	int cuda_driver_version;   /* 13000 means 13.0; 0 if unknown */
-	size_t gpu_count;
-	struct gm_gpu *gpus;       /* sorted by NVML index */
-	size_t proc_count;
-	struct gm_proc *procs;     /* sorted by GPU, then pid */
-	size_t note_count;
-	char **notes;              /* GPUs skipped and other remarks, for people */
-	int64_t taken_ms;          /* wall-clock time of the snapshot */
-};
 
 /* Read every GPU and its processes now.  Free with gm_snapshot_free().
  * A GPU that answers an error is kept with its state and note; only a whole
@@ -170,11 +160,69 @@ struct gm_snapshot {
 GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
 				    char *errbuf, size_t errlen);
 GM_API void gm_snapshot_free(struct gm_snapshot *snap);
-/* The snapshot as JSON (schema in README "JSON output"); caller frees. */
+/* The snapshot as JSON (schema in README "JSON output"); caller frees
+ * (gm_free).  NULL when out of memory. */
 GM_API char *gm_snapshot_json(const struct gm_snapshot *snap);
 /* Find a GPU by NVML index ("3") or UUID prefix ("GPU-8f3", "8f3"). NULL if
  * none or ambiguous. */
 GM_API const struct gm_gpu *gm_snapshot_find(const struct gm_snapshot *snap, const char *spec);
+
+/* The driver's version ("580.95.05"; "" if unknown), CUDA's (13000 means
+ * 13.0; 0 if unknown), and the wall-clock time of the snapshot. */
+GM_API const char *gm_snapshot_driver_version(const struct gm_snapshot *snap);
+GM_API int gm_snapshot_cuda_driver_version(const struct gm_snapshot *snap);
+GM_API int64_t gm_snapshot_taken_ms(const struct gm_snapshot *snap);
+/* GPUs sorted by NVML index; processes by GPU, then pid; notes for people
+ * (GPUs skipped, other remarks).  i past the count gives NULL. */
+GM_API size_t gm_snapshot_gpu_count(const struct gm_snapshot *snap);
+GM_API const struct gm_gpu *gm_snapshot_gpu(const struct gm_snapshot *snap, size_t i);
+GM_API size_t gm_snapshot_proc_count(const struct gm_snapshot *snap);
+GM_API const struct gm_proc *gm_snapshot_proc(const struct gm_snapshot *snap, size_t i);
+GM_API size_t gm_snapshot_note_count(const struct gm_snapshot *snap);
+GM_API const char *gm_snapshot_note(const struct gm_snapshot *snap, size_t i);
+
+GM_API unsigned gm_gpu_index(const struct gm_gpu *gpu);  /* NVML's (PCI bus order) */
+GM_API enum gm_gpu_state gm_gpu_state(const struct gm_gpu *gpu);
+GM_API const char *gm_gpu_note(const struct gm_gpu *gpu); /* why not OK; "" */
+GM_API const char *gm_gpu_uuid(const struct gm_gpu *gpu); /* "GPU-..."; "" */
+GM_API const char *gm_gpu_name(const struct gm_gpu *gpu);
+GM_API const char *gm_gpu_pci_bus_id(const struct gm_gpu *gpu); /* "00000000:02:00.0" */
+GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu);   /* enum gm_field bits */
+
+/* Append-only, like enum gm_err. */
+enum gm_gpu_value {
+	GM_GPU_MEM_TOTAL_MIB = 0,
+	GM_GPU_MEM_FREE_MIB = 1,
+	GM_GPU_MEM_USED_MIB = 2,
+	GM_GPU_UTIL_GPU_PCT = 3,
+	GM_GPU_UTIL_MEM_PCT = 4,
+	GM_GPU_POWER_MW = 5,
+	GM_GPU_POWER_LIMIT_MW = 6,
+	GM_GPU_TEMPERATURE_C = 7,
+	GM_GPU_CC_MAJOR = 8,
+	GM_GPU_CC_MINOR = 9,
+	GM_GPU_COMPUTE_MODE = 10,  /* enum gm_compute_mode */
+	GM_GPU_MIG_MODE = 11,      /* 0 disabled, 1 enabled */
+	/* Compute throughput estimate (cores x max SM clock) that CUDA's
+	 * default FASTEST_FIRST device order follows; higher comes first. */
+	GM_GPU_CUDA_RANK = 12
+};
+/*
+ * One reading of the GPU: 1 and *out set when the GPU reported it; 0 when
+ * it is "not supported" or was unreadable (a state of its own, never a
+ * zero), or what is not known to this library (a program built against a
+ * newer header).
+ */
+GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_t *out);
+
+GM_API unsigned gm_proc_pid(const struct gm_proc *proc);
+GM_API unsigned gm_proc_gpu(const struct gm_proc *proc);  /* NVML index of its GPU */
+GM_API unsigned gm_proc_kind(const struct gm_proc *proc); /* enum gm_proc_kind bits */
+/* 1 and *out set when known: NVML's count of its memory; its owner. */
+GM_API int gm_proc_used_mib(const struct gm_proc *proc, uint64_t *out);
+GM_API int gm_proc_uid(const struct gm_proc *proc, unsigned *out);
+GM_API const char *gm_proc_user(const struct gm_proc *proc);    /* "" if hidden */
+GM_API const char *gm_proc_command(const struct gm_proc *proc); /* "" if hidden */
 
 /* ---- requests --------------------------------------------------------- */
 
@@ -205,9 +253,9 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
  * would, without leasing them.  Only GPUs in an inherited
  * CUDA_VISIBLE_DEVICES are candidates.  On GM_OK, *indices (caller frees)
  * holds *count NVML indices in policy order.  GM_ERR_UNAVAILABLE: not now;
- * GM_ERR_NEVER: not on this machine, whatever frees up.  If explain is not
- * NULL, *explain (caller frees) gets one line per GPU not chosen saying
- * which condition excluded it ("GPU 3 (NVIDIA TITAN RTX): only 812 MiB free,
+ * GM_ERR_NEVER: not on this machine, whatever frees up; GM_ERR_NOMEM.  If
+ * explain is not NULL, *explain (caller frees with gm_free) gets one line
+ * per GPU not chosen, on success too, saying which condition excluded it ("GPU 3 (NVIDIA TITAN RTX): only 812 MiB free,
  * --min-free asks 8 GiB").
  */
 GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,

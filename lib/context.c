@@ -1,6 +1,6 @@
 /*
- * context.c - opening a context (which NVML to load), error strings, and
- * requests built from command-line style options.
+ * context.c - opening a context (which NVML to load), error strings, the
+ * version, gm_free, and requests built from command-line style options.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,7 +37,17 @@ GM_API const char *gm_strerror(enum gm_err err)
 
 GM_API const char *gm_version(void)
 {
+	return GM_VERSION_STRING;
+}
+
+GM_API unsigned gm_version_number(void)
+{
 	return GM_VERSION;
+}
+
+GM_API void gm_free(void *ptr)
+{
+	free(ptr);
 }
 
 /*

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "gpuman.h"
+#include "snapshot_types.h"
 #include "parse.h"
 
 enum gm_policy {

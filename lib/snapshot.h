@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include "gpuman.h"
+#include "snapshot_types.h"
 
 /* One GPU / one process / the whole snapshot as JSON objects (new refs). */
 json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos);

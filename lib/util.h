@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdarg.h>
 #include "gpuman.h"
+#include "snapshot_types.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "visible.h"
+#include "snapshot_types.h"
 
 static int all_digits(const char *s)
 {

@@ -18,7 +18,7 @@ from . import _native
 from ._native import GpumanError, NoDriver, Unavailable
 from ._lease import Device, Lease, auto_choice, select
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["Device", "GpumanError", "Lease", "NoDriver", "Unavailable", "auto_choice",
            "devices", "select", "snapshot", "version"]

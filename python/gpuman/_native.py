@@ -83,7 +83,6 @@ def _candidates():
 
 
 _lib = None
-_libc = None
 _load_lock = threading.Lock()
 
 
@@ -94,12 +93,14 @@ def _declare(lib):
     protos = {
         "gm_strerror": (c_char_p, [c_int]),
         "gm_version": (c_char_p, []),
+        "gm_version_number": (ctypes.c_uint, []),
+        "gm_free": (None, [c_void_p]),
         "gm_open": (c_int, [pvoid, c_char_p, c_size_t]),
         "gm_close": (None, [c_void_p]),
         "gm_context_nvml_path": (c_char_p, [c_void_p]),
         "gm_snapshot_take": (c_int, [c_void_p, pvoid, c_char_p, c_size_t]),
         "gm_snapshot_free": (None, [c_void_p]),
-        # Returns malloc'd text that the caller frees: keep the raw pointer.
+        # Returns text that the caller frees with gm_free: keep the raw pointer.
         "gm_snapshot_json": (c_void_p, [c_void_p]),
         "gm_request_new": (c_void_p, []),
         "gm_request_free": (None, [c_void_p]),
@@ -125,7 +126,7 @@ def _declare(lib):
 def lib():
     """The loaded libgpuman (loaded on first use, so that `import gpuman`
     works everywhere and GPUMAN_LIB may be set after the import)."""
-    global _lib, _libc
+    global _lib
     with _load_lock:
         if _lib is not None:
             return _lib
@@ -139,11 +140,13 @@ def lib():
             except OSError as e:
                 tried.append(str(e))
                 continue
-            _declare(handle)
-            libc = ctypes.CDLL(None)
-            libc.free.restype = None
-            libc.free.argtypes = [ctypes.c_void_p]
-            _lib, _libc = handle, libc
+            try:
+                _declare(handle)
+            except AttributeError as e:
+                # An older libgpuman lacks a call this binding needs.
+                tried.append("%s: %s" % (path, e))
+                continue
+            _lib = handle
             return _lib
         raise GpumanError(
             "libgpuman not found; build it with 'make' or set GPUMAN_LIB to its path "
@@ -197,7 +200,7 @@ def snapshot_json(ctx):
         try:
             doc = ctypes.string_at(raw).decode("utf-8", "replace")
         finally:
-            _libc.free(raw)
+            L.gm_free(raw)
     finally:
         L.gm_snapshot_free(snap)
     return json.loads(doc)

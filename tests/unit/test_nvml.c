@@ -22,6 +22,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include "nvml.h"
+#include "snapshot_types.h"
 
 static char tmp_dir[PATH_MAX];
 static char sim_lib[PATH_MAX + 64]; /* build/sim/libnvidia-ml.so.1 */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpuman.h"
+#include "snapshot_types.h"
 
 #define FAKE_MAX_GPUS 64
 #define FAKE_MAX_PROCS 256

@@ -1,0 +1,108 @@
+/*
+ * snapshot_access.c - the public accessors of a snapshot, its GPUs and its
+ * processes: the only way programs outside this tree read them, so that
+ * their layouts (snapshot_types.h) stay the library's own.
+ */
+#include "snapshot_types.h"
+
+GM_API const char *gm_snapshot_driver_version(const struct gm_snapshot *snap)
+{
+	return snap->driver_version;
+}
+
+GM_API int gm_snapshot_cuda_driver_version(const struct gm_snapshot *snap)
+{
+	return snap->cuda_driver_version;
+}
+
+GM_API int64_t gm_snapshot_taken_ms(const struct gm_snapshot *snap)
+{
+	return snap->taken_ms;
+}
+
+GM_API size_t gm_snapshot_gpu_count(const struct gm_snapshot *snap)
+{
+	return snap->gpu_count;
+}
+
+GM_API const struct gm_gpu *gm_snapshot_gpu(const struct gm_snapshot *snap, size_t i)
+{
+	return i < snap->gpu_count ? &snap->gpus[i] : NULL;
+}
+
+GM_API size_t gm_snapshot_proc_count(const struct gm_snapshot *snap)
+{
+	return snap->proc_count;
+}
+
+GM_API const struct gm_proc *gm_snapshot_proc(const struct gm_snapshot *snap, size_t i)
+{
+	return i < snap->proc_count ? &snap->procs[i] : NULL;
+}
+
+GM_API size_t gm_snapshot_note_count(const struct gm_snapshot *snap)
+{
+	return snap->note_count;
+}
+
+GM_API const char *gm_snapshot_note(const struct gm_snapshot *snap, size_t i)
+{
+	return i < snap->note_count ? snap->notes[i] : NULL;
+}
+
+GM_API unsigned gm_gpu_index(const struct gm_gpu *gpu) { return gpu->index; }
+GM_API enum gm_gpu_state gm_gpu_state(const struct gm_gpu *gpu) { return gpu->state; }
+GM_API const char *gm_gpu_note(const struct gm_gpu *gpu) { return gpu->note; }
+GM_API const char *gm_gpu_uuid(const struct gm_gpu *gpu) { return gpu->uuid; }
+GM_API const char *gm_gpu_name(const struct gm_gpu *gpu) { return gpu->name; }
+GM_API const char *gm_gpu_pci_bus_id(const struct gm_gpu *gpu) { return gpu->pci_bus_id; }
+GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu) { return gpu->valid; }
+
+GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_t *out)
+{
+	unsigned need;
+	int64_t v;
+
+	switch (what) {
+	case GM_GPU_MEM_TOTAL_MIB: need = GM_HAS_MEMORY; v = (int64_t)gpu->mem_total_mib; break;
+	case GM_GPU_MEM_FREE_MIB: need = GM_HAS_MEMORY; v = (int64_t)gpu->mem_free_mib; break;
+	case GM_GPU_MEM_USED_MIB: need = GM_HAS_MEMORY; v = (int64_t)gpu->mem_used_mib; break;
+	case GM_GPU_UTIL_GPU_PCT: need = GM_HAS_UTIL; v = gpu->util_gpu_pct; break;
+	case GM_GPU_UTIL_MEM_PCT: need = GM_HAS_UTIL; v = gpu->util_mem_pct; break;
+	case GM_GPU_POWER_MW: need = GM_HAS_POWER; v = gpu->power_mw; break;
+	case GM_GPU_POWER_LIMIT_MW: need = GM_HAS_POWER_LIMIT; v = gpu->power_limit_mw; break;
+	case GM_GPU_TEMPERATURE_C: need = GM_HAS_TEMPERATURE; v = gpu->temperature_c; break;
+	case GM_GPU_CC_MAJOR: need = GM_HAS_CC; v = gpu->cc_major; break;
+	case GM_GPU_CC_MINOR: need = GM_HAS_CC; v = gpu->cc_minor; break;
+	case GM_GPU_COMPUTE_MODE: need = GM_HAS_COMPUTE_MODE; v = gpu->compute_mode; break;
+	case GM_GPU_MIG_MODE: need = GM_HAS_MIG; v = gpu->mig_mode; break;
+	case GM_GPU_CUDA_RANK: need = GM_HAS_CUDA_RANK; v = (int64_t)gpu->cuda_rank; break;
+	default: return 0;  /* asked by a program built against a newer header */
+	}
+	if (!(gpu->valid & need))
+		return 0;
+	*out = v;
+	return 1;
+}
+
+GM_API unsigned gm_proc_pid(const struct gm_proc *proc) { return proc->pid; }
+GM_API unsigned gm_proc_gpu(const struct gm_proc *proc) { return proc->gpu; }
+GM_API unsigned gm_proc_kind(const struct gm_proc *proc) { return proc->kind; }
+GM_API const char *gm_proc_user(const struct gm_proc *proc) { return proc->user; }
+GM_API const char *gm_proc_command(const struct gm_proc *proc) { return proc->command; }
+
+GM_API int gm_proc_used_mib(const struct gm_proc *proc, uint64_t *out)
+{
+	if (!proc->has_mem)
+		return 0;
+	*out = proc->used_mib;
+	return 1;
+}
+
+GM_API int gm_proc_uid(const struct gm_proc *proc, unsigned *out)
+{
+	if (!proc->has_user)
+		return 0;
+	*out = proc->uid;
+	return 1;
+}

@@ -1,0 +1,62 @@
+/*
+ * snapshot_types.h - the layouts behind the opaque gm_snapshot, gm_gpu and
+ * gm_proc of gpuman.h, for the library and, until it lives on the
+ * accessors, the gpuman command.  Programs built against this gpuman.h see
+ * only the accessors (lib/snapshot_access.c); but binaries built against
+ * 0.1.0's, which published these structs, index gpus[] and procs[]
+ * directly.  So while the soname is libgpuman.so.0 these layouts stay as
+ * they are: the first new field moves the soname to .so.1, after which
+ * fields may be added freely.
+ */
+#ifndef GM_SNAPSHOT_TYPES_H
+#define GM_SNAPSHOT_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "gpuman.h"
+
+struct gm_gpu {
+	unsigned index;        /* NVML index (PCI bus order) */
+	enum gm_gpu_state state;
+	char note[160];        /* why the state is not OK, for people */
+	char uuid[96];         /* "GPU-..." (empty if unreadable) */
+	char name[96];
+	char pci_bus_id[32];   /* "00000000:02:00.0" */
+	unsigned valid;        /* enum gm_field bits */
+	uint64_t mem_total_mib, mem_free_mib, mem_used_mib;
+	unsigned util_gpu_pct, util_mem_pct;
+	unsigned power_mw, power_limit_mw;
+	unsigned temperature_c;
+	int cc_major, cc_minor;
+	int compute_mode;      /* enum gm_compute_mode */
+	int mig_mode;          /* 0 disabled, 1 enabled */
+	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
+	 * FASTEST_FIRST device order follows; higher comes first. */
+	uint64_t cuda_rank;
+};
+
+struct gm_proc {
+	unsigned pid;
+	unsigned gpu;           /* NVML index of its GPU */
+	int has_mem;            /* 0 when NVML does not report its memory */
+	uint64_t used_mib;
+	unsigned kind;          /* enum gm_proc_kind bits */
+	int has_user;           /* /proc showed the owner */
+	unsigned uid;
+	char user[33];
+	char command[256];      /* command line, empty if /proc hides it */
+};
+
+struct gm_snapshot {
+	char driver_version[80];   /* empty if unknown */
+	int cuda_driver_version;   /* 13000 means 13.0; 0 if unknown */
+	size_t gpu_count;
+	struct gm_gpu *gpus;       /* sorted by NVML index */
+	size_t proc_count;
+	struct gm_proc *procs;     /* sorted by GPU, then pid */
+	size_t note_count;
+	char **notes;              /* GPUs skipped and other remarks, for people */
+	int64_t taken_ms;          /* wall-clock time of the snapshot */
+};
+
+#endif

@@ -1,0 +1,177 @@
+/*
+ * test_api.c - the public API as a program outside the tree sees it: this
+ * file includes gpuman.h only, so the snapshot is read through the
+ * accessors alone, on a two-GPU machine of the NVML simulator.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "gpuman.h"
+
+static char dir[] = "/tmp/gm-test-api.XXXXXX";
+
+static int setup(void **state)
+{
+	char path[256], sim[512];
+	const char *build = getenv("GM_BUILD") ? getenv("GM_BUILD") : "build";
+	FILE *f;
+
+	(void)state;
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(path, sizeof path, "%s/two.json", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fputs("{ \"driver_version\": \"580.95.05\", \"cuda_driver_version\": 13000,\n"
+	      "  \"gpus\": [\n"
+	      "    { \"name\": \"small\", \"uuid\": \"GPU-11111111-aaaa-bbbb-cccc-000000000001\",\n"
+	      "      \"memory_total_mib\": 11264, \"memory_used_mib\": 1000,\n"
+	      "      \"utilization_gpu\": 5, \"power_draw_w\": 55, \"power_limit_w\": 250,\n"
+	      "      \"processes\": [ { \"pid\": 4242, \"used_mib\": 500 } ] },\n"
+	      "    { \"name\": \"big\", \"uuid\": \"GPU-22222222-aaaa-bbbb-cccc-000000000002\",\n"
+	      "      \"memory_total_mib\": 24576, \"memory_used_mib\": 100 } ] }\n",
+	      f);
+	fclose(f);
+	snprintf(sim, sizeof sim, "%s/sim/libnvidia-ml.so.1", build);
+	setenv("GPUMAN_NVML", sim, 1);
+	setenv("GPUMAN_SIM", path, 1);
+	snprintf(path, sizeof path, "%s/state", dir);
+	setenv("GPUMAN_STATE_DIR", path, 1);
+	snprintf(path, sizeof path, "%s/simstate", dir);
+	setenv("GPUMAN_SIM_STATE", path, 1);
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct gm_snapshot *take(struct gm_context **ctx)
+{
+	struct gm_snapshot *snap = NULL;
+	char err[GM_ERRBUF_SIZE] = "";
+
+	assert_int_equal(gm_open(ctx, err, sizeof err), GM_OK);
+	assert_int_equal(gm_snapshot_take(*ctx, &snap, err, sizeof err), GM_OK);
+	return snap;
+}
+
+static void test_version_macros_match_the_library(void **state)
+{
+	char text[32];
+
+	(void)state;
+	assert_int_equal(GM_VERSION,
+			 GM_VERSION_MAJOR << 16 | GM_VERSION_MINOR << 8 | GM_VERSION_PATCH);
+	snprintf(text, sizeof text, "%d.%d.%d", GM_VERSION_MAJOR, GM_VERSION_MINOR,
+		 GM_VERSION_PATCH);
+	assert_string_equal(GM_VERSION_STRING, text);
+	assert_string_equal(gm_version(), GM_VERSION_STRING);
+	assert_int_equal(gm_version_number(), GM_VERSION);
+	assert_true(GM_VERSION >= 0x000200);  /* the accessors came with 0.2.0 */
+}
+
+static void test_snapshot_read_through_accessors(void **state)
+{
+	struct gm_context *ctx;
+	struct gm_snapshot *snap = take(&ctx);
+	const struct gm_gpu *small, *big;
+	const struct gm_proc *proc;
+	int64_t v = -7;
+	uint64_t mib = 0;
+	unsigned uid = 12345;
+
+	(void)state;
+	assert_string_equal(gm_snapshot_driver_version(snap), "580.95.05");
+	assert_int_equal(gm_snapshot_cuda_driver_version(snap), 13000);
+	assert_true(llabs(gm_snapshot_taken_ms(snap) - (int64_t)time(NULL) * 1000) < 60000);
+
+	assert_int_equal(gm_snapshot_gpu_count(snap), 2);
+	small = gm_snapshot_gpu(snap, 0);
+	big = gm_snapshot_gpu(snap, 1);
+	assert_non_null(small);
+	assert_non_null(big);
+	assert_null(gm_snapshot_gpu(snap, 2));
+	assert_int_equal(gm_gpu_index(big), 1);
+	assert_int_equal(gm_gpu_state(big), GM_GPU_OK);
+	assert_string_equal(gm_gpu_name(big), "big");
+	assert_string_equal(gm_gpu_uuid(big), "GPU-22222222-aaaa-bbbb-cccc-000000000002");
+	assert_ptr_equal(gm_snapshot_find(snap, "GPU-2222"), big);
+	assert_ptr_equal(gm_snapshot_find(snap, "0"), small);
+
+	/* Memory used counts the driver's own and the processes'. */
+	assert_int_equal(gm_gpu_value(small, GM_GPU_MEM_TOTAL_MIB, &v), 1);
+	assert_int_equal(v, 11264);
+	assert_int_equal(gm_gpu_value(small, GM_GPU_MEM_USED_MIB, &v), 1);
+	assert_int_equal(v, 1500);
+	assert_int_equal(gm_gpu_value(small, GM_GPU_MEM_FREE_MIB, &v), 1);
+	assert_int_equal(v, 11264 - 1500);
+	assert_int_equal(gm_gpu_value(small, GM_GPU_POWER_MW, &v), 1);
+	assert_int_equal(v, 55000);
+	assert_true(gm_gpu_valid(small) & GM_HAS_POWER);
+	/* Not in the scenario: not reported, and *out is left alone. */
+	v = -7;
+	assert_false(gm_gpu_valid(small) & GM_HAS_TEMPERATURE);
+	assert_int_equal(gm_gpu_value(small, GM_GPU_TEMPERATURE_C, &v), 0);
+	assert_int_equal(v, -7);
+	/* A value this library does not know (a newer program's). */
+	assert_int_equal(gm_gpu_value(small, (enum gm_gpu_value)999, &v), 0);
+	assert_int_equal(v, -7);
+
+	assert_int_equal(gm_snapshot_proc_count(snap), 1);
+	assert_null(gm_snapshot_proc(snap, 1));
+	proc = gm_snapshot_proc(snap, 0);
+	assert_int_equal(gm_proc_pid(proc), 4242);
+	assert_int_equal(gm_proc_gpu(proc), 0);
+	assert_int_equal(gm_proc_used_mib(proc, &mib), 1);
+	assert_int_equal(mib, 500);
+	/* pid 4242 is the simulator's, not a process of this machine */
+	if (!gm_proc_uid(proc, &uid))
+		assert_int_equal(uid, 12345);
+	assert_non_null(gm_proc_user(proc));
+	assert_non_null(gm_proc_command(proc));
+	assert_null(gm_snapshot_note(snap, gm_snapshot_note_count(snap)));
+
+	gm_snapshot_free(snap);
+	gm_close(ctx);
+}
+
+static void test_json_is_freed_with_gm_free(void **state)
+{
+	struct gm_context *ctx;
+	struct gm_snapshot *snap = take(&ctx);
+	char *json = gm_snapshot_json(snap);
+
+	(void)state;
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"580.95.05\""));
+	gm_free(json);
+	gm_free(NULL);
+	gm_snapshot_free(snap);
+	gm_close(ctx);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_version_macros_match_the_library),
+		cmocka_unit_test(test_snapshot_read_through_accessors),
+		cmocka_unit_test(test_json_is_freed_with_gm_free),
+	};
+
+	return cmocka_run_group_tests_name("api", tests, setup, teardown);
+}
