@@ -241,10 +241,20 @@ GM_API void gm_request_free(struct gm_request *req);
  *   NULL: forever).
  * SIZE: 8192 (MiB), 8G, 8GiB, 512M, 1T, 50%.  DURATION: 90, 90s, 15m, 2h,
  * 1h30m.  LIST: NVML indices or UUID prefixes, comma separated.
- * GM_ERR_INVALID with a message naming the option on bad input.
+ * GM_ERR_INVALID with a message naming the option on bad input; the
+ * request is then as it was.
  */
 GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const char *value,
 				  char *errbuf, size_t errlen);
+/* An independent copy (free with gm_request_free); NULL when out of memory. */
+GM_API struct gm_request *gm_request_dup(const struct gm_request *req);
+/*
+ * The request as command-line options, defaults left out: "-n 2 --by util
+ * --mem 8G --wait=15m" ("" for the defaults).  Each option, given back to
+ * gm_request_set, makes the same request.  Caller frees (gm_free); NULL
+ * when out of memory.
+ */
+GM_API char *gm_request_text(const struct gm_request *req);
 
 /* ---- choosing without reserving --------------------------------------- */
 
@@ -263,6 +273,14 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
 			   char **explain);
 
 /* ---- leases ----------------------------------------------------------- */
+
+/*
+ * Every live lease and waiting request of the machine (all users), as the
+ * JSON object {"leases": [...], "waiters": [...]} whose members are those
+ * of `gpuman status --json`.  On GM_OK *json is the text (caller frees with
+ * gm_free); GM_ERR_STATE when the state directory is unusable.
+ */
+GM_API enum gm_err gm_leases_json(char **json, char *errbuf, size_t errlen);
 
 struct gm_lease;
 

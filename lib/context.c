@@ -1,6 +1,6 @@
 /*
  * context.c - opening a context (which NVML to load), error strings, the
- * version, gm_free, and requests built from command-line style options.
+ * version and gm_free.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -11,8 +11,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include "context.h"
-#include "parse.h"
-#include "policy.h"
 #include "util.h"
 
 GM_API const char *gm_strerror(enum gm_err err)
@@ -143,109 +141,4 @@ GM_API void gm_close(struct gm_context *ctx)
 GM_API const char *gm_context_nvml_path(const struct gm_context *ctx)
 {
 	return ctx->nvml_path;
-}
-
-/* ---- requests ---------------------------------------------------------- */
-
-GM_API struct gm_request *gm_request_new(void)
-{
-	struct gm_request *req = calloc(1, sizeof *req);
-
-	if (!req)
-		return NULL;
-	req->count = 1;
-	req->by = GM_BY_MEMORY;
-	req->wait_ms = -1;
-	return req;
-}
-
-GM_API void gm_request_free(struct gm_request *req)
-{
-	if (!req)
-		return;
-	gpu_list_release(&req->only);
-	gpu_list_release(&req->exclude);
-	free(req);
-}
-
-/* Parse into a temporary and swap on success, so a bad value leaves the
- * request as it was. */
-GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const char *value,
-				  char *errbuf, size_t errlen)
-{
-	char why[256] = "";
-	const char *v = value ? value : "";
-	int rc = 0;
-
-	if (!req || !key)
-		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "no request or option given");
-	if (!strcmp(key, "n")) {
-		rc = parse_count(v, &req->count, why, sizeof why);
-	} else if (!strcmp(key, "by")) {
-		int by = policy_from_name(v);
-
-		if (by < 0) {
-			snprintf(why, sizeof why,
-				 "unknown policy '%s' (use memory, memory-rate, power, util or index)", v);
-			rc = -1;
-		} else {
-			req->by = (enum gm_policy)by;
-		}
-	} else if (!strcmp(key, "min-free")) {
-		struct gm_size size;
-
-		rc = parse_size(v, &size, why, sizeof why);
-		if (rc == 0) {
-			req->has_min_free = 1;
-			req->min_free = size;
-		}
-	} else if (!strcmp(key, "max-util")) {
-		unsigned pct;
-
-		rc = parse_percent(v, &pct, why, sizeof why);
-		if (rc == 0) {
-			req->has_max_util = 1;
-			req->max_util = pct;
-		}
-	} else if (!strcmp(key, "only") || !strcmp(key, "exclude")) {
-		struct gpu_list list = GPU_LIST_INIT;
-		struct gpu_list *dst = key[0] == 'o' ? &req->only : &req->exclude;
-
-		rc = gpu_list_parse(v, &list, why, sizeof why);
-		if (rc == 0) {
-			gpu_list_release(dst);
-			*dst = list;
-		}
-	} else if (!strcmp(key, "exclusive")) {
-		req->share = 0;
-	} else if (!strcmp(key, "mem")) {
-		struct gm_size size;
-
-		rc = parse_size(v, &size, why, sizeof why);
-		if (rc == 0 && (size.is_pct ? size.pct == 0 : size.mib == 0)) {
-			snprintf(why, sizeof why, "a share of nothing reserves nothing (use --exclusive)");
-			rc = -1;
-		}
-		if (rc == 0) {
-			req->share = 1;
-			req->mem = size;
-		}
-	} else if (!strcmp(key, "idle")) {
-		req->idle = 1;
-	} else if (!strcmp(key, "wait")) {
-		int64_t ms = -1;
-
-		if (*v)
-			rc = parse_duration_ms(v, &ms, why, sizeof why);
-		if (rc == 0) {
-			req->has_wait = 1;
-			req->wait_ms = ms;
-		}
-	} else {
-		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "unknown request option '%s'", key);
-	}
-	if (rc < 0)
-		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "%s%s '%s': %s", key[1] ? "--" : "-",
-			       key, v, why);
-	return GM_OK;
 }

@@ -8,6 +8,11 @@ A thin ctypes binding of libgpuman (include/gpuman.h)::
 
     lease = gpuman.select(n=2)         # held until release() or exit
     gpuman.devices()                   # every GPU, with its processes
+    gpuman.pick(min_free="8G")         # [3]: what select() would take now
+    gpuman.leases()                    # every live lease, of every user
+
+Arguments are keyword-only.  Errors are GpumanError subclasses: Unavailable,
+NoDriver, and InvalidArgument, which is also a ValueError.
 
 Choose before a framework starts CUDA: the lease reaches CUDA through
 CUDA_VISIBLE_DEVICES, which CUDA reads once.  The library is found through
@@ -15,16 +20,18 @@ $GPUMAN_LIB, the source tree's build/, a copy bundled by pip, or the system.
 """
 
 from . import _native
-from ._native import GpumanError, NoDriver, Unavailable
+from ._native import GpumanError, InvalidArgument, NoDriver, Unavailable
 from ._lease import Device, Lease, auto_choice, select
+from ._query import leases, pick, request_text, waiters
 
 __version__ = "0.2.0"
 
-__all__ = ["Device", "GpumanError", "Lease", "NoDriver", "Unavailable", "auto_choice",
-           "devices", "select", "snapshot", "version"]
+__all__ = ["Device", "GpumanError", "InvalidArgument", "Lease", "NoDriver", "Unavailable",
+           "auto_choice", "devices", "leases", "pick", "request_text", "select", "snapshot",
+           "version", "waiters"]
 
 
-def snapshot():
+def snapshot() -> dict:
     """Every GPU, process and note at this instant: gm_snapshot_json as a
     dict ("gpus", "processes", "notes", "driver_version", ...).  A field a
     GPU does not report is None, never 0."""
@@ -32,7 +39,7 @@ def snapshot():
         return _native.snapshot_json(ctx)
 
 
-def devices():
+def devices() -> list:
     """The GPUs (snapshot()["gpus"]), each with a "processes" list of its
     own processes added.  Indices are NVML's (nvidia-smi's); "cuda_index"
     is CUDA's default numbering of the same GPU."""
@@ -44,6 +51,6 @@ def devices():
     return gpus
 
 
-def version():
+def version() -> str:
     """The version of the loaded libgpuman."""
     return _native.text(_native.lib().gm_version())

@@ -13,9 +13,15 @@ import os
 import sys
 import threading
 import warnings
+from typing import Iterable, Optional, Union
 
 from . import _native
-from ._native import GpumanError, NoDriver, Unavailable
+from ._native import GpumanError, InvalidArgument, NoDriver, Unavailable
+
+# What the arguments of select() and friends accept.
+Size = Union[int, float, str]          # 8192 (MiB), "8G", "50%"
+Duration = Union[bool, int, float, str]  # True (forever), seconds, "15m"
+GpuList = Union[int, str, Iterable[Union[int, str]]]  # 3, "0,3", [0, "GPU-8f3"]
 
 CVD = "CUDA_VISIBLE_DEVICES"
 # Framework knobs for a memory share (shared/nvml-reference.md, "Framework
@@ -112,8 +118,11 @@ class Lease:
 
     Attributes: id, indices (NVML), uuids, cuda_visible_devices,
     mem_fraction (of a memory share; 0 when exclusive), cpu (True for the
-    CPU fallback), device (a Device for the frameworks).
+    CPU fallback), device (a Device for the frameworks), request (what was
+    asked, as gpuman's command-line options: "-n 2 --mem 8G").
     """
+
+    request = ""
 
     def __init__(self, handle=None, cpu_reason=None):
         L = _native.lib() if handle else None
@@ -343,8 +352,11 @@ def _cpu(reason, stacklevel):
     return lease
 
 
-def select(n=1, by="memory", min_free=None, max_util=None, mem=None, wait=None,
-           fallback=None, only=None, exclude=None, idle=False):
+def select(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
+           max_util: Optional[Union[int, float, str]] = None, mem: Optional[Size] = None,
+           wait: Optional[Duration] = None, fallback: Optional[str] = None,
+           only: Optional[GpuList] = None, exclude: Optional[GpuList] = None,
+           idle: bool = False) -> Lease:
     """Lease GPUs for this process and point os.environ at them.
 
     n: GPUs; by: "memory" (most free first), "memory-rate", "power", "util"
@@ -352,10 +364,10 @@ def select(n=1, by="memory", min_free=None, max_util=None, mem=None, wait=None,
     "50%"); max_util: busiest allowed, percent; mem: share a GPU, counting
     SIZE against its free memory, instead of taking it whole; wait: True
     (forever), seconds, or a duration such as "15m" -- queue first come,
-    first served until GPUs fit; only / exclude: NVML indices or UUID
-    prefixes (list or "0,3"); idle: only GPUs with no process at all;
-    fallback="cpu": instead of raising Unavailable or NoDriver, warn and
-    return a CPU lease (CUDA_VISIBLE_DEVICES="").
+    first served until GPUs fit (Ctrl-C leaves the line at once); only /
+    exclude: NVML indices or UUID prefixes (list or "0,3"); idle: only GPUs
+    with no process at all; fallback="cpu": instead of raising Unavailable
+    or NoDriver, warn and return a CPU lease (CUDA_VISIBLE_DEVICES="").
 
     Sets CUDA_VISIBLE_DEVICES (full UUIDs), GPUMAN_GPUS, GPUMAN_LEASE and,
     with mem, the TensorFlow/JAX memory knobs you have not set yourself.
@@ -365,7 +377,8 @@ def select(n=1, by="memory", min_free=None, max_util=None, mem=None, wait=None,
 
     Returns a Lease, held until lease.release() or the end of the process.
     Raises Unavailable (busy, timed out, or never possible here), NoDriver,
-    or GpumanError (e.g. a bad argument; the message names it).
+    InvalidArgument (a ValueError; the message names the argument), or
+    GpumanError.
     """
     return _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle)
 
@@ -377,8 +390,8 @@ _STACKLEVEL = 3
 
 def _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle):
     if fallback not in (None, "cpu"):
-        raise GpumanError("fallback %r: unknown value (use 'cpu' or None)" % (fallback,),
-                          _native.ERR_INVALID)
+        raise InvalidArgument("fallback %r: unknown value (use 'cpu' or None)" % (fallback,),
+                              _native.ERR_INVALID)
     req = _native.request(_options(n, by, min_free, max_util, mem, wait, only, exclude, idle))
     cuda_ready = _cuda_initialised()
     try:
@@ -417,6 +430,7 @@ def _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle)
             raise e
         lease = Lease(job.handle)
         job.handle = None  # the Lease owns it now
+        lease.request = _native.request_text(req)
         if cuda_ready:
             try:
                 _map_device(ctx, lease, seen)
@@ -453,12 +467,15 @@ class auto_choice:
     environment.  dev is a Device: "cuda:0" (dev.torch), dev.tf "/gpu:0",
     dev.index; "cpu" on the CPU fallback."""
 
-    def __init__(self, n=1, by="memory", min_free=None, max_util=None, mem=None, wait=None,
-                 fallback=None, only=None, exclude=None, idle=False):
+    def __init__(self, *, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
+                 max_util: Optional[Union[int, float, str]] = None, mem: Optional[Size] = None,
+                 wait: Optional[Duration] = None, fallback: Optional[str] = None,
+                 only: Optional[GpuList] = None, exclude: Optional[GpuList] = None,
+                 idle: bool = False):
         self._args = (n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle)
         self.lease = None
 
-    def __enter__(self):
+    def __enter__(self) -> Device:
         self.lease = _select(*self._args)
         return self.lease.device
 

@@ -37,6 +37,12 @@ class GpumanError(Exception):
         self.code = code
 
 
+class InvalidArgument(GpumanError, ValueError):
+    """A bad argument value (an unknown policy, a SIZE such as "12Q"); the
+    message names the argument and the value.  A ValueError, so code that
+    checks values the usual way catches it."""
+
+
 class Unavailable(GpumanError):
     """The request cannot be met: not now (no wait, or the wait timed out)
     or never on this machine."""
@@ -54,6 +60,8 @@ def error_for(code, message):
         return Unavailable(message, code)
     if code == ERR_NVML_LOAD:
         return NoDriver(message, code)
+    if code == ERR_INVALID:
+        return InvalidArgument(message, code)
     return GpumanError(message, code)
 
 
@@ -105,6 +113,10 @@ def _declare(lib):
         "gm_request_new": (c_void_p, []),
         "gm_request_free": (None, [c_void_p]),
         "gm_request_set": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_size_t]),
+        "gm_request_text": (c_void_p, [c_void_p]),
+        "gm_pick": (c_int, [c_void_p, c_void_p, c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint)),
+                            ctypes.POINTER(c_size_t), ctypes.POINTER(c_void_p)]),
+        "gm_leases_json": (c_int, [ctypes.POINTER(c_void_p), c_char_p, c_size_t]),
         "gm_acquire": (c_int, [c_void_p, c_void_p, pvoid, c_char_p, c_size_t]),
         "gm_cancel": (None, [c_void_p]),
         "gm_lease_release": (None, [c_void_p]),
@@ -194,21 +206,63 @@ def snapshot_json(ctx):
     if rc != OK:
         raise error_for(rc, text(err.value))
     try:
-        raw = L.gm_snapshot_json(snap)
-        if not raw:
-            raise GpumanError("out of memory", 1)
-        try:
-            doc = ctypes.string_at(raw).decode("utf-8", "replace")
-        finally:
-            L.gm_free(raw)
+        doc = owned_text(L.gm_snapshot_json(snap))
     finally:
         L.gm_snapshot_free(snap)
     return json.loads(doc)
 
 
+def owned_text(raw):
+    """The text at a pointer the library handed over, freed with gm_free."""
+    if not raw:
+        raise GpumanError("out of memory", 1)
+    try:
+        return ctypes.string_at(raw).decode("utf-8", "replace")
+    finally:
+        lib().gm_free(raw)
+
+
+def request_text(req):
+    """gm_request_text: the request as command-line options."""
+    return owned_text(lib().gm_request_text(req))
+
+
+def leases_json():
+    """gm_leases_json parsed: {"leases": [...], "waiters": [...]}."""
+    raw = ctypes.c_void_p()
+    err = ctypes.create_string_buffer(ERRBUF_SIZE)
+    rc = lib().gm_leases_json(ctypes.byref(raw), err, ERRBUF_SIZE)
+    if rc != OK:
+        raise error_for(rc, text(err.value))
+    return json.loads(owned_text(raw.value))
+
+
+def pick(ctx, req):
+    """gm_pick on a fresh snapshot: (enum gm_err, NVML indices, explanation)."""
+    L = lib()
+    snap = ctypes.c_void_p()
+    err = ctypes.create_string_buffer(ERRBUF_SIZE)
+    rc = L.gm_snapshot_take(ctx, ctypes.byref(snap), err, ERRBUF_SIZE)
+    if rc != OK:
+        raise error_for(rc, text(err.value))
+    indices = ctypes.POINTER(ctypes.c_uint)()
+    count = ctypes.c_size_t()
+    explain = ctypes.c_void_p()
+    try:
+        rc = L.gm_pick(ctx, snap, req, ctypes.byref(indices), ctypes.byref(count),
+                       ctypes.byref(explain))
+        chosen = [indices[i] for i in range(count.value)] if rc == OK else []
+    finally:
+        L.gm_free(ctypes.cast(indices, ctypes.c_void_p))
+        L.gm_snapshot_free(snap)
+    why = owned_text(explain.value).rstrip() if explain.value else ""
+    return rc, chosen, why
+
+
 def request(options):
     """A gm_request with options [(key, value or None)] set; the caller
-    frees it with gm_request_free.  Raises GpumanError naming a bad option."""
+    frees it with gm_request_free.  Raises InvalidArgument naming a bad
+    option."""
     L = lib()
     req = L.gm_request_new()
     if not req:

@@ -309,11 +309,82 @@ class BindingTest(unittest.TestCase):
                 with self.assertRaises(gpuman.GpumanError) as cm:
                     gpuman.select(**kwargs)
                 self.assertNotIsInstance(cm.exception, gpuman.Unavailable)
+                self.assertIsInstance(cm.exception, gpuman.InvalidArgument)
+                self.assertIsInstance(cm.exception, ValueError)
                 self.assertIn(option, str(cm.exception))
                 self.assertIn(value, str(cm.exception))
         with self.assertRaises(gpuman.GpumanError):
             gpuman.select(min_free="12Q", fallback="cpu")
         self.assertEqual(self.leases(), [])
+
+    def test_arguments_are_keyword_only_with_type_hints(self):
+        """select, auto_choice, pick and request_text take keywords only, typed"""
+        import inspect
+        for fn in (gpuman.select, gpuman.auto_choice, gpuman.pick, gpuman.request_text):
+            with self.subTest(fn=fn.__name__):
+                params = [p for p in inspect.signature(fn).parameters.values()
+                          if p.name != "self"]
+                self.assertIn("n", [p.name for p in params])
+                self.assertEqual({p.kind for p in params}, {inspect.Parameter.KEYWORD_ONLY})
+                self.assertEqual([p.name for p in params
+                                  if p.annotation is inspect.Parameter.empty], [])
+        with self.assertRaises(TypeError):
+            gpuman.select(2)
+        self.assertEqual(self.leases(), [])
+
+    def test_request_text_is_the_command_line_form(self):
+        """request_text and lease.request give the request as gpuman's options"""
+        self.assertEqual(gpuman.request_text(), "")
+        self.assertEqual(gpuman.request_text(n=2, mem=8192, wait="90"),
+                         "-n 2 --mem 8G --wait=1m30s")
+        self.assertEqual(gpuman.request_text(by="util", min_free="50%", only=[0, "GPU-2222"],
+                                             idle=True, wait=True),
+                         "--by util --min-free 50% --only 0,GPU-2222 --idle --wait")
+        with self.assertRaises(ValueError):
+            gpuman.request_text(mem="12Q")
+        lease = gpuman.select(mem="1.5G")
+        self.assertEqual(lease.request, "--mem 1536M")
+
+    def test_pick_chooses_without_leasing(self):
+        """pick() names the GPUs select() would take, and leases nothing"""
+        self.assertEqual(gpuman.pick(), [1])
+        self.assertEqual(gpuman.pick(n=2), [1, 0])
+        self.assertEqual(gpuman.pick(by="index"), [0])
+        self.assertEqual(self.leases(), [])
+        lease = gpuman.select()
+        self.assertEqual(gpuman.pick(), [0])
+        # Its own lease does not bound the choice, as it does not bound select.
+        self.assertEqual(os.environ["CUDA_VISIBLE_DEVICES"], UUID1)
+        self.assertEqual(gpuman.pick(mem="1G"), [0])
+        other = gpuman.select()
+        with self.assertRaises(gpuman.Unavailable) as cm:
+            gpuman.pick()
+        self.assertEqual(cm.exception.code, 6)
+        self.assertIn("GPU 0", str(cm.exception))
+        self.assertIn("leased", str(cm.exception))
+        with self.assertRaises(gpuman.Unavailable) as cm:
+            gpuman.pick(n=3)
+        self.assertEqual(cm.exception.code, 12)
+        with self.assertRaises(gpuman.InvalidArgument):
+            gpuman.pick(by="nope")
+        self.assertEqual(sorted(l["id"] for l in self.leases()), sorted([lease.id, other.id]))
+
+    def test_leases_lists_every_live_lease(self):
+        """leases() lists this and other processes' leases, as status does"""
+        self.assertEqual(gpuman.leases(), [])
+        child, _ = self.holder(1, 60)
+        lease = gpuman.select(mem="2G")
+        mine = [l for l in gpuman.leases() if l["pid"] == os.getpid()]
+        theirs = [l for l in gpuman.leases() if l["pid"] == child.pid]
+        self.assertEqual([(l["id"], l["kind"], l["share_mib"]) for l in mine],
+                         [(lease.id, "share", 2048)])
+        self.assertEqual([g["uuid"] for g in mine[0]["gpus"]], lease.uuids)
+        self.assertEqual([l["kind"] for l in theirs], ["exclusive"])
+        self.assertEqual(gpuman.leases(), self.leases())
+        self.assertEqual(gpuman.waiters(), [])
+        child.kill()
+        child.wait()
+        self.assertEqual([l["pid"] for l in gpuman.leases()], [os.getpid()])
 
     def test_arguments_become_the_request_options(self):
         """select's arguments reach the library as the command line's options"""
@@ -449,6 +520,7 @@ class BindingTest(unittest.TestCase):
         self.children.append(child)
         self.until("the waiter's ticket",
                    lambda: [w["pid"] for w in self.waiters()] == [child.pid])
+        self.assertEqual([w["pid"] for w in gpuman.waiters()], [child.pid])
         # First come, first served: its ticket (2 GPUs) keeps GPU 0 from us.
         with self.assertRaises(gpuman.Unavailable):
             gpuman.select()

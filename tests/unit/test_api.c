@@ -165,12 +165,119 @@ static void test_json_is_freed_with_gm_free(void **state)
 	gm_close(ctx);
 }
 
+static struct gm_request *request(const char *const *opts)
+{
+	struct gm_request *req = gm_request_new();
+	char err[GM_ERRBUF_SIZE] = "";
+
+	assert_non_null(req);
+	for (; opts && opts[0]; opts += 2) {
+		if (gm_request_set(req, opts[0], opts[1], err, sizeof err) != GM_OK)
+			fail_msg("%s %s: %s", opts[0], opts[1] ? opts[1] : "(null)", err);
+	}
+	return req;
+}
+
+/* Set every option of a request's text, split at blanks, on a new request. */
+static struct gm_request *from_text(const char *text)
+{
+	struct gm_request *req = gm_request_new();
+	char err[GM_ERRBUF_SIZE] = "", *copy = strdup(text), *save = NULL;
+
+	for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+		char *key = tok + (tok[1] == '-' ? 2 : 1), *eq = strchr(key, '=');
+		const char *value = NULL;
+
+		if (eq) {
+			*eq = '\0';
+			value = eq + 1;
+		} else if (strcmp(key, "idle") && strcmp(key, "wait")) {
+			value = strtok_r(NULL, " ", &save);
+		}
+		if (gm_request_set(req, key, value, err, sizeof err) != GM_OK)
+			fail_msg("'%s' of '%s': %s", key, text, err);
+	}
+	free(copy);
+	return req;
+}
+
+static void test_request_text_reads_back_as_the_same_request(void **state)
+{
+	static const struct {
+		const char *opts[20];
+		const char *text;
+	} cases[] = {
+		{ { NULL }, "" },
+		{ { "n", "2", "by", "util", NULL }, "-n 2 --by util" },
+		{ { "min-free", "8192", "max-util", "50%", NULL }, "--min-free 8G --max-util 50" },
+		{ { "mem", "1.5G", "only", "0,GPU-8f3", "exclude", "3", NULL },
+		  "--only 0,GPU-8f3 --exclude 3 --mem 1536M" },
+		{ { "mem", "50%", "idle", NULL, "wait", "1h30m", NULL }, "--mem 50% --idle --wait=1h30m" },
+		{ { "mem", "1T", "wait", NULL, NULL }, "--mem 1T --wait" },
+		{ { "wait", "2.5", NULL }, "--wait=2500ms" },
+		{ { "wait", "0", NULL }, "--wait=0ms" },
+		{ { "mem", "8G", "exclusive", NULL, "wait", "90", NULL }, "--wait=1m30s" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct gm_request *req = request(cases[i].opts), *back, *dup;
+		char *text = gm_request_text(req), *again, *dup_text;
+
+		assert_non_null(text);
+		assert_string_equal(text, cases[i].text);
+		back = from_text(text);
+		again = gm_request_text(back);
+		assert_string_equal(again, text);
+		dup = gm_request_dup(req);
+		gm_request_free(req);  /* the copy owns its own lists */
+		dup_text = gm_request_text(dup);
+		assert_string_equal(dup_text, cases[i].text);
+		gm_free(text);
+		gm_free(again);
+		gm_free(dup_text);
+		gm_request_free(back);
+		gm_request_free(dup);
+	}
+}
+
+static void test_leases_json_lists_a_live_lease(void **state)
+{
+	static const char *const two[] = { "n", "2", NULL };
+	struct gm_context *ctx;
+	struct gm_request *req = request(two);
+	struct gm_lease *lease = NULL;
+	char err[GM_ERRBUF_SIZE] = "", *json = NULL, want[128];
+
+	(void)state;
+	assert_int_equal(gm_open(&ctx, err, sizeof err), GM_OK);
+	assert_int_equal(gm_leases_json(&json, err, sizeof err), GM_OK);
+	assert_string_equal(json, "{\"leases\":[],\"waiters\":[]}");
+	gm_free(json);
+	assert_int_equal(gm_acquire(ctx, req, &lease, err, sizeof err), GM_OK);
+	assert_int_equal(gm_leases_json(&json, err, sizeof err), GM_OK);
+	snprintf(want, sizeof want, "\"id\":\"%s\"", gm_lease_id(lease));
+	assert_non_null(strstr(json, want));
+	snprintf(want, sizeof want, "\"pid\":%d", (int)getpid());
+	assert_non_null(strstr(json, want));
+	assert_non_null(strstr(json, "\"uuid\":\"GPU-11111111-aaaa-bbbb-cccc-000000000001\""));
+	gm_free(json);
+	gm_lease_release(lease);
+	assert_int_equal(gm_leases_json(&json, err, sizeof err), GM_OK);
+	assert_string_equal(json, "{\"leases\":[],\"waiters\":[]}");
+	gm_free(json);
+	gm_request_free(req);
+	gm_close(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_version_macros_match_the_library),
 		cmocka_unit_test(test_snapshot_read_through_accessors),
 		cmocka_unit_test(test_json_is_freed_with_gm_free),
+		cmocka_unit_test(test_request_text_reads_back_as_the_same_request),
+		cmocka_unit_test(test_leases_json_lists_a_live_lease),
 	};
 
 	return cmocka_run_group_tests_name("api", tests, setup, teardown);
