@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +272,77 @@ static void test_leases_json_lists_a_live_lease(void **state)
 	gm_close(ctx);
 }
 
+struct waiter {
+	struct gm_context *ctx;
+	struct gm_request *req;
+	enum gm_err rc;
+};
+
+static void *wait_in_thread(void *arg)
+{
+	struct waiter *w = arg;
+	struct gm_lease *lease = NULL;
+	char err[GM_ERRBUF_SIZE];
+
+	w->rc = gm_acquire(w->ctx, w->req, &lease, err, sizeof err);
+	gm_lease_release(lease);
+	return NULL;
+}
+
+/* Tickets (wait.*) in the state directory: requests in line. */
+static int tickets(void)
+{
+	char path[256];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof path, "%s/state", dir);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += !strncmp(de->d_name, "wait.", 5);
+	closedir(d);
+	return n;
+}
+
+/* What the Python binding does on Ctrl-C: cancel from another thread.  The
+ * wait must end and leave no ticket to block later requests, every time. */
+static void test_cancel_from_another_thread_leaves_no_ticket(void **state)
+{
+	static const char *const two[] = { "n", "2", "wait", NULL, NULL };
+	struct gm_context *holder;
+	struct gm_request *one = request(NULL);
+	struct gm_lease *held;
+	struct waiter w = { NULL, request(two), GM_OK };
+	char err[GM_ERRBUF_SIZE] = "";
+
+	(void)state;
+	assert_int_equal(gm_open(&holder, err, sizeof err), GM_OK);
+	assert_int_equal(gm_acquire(holder, one, &held, err, sizeof err), GM_OK);
+	assert_int_equal(gm_open(&w.ctx, err, sizeof err), GM_OK);
+	for (int i = 0; i < 20; i++) {
+		pthread_t t;
+
+		assert_int_equal(pthread_create(&t, NULL, wait_in_thread, &w), 0);
+		while (tickets() == 0)
+			usleep(1000);
+		gm_cancel(w.ctx);
+		assert_int_equal(pthread_join(t, NULL), 0);
+		assert_int_equal(w.rc, GM_ERR_INTERRUPTED);
+		assert_int_equal(tickets(), 0);
+	}
+	/* the cancel was consumed: a later request is served normally */
+	gm_lease_release(held);
+	w.rc = GM_ERR_IO;
+	wait_in_thread(&w);
+	assert_int_equal(w.rc, GM_OK);
+	gm_request_free(w.req);
+	gm_request_free(one);
+	gm_close(w.ctx);
+	gm_close(holder);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,6 +351,7 @@ int main(void)
 		cmocka_unit_test(test_json_is_freed_with_gm_free),
 		cmocka_unit_test(test_request_text_reads_back_as_the_same_request),
 		cmocka_unit_test(test_leases_json_lists_a_live_lease),
+		cmocka_unit_test(test_cancel_from_another_thread_leaves_no_ticket),
 	};
 
 	return cmocka_run_group_tests_name("api", tests, setup, teardown);
