@@ -45,12 +45,14 @@ CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/simstate.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+SERVE_SRC := $(sort $(wildcard serve/*.c))
+SERVE_OBJ := $(SERVE_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
+PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
 
 .PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format
@@ -95,6 +97,16 @@ CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -Wl$(
 	-ljansson -ldl -lpthread -lm
 $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a $(CLI_LIBS)
+
+# The HTTP server behind `gpuman serve`, a program of its own: libmicrohttpd
+# pulls in GnuTLS and p11-kit, whose loading would cost every gpuman command
+# about 10 ms.  Its page is compiled in (.incbin), so its object depends on it.
+$(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h $(wildcard lib/*.h) include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Icli $(ALL_CFLAGS) -c -o $@ $<
+$(BUILD)/serve/page.o: serve/page.html
+$(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve.o $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ -ljansson -lmicrohttpd -ldl -lpthread -lm
 
 # The supervisor of each batch task and queued job, started by the
 # dispatcher: static, so that starting it costs no dynamic linking (it is
@@ -158,7 +170,7 @@ bench: all $(BENCH_BIN)
 	@sh bench/run $(abspath $(BUILD))
 
 # Man pages, made by help2man from the programs' --help (scripts/mkman).
-$(BUILD)/man/gpuman.1: $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload scripts/mkman \
+$(BUILD)/man/gpuman.1: $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload scripts/mkman \
 		README.md include/gpuman.h
 	@rm -rf $(BUILD)/man
 	sh scripts/mkman $(BUILD) $(BUILD)/man
@@ -184,7 +196,7 @@ install: all $(BUILD)/gpuman.pc man
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)/examples \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
-	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
 	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
 	install -m 644 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1
@@ -205,7 +217,8 @@ install: all $(BUILD)/gpuman.pc man
 
 # Exactly what install put there; directories only if left empty.
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/gpuman $(DESTDIR)$(BINDIR)/gpuman-runner $(DESTDIR)$(BINDIR)/gpuman-simload \
+	rm -f $(DESTDIR)$(BINDIR)/gpuman $(DESTDIR)$(BINDIR)/gpuman-serve $(DESTDIR)$(BINDIR)/gpuman-runner \
+	      $(DESTDIR)$(BINDIR)/gpuman-simload \
 	      $(DESTDIR)$(LIBDIR)/libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so \
 	      $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1 $(DESTDIR)$(INCDIR)/gpuman.h \
 	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
@@ -225,7 +238,7 @@ check-deb: deb
 	sh scripts/check-deb $(abspath $(BUILD))/deb
 
 format:
-	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c
+	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] serve/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c
 
 clean:
 	rm -rf build build-asan

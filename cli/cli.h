@@ -39,7 +39,7 @@ struct cmd_entry {
 
 extern const struct cmd_entry cmd_status, cmd_info, cmd_ps, cmd_pick, cmd_run;
 extern const struct cmd_entry cmd_batch, cmd_submit, cmd_queue, cmd_cancel, cmd_logs, cmd_wait,
-	cmd_dispatcher;
+	cmd_dispatcher, cmd_serve;
 extern const struct cmd_entry cmd_complete;
 /* The command table of cli/gpuman.c (completion and man pages read it). */
 const struct cmd_entry *const *cli_commands(size_t *count);
@@ -107,6 +107,9 @@ void cli_read_leases(struct cli *cli, struct registry_view *view);
 /* The leases and waiters as JSON arrays (new references). */
 struct json_t *cli_leases_json(const struct registry_view *view);
 struct json_t *cli_waiters_json(const struct registry_view *view);
+/* The `status --json` document: the snapshot, leases and waiters (new
+ * reference); `serve` publishes the same document. */
+struct json_t *cli_status_json(const struct gm_snapshot *snap, const struct registry_view *view);
 /* "3m", "2h05m": how long since ms (wall clock). */
 char *fmt_age(char *buf, size_t len, int64_t since_ms);
 

@@ -99,11 +99,7 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 	snap = look.snap;
 	view = look.view;
 	if (cli->json) {
-		json_t *o = snapshot_json(snap);
-
-		json_object_set_new(o, "leases", cli_leases_json(view));
-		json_object_set_new(o, "waiters", cli_waiters_json(view));
-		rc = cli_print_json(o);
+		rc = cli_print_json(cli_status_json(snap, view));
 		goto done;
 	}
 	sim = getenv("GPUMAN_SIM");

@@ -13,6 +13,7 @@
 #include "listing.h"
 #include "parse.h"
 #include "registry.h"
+#include "snapshot.h"
 
 /* Set once JSON went to stdout: a later error must not add a second
  * document to a stream that readers parse as one. */
@@ -283,6 +284,15 @@ json_t *cli_leases_json(const struct registry_view *view)
 json_t *cli_waiters_json(const struct registry_view *view)
 {
 	return listing_waiters_json(view);
+}
+
+json_t *cli_status_json(const struct gm_snapshot *snap, const struct registry_view *view)
+{
+	json_t *o = snapshot_json(snap);
+
+	json_object_set_new(o, "leases", cli_leases_json(view));
+	json_object_set_new(o, "waiters", cli_waiters_json(view));
+	return o;
 }
 
 char *fmt_age(char *buf, size_t len, int64_t since_ms)

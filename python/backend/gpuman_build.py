@@ -46,7 +46,8 @@ def _natives():
     # gpuman, bin/../share/gpuman): pip puts .data/scripts on PATH and
     # .data/data under the environment's prefix.
     data = "%s-%s.data/" % (NAME, _version())
-    for inner, outer in (("scripts/gpuman", "gpuman"), ("scripts/gpuman-runner", "gpuman-runner"),
+    for inner, outer in (("scripts/gpuman", "gpuman"), ("scripts/gpuman-serve", "gpuman-serve"),
+                         ("scripts/gpuman-runner", "gpuman-runner"),
                          ("scripts/gpuman-simload", "gpuman-simload"),
                          ("data/lib/gpuman/libnvidia-ml.so.1", "sim/libnvidia-ml.so.1")):
         path = os.path.join(build, outer)

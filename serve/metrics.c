@@ -1,0 +1,321 @@
+/*
+ * metrics.c - the Prometheus text exposition of one sample.
+ *
+ * GPU metrics use dcgm-exporter's names and units where the meaning is the
+ * same, so dashboards built for it carry over; its labels are spelt in
+ * snake case (uuid for UUID, name for modelName, hostname for Hostname), as
+ * `promtool check metrics` asks.  What only gpuman knows (leases, the
+ * waiting line, its own health) is named gpuman_*.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "registry.h"
+#include "serve.h"
+#include "util.h"
+
+struct out {
+	FILE *f;
+	const char *host;
+};
+
+static void head(struct out *o, const char *name, const char *type, const char *help)
+{
+	fprintf(o->f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: backslash, double quote and newline escaped; bytes that
+ * are not printable ASCII become '?' so the output is always valid UTF-8. */
+static void value(struct out *o, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '\\' || c == '"')
+			fprintf(o->f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", o->f);
+		else
+			fputc(c >= 0x20 && c < 0x7f ? c : '?', o->f);
+	}
+}
+
+static void label(struct out *o, int first, const char *name, const char *v)
+{
+	fprintf(o->f, "%s%s=\"", first ? "" : ",", name);
+	value(o, v);
+	fputc('"', o->f);
+}
+
+static void gpu_labels(struct out *o, const struct gm_gpu *g)
+{
+	char num[32];
+
+	snprintf(num, sizeof num, "%u", g->index);
+	label(o, 1, "gpu", num);
+	label(o, 0, "uuid", g->uuid);
+	label(o, 0, "pci_bus_id", g->pci_bus_id);
+	snprintf(num, sizeof num, "nvidia%u", g->index);
+	label(o, 0, "device", num);
+	label(o, 0, "name", g->name);
+	label(o, 0, "hostname", o->host);
+}
+
+enum gpu_field { FB_USED, FB_FREE, FB_TOTAL, UTIL, MEM_UTIL, POWER, POWER_LIMIT, TEMP, UP };
+
+static const struct {
+	const char *name, *help;
+	unsigned need; /* gm_field bits */
+} gpu_metrics[] = {
+	[FB_USED] = { "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", GM_HAS_MEMORY },
+	[FB_FREE] = { "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", GM_HAS_MEMORY },
+	[FB_TOTAL] = { "DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", GM_HAS_MEMORY },
+	[UTIL] = { "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", GM_HAS_UTIL },
+	[MEM_UTIL] = { "DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", GM_HAS_UTIL },
+	[POWER] = { "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", GM_HAS_POWER },
+	[POWER_LIMIT] = { "DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
+			  GM_HAS_POWER_LIMIT },
+	[TEMP] = { "DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", GM_HAS_TEMPERATURE },
+	[UP] = { "gpuman_gpu_up", "1 if NVML answers for the GPU, 0 if it is lost or fails.", 0 },
+};
+
+static void gpu_value(struct out *o, const struct gm_gpu *g, enum gpu_field f)
+{
+	switch (f) {
+	case FB_USED: fprintf(o->f, "%llu", (unsigned long long)g->mem_used_mib); break;
+	case FB_FREE: fprintf(o->f, "%llu", (unsigned long long)g->mem_free_mib); break;
+	case FB_TOTAL: fprintf(o->f, "%llu", (unsigned long long)g->mem_total_mib); break;
+	case UTIL: fprintf(o->f, "%u", g->util_gpu_pct); break;
+	case MEM_UTIL: fprintf(o->f, "%u", g->util_mem_pct); break;
+	case POWER: fprintf(o->f, "%.3f", g->power_mw / 1000.0); break;
+	case POWER_LIMIT: fprintf(o->f, "%.3f", g->power_limit_mw / 1000.0); break;
+	case TEMP: fprintf(o->f, "%u", g->temperature_c); break;
+	case UP: fputc(g->state == GM_GPU_OK ? '1' : '0', o->f); break;
+	}
+}
+
+static void gpus(struct out *o, const struct gm_snapshot *snap)
+{
+	for (size_t m = 0; m < sizeof gpu_metrics / sizeof gpu_metrics[0]; m++) {
+		head(o, gpu_metrics[m].name, "gauge", gpu_metrics[m].help);
+		for (size_t i = 0; i < snap->gpu_count; i++) {
+			const struct gm_gpu *g = &snap->gpus[i];
+
+			/* A field the GPU does not report is left out, never 0. */
+			if (m != UP && (g->state != GM_GPU_OK ||
+					(g->valid & gpu_metrics[m].need) != gpu_metrics[m].need))
+				continue;
+			fprintf(o->f, "%s{", gpu_metrics[m].name);
+			gpu_labels(o, g);
+			fputs("} ", o->f);
+			gpu_value(o, g, (enum gpu_field)m);
+			fputc('\n', o->f);
+		}
+	}
+}
+
+static void processes(struct out *o, const struct gm_snapshot *snap)
+{
+	char num[32];
+
+	head(o, "gpuman_gpu_processes", "gauge", "Processes NVML lists on the GPU.");
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+		size_t n = 0;
+
+		for (size_t p = 0; p < snap->proc_count; p++)
+			n += snap->procs[p].gpu == g->index;
+		fputs("gpuman_gpu_processes{", o->f);
+		gpu_labels(o, g);
+		fprintf(o->f, "} %zu\n", n);
+	}
+	head(o, "gpuman_process_fb_used", "gauge",
+	     "Framebuffer memory a process holds (in MiB), with its user.");
+	for (size_t p = 0; p < snap->proc_count; p++) {
+		const struct gm_proc *pr = &snap->procs[p];
+		long pos = -1;
+
+		for (size_t i = 0; i < snap->gpu_count; i++)
+			if (snap->gpus[i].index == pr->gpu)
+				pos = (long)i;
+		if (!pr->has_mem || pos < 0)
+			continue;
+		fputs("gpuman_process_fb_used{", o->f);
+		gpu_labels(o, &snap->gpus[pos]);
+		snprintf(num, sizeof num, "%u", pr->pid);
+		label(o, 0, "pid", num);
+		label(o, 0, "user", pr->has_user ? pr->user : "");
+		fprintf(o->f, "} %llu\n", (unsigned long long)pr->used_mib);
+	}
+}
+
+/* "0,3": a lease's GPUs as one label value. */
+static void lease_gpus(char *buf, size_t len, const struct lease_info *l)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t k = 0; k < l->gpu_count && used < len; k++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%u", k ? "," : "", l->indices[k]);
+}
+
+static void lease_labels(struct out *o, const struct lease_info *l)
+{
+	char gpus_buf[256];
+
+	lease_gpus(gpus_buf, sizeof gpus_buf, l);
+	label(o, 1, "lease", l->id);
+	label(o, 0, "user", l->user);
+	label(o, 0, "kind", l->exclusive ? "exclusive" : "share");
+	label(o, 0, "gpus", gpus_buf);
+	label(o, 0, "hostname", o->host);
+}
+
+static void leases(struct out *o, const struct gm_snapshot *snap,
+		   const struct registry_view *view, int64_t now)
+{
+	size_t excl = 0, share = 0;
+
+	head(o, "gpuman_lease_age_seconds", "gauge", "How long a live lease has been held.");
+	for (size_t i = 0; i < view->lease_count; i++) {
+		const struct lease_info *l = &view->leases[i];
+
+		fputs("gpuman_lease_age_seconds{", o->f);
+		lease_labels(o, l);
+		fprintf(o->f, "} %.3f\n", (now - l->start_ms) / 1000.0);
+		*(l->exclusive ? &excl : &share) += 1;
+	}
+	head(o, "gpuman_lease_gpus", "gauge", "GPUs a live lease holds.");
+	for (size_t i = 0; i < view->lease_count; i++) {
+		fputs("gpuman_lease_gpus{", o->f);
+		lease_labels(o, &view->leases[i]);
+		fprintf(o->f, "} %zu\n", view->leases[i].gpu_count);
+	}
+	head(o, "gpuman_lease_share_mib", "gauge", "Memory a shared lease reserves per GPU (in MiB).");
+	for (size_t i = 0; i < view->lease_count; i++) {
+		if (view->leases[i].exclusive)
+			continue;
+		fputs("gpuman_lease_share_mib{", o->f);
+		lease_labels(o, &view->leases[i]);
+		fprintf(o->f, "} %llu\n", (unsigned long long)view->leases[i].share_mib);
+	}
+	head(o, "gpuman_leases", "gauge", "Live leases, by kind.");
+	fprintf(o->f, "gpuman_leases{kind=\"exclusive\",hostname=\"");
+	value(o, o->host);
+	fprintf(o->f, "\"} %zu\n", excl);
+	fprintf(o->f, "gpuman_leases{kind=\"share\",hostname=\"");
+	value(o, o->host);
+	fprintf(o->f, "\"} %zu\n", share);
+	head(o, "gpuman_gpu_leases", "gauge", "Live leases on the GPU.");
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+		size_t n = 0;
+
+		for (size_t k = 0; k < view->lease_count; k++)
+			for (size_t u = 0; u < view->leases[k].gpu_count; u++)
+				n += !strcmp(view->leases[k].uuids[u], g->uuid);
+		fputs("gpuman_gpu_leases{", o->f);
+		gpu_labels(o, g);
+		fprintf(o->f, "} %zu\n", n);
+	}
+}
+
+static void line(struct out *o, const struct registry_view *view, int64_t now)
+{
+	char pos[32];
+
+	head(o, "gpuman_line_length", "gauge", "Requests waiting for GPUs.");
+	fputs("gpuman_line_length{hostname=\"", o->f);
+	value(o, o->host);
+	fprintf(o->f, "\"} %zu\n", view->waiter_count);
+	head(o, "gpuman_line_wait_seconds", "gauge",
+	     "How long each waiting request has waited, by its place in the line.");
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		const struct waiter_info *w = &view->waiters[i];
+
+		snprintf(pos, sizeof pos, "%zu", i + 1);
+		fputs("gpuman_line_wait_seconds{", o->f);
+		label(o, 1, "position", pos);
+		label(o, 0, "user", w->user);
+		label(o, 0, "request", w->summary);
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %.3f\n", (now - w->since_ms) / 1000.0);
+	}
+	/* The queue depth of each user: how many of their requests wait. */
+	head(o, "gpuman_line_requests", "gauge", "Waiting requests of each user.");
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		size_t n = 0, seen = 0;
+
+		for (size_t k = 0; k < view->waiter_count; k++) {
+			if (strcmp(view->waiters[k].user, view->waiters[i].user))
+				continue;
+			seen |= k < i;
+			n++;
+		}
+		if (seen)
+			continue;
+		fputs("gpuman_line_requests{", o->f);
+		label(o, 1, "user", view->waiters[i].user);
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %zu\n", n);
+	}
+}
+
+static void health(struct out *o, const struct gm_snapshot *snap, const struct serve_health *h)
+{
+	size_t bad = 0;
+
+	for (size_t i = 0; i < snap->gpu_count; i++)
+		bad += snap->gpus[i].state != GM_GPU_OK;
+	head(o, "gpuman_snapshot_ok", "gauge", "1 if the last NVML snapshot succeeded.");
+	fprintf(o->f, "gpuman_snapshot_ok %d\n", h->snapshot_ok);
+	head(o, "gpuman_snapshot_timestamp_seconds", "gauge",
+	     "Wall-clock time of the snapshot these metrics come from.");
+	fprintf(o->f, "gpuman_snapshot_timestamp_seconds %.3f\n", h->last_ok_ms / 1000.0);
+	head(o, "gpuman_snapshot_duration_seconds", "gauge", "How long the last snapshot took.");
+	fprintf(o->f, "gpuman_snapshot_duration_seconds %.6f\n", h->last_duration_s);
+	head(o, "gpuman_snapshot_interval_seconds", "gauge", "Time between snapshots.");
+	fprintf(o->f, "gpuman_snapshot_interval_seconds %.3f\n", h->interval_ms / 1000.0);
+	head(o, "gpuman_snapshots_total", "counter", "Snapshots taken since serve started.");
+	fprintf(o->f, "gpuman_snapshots_total %llu\n", (unsigned long long)h->snapshots);
+	head(o, "gpuman_nvml_errors_total", "counter",
+	     "Snapshots that failed because NVML failed as a whole.");
+	fprintf(o->f, "gpuman_nvml_errors_total %llu\n", (unsigned long long)h->snapshot_errors);
+	head(o, "gpuman_gpu_errors", "gauge", "GPUs NVML answers with an error (lost or failing).");
+	fprintf(o->f, "gpuman_gpu_errors %zu\n", bad);
+	head(o, "gpuman_registry_errors_total", "counter", "Lease registry reads that failed.");
+	fprintf(o->f, "gpuman_registry_errors_total %llu\n", (unsigned long long)h->registry_errors);
+	head(o, "gpuman_start_time_seconds", "gauge", "When serve started.");
+	fprintf(o->f, "gpuman_start_time_seconds %.3f\n", h->start_ms / 1000.0);
+	head(o, "gpuman_build_info", "gauge", "gpuman and driver versions.");
+	fputs("gpuman_build_info{", o->f);
+	label(o, 1, "version", gm_version());
+	label(o, 0, "driver_version", snap->driver_version);
+	label(o, 0, "hostname", o->host);
+	fputs("} 1\n", o->f);
+}
+
+char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
+		    const struct serve_health *h, const char *hostname, size_t *len)
+{
+	char *buf = NULL;
+	struct out o = { NULL, hostname };
+	int64_t now = now_ms();
+
+	o.f = open_memstream(&buf, len);
+	if (!o.f)
+		return NULL;
+	gpus(&o, snap);
+	processes(&o, snap);
+	leases(&o, snap, view, now);
+	line(&o, view, now);
+	health(&o, snap, h);
+	if (ferror(o.f)) {
+		fclose(o.f);
+		free(buf);
+		return NULL;
+	}
+	fclose(o.f);
+	return buf;
+}

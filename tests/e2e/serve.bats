@@ -1,0 +1,222 @@
+#!/usr/bin/env bats
+# gpuman serve against real clients: curl, promtool, a real Prometheus
+# scraping it, headless Chromium showing its page, and hostile clients.
+
+load helpers
+
+# serve_start [ARGS] - gpuman serve on a free loopback port, snapshots every
+# 0.3 s; sets SERVE_PID and URL.
+serve_start() {
+	gpuman serve --listen 127.0.0.1:0 --interval 0.3 "$@" \
+		2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
+	SERVE_PID=$!
+	wait_for "grep -q '(port [0-9]*)' '$BATS_TEST_TMPDIR/serve.log'" || {
+		cat "$BATS_TEST_TMPDIR/serve.log"; return 1; }
+	URL=http://127.0.0.1:$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$BATS_TEST_TMPDIR/serve.log")
+}
+
+teardown() {
+	local p
+	for p in ${SERVE_PID:-} ${PROM_PID:-} ${JOB_PIDS:-}; do
+		kill "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	true
+}
+
+# metric NAME GPU - the value of NAME for one GPU in $output
+metric() {
+	printf '%s\n' "$output" | sed -n "s/^$1{gpu=\"$2\",.*} //p"
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# hold_lease GPU CMD... - a job holding GPU through gpuman run, in the background
+hold_lease() {
+	local gpu=$1; shift
+	gpuman run --only "$gpu" -- "$@" 3>&- >/dev/null 2>&1 &
+	JOB_PIDS="${JOB_PIDS:-} $!"
+	wait_for "gpuman status --json | jq -e '.leases | map(.gpus[].index) | index($gpu)' >/dev/null"
+}
+
+@test "serve: /metrics has dcgm-exporter's names with the scenario's values; promtool finds it clean" {
+	four_gpus
+	serve_start
+	run -0 curl -sf "$URL/metrics"
+	[ "$(metric DCGM_FI_DEV_FB_USED 1)" = 4000 ]
+	[ "$(metric DCGM_FI_DEV_FB_FREE 3)" = 7000 ]
+	[ "$(metric DCGM_FI_DEV_FB_TOTAL 0)" = 16000 ]
+	[ "$(metric DCGM_FI_DEV_GPU_UTIL 1)" = 70 ]
+	[ "$(metric DCGM_FI_DEV_POWER_USAGE 1)" = 300.000 ]
+	[ "$(metric DCGM_FI_DEV_POWER_MGMT_LIMIT 1)" = 350.000 ]
+	[ "$(metric DCGM_FI_DEV_GPU_TEMP 2)" = 30 ]
+	[[ "$output" == *'DCGM_FI_DEV_FB_USED{gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",'*'name="Test GPU A"'* ]]
+	[[ "$output" == *"gpuman_snapshot_ok 1"* ]]
+	[[ "$output" == *"gpuman_nvml_errors_total 0"* ]]
+	printf '%s\n' "$output" | promtool check metrics
+	# HEAD: the headers without the body
+	run -0 curl -sfI "$URL/metrics"
+	[[ "$output" == *"text/plain; version=0.0.4"* ]]
+}
+
+@test "serve: a lease and the waiting line appear in /metrics within an interval" {
+	four_gpus
+	serve_start
+	hold_lease 2 sleep 60
+	wait_for "curl -sf '$URL/metrics' | grep -q '^gpuman_gpu_leases{gpu=\"2\",.*} 1$'"
+	run -0 curl -sf "$URL/metrics"
+	[ "$(metric gpuman_gpu_leases 0)" = 0 ]
+	[[ "$output" == *'gpuman_lease_gpus{lease="'*'",user="root",kind="exclusive",gpus="2",'*'} 1'* ]]
+	[[ "$output" == *'gpuman_leases{kind="exclusive",hostname="'*'"} 1'* ]]
+	# a second request for GPU 2 waits in line
+	gpuman run --only 2 --wait -- true 3>&- >/dev/null 2>&1 &
+	JOB_PIDS="$JOB_PIDS $!"
+	wait_for "curl -sf '$URL/metrics' | grep -q '^gpuman_line_length{.*} 1$'"
+	run -0 curl -sf "$URL/metrics"
+	[[ "$output" == *'gpuman_line_requests{user="root",'*'} 1'* ]]
+	[[ "$output" == *'gpuman_line_wait_seconds{position="1",user="root",'* ]]
+}
+
+@test "serve: a real Prometheus scrapes it and returns every GPU's series with the scenario's values" {
+	command -v prometheus >/dev/null || skip "prometheus is not installed (Debian package prometheus)"
+	four_gpus
+	serve_start
+	local pport q
+	pport=$(free_port)
+	cat >"$BATS_TEST_TMPDIR/prometheus.yml" <<-EOF
+	global: { scrape_interval: 1s, evaluation_interval: 1s }
+	scrape_configs:
+	  - job_name: gpuman
+	    static_configs: [ { targets: [ "${URL#http://}" ] } ]
+	EOF
+	promtool check config "$BATS_TEST_TMPDIR/prometheus.yml" >/dev/null
+	prometheus --config.file="$BATS_TEST_TMPDIR/prometheus.yml" \
+		--storage.tsdb.path="$BATS_TEST_TMPDIR/tsdb" \
+		--web.listen-address="127.0.0.1:$pport" >"$BATS_TEST_TMPDIR/prom.log" 2>&1 3>&- &
+	PROM_PID=$!
+	q="http://127.0.0.1:$pport/api/v1/query?query="
+	# Prometheus starts, scrapes, and answers: 30 s at most on a loaded machine.
+	for _ in $(seq 150); do
+		[ "$(curl -sf "${q}DCGM_FI_DEV_FB_USED" | jq '.data.result | length')" = 4 ] && break
+		sleep 0.2
+	done
+	run -0 curl -sf "${q}DCGM_FI_DEV_FB_USED"
+	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = \
+	  "0=1000 1=4000 2=500 3=9000" ]
+	[ "$(jqr '[.data.result[] | .metric.uuid] | sort | .[1]')" = GPU-bbbbbbbb-0000-0000-0000-000000000000 ]
+	run -0 curl -sf "${q}DCGM_FI_DEV_GPU_UTIL"
+	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = "0=10 1=70 2=0 3=5" ]
+	run -0 curl -sf "${q}DCGM_FI_DEV_POWER_USAGE"
+	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = "0=100 1=300 2=20 3=60" ]
+	run -0 curl -sf "${q}up"
+	[ "$(jqr '.data.result[0].value[1]')" = 1 ]
+}
+
+@test "serve: /api/v1/status is the status --json document" {
+	four_gpus
+	hold_lease 3 sleep 60
+	serve_start
+	run -0 curl -sf "$URL/api/v1/status"
+	served=$output
+	run -0 gpuman status --json
+	[ "$(jq -S '.gpus' <<<"$served")" = "$(jqr -S '.gpus')" ]
+	[ "$(jq -S '.leases | map(del(.command))' <<<"$served")" = "$(jqr -S '.leases | map(del(.command))')" ]
+	[ "$(jq -r '.leases[0].user' <<<"$served")" = root ]
+}
+
+@test "serve: command lines show only the program, never its arguments" {
+	four_gpus
+	hold_lease 1 gpuman-simload --mem 1G --util 10 --seconds 60 --record "$BATS_TEST_TMPDIR/hunter2-secret"
+	wait_for "gpuman status --json | jq -e '.processes | map(.command) | join(\" \") | test(\"hunter2\")' >/dev/null"
+	serve_start
+	run -0 curl -sf "$URL/api/v1/status"
+	[[ "$output" == *'"command":"gpuman-simload"'* ]]
+	[[ "$output" != *hunter2* ]]
+	run -0 curl -sf "$URL/"
+	[[ "$output" != *hunter2* ]]
+	run -0 curl -sf "$URL/metrics"
+	[[ "$output" != *hunter2* ]]
+}
+
+@test "serve: headless Chromium shows every GPU, a lease made during the test, and takes a screenshot" {
+	command -v chromium >/dev/null || skip "chromium is not installed (Debian package chromium)"
+	four_gpus
+	serve_start
+	hold_lease 2 sleep 60
+	sleep 0.7 # one interval: the page is rendered with the lease
+	local chrome=(chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage
+		--user-data-dir="$BATS_TEST_TMPDIR/chrome")
+	timeout 120 "${chrome[@]}" --dump-dom "$URL/" >"$BATS_TEST_TMPDIR/dom.html" 2>/dev/null
+	run -0 cat "$BATS_TEST_TMPDIR/dom.html"
+	for i in 0 1 2 3; do
+		[[ "$output" == *"id=\"gpu-$i\""* ]]
+	done
+	[[ "$output" == *"GPU 1 · Test GPU B"* ]]
+	[[ "$output" == *"3.9 GiB / 23.4 GiB"* ]]
+	[[ "$output" == *"leased by root (exclusive"* ]]
+	[[ "$output" == *"pid 3000001"* ]]
+	# a phone-sized screenshot: a real PNG with something drawn on it
+	timeout 120 "${chrome[@]}" --window-size=412,915 --screenshot="$BATS_TEST_TMPDIR/page.png" \
+		"$URL/" >/dev/null 2>&1
+	[ "$(head -c 8 "$BATS_TEST_TMPDIR/page.png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ]
+	[ "$(stat -c %s "$BATS_TEST_TMPDIR/page.png")" -gt 10000 ]
+}
+
+@test "serve: read-only: other methods get 405 with Allow, unknown paths 404" {
+	four_gpus
+	serve_start
+	for m in POST PUT DELETE PATCH OPTIONS; do
+		run -0 curl -s -o /dev/null -w '%{http_code}' -X "$m" "$URL/metrics"
+		[ "$output" = 405 ]
+	done
+	run -0 curl -s -D - -o /dev/null -X POST -d x=1 "$URL/"
+	[[ "$output" == *"Allow: GET, HEAD"* ]]
+	run -0 curl -s -o /dev/null -w '%{http_code}' "$URL/nope"
+	[ "$output" = 404 ]
+	run -0 curl -s -o /dev/null -w '%{http_code}' "$URL/api/v1/history"
+	[ "$output" = 200 ]
+}
+
+@test "serve: 1000 idle connections, slowloris, 10 MB requests, garbage: others still answered, memory bounded" {
+	four_gpus
+	serve_start
+	run -0 python3 "$BATS_TEST_DIRNAME/helpers/hostile.py" "${URL##*:}" "$SERVE_PID"
+	echo "# hostile clients: $output" >&3
+	[ "$(jqr .idle_open)" = 1000 ]
+	[ "$(jqr .good_ok)" = 20 ]
+	[ "$(jqr .big_post)" = 405 ]
+	[ "$(jqr '.big_post_s < 2')" = true ]
+	# a 10 MB header is refused (431), or the connection dropped
+	[[ "$(jqr .big_header)" =~ ^(431|413|400|null)$ ]]
+	# 1000 connections of at most 16 KiB each, plus the documents: 40 MB
+	[ "$(jqr '.rss_during_kb - .rss_before_kb < 40960')" = true ]
+	# and it still answers once they are gone
+	run -0 curl -sf -o /dev/null -w '%{http_code}' "$URL/metrics"
+	[ "$output" = 200 ]
+}
+
+@test "serve: bad options are usage errors naming the culprit; a taken port fails" {
+	four_gpus
+	run -2 gpuman serve --listen nonsense
+	[[ "$output" == *"--listen 'nonsense'"* ]]
+	run -2 gpuman serve --listen localhost:9400
+	[[ "$output" == *"numeric"* ]]
+	run -2 gpuman serve --interval 0
+	[[ "$output" == *"--interval '0'"* ]]
+	serve_start
+	run -1 gpuman serve --listen "${URL#http://}"
+	[[ "$output" == *"cannot listen on"* ]]
+}
+
+@test "serve: SIGTERM stops it with status 0" {
+	four_gpus
+	serve_start
+	kill -TERM "$SERVE_PID"
+	rc=0
+	wait "$SERVE_PID" || rc=$?
+	SERVE_PID=
+	[ "$rc" = 0 ]
+	[[ "$(cat "$BATS_TEST_TMPDIR/serve.log")" == *"Terminated, stopping"* ]]
+}
