@@ -158,7 +158,10 @@ asan: check-deps
 		SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined" all unit e2e
 asan-tests: $(UNIT_BIN)
 
-BENCH_BIN := $(BUILD)/bench/runtime $(BUILD)/bench/inproc
+BENCH_BIN := $(BUILD)/bench/runtime $(BUILD)/bench/inproc $(BUILD)/bench/httpload
+$(BUILD)/bench/httpload: bench/httpload.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -lpthread
 $(BUILD)/bench/runtime: bench/runtime.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $<

@@ -57,12 +57,17 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 
 	(void)version;
 	(void)upload;
-	(void)state;
-	/* A body sent with GET is not read: the answer is queued on the first
-	 * call, after which libmicrohttpd drops the rest and the connection. */
-	*upload_size = 0;
+	/* Other methods are refused on the first call, before any body is
+	 * read: libmicrohttpd then drops the rest and the connection. */
 	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return MHD_queue_response(conn, MHD_HTTP_METHOD_NOT_ALLOWED, http->not_allowed);
+	/* GET and HEAD are answered on the second call, once the request is
+	 * complete, so the connection stays open for the next (keep-alive). */
+	if (!*state) {
+		*state = http;
+		return MHD_YES;
+	}
+	*upload_size = 0; /* a body sent with GET is ignored */
 	for (int d = 0; d < DOC_COUNT; d++) {
 		if (strcmp(url, docs[d].path))
 			continue;

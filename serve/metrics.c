@@ -48,6 +48,14 @@ static void label(struct out *o, int first, const char *name, const char *v)
 	fputc('"', o->f);
 }
 
+/* "name{hostname="..."} " - a series of the machine as a whole. */
+static void host_series(struct out *o, const char *name)
+{
+	fprintf(o->f, "%s{hostname=\"", name);
+	value(o, o->host);
+	fputs("\"} ", o->f);
+}
+
 static void gpu_labels(struct out *o, const struct gm_gpu *g)
 {
 	char num[32];
@@ -226,9 +234,8 @@ static void line(struct out *o, const struct registry_view *view, int64_t now)
 	char pos[32];
 
 	head(o, "gpuman_line_length", "gauge", "Requests waiting for GPUs.");
-	fputs("gpuman_line_length{hostname=\"", o->f);
-	value(o, o->host);
-	fprintf(o->f, "\"} %zu\n", view->waiter_count);
+	host_series(o, "gpuman_line_length");
+	fprintf(o->f, "%zu\n", view->waiter_count);
 	head(o, "gpuman_line_wait_seconds", "gauge",
 	     "How long each waiting request has waited, by its place in the line.");
 	for (size_t i = 0; i < view->waiter_count; i++) {
@@ -269,25 +276,34 @@ static void health(struct out *o, const struct gm_snapshot *snap, const struct s
 	for (size_t i = 0; i < snap->gpu_count; i++)
 		bad += snap->gpus[i].state != GM_GPU_OK;
 	head(o, "gpuman_snapshot_ok", "gauge", "1 if the last NVML snapshot succeeded.");
-	fprintf(o->f, "gpuman_snapshot_ok %d\n", h->snapshot_ok);
+	host_series(o, "gpuman_snapshot_ok");
+	fprintf(o->f, "%d\n", h->snapshot_ok);
 	head(o, "gpuman_snapshot_timestamp_seconds", "gauge",
 	     "Wall-clock time of the snapshot these metrics come from.");
-	fprintf(o->f, "gpuman_snapshot_timestamp_seconds %.3f\n", h->last_ok_ms / 1000.0);
+	host_series(o, "gpuman_snapshot_timestamp_seconds");
+	fprintf(o->f, "%.3f\n", h->last_ok_ms / 1000.0);
 	head(o, "gpuman_snapshot_duration_seconds", "gauge", "How long the last snapshot took.");
-	fprintf(o->f, "gpuman_snapshot_duration_seconds %.6f\n", h->last_duration_s);
+	host_series(o, "gpuman_snapshot_duration_seconds");
+	fprintf(o->f, "%.6f\n", h->last_duration_s);
 	head(o, "gpuman_snapshot_interval_seconds", "gauge", "Time between snapshots.");
-	fprintf(o->f, "gpuman_snapshot_interval_seconds %.3f\n", h->interval_ms / 1000.0);
+	host_series(o, "gpuman_snapshot_interval_seconds");
+	fprintf(o->f, "%.3f\n", h->interval_ms / 1000.0);
 	head(o, "gpuman_snapshots_total", "counter", "Snapshots taken since serve started.");
-	fprintf(o->f, "gpuman_snapshots_total %llu\n", (unsigned long long)h->snapshots);
+	host_series(o, "gpuman_snapshots_total");
+	fprintf(o->f, "%llu\n", (unsigned long long)h->snapshots);
 	head(o, "gpuman_nvml_errors_total", "counter",
 	     "Snapshots that failed because NVML failed as a whole.");
-	fprintf(o->f, "gpuman_nvml_errors_total %llu\n", (unsigned long long)h->snapshot_errors);
+	host_series(o, "gpuman_nvml_errors_total");
+	fprintf(o->f, "%llu\n", (unsigned long long)h->snapshot_errors);
 	head(o, "gpuman_gpu_errors", "gauge", "GPUs NVML answers with an error (lost or failing).");
-	fprintf(o->f, "gpuman_gpu_errors %zu\n", bad);
+	host_series(o, "gpuman_gpu_errors");
+	fprintf(o->f, "%zu\n", bad);
 	head(o, "gpuman_registry_errors_total", "counter", "Lease registry reads that failed.");
-	fprintf(o->f, "gpuman_registry_errors_total %llu\n", (unsigned long long)h->registry_errors);
+	host_series(o, "gpuman_registry_errors_total");
+	fprintf(o->f, "%llu\n", (unsigned long long)h->registry_errors);
 	head(o, "gpuman_start_time_seconds", "gauge", "When serve started.");
-	fprintf(o->f, "gpuman_start_time_seconds %.3f\n", h->start_ms / 1000.0);
+	host_series(o, "gpuman_start_time_seconds");
+	fprintf(o->f, "%.3f\n", h->start_ms / 1000.0);
 	head(o, "gpuman_build_info", "gauge", "gpuman and driver versions.");
 	fputs("gpuman_build_info{", o->f);
 	label(o, 1, "version", gm_version());

@@ -53,8 +53,8 @@ hold_lease() {
 	[ "$(metric DCGM_FI_DEV_POWER_MGMT_LIMIT 1)" = 350.000 ]
 	[ "$(metric DCGM_FI_DEV_GPU_TEMP 2)" = 30 ]
 	[[ "$output" == *'DCGM_FI_DEV_FB_USED{gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",'*'name="Test GPU A"'* ]]
-	[[ "$output" == *"gpuman_snapshot_ok 1"* ]]
-	[[ "$output" == *"gpuman_nvml_errors_total 0"* ]]
+	[[ "$output" == *'gpuman_snapshot_ok{hostname="'*'"} 1'* ]]
+	[[ "$output" == *'gpuman_nvml_errors_total{hostname="'*'"} 0'* ]]
 	printf '%s\n' "$output" | promtool check metrics
 	# HEAD: the headers without the body
 	run -0 curl -sfI "$URL/metrics"
@@ -77,6 +77,34 @@ hold_lease() {
 	run -0 curl -sf "$URL/metrics"
 	[[ "$output" == *'gpuman_line_requests{user="root",'*'} 1'* ]]
 	[[ "$output" == *'gpuman_line_wait_seconds{position="1",user="root",'* ]]
+}
+
+@test "serve: every metric the Grafana dashboard queries is served" {
+	four_gpus
+	hold_lease 2 sleep 60
+	gpuman run --only 2 --wait -- true 3>&- >/dev/null 2>&1 &
+	JOB_PIDS="$JOB_PIDS $!"
+	serve_start
+	wait_for "curl -sf '$URL/metrics' | grep -q '^gpuman_line_wait_seconds{'"
+	run -0 curl -sf "$URL/metrics"
+	metrics=$output
+	names=$(jq -r '.panels[].targets[].expr, .templating.list[].definition // empty' \
+		"$GM_ROOT/contrib/grafana-dashboard.json" | grep -oE '(DCGM_FI_[A-Z_]+|gpuman_[a-z_]+)' | sort -u)
+	[ "$(echo "$names" | wc -l)" -ge 10 ]
+	for n in $names; do
+		[[ "$metrics" == *$'\n'"$n{"* ]] || { echo "dashboard queries $n, not served"; false; }
+	done
+}
+
+@test "serve: the systemd unit passes systemd-analyze verify" {
+	command -v systemd-analyze >/dev/null || skip "systemd-analyze is not installed"
+	# the unit as installed, pointing at this build's program
+	sed "s#/usr/local/bin/gpuman#$GM_BUILD/gpuman#" "$GM_ROOT/contrib/gpuman-serve.service" \
+		>"$BATS_TEST_TMPDIR/gpuman-serve.service"
+	run systemd-analyze verify "$BATS_TEST_TMPDIR/gpuman-serve.service"
+	echo "$output"
+	[ "$status" = 0 ]
+	[[ "$output" != *gpuman-serve.service* ]]
 }
 
 @test "serve: a real Prometheus scrapes it and returns every GPU's series with the scenario's values" {
