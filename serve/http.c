@@ -1,8 +1,8 @@
 /*
  * http.c - the HTTP side of `gpuman serve`, on libmicrohttpd.
  *
- * Read-only: GET and HEAD of four paths; anything else is refused before a
- * byte of its body is read.  Every answer is a response object rendered by
+ * Read-only: GET and HEAD of four paths, without a body; anything else is
+ * refused before a byte of its body is read.  Every answer is a response object rendered by
  * the sampler; libmicrohttpd counts its references, so a new rendering
  * replaces the old while slow clients still receive the old one.  Memory is
  * bounded by the limits handed to libmicrohttpd: connections at once, bytes
@@ -34,7 +34,7 @@ struct serve_http {
 	struct MHD_Daemon *daemon;
 	pthread_mutex_t lock;                 /* guards doc[] */
 	struct MHD_Response *doc[DOC_COUNT];  /* NULL until the first sample */
-	struct MHD_Response *not_found, *not_allowed, *not_ready;
+	struct MHD_Response *not_found, *not_allowed, *not_ready, *no_body;
 };
 
 static struct MHD_Response *fixed(const char *text)
@@ -45,6 +45,17 @@ static struct MHD_Response *fixed(const char *text)
 	if (r)
 		MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
 	return r;
+}
+
+/* Does the request announce a body?  Nothing here reads one. */
+static int has_body(struct MHD_Connection *conn)
+{
+	const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						      MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+	return (len && strspn(len, "0") != strlen(len)) ||
+	       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+					   MHD_HTTP_HEADER_TRANSFER_ENCODING);
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
@@ -61,13 +72,15 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 	 * read: libmicrohttpd then drops the rest and the connection. */
 	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return MHD_queue_response(conn, MHD_HTTP_METHOD_NOT_ALLOWED, http->not_allowed);
+	if (!*state && has_body(conn))
+		return MHD_queue_response(conn, MHD_HTTP_CONTENT_TOO_LARGE, http->no_body);
 	/* GET and HEAD are answered on the second call, once the request is
 	 * complete, so the connection stays open for the next (keep-alive). */
 	if (!*state) {
 		*state = http;
 		return MHD_YES;
 	}
-	*upload_size = 0; /* a body sent with GET is ignored */
+	*upload_size = 0;
 	for (int d = 0; d < DOC_COUNT; d++) {
 		if (strcmp(url, docs[d].path))
 			continue;
@@ -155,11 +168,12 @@ int serve_http_start(struct serve_http **out, const char *addr, const struct ser
 	http->not_found = fixed("not found: try /, /metrics, /api/v1/status or /api/v1/history\n");
 	http->not_allowed = fixed("gpuman serve is read-only: GET and HEAD only\n");
 	http->not_ready = fixed("no snapshot yet, try again in a moment\n");
+	http->no_body = fixed("gpuman serve takes no request body\n");
 	if (http->not_allowed)
 		MHD_add_response_header(http->not_allowed, "Allow", "GET, HEAD");
 	if (family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	if (http->not_found && http->not_allowed && http->not_ready)
+	if (http->not_found && http->not_allowed && http->not_ready && http->no_body)
 		http->daemon = MHD_start_daemon(
 			flags, 0, NULL, NULL, answer, http, MHD_OPTION_LISTEN_SOCKET, fd,
 			MHD_OPTION_CONNECTION_LIMIT, lim->max_connections,
@@ -241,6 +255,8 @@ void serve_http_stop(struct serve_http *http)
 		MHD_destroy_response(http->not_allowed);
 	if (http->not_ready)
 		MHD_destroy_response(http->not_ready);
+	if (http->no_body)
+		MHD_destroy_response(http->no_body);
 	pthread_mutex_destroy(&http->lock);
 	free(http);
 }

@@ -216,6 +216,7 @@ hold_lease() {
 	[ "$(jqr .good_ok)" = 20 ]
 	[ "$(jqr .big_post)" = 405 ]
 	[ "$(jqr '.big_post_s < 2')" = true ]
+	[ "$(jqr .big_get_body)" = 413 ]
 	# a 10 MB header is refused (431), or the connection dropped
 	[[ "$(jqr .big_header)" =~ ^(431|413|400|null)$ ]]
 	# 1000 connections of at most 16 KiB each, plus the documents: 40 MB

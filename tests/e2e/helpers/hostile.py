@@ -4,7 +4,8 @@ keeps asking for /metrics; prints one JSON object of what happened.
 
 Bad clients, all at once: IDLE connections that never send a byte, slowloris
 connections that send a header line now and then and never finish, a
-request with a 10 MB header, a 10 MB POST body, and malformed request lines.
+request with a 10 MB header, a 10 MB POST body, a GET with a 10 MB body,
+and malformed request lines.
 """
 import json
 import os
@@ -95,6 +96,8 @@ res["big_header"] = send_big(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"
 code, secs = send_big(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % BIG,
                       b"b" * BIG)
 res["big_post"], res["big_post_s"] = code, round(secs, 3)
+res["big_get_body"] = send_big(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % BIG,
+                               b"c" * BIG)[0]
 # None: closed without an answer, or none within 2 s (then the idle timeout
 # closes it).
 res["malformed"] = [send_big(line, timeout=2)[0] for line in
