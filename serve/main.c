@@ -268,10 +268,13 @@ done:
 int main(int argc, char **argv)
 {
 	struct cli cli = { 0 };
+	int rc;
 
 	cli.cmd = "serve";
 	cli.req = gm_request_new();
 	if (!cli.req)
 		return cli_error(&cli, EXIT_FAIL, "out of memory");
-	return serve_run(&cli, argc, argv);
+	rc = serve_run(&cli, argc, argv);
+	gm_request_free(cli.req);
+	return rc;
 }
