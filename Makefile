@@ -106,7 +106,7 @@ $(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h $(wildcard lib/*.h) includ
 	$(CC) $(CPPFLAGS) -Icli $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/serve/page.o: serve/page.html
 $(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve.o $(BUILD)/libgpuman.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ -ljansson -lmicrohttpd -ldl -lpthread -lm
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson -lmicrohttpd -ldl -lpthread -lm
 
 # The supervisor of each batch task and queued job, started by the
 # dispatcher: static, so that starting it costs no dynamic linking (it is
