@@ -190,6 +190,13 @@ class BindingTest(unittest.TestCase):
         self.assertEqual(snap["driver_version"], "580.95.05")
         self.assertEqual(len(snap["gpus"]), 2)
 
+    def test_binding_and_library_versions_agree(self):
+        """gpuman.version() (the library's) is the binding's __version__"""
+        self.assertEqual(gpuman.version(), gpuman.__version__)
+        major, minor, patch = (int(x) for x in gpuman.__version__.split("."))
+        self.assertEqual(gpuman._native.lib().gm_version_number(),
+                         major << 16 | minor << 8 | patch)
+
     # ---- select --------------------------------------------------------
 
     def test_select_leases_the_freest_gpu_and_sets_the_environment(self):
