@@ -28,6 +28,7 @@ struct cli {
 	int fallback_cpu;           /* --fallback cpu */
 	int no_framework_env;       /* --no-framework-env */
 	const char *format;         /* --format, for pick */
+	int proc_util;              /* snapshots read per-process utilization */
 };
 
 struct cmd_entry {
@@ -39,7 +40,7 @@ struct cmd_entry {
 
 extern const struct cmd_entry cmd_status, cmd_info, cmd_ps, cmd_pick, cmd_run;
 extern const struct cmd_entry cmd_batch, cmd_submit, cmd_queue, cmd_cancel, cmd_logs, cmd_wait,
-	cmd_dispatcher, cmd_serve;
+	cmd_dispatcher, cmd_serve, cmd_waste;
 extern const struct cmd_entry cmd_complete;
 /* The command table of cli/gpuman.c (completion and man pages read it). */
 const struct cmd_entry *const *cli_commands(size_t *count);
@@ -127,6 +128,41 @@ struct cli_look {
 int cli_look(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
 	     struct cli_look *look);
 void cli_look_release(struct cli_look *look);
+/* cli_look with the command's own options (as cli_parse's own()). */
+int cli_look_with(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
+		  const char *shortopts, const struct option *own_opts,
+		  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,
+		  struct cli_look *look);
+/* Only the snapshot and leases, options already parsed (a refresh). */
+int cli_look_take(struct cli *cli, struct cli_look *look);
+
+/* How far back per-process utilization is averaged (NVML keeps samples of
+ * the last seconds; asking costs no waiting). */
+#define CLI_UTIL_WINDOW_S 10
+
+/* For each process of look->snap, the position in look->view of the lease
+ * it runs under (the lease's job or a descendant), or -1.  Caller frees;
+ * NULL when out of memory. */
+long *cli_proc_leases(const struct cli_look *look);
+
+/* The waste finder on the look, with the lease grace period; 0, or -1 out
+ * of memory (reported). */
+struct waste_report;
+struct waste_opts;
+int cli_waste(struct cli *cli, const struct cli_look *look, struct waste_opts *opts,
+	      struct waste_report *rep);
+/* The report as a JSON array of findings (new reference). */
+struct json_t *cli_waste_json(const struct cli_look *look, const struct waste_opts *opts,
+			      const struct waste_report *rep);
+
+/* The findings for people, grouped per user (cmd_waste.c). */
+void cli_waste_print(const struct cli *cli, const struct cli_look *look,
+		     const struct waste_opts *opts, const struct waste_report *rep);
+
+/* Another user's text, escaped for the terminal (text_printable) into a
+ * buffer of CLI_SAFE_SIZE; for printf arguments. */
+#define CLI_SAFE_SIZE 1024
+const char *cli_safe(char *buf, const char *s);
 
 /* Print a JSON value (steals the reference) to stdout. */
 struct json_t;

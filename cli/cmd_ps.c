@@ -24,7 +24,7 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 	const struct gm_snapshot *snap;
 	const struct registry_view *view;
 	struct proctree tree = PROCTREE_INIT;
-	char mem[16];
+	char mem[16], user[CLI_SAFE_SIZE], id[CLI_SAFE_SIZE], cmd[CLI_SAFE_SIZE];
 	int rc;
 
 	rc = cli_look(cli, &cmd_ps, argc, argv, &look);
@@ -55,12 +55,12 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 		const struct lease_info *l = lease_of(view, &tree, p);
 
 		printf("%3u %8u  %-12.12s %8s  %-4s %-26.26s  %s\n", p->gpu, p->pid,
-		       p->has_user ? p->user : "?",
+		       p->has_user ? cli_safe(user, p->user) : "?",
 		       p->has_mem ? fmt_mib(mem, sizeof mem, p->used_mib) : "-",
 		       p->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "C+G"
 		       : p->kind == GM_PROC_GRAPHICS			  ? "G"
 									  : "C",
-		       l ? l->id : "-", p->command[0] ? p->command : "?");
+		       l ? cli_safe(id, l->id) : "-", p->command[0] ? cli_safe(cmd, p->command) : "?");
 	}
 	if (!snap->proc_count)
 		printf("%sno processes on any GPU%s\n", c_dim(cli), c_reset(cli));

@@ -30,7 +30,7 @@ static void print_table(struct cli *cli, const struct job *jobs, size_t n, int a
 
 	for (size_t i = 0; i < n; i++) {
 		const struct job *j = &jobs[i];
-		char dur[32], peak[32], util[16];
+		char dur[32], peak[32], util[16], cmd[CLI_SAFE_SIZE], why[CLI_SAFE_SIZE];
 		const char *color = j->state == JOB_FAILED ? c_red(cli)
 				    : j->state == JOB_RUNNING ? c_green(cli)
 				    : j->state == JOB_DONE ? ""
@@ -51,9 +51,10 @@ static void print_table(struct cli *cli, const struct job *jobs, size_t n, int a
 		printf("%6lld  %s%-11s%s %-5s %9s %6s %5s  %s\n", (long long)j->id, color,
 		       job_state_name(j->state), c_reset(cli),
 		       j->state == JOB_QUEUED || !j->gpus ? "-" : j->gpus, dur,
-		       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j), j->command);
+		       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j),
+		       cli_safe(cmd, j->command));
 		if (j->reason && (j->state != JOB_DONE || j->ooms))
-			printf("%6s  %s%s%s\n", "", c_dim(cli), j->reason, c_reset(cli));
+			printf("%6s  %s%s%s\n", "", c_dim(cli), cli_safe(why, j->reason), c_reset(cli));
 	}
 	if (!shown)
 		printf(all ? "no jobs\n" : "no queued or running jobs (gpuman queue --all shows "

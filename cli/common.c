@@ -12,8 +12,11 @@
 #include "cli.h"
 #include "listing.h"
 #include "parse.h"
+#include "proctree.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "text.h"
+#include "waste.h"
 
 /* Set once JSON went to stdout: a later error must not add a second
  * document to a stream that readers parse as one. */
@@ -224,7 +227,8 @@ int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **
 				 cli->cmd ? cli->cmd : "status");
 	if (rc != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
-	rc = gm_snapshot_take(*ctx, snap, err, sizeof err);
+	rc = snapshot_take(*ctx, cli->proc_util ? CLI_UTIL_WINDOW_S * 1000 : 0, snap, err,
+			   sizeof err);
 	if (rc != GM_OK) {
 		gm_close(*ctx);
 		*ctx = NULL;
@@ -316,15 +320,39 @@ char *fmt_age(char *buf, size_t len, int64_t since_ms)
 int cli_look(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
 	     struct cli_look *look)
 {
-	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
+	return cli_look_with(cli, cmd, argc, argv, "", NULL, NULL, NULL, look);
+}
+
+int cli_look_with(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
+		  const char *shortopts, const struct option *own_opts,
+		  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,
+		  struct cli_look *look)
+{
+	static const struct option common[] = { CLI_COMMON_OPTIONS };
+	struct option longopts[32];
+	size_t n = 0;
 	int rc;
 
 	memset(look, 0, sizeof *look);
-	rc = cli_parse(cli, cmd, argc, argv, "", longopts, NULL, NULL);
+	for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
+		longopts[n++] = common[i];
+	for (size_t i = 0; own_opts && own_opts[i].name && n + 1 < 32; i++)
+		longopts[n++] = own_opts[i];
+	memset(&longopts[n], 0, sizeof longopts[n]);
+	rc = cli_parse(cli, cmd, argc, argv, shortopts, longopts, own, data);
 	if (rc != CLI_CONTINUE)
 		return rc;
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	return cli_look_take(cli, look);
+}
+
+int cli_look_take(struct cli *cli, struct cli_look *look)
+{
+	int rc;
+
+	memset(look, 0, sizeof *look);
+	cli->proc_util = 1;
 	look->view = malloc(sizeof *look->view);
 	if (!look->view)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
@@ -347,4 +375,94 @@ void cli_look_release(struct cli_look *look)
 	gm_snapshot_free(look->snap);
 	gm_close(look->ctx);
 	memset(look, 0, sizeof *look);
+}
+
+const char *cli_safe(char *buf, const char *s)
+{
+	return text_printable(buf, CLI_SAFE_SIZE, s);
+}
+
+long *cli_proc_leases(const struct cli_look *look)
+{
+	const struct gm_snapshot *snap = look->snap;
+	const struct registry_view *view = look->view;
+	struct proctree tree = PROCTREE_INIT;
+	long *out = calloc(snap->proc_count + 1, sizeof *out);
+
+	if (!out)
+		return NULL;
+	if (view->lease_count)
+		proctree_read(&tree);
+	for (size_t i = 0; i < snap->proc_count; i++) {
+		out[i] = -1;
+		for (size_t l = 0; l < view->lease_count && out[i] < 0; l++)
+			if (proctree_within(&tree, view->leases[l].job_pid, (int)snap->procs[i].pid))
+				out[i] = (long)l;
+	}
+	proctree_release(&tree);
+	return out;
+}
+
+int cli_waste(struct cli *cli, const struct cli_look *look, struct waste_opts *opts,
+	      struct waste_report *rep)
+{
+	long *leases = cli_proc_leases(look);
+	int rc;
+
+	opts->now_ms = look->snap->taken_ms;
+	opts->window_s = CLI_UTIL_WINDOW_S;
+	rc = leases ? waste_find(look->snap, look->view, leases, opts, rep) : -1;
+	free(leases);
+	if (rc < 0)
+		cli_error(cli, 0, "out of memory looking for waste");
+	return rc;
+}
+
+static json_t *gpu_array(uint64_t mask)
+{
+	json_t *arr = json_array();
+
+	for (unsigned i = 0; i < 64; i++)
+		if (mask & ((uint64_t)1 << i))
+			json_array_append_new(arr, json_integer(i));
+	return arr;
+}
+
+json_t *cli_waste_json(const struct cli_look *look, const struct waste_opts *opts,
+		       const struct waste_report *rep)
+{
+	json_t *arr = json_array();
+	char text[1024];
+
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+		const struct lease_info *l = it->lease >= 0 ? &look->view->leases[it->lease] : NULL;
+		json_t *o = json_object();
+
+		json_object_set_new(o, "kind", json_string(waste_kind_name(it->kind)));
+		json_object_set_new(o, "user", it->has_user ? json_text(it->user) : json_null());
+		json_object_set_new(o, "pid", json_integer(it->pid));
+		json_object_set_new(o, "command", it->command[0] ? json_text(it->command) : json_null());
+		json_object_set_new(o, "lease", l ? json_text(l->id) : json_null());
+		json_object_set_new(o, "gpus", gpu_array(it->kind == WASTE_UNLEASED ? it->gpus
+										 : it->idle_gpus));
+		if (it->kind == WASTE_HOG)
+			json_object_set_new(o, "compute_gpus", gpu_array(it->busy_gpus));
+		if (it->kind != WASTE_IDLE_LEASE)
+			json_object_set_new(o, "held_mib", json_integer((json_int_t)it->held_mib));
+		if (it->kind == WASTE_IDLE_LEASE)
+			json_object_set_new(o, "held_s", json_integer(it->age_ms / 1000));
+		if (it->kind == WASTE_UNLEASED)
+			json_object_set_new(o, "on_lease_of",
+					    it->on_lease >= 0
+						    ? json_text(look->view->leases[it->on_lease].user)
+						    : json_null());
+		json_object_set_new(o, "what", json_text(waste_what(look->snap, look->view, opts,
+								     it, text, sizeof text)));
+		json_object_set_new(o, "advice",
+				    json_text(waste_advice(look->snap, look->view, it, text,
+							   sizeof text)));
+		json_array_append_new(arr, o);
+	}
+	return arr;
 }

@@ -12,7 +12,7 @@
 
 static const struct cmd_entry *const commands[] = {
 	&cmd_status, &cmd_info, &cmd_ps, &cmd_pick, &cmd_run,
-	&cmd_batch, &cmd_submit, &cmd_queue, &cmd_cancel, &cmd_logs, &cmd_wait, &cmd_serve,
+	&cmd_waste, &cmd_batch, &cmd_submit, &cmd_queue, &cmd_cancel, &cmd_logs, &cmd_wait, &cmd_serve,
 	&cmd_dispatcher, &cmd_complete, /* no summary: not listed */
 };
 
@@ -42,7 +42,7 @@ static void usage(FILE *out)
 		"  --help       this text; 'gpuman COMMAND --help' for a command\n"
 		"\n"
 		"exit status: 0 ok, 1 failure, 2 usage error, 75 the request cannot be met now;\n"
-		"'run' exits with its command's status.\n");
+		"'run' exits with its command's status; 'waste' exits 3 when it finds waste.\n");
 }
 
 int main(int argc, char **argv)

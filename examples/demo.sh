@@ -54,3 +54,6 @@ if [ -f "$root/examples/sweep.txt" ] && gpuman batch --help >/dev/null 2>&1; the
 	gpuman batch --progress --log-dir "$sweep" "$root/examples/sweep.txt"
 	echo "(kept for you to look at; remove it with: rm -r $sweep)"
 fi
+
+step "gpuman waste     # the seed problem: who holds GPUs without using them, and what to do"
+gpuman waste || true

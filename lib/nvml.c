@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "nvml.h"
 #include "util.h"
 
@@ -133,6 +134,16 @@ typedef int (*fn_dev_2uint)(nvml_dev, unsigned *, unsigned *);
 typedef int (*fn_dev_sel_uint)(nvml_dev, int, unsigned *);
 typedef int (*fn_dev_procs)(nvml_dev, unsigned *, void *);
 
+/* nvmlProcessUtilizationSample_t */
+struct nvml_proc_sample {
+	unsigned pid;
+	unsigned long long timestamp_us; /* CPU wall clock */
+	unsigned sm, mem, enc, dec;      /* percent */
+};
+_Static_assert(sizeof(struct nvml_proc_sample) == 32, "nvmlProcessUtilizationSample_t");
+typedef int (*fn_dev_proc_util)(nvml_dev, struct nvml_proc_sample *, unsigned *,
+                                unsigned long long);
+
 /*
  * Functions with versions: which one to try first.  Each level is raised when
  * a version answers FUNCTION_NOT_FOUND, so that the fallback is found once per
@@ -180,6 +191,7 @@ struct nvml {
 	fn_dev_2int cc;
 	fn_dev_int compute_mode;
 	fn_dev_2uint mig_mode;
+	fn_dev_proc_util proc_util;
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -301,6 +313,7 @@ static void resolve(struct nvml *nv)
 	nv->cc = (fn_dev_2int)dlsym(dl, "nvmlDeviceGetCudaComputeCapability");
 	nv->compute_mode = (fn_dev_int)dlsym(dl, "nvmlDeviceGetComputeMode");
 	nv->mig_mode = (fn_dev_2uint)dlsym(dl, "nvmlDeviceGetMigMode");
+	nv->proc_util = (fn_dev_proc_util)dlsym(dl, "nvmlDeviceGetProcessUtilization");
 }
 
 /* The first version to try, and remembering that older ones are needed. */
@@ -1019,4 +1032,95 @@ enum gm_err nvml_snapshot(struct nvml *nv, struct gm_snapshot *snap, char *errbu
 	}
 out:
 	return err;
+}
+
+/* ---- per-process utilization ------------------------------------------ */
+
+/* One GPU's samples since since_us into *buf (grown as NVML asks); NOT_FOUND
+ * (nobody did work in the window) is no samples.  Returns NVML's answer. */
+static int read_proc_samples(struct nvml *nv, nvml_dev dev, unsigned long long since_us,
+                             struct nvml_proc_sample **buf, unsigned *count)
+{
+	struct nvml_proc_sample *grown;
+	unsigned n = 0, cap = 0;
+	int rc, tries;
+
+	rc = nv->proc_util(dev, NULL, &n, since_us);
+	for (tries = 0; rc == NVML_ERROR_INSUFFICIENT_SIZE && tries < PROC_TRIES; tries++) {
+		if (n > PROC_MAX)
+			break;
+		cap = n + PROC_SLACK;
+		grown = realloc(*buf, cap * sizeof **buf);
+		if (!grown)
+			return NVML_ERROR_MEMORY;
+		*buf = grown;
+		memset(*buf, 0, cap * sizeof **buf);
+		n = cap;
+		rc = nv->proc_util(dev, *buf, &n, since_us);
+	}
+	if (rc == NVML_ERROR_NOT_FOUND || (rc == NVML_SUCCESS && !cap)) {
+		n = 0;
+		rc = NVML_SUCCESS;
+	}
+	*count = rc == NVML_SUCCESS ? (n < cap ? n : cap) : 0;
+	return rc;
+}
+
+void nvml_proc_util(struct nvml *nv, struct gm_snapshot *snap, unsigned window_ms)
+{
+	struct nvml_proc_sample *buf = NULL;
+	unsigned long long since_us, sum;
+	struct timespec ts;
+	unsigned n, hits, s;
+	char text[160];
+	nvml_dev dev;
+	size_t i, k;
+	int rc, any;
+
+	if (!snap->proc_count)
+		return;
+	if (!nv->proc_util) {
+		snapshot_add_note(snap, "per-process utilization: this NVML library has no "
+		                        "nvmlDeviceGetProcessUtilization");
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	since_us = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
+	since_us -= (unsigned long long)window_ms * 1000ULL;
+	for (i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *gpu = &snap->gpus[i];
+
+		any = 0;
+		for (k = 0; k < snap->proc_count && !any; k++)
+			any = snap->procs[k].gpu == gpu->index;
+		if (!any || gpu->state != GM_GPU_OK)
+			continue;
+		dev = NULL;
+		CALL_VERSIONED(rc, nv, OP_HANDLE, nv->handle, gpu->index, &dev);
+		if (rc == NVML_SUCCESS)
+			rc = read_proc_samples(nv, dev, since_us, &buf, &n);
+		if (rc != NVML_SUCCESS) {
+			err_text(nv, rc, text, sizeof text);
+			snapshot_add_note(snap, "GPU %u: per-process utilization not available: %s",
+			                  gpu->index, text);
+			continue;
+		}
+		for (k = 0; k < snap->proc_count; k++) {
+			struct gm_proc *p = &snap->procs[k];
+
+			if (p->gpu != gpu->index)
+				continue;
+			sum = 0;
+			hits = 0;
+			for (s = 0; s < n; s++)
+				if (buf[s].pid == p->pid) {
+					sum += buf[s].sm < 100 ? buf[s].sm : 100;
+					hits++;
+				}
+			p->has_util = 1;
+			/* Rounded up: a process that did any work is never shown idle. */
+			p->util_pct = hits ? (unsigned)((sum + hits - 1) / hits) : 0;
+		}
+	}
+	free(buf);
 }

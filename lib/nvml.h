@@ -31,4 +31,14 @@ void nvml_close(struct nvml *nv);
  */
 enum gm_err nvml_snapshot(struct nvml *nv, struct gm_snapshot *snap, char *errbuf, size_t errlen);
 
+/*
+ * Fill has_util/util_pct of snap's processes from NVML's per-process
+ * utilization samples of the last window_ms: the mean SM utilization of a
+ * process's samples, and 0 for a process without any (the driver keeps
+ * samples of processes that did work only).  A GPU that does not report it
+ * (old GPU or driver, MIG) leaves its processes without util and gets a
+ * note.  Costs one or two NVML calls per GPU.
+ */
+void nvml_proc_util(struct nvml *nv, struct gm_snapshot *snap, unsigned window_ms);
+
 #endif

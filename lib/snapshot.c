@@ -80,6 +80,12 @@ static int proc_cmp(const void *a, const void *b)
 GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
 				    char *errbuf, size_t errlen)
 {
+	return snapshot_take(ctx, 0, out, errbuf, errlen);
+}
+
+enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms,
+			  struct gm_snapshot **out, char *errbuf, size_t errlen)
+{
 	struct gm_snapshot *snap;
 	enum gm_err err;
 	unsigned last_uid = (unsigned)-1;
@@ -100,6 +106,8 @@ GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot *
 		qsort(snap->gpus, snap->gpu_count, sizeof *snap->gpus, gpu_cmp);
 	if (snap->proc_count)
 		qsort(snap->procs, snap->proc_count, sizeof *snap->procs, proc_cmp);
+	if (proc_util_window_ms)
+		nvml_proc_util(ctx->nvml, snap, proc_util_window_ms);
 	for (size_t i = 0; i < snap->proc_count; i++)
 		proc_fill_from_procfs(&snap->procs[i], &last_uid, last_user);
 	*out = snap;
@@ -267,6 +275,8 @@ json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc 
 	json_object_set_new(o, "used_mib",
 			    proc->has_mem ? json_integer((json_int_t)proc->used_mib) : json_null());
 	json_object_set_new(o, "type", json_string(kind));
+	json_object_set_new(o, "utilization_pct",
+			    proc->has_util ? json_integer(proc->util_pct) : json_null());
 	json_object_set_new(o, "user", proc->has_user ? json_string(proc->user) : json_null());
 	json_object_set_new(o, "uid", proc->has_user ? json_integer(proc->uid) : json_null());
 	json_object_set_new(o, "command", proc->command[0] ? json_text(proc->command) : json_null());

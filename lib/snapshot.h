@@ -9,6 +9,11 @@
 #include "gpuman.h"
 #include "snapshot_types.h"
 
+/* gm_snapshot_take, and with proc_util_window_ms > 0 also each process's
+ * utilization over that window (nvml_proc_util). */
+enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms,
+			  struct gm_snapshot **out, char *errbuf, size_t errlen);
+
 /* One GPU / one process / the whole snapshot as JSON objects (new refs). */
 json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos);
 /* Where CUDA numbers the GPU at pos: in its default fastest-first order, or

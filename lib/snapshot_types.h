@@ -45,6 +45,11 @@ struct gm_proc {
 	unsigned uid;
 	char user[33];
 	char command[256];      /* command line, empty if /proc hides it */
+	/* SM utilization of this process on this GPU over the recent samples
+	 * (gpuman status/ps/top/waste ask for it; gm_snapshot_take does not,
+	 * to stay fast): has_util 0 when not asked or not reported. */
+	int has_util;
+	unsigned util_pct;
 };
 
 struct gm_snapshot {

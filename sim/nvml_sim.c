@@ -108,6 +108,14 @@ struct nvml_process_v2 {
 	unsigned gpu_instance_id, compute_instance_id;
 };
 
+/* nvmlProcessUtilizationSample_t: one sample of one process, percent. */
+struct nvml_proc_util_sample {
+	unsigned pid;
+	unsigned long long timestamp_us; /* CPU wall clock, microseconds */
+	unsigned sm_util, mem_util, enc_util, dec_util;
+};
+
+_Static_assert(sizeof(struct nvml_proc_util_sample) == 32, "nvmlProcessUtilizationSample_t");
 _Static_assert(sizeof(struct nvml_memory_v2) == 40, "nvmlMemory_v2_t is 40 bytes");
 _Static_assert(NVML_MEMORY_V2_VERSION == 0x02000028, "nvmlMemory_v2 version word");
 _Static_assert(sizeof(struct nvml_pci_info) == 68, "nvmlPciInfo_t is 68 bytes");
@@ -183,6 +191,10 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMigMode(struct scenario_gpu *device, un
 SIM_EXPORT enum nvml_return nvmlDeviceGetNumGpuCores(struct scenario_gpu *device, unsigned *cores);
 SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *device, int type,
                                                       unsigned *clock_mhz);
+SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu *device,
+                                                             struct nvml_proc_util_sample *samples,
+                                                             unsigned *count,
+                                                             unsigned long long last_seen_us);
 SIM_EXPORT const char *gpumanSimError(void);
 
 /*
@@ -877,5 +889,75 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *devic
 		ret = NVML_ERROR_NOT_SUPPORTED;
 	if (ret == NVML_SUCCESS)
 		*clock_mhz = device->max_sm_clock_mhz;
+	return ret;
+}
+
+/*
+ * Per-process utilization as the driver keeps it: a buffer of samples of the
+ * processes that did work, of which the caller gets those newer than
+ * last_seen_us.  A process that computed nothing has no sample, and a GPU
+ * where nobody computed answers NOT_FOUND, as real drivers do.  The
+ * simulator has one sample per working process, taken now: a scenario
+ * process's "utilization" and a live simload's --util.  Count protocol as
+ * for the process lists.
+ */
+SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu *device,
+                                                             struct nvml_proc_util_sample *samples,
+                                                             unsigned *count,
+                                                             unsigned long long last_seen_us)
+{
+	enum nvml_return ret = device_query(FN_nvmlDeviceGetProcessUtilization, device,
+	                                    count != NULL, SCENARIO_HAS_UTIL);
+	struct nvml_proc_util_sample *s;
+	struct timespec ts;
+	unsigned long long now_us;
+	unsigned n = 0, i = 0;
+	size_t j;
+
+	if (ret == NVML_SUCCESS && device->mig_mode)
+		ret = NVML_ERROR_NOT_SUPPORTED;
+	if (ret != NVML_SUCCESS)
+		return ret;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now_us = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
+	if (last_seen_us >= now_us)
+		return NVML_ERROR_NOT_FOUND;
+	pthread_mutex_lock(&sim_mutex);
+	live_refresh();
+	for (j = 0; j < device->proc_count; j++)
+		n += device->procs[j].utilization > 0;
+	for (j = 0; j < sim_live.count; j++)
+		n += sim_live.uses[j].utilization > 0 && !strcmp(sim_live.uses[j].uuid, device->uuid);
+	if (n == 0) {
+		ret = NVML_ERROR_NOT_FOUND;
+	} else if (*count < n || !samples) {
+		*count = n;
+		ret = NVML_ERROR_INSUFFICIENT_SIZE;
+	} else {
+		for (j = 0; j < device->proc_count + sim_live.count; j++) {
+			unsigned pid, util;
+
+			if (j < device->proc_count) {
+				pid = device->procs[j].pid;
+				util = device->procs[j].utilization;
+			} else {
+				const struct simstate_use *u = &sim_live.uses[j - device->proc_count];
+
+				if (strcmp(u->uuid, device->uuid))
+					continue;
+				pid = u->pid;
+				util = u->utilization;
+			}
+			if (!util)
+				continue;
+			s = &samples[i++];
+			memset(s, 0, sizeof *s);
+			s->pid = pid;
+			s->timestamp_us = now_us;
+			s->sm_util = util < 100 ? util : 100;
+		}
+		*count = n;
+	}
+	pthread_mutex_unlock(&sim_mutex);
 	return ret;
 }

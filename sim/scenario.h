@@ -69,7 +69,8 @@
 	X(nvmlDeviceGetComputeMode)                                                                \
 	X(nvmlDeviceGetMigMode)                                                                    \
 	X(nvmlDeviceGetNumGpuCores)                                                                \
-	X(nvmlDeviceGetMaxClockInfo)
+	X(nvmlDeviceGetMaxClockInfo)                                                                \
+	X(nvmlDeviceGetProcessUtilization)
 
 /* clang-format off */
 enum scenario_fn {

@@ -1,0 +1,162 @@
+/*
+ * cmd_waste.c - `gpuman waste`: what holds GPUs without using them, per
+ * user, with the advice that fixes it.  The finding is lib/waste.c's; this
+ * file only shows it.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "parse.h"
+#include "registry.h"
+#include "waste.h"
+
+enum { OPT_GRACE = OPT_CMD_BASE };
+
+/* Exit status when something is found, for scripts (README "Exit status"). */
+#define EXIT_WASTE_FOUND 3
+
+static int waste_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	struct waste_opts *opts = data;
+	char err[256];
+	int64_t ms;
+
+	if (opt != OPT_GRACE)
+		return -1;
+	if (parse_duration_ms(arg, &ms, err, sizeof err) < 0)
+		return cli_usage(cli, "--grace '%s': %s", arg, err);
+	opts->lease_grace_ms = ms;
+	return CLI_CONTINUE;
+}
+
+/* One finding: what, then the advice, indented under it. */
+static void print_item(const struct cli *cli, const struct cli_look *look,
+		       const struct waste_opts *opts, const struct waste_item *it)
+{
+	char text[1024];
+
+	printf("  %s%-10s%s %s\n", c_yellow(cli), waste_kind_name(it->kind), c_reset(cli),
+	       waste_what(look->snap, look->view, opts, it, text, sizeof text));
+	printf("  %10s %sadvice:%s %s\n", "", c_bold(cli), c_reset(cli),
+	       waste_advice(look->snap, look->view, it, text, sizeof text));
+}
+
+/* A user's processes outside gpuman, on one line: "2028329 (GPU 0), ..." */
+static size_t print_unleased(const struct cli *cli, const struct cli_look *look,
+			     const struct waste_report *rep, size_t first)
+{
+	const struct waste_item *it = &rep->items[first];
+	char gpus[256], text[1024], user[CLI_SAFE_SIZE];
+	size_t i;
+
+	printf("  %s%-10s%s pid", c_yellow(cli), waste_kind_name(it->kind), c_reset(cli));
+	for (i = first; i < rep->count && rep->items[i].kind == WASTE_UNLEASED &&
+			!strcmp(rep->items[i].user, it->user) &&
+			rep->items[i].has_user == it->has_user; i++) {
+		const struct waste_item *u = &rep->items[i];
+
+		printf("%s %u (GPU%s %s", i > first ? "," : "", u->pid,
+		       strchr(waste_gpu_list(u->gpus, gpus, sizeof gpus), ',') ? "s" : "", gpus);
+		if (u->on_lease >= 0)
+			printf(", leased to %s", cli_safe(user, look->view->leases[u->on_lease].user));
+		printf(")");
+	}
+	printf(" outside gpuman\n  %10s %sadvice:%s %s\n", "", c_bold(cli), c_reset(cli),
+	       waste_advice(look->snap, look->view, it, text, sizeof text));
+	return i;
+}
+
+void cli_waste_print(const struct cli *cli, const struct cli_look *look,
+		     const struct waste_opts *opts, const struct waste_report *rep)
+{
+	char user[CLI_SAFE_SIZE];
+
+	for (size_t i = 0; i < rep->count;) {
+		const struct waste_item *it = &rep->items[i];
+
+		if (i == 0 || it->has_user != rep->items[i - 1].has_user ||
+		    strcmp(it->user, rep->items[i - 1].user))
+			printf("%s%s%s\n", c_bold(cli),
+			       it->has_user ? cli_safe(user, it->user)
+					    : "user unknown (pid not in this machine's /proc: "
+					      "another container?)",
+			       c_reset(cli));
+		if (it->kind == WASTE_UNLEASED) {
+			i = print_unleased(cli, look, rep, i);
+			continue;
+		}
+		print_item(cli, look, opts, it);
+		i++;
+	}
+}
+
+static int waste_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option own[] = {
+		{ "grace", required_argument, NULL, OPT_GRACE }, { 0 }
+	};
+	struct waste_opts opts = WASTE_OPTS_INIT;
+	struct waste_report rep = WASTE_REPORT_INIT;
+	struct cli_look look;
+	int rc;
+
+	rc = cli_look_with(cli, &cmd_waste, argc, argv, "", own, waste_option, &opts, &look);
+	if (rc != CLI_CONTINUE)
+		return rc;
+	rc = EXIT_OK;
+	if (cli_waste(cli, &look, &opts, &rep) < 0) {
+		rc = EXIT_FAIL;
+		goto done;
+	}
+	if (cli->json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "window_s", json_integer(opts.window_s));
+		json_object_set_new(o, "grace_s", json_integer(opts.lease_grace_ms / 1000));
+		json_object_set_new(o, "waste", cli_waste_json(&look, &opts, &rep));
+		rc = cli_print_json(o);
+	} else if (rep.count == 0) {
+		printf("no waste found on %zu GPU%s (per-process utilization over the last %us; "
+		       "leases older than %llds)\n",
+		       look.snap->gpu_count, look.snap->gpu_count == 1 ? "" : "s", opts.window_s,
+		       (long long)(opts.lease_grace_ms / 1000));
+	} else {
+		printf("%sgpuman waste%s: %zu finding%s on %zu GPUs (per-process utilization over "
+		       "the last %us; leases older than %llds)\n",
+		       c_bold(cli), c_reset(cli), rep.count, rep.count == 1 ? "" : "s",
+		       look.snap->gpu_count, opts.window_s, (long long)(opts.lease_grace_ms / 1000));
+		cli_waste_print(cli, &look, &opts, &rep);
+	}
+	for (size_t i = 0; !cli->json && i < look.snap->note_count; i++)
+		if (strstr(look.snap->notes[i], "utilization"))
+			printf("%snote: %s%s\n", c_dim(cli), look.snap->notes[i], c_reset(cli));
+	if (rc == EXIT_OK && rep.count)
+		rc = EXIT_WASTE_FOUND;
+done:
+	waste_report_release(&rep);
+	cli_look_release(&look);
+	return rc;
+}
+
+const struct cmd_entry cmd_waste = {
+	"waste", "what holds GPUs without using them, per user, with advice",
+	"usage: gpuman waste [--grace DURATION] [--json] [--sim FILE]\n"
+	"\n"
+	"Finds, per user:\n"
+	"  hog         a process holding memory on GPUs where it computes nothing\n"
+	"              (per-process utilization from NVML, over the last 10 s): a\n"
+	"              framework that opened every visible GPU, an idle notebook\n"
+	"  idle-lease  a gpuman lease older than the grace period with a GPU on\n"
+	"              which none of its processes runs\n"
+	"  unleased    a compute process outside any gpuman lease: nothing stops\n"
+	"              gpuman from placing someone else's job beside it\n"
+	"and says what to do about each.\n"
+	"\n"
+	"  --grace DURATION  leases younger than this are still starting (default 10m)\n"
+	"  --json            the findings as JSON (schema in the README)\n"
+	"  --sim FILE        use the NVML simulator with this scenario\n"
+	"\n"
+	"exit status: 0 nothing found, 3 waste found, 1 failure, 2 usage error\n",
+	waste_exec,
+};
