@@ -92,9 +92,11 @@ $(BUILD)/libgpuman.so: $(LIB_OBJ) Makefile
 # shared library cost every gpuman process 0.3-0.5 ms, a third of `pick`,
 # which never touches the job store.  The Debian package links it
 # dynamically (STATIC_SQLITE=0) so that SQLite's security updates reach it.
+# ncurses goes the same way: only `top` uses it, no other command should pay
+# for loading it.
 STATIC_SQLITE ?= 1
-CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -Wl$(comma)-Bdynamic,-lsqlite3) \
-	-ljansson -ldl -lpthread -lm
+CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo \
+	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo) -ljansson -ldl -lpthread -lm
 $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a $(CLI_LIBS)
 

@@ -2,84 +2,180 @@
  * cmd_ps.c - `gpuman ps`: the processes on every GPU.
  */
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 #include "cli.h"
-#include "proctree.h"
 #include "registry.h"
+#include "select.h"
 #include "snapshot.h"
 
-/* The lease whose job this process belongs to (the job or a descendant). */
-static const struct lease_info *lease_of(const struct registry_view *view,
-					 const struct proctree *tree, const struct gm_proc *p)
+static const struct csv_column ps_columns[] = {
+	{ "gpu", "NVML index" },      { "pid", "" },	   { "user", "" },
+	{ "memory_mib", "MiB" },     { "util_pct", "percent, over the last 10 s" },
+	{ "type", "C, G or C+G" },   { "lease", "gpuman lease id" },
+	{ "command", "command line" },
+};
+#define PS_COLUMNS (sizeof ps_columns / sizeof ps_columns[0])
+
+static const char *kind_name(const struct gm_proc *p)
 {
-	for (size_t i = 0; i < view->lease_count; i++)
-		if (proctree_within(tree, view->leases[i].job_pid, (int)p->pid))
-			return &view->leases[i];
-	return NULL;
+	return p->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "C+G"
+	       : p->kind == GM_PROC_GRAPHICS		       ? "G"
+							       : "C";
+}
+
+static void print_csv(const struct cli_look *look, const struct cli_select *sel,
+		      const long *leases, const size_t *idx, size_t n)
+{
+	const struct gm_snapshot *snap = look->snap;
+	char num[32];
+
+	csv_header(ps_columns, idx, n);
+	for (size_t i = 0; i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+
+		if (!cli_select_proc(sel, p))
+			continue;
+		for (size_t c = 0; c < n; c++) {
+			const char *v = NULL;
+
+			switch (idx[c]) {
+			case 0: snprintf(num, sizeof num, "%u", p->gpu); v = num; break;
+			case 1: snprintf(num, sizeof num, "%u", p->pid); v = num; break;
+			case 2: v = p->has_user ? p->user : NULL; break;
+			case 3:
+				snprintf(num, sizeof num, "%llu", (unsigned long long)p->used_mib);
+				v = p->has_mem ? num : NULL;
+				break;
+			case 4:
+				snprintf(num, sizeof num, "%u", p->util_pct);
+				v = p->has_util ? num : NULL;
+				break;
+			case 5: v = kind_name(p); break;
+			case 6: v = leases[i] >= 0 ? look->view->leases[leases[i]].id : NULL; break;
+			case 7: v = p->command[0] ? p->command : NULL; break;
+			}
+			csv_field(c == 0, v);
+		}
+		putchar('\n');
+	}
+}
+
+/* Room for the command on a terminal; long lines wrap badly in a table. */
+static int command_width(void)
+{
+	struct winsize ws;
+
+	if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 80)
+		return ws.ws_col - 79;
+	return isatty(STDOUT_FILENO) ? 20 : 1000;
+}
+
+static int ps_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	return cli_select_option(cli, data, opt, arg);
 }
 
 static int ps_exec(struct cli *cli, int argc, char **argv)
 {
+	static const struct option own[] = { CLI_SELECT_LONGOPTS, { 0 } };
+	struct cli_select sel = CLI_SELECT_INIT;
 	struct cli_look look;
 	const struct gm_snapshot *snap;
 	const struct registry_view *view;
-	struct proctree tree = PROCTREE_INIT;
-	char mem[16], user[CLI_SAFE_SIZE], id[CLI_SAFE_SIZE], cmd[CLI_SAFE_SIZE];
-	int rc;
+	size_t idx[PS_COLUMNS], shown = 0;
+	long *leases = NULL;
+	char mem[16], util[8], user[CLI_SAFE_SIZE], id[CLI_SAFE_SIZE], cmd[CLI_SAFE_SIZE];
+	int rc, ncols = 0, width;
 
-	rc = cli_look(cli, &cmd_ps, argc, argv, &look);
+	rc = cli_look_with(cli, &cmd_ps, argc, argv, CLI_SELECT_SHORTOPTS, own, ps_option, &sel,
+			   &look);
 	if (rc != CLI_CONTINUE)
 		return rc;
-	rc = EXIT_OK;
 	snap = look.snap;
 	view = look.view;
-	if (view->lease_count)
-		proctree_read(&tree);
+	rc = cli_select_resolve(cli, &sel, snap);
+	if (rc != EXIT_OK)
+		goto done;
+	if (sel.csv && (ncols = csv_choose(cli, ps_columns, PS_COLUMNS, &sel, idx)) < 0) {
+		rc = EXIT_USAGE;
+		goto done;
+	}
+	leases = cli_proc_leases(&look);
+	if (!leases) {
+		rc = cli_error(cli, EXIT_FAIL, "out of memory");
+		goto done;
+	}
 	if (cli->json) {
 		json_t *arr = json_array();
 
 		for (size_t i = 0; i < snap->proc_count; i++) {
-			const struct lease_info *l = lease_of(view, &tree, &snap->procs[i]);
-			json_t *o = snapshot_proc_json(snap, &snap->procs[i]);
+			const struct gm_proc *p = &snap->procs[i];
+			json_t *o;
 
-			json_object_set_new(o, "lease", l ? json_string(l->id) : json_null());
+			if (!cli_select_proc(&sel, p))
+				continue;
+			o = snapshot_proc_json(snap, p);
+			json_object_set_new(o, "lease", leases[i] >= 0
+							  ? json_text(view->leases[leases[i]].id)
+							  : json_null());
 			json_array_append_new(arr, o);
 		}
 		rc = cli_print_json(arr);
 		goto done;
 	}
-	printf("%s%3s %8s  %-12s %8s  %-4s %-26s  %s%s\n", c_bold(cli), "GPU", "PID", "USER",
-	       "MEMORY", "TYPE", "LEASE", "COMMAND", c_reset(cli));
+	if (sel.csv) {
+		print_csv(&look, &sel, leases, idx, (size_t)ncols);
+		goto done;
+	}
+	width = command_width();
+	printf("%s%3s %8s  %-12s %8s %5s  %-4s %-26s  %s%s\n", c_bold(cli), "GPU", "PID", "USER",
+	       "MEMORY", "UTIL", "TYPE", "LEASE", "COMMAND", c_reset(cli));
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
-		const struct lease_info *l = lease_of(view, &tree, p);
+		const struct lease_info *l = leases[i] >= 0 ? &view->leases[leases[i]] : NULL;
 
-		printf("%3u %8u  %-12.12s %8s  %-4s %-26.26s  %s\n", p->gpu, p->pid,
+		if (!cli_select_proc(&sel, p))
+			continue;
+		shown++;
+		if (p->has_util)
+			snprintf(util, sizeof util, "%u%%", p->util_pct);
+		printf("%3u %8u  %-12.12s %8s %5s  %-4s %-26.26s  %.*s\n", p->gpu, p->pid,
 		       p->has_user ? cli_safe(user, p->user) : "?",
 		       p->has_mem ? fmt_mib(mem, sizeof mem, p->used_mib) : "-",
-		       p->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "C+G"
-		       : p->kind == GM_PROC_GRAPHICS			  ? "G"
-									  : "C",
-		       l ? cli_safe(id, l->id) : "-", p->command[0] ? cli_safe(cmd, p->command) : "?");
+		       p->has_util ? util : "-", kind_name(p), l ? cli_safe(id, l->id) : "-", width,
+		       p->command[0] ? cli_safe(cmd, p->command) : "?");
 	}
-	if (!snap->proc_count)
-		printf("%sno processes on any GPU%s\n", c_dim(cli), c_reset(cli));
+	if (!shown)
+		printf("%sno processes on %s%s\n", c_dim(cli),
+		       sel.gpus || sel.user_count ? "the selected GPUs of the selected users"
+						  : "any GPU",
+		       c_reset(cli));
 done:
-	proctree_release(&tree);
+	free(leases);
 	cli_look_release(&look);
 	return rc;
 }
 
 const struct cmd_entry cmd_ps = {
-	"ps", "processes on the GPUs: gpu, pid, user, memory, command",
-	"usage: gpuman ps [--json] [--sim FILE]\n"
+	"ps", "processes on the GPUs: gpu, pid, user, memory, utilization, command",
+	"usage: gpuman ps [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]] [--json]\n"
+	"                 [--sim FILE]\n"
 	"\n"
 	"Every process NVML reports on any GPU: its GPU (NVML index), pid, user,\n"
-	"memory, type (C compute, G graphics), the gpuman lease it runs under and its\n"
-	"command line.  User and command\n"
-	"show '?' where /proc does not show the process (e.g. from a container).\n"
+	"memory, utilization (its own, averaged over the last 10 s; '-' where the\n"
+	"GPU does not report it), type (C compute, G graphics), the gpuman lease it\n"
+	"runs under and its command line.  User and command show '?' where /proc\n"
+	"does not show the process (e.g. from a container).  On a terminal the\n"
+	"command is cut to its width.\n"
 	"\n"
-	"  --json       a JSON array of processes\n"
-	"  --sim FILE   use the NVML simulator with this scenario\n",
+	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
+	"  -u, --user USER[,USER] only these users' processes (names or uids)\n"
+	"  --format csv[=COLUMNS] CSV with a header line; COLUMNS from gpu, pid,\n"
+	"                         user, memory_mib, util_pct, type, lease, command\n"
+	"  --json                 a JSON array of processes\n"
+	"  --sim FILE             use the NVML simulator with this scenario\n",
 	ps_exec,
 };

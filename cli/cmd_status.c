@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include <signal.h>
+#include <time.h>
 #include "registry.h"
+#include "select.h"
 #include "snapshot.h"
 #include "waste.h"
 
@@ -13,8 +16,8 @@
 #define STATUS_WASTE_LINES 5
 
 /* " [leased: alice]", " [shares: alice 8G, bob 4G]" */
-static void print_leases(const struct cli *cli, const struct registry_view *view,
-			 const struct gm_gpu *g)
+static void print_leases(const struct cli *cli, const struct cli_select *sel,
+			 const struct registry_view *view, const struct gm_gpu *g)
 {
 	int n = 0;
 	char size[16], user[CLI_SAFE_SIZE];
@@ -23,7 +26,7 @@ static void print_leases(const struct cli *cli, const struct registry_view *view
 		const struct lease_info *l = &view->leases[i];
 
 		for (size_t k = 0; k < l->gpu_count; k++) {
-			if (strcmp(l->uuids[k], g->uuid))
+			if (strcmp(l->uuids[k], g->uuid) || !cli_select_user_name(sel, 1, l->user))
 				continue;
 			if (l->exclusive)
 				printf("%s %s[leased: %s]", n ? "," : "", c_yellow(cli),
@@ -38,8 +41,9 @@ static void print_leases(const struct cli *cli, const struct registry_view *view
 	}
 }
 
-static void print_gpu_row(const struct cli *cli, const struct gm_snapshot *snap,
-			  const struct registry_view *view, const struct gm_gpu *g)
+static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
+			  const struct gm_snapshot *snap, const struct registry_view *view,
+			  const struct gm_gpu *g)
 {
 	char a[16], b[16], user[CLI_SAFE_SIZE];
 	int printed = 0;
@@ -76,7 +80,7 @@ static void print_gpu_row(const struct cli *cli, const struct gm_snapshot *snap,
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
 
-		if (p->gpu != g->index)
+		if (p->gpu != g->index || !cli_select_proc(sel, p))
 			continue;
 		printf("%s%s %u", printed ? ", " : " ", p->has_user ? cli_safe(user, p->user) : "pid",
 		       p->pid);
@@ -86,13 +90,14 @@ static void print_gpu_row(const struct cli *cli, const struct gm_snapshot *snap,
 	}
 	if (!printed)
 		printf(" %s-%s", c_dim(cli), c_reset(cli));
-	print_leases(cli, view, g);
+	print_leases(cli, sel, view, g);
 	putchar('\n');
 }
 
 /* The hogs and idle leases, then one line for the processes outside gpuman. */
-static void print_waste(const struct cli *cli, const struct cli_look *look,
-			const struct waste_opts *wopts, const struct waste_report *waste)
+static void print_waste(const struct cli *cli, const struct cli_select *sel,
+			const struct cli_look *look, const struct waste_opts *wopts,
+			const struct waste_report *waste)
 {
 	char what[CLI_SAFE_SIZE];
 	size_t shown = 0, unleased = 0;
@@ -100,6 +105,9 @@ static void print_waste(const struct cli *cli, const struct cli_look *look,
 	for (size_t i = 0; i < waste->count; i++) {
 		const struct waste_item *it = &waste->items[i];
 
+		if (!cli_select_user_name(sel, it->has_user, it->user) ||
+		    (sel->gpus && !((it->idle_gpus | it->busy_gpus | it->gpus) & sel->gpus)))
+			continue;
 		if (it->kind == WASTE_UNLEASED) {
 			unleased++;
 			continue;
@@ -120,35 +128,110 @@ static void print_waste(const struct cli *cli, const struct cli_look *look,
 		       "unleased", c_reset(cli), unleased, unleased == 1 ? "" : "es");
 }
 
-static int status_exec(struct cli *cli, int argc, char **argv)
+/* Whether the GPU row is shown: -i, and with -u only GPUs where one of
+ * those users has a process or a lease. */
+static int gpu_shown(const struct cli_select *sel, const struct cli_look *look,
+		     const struct gm_gpu *g)
 {
-	struct cli_look look;
-	const struct gm_snapshot *snap;
-	const struct registry_view *view;
-	struct waste_opts wopts = WASTE_OPTS_INIT;
-	struct waste_report waste = WASTE_REPORT_INIT;
-	const char *sim;
+	if (!cli_select_gpu(sel, g->index))
+		return 0;
+	if (!sel->user_count)
+		return 1;
+	for (size_t i = 0; i < look->snap->proc_count; i++)
+		if (look->snap->procs[i].gpu == g->index && cli_select_proc(sel, &look->snap->procs[i]))
+			return 1;
+	for (size_t i = 0; i < look->view->lease_count; i++)
+		for (size_t k = 0; k < look->view->leases[i].gpu_count; k++)
+			if (look->view->leases[i].indices[k] == g->index &&
+			    cli_select_user_name(sel, 1, look->view->leases[i].user))
+				return 1;
+	return 0;
+}
+
+static const struct csv_column status_columns[] = {
+	{ "index", "NVML index" }, { "uuid", "" }, { "name", "" },
+	{ "temperature_c", "" },   { "util_pct", "" }, { "memory_used_mib", "" },
+	{ "memory_total_mib", "" }, { "memory_free_mib", "" }, { "power_w", "" },
+	{ "power_limit_w", "" },   { "processes", "count" }, { "leased_by", "users" },
+};
+#define STATUS_COLUMNS (sizeof status_columns / sizeof status_columns[0])
+
+static void print_csv(const struct cli_select *sel, const struct cli_look *look,
+		      const size_t *idx, size_t n)
+{
+	const struct gm_snapshot *snap = look->snap;
+	char buf[512];
+
+	csv_header(status_columns, idx, n);
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+
+		if (!gpu_shown(sel, look, g))
+			continue;
+		for (size_t c = 0; c < n; c++) {
+			const char *v = buf;
+			size_t procs = 0, o = 0;
+
+			switch (idx[c]) {
+			case 0: snprintf(buf, sizeof buf, "%u", g->index); break;
+			case 1: v = g->uuid[0] ? g->uuid : NULL; break;
+			case 2: v = g->name[0] ? g->name : NULL; break;
+			case 3:
+				snprintf(buf, sizeof buf, "%u", g->temperature_c);
+				v = g->valid & GM_HAS_TEMPERATURE ? buf : NULL;
+				break;
+			case 4:
+				snprintf(buf, sizeof buf, "%u", g->util_gpu_pct);
+				v = g->valid & GM_HAS_UTIL ? buf : NULL;
+				break;
+			case 5: case 6: case 7:
+				snprintf(buf, sizeof buf, "%llu",
+					 (unsigned long long)(idx[c] == 5   ? g->mem_used_mib
+							      : idx[c] == 6 ? g->mem_total_mib
+									    : g->mem_free_mib));
+				v = g->valid & GM_HAS_MEMORY ? buf : NULL;
+				break;
+			case 8:
+				snprintf(buf, sizeof buf, "%.1f", g->power_mw / 1000.0);
+				v = g->valid & GM_HAS_POWER ? buf : NULL;
+				break;
+			case 9:
+				snprintf(buf, sizeof buf, "%.1f", g->power_limit_mw / 1000.0);
+				v = g->valid & GM_HAS_POWER_LIMIT ? buf : NULL;
+				break;
+			case 10:
+				for (size_t k = 0; k < snap->proc_count; k++)
+					procs += snap->procs[k].gpu == g->index &&
+						 cli_select_proc(sel, &snap->procs[k]);
+				snprintf(buf, sizeof buf, "%zu", procs);
+				break;
+			case 11:
+				buf[0] = '\0';
+				for (size_t l = 0; l < look->view->lease_count; l++)
+					for (size_t k = 0; k < look->view->leases[l].gpu_count; k++)
+						if (look->view->leases[l].indices[k] == g->index &&
+						    o < sizeof buf)
+							o += (size_t)snprintf(buf + o, sizeof buf - o,
+									      "%s%s", o ? " " : "",
+									      look->view->leases[l].user);
+				break;
+			}
+			csv_field(c == 0, v);
+		}
+		putchar('\n');
+	}
+}
+
+static void print_human(const struct cli *cli, const struct cli_select *sel,
+			const struct cli_look *look, const struct waste_opts *wopts,
+			const struct waste_report *waste)
+{
+	const struct gm_snapshot *snap = look->snap;
+	const struct registry_view *view = look->view;
+	const char *sim = getenv("GPUMAN_SIM");
 	char age[32], user[CLI_SAFE_SIZE], cmd[CLI_SAFE_SIZE], what[CLI_SAFE_SIZE];
-	int rc;
+	size_t shown = 0;
 
-	rc = cli_look(cli, &cmd_status, argc, argv, &look);
-	if (rc != CLI_CONTINUE)
-		return rc;
-	rc = EXIT_OK;
-	snap = look.snap;
-	view = look.view;
-	if (cli_waste(cli, &look, &wopts, &waste) < 0) {
-		rc = EXIT_FAIL;
-		goto done;
-	}
-	if (cli->json) {
-		json_t *o = cli_status_json(snap, view);
-
-		json_object_set_new(o, "waste", cli_waste_json(&look, &wopts, &waste));
-		rc = cli_print_json(o);
-		goto done;
-	}
-	sim = getenv("GPUMAN_SIM");
 	if (sim && strrchr(sim, '/'))
 		sim = strrchr(sim, '/') + 1;
 	printf("%sgpuman%s  %zu GPU%s  driver %s  CUDA %d.%d%s%s%s\n", c_bold(cli), c_reset(cli),
@@ -161,39 +244,168 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 		       "UTIL", "MEMORY USED / TOTAL", "POWER", " PROCESSES (user pid memory)",
 		       c_reset(cli));
 		for (size_t i = 0; i < snap->gpu_count; i++)
-			print_gpu_row(cli, snap, view, &snap->gpus[i]);
+			if (gpu_shown(sel, look, &snap->gpus[i])) {
+				print_gpu_row(cli, sel, snap, view, &snap->gpus[i]);
+				shown++;
+			}
+		if (!shown)
+			printf("%sno GPU with a process or lease of the selected users%s\n",
+			       c_dim(cli), c_reset(cli));
 	} else {
 		printf("no NVIDIA GPU found\n");
 	}
+	shown = 0;
 	for (size_t i = 0; i < view->waiter_count; i++) {
 		const struct waiter_info *w = &view->waiters[i];
 
-		if (i == 0)
+		if (!cli_select_user_name(sel, 1, w->user))
+			continue;
+		if (shown++ == 0)
 			printf("%swaiting (served in this order):%s\n", c_bold(cli), c_reset(cli));
 		printf("%3zu. %s, %s, pid %d, for %s: %.60s\n", i + 1, cli_safe(user, w->user),
 		       cli_safe(what, w->summary), w->pid, fmt_age(age, sizeof age, w->since_ms),
 		       cli_safe(cmd, w->command));
 	}
-	print_waste(cli, &look, &wopts, &waste);
+	print_waste(cli, sel, look, wopts, waste);
 	for (size_t i = 0; i < snap->note_count; i++)
 		printf("%snote: %s%s\n", c_dim(cli), cli_safe(what, snap->notes[i]), c_reset(cli));
+}
+
+/* One look at the machine, printed as asked.  Returns an exit status. */
+static int status_once(struct cli *cli, struct cli_select *sel, const size_t *idx, size_t ncols,
+		       int watching)
+{
+	struct waste_opts wopts = WASTE_OPTS_INIT;
+	struct waste_report waste = WASTE_REPORT_INIT;
+	struct cli_look look;
+	int rc;
+
+	rc = cli_look_take(cli, &look);
+	if (rc != CLI_CONTINUE)
+		return rc;
+	rc = cli_select_resolve(cli, sel, look.snap);
+	if (rc != EXIT_OK)
+		goto done;
+	if (cli_waste(cli, &look, &wopts, &waste) < 0) {
+		rc = EXIT_FAIL;
+		goto done;
+	}
+	if (cli->json) {
+		json_t *o = cli_status_json(look.snap, look.view);
+
+		json_object_set_new(o, "waste", cli_waste_json(&look, &wopts, &waste));
+		rc = cli_print_json(o);
+	} else if (sel->csv) {
+		print_csv(sel, &look, idx, ncols);
+	} else {
+		if (watching) {
+			char when[64];
+			time_t t = (time_t)(look.snap->taken_ms / 1000);
+
+			strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+			printf("%s---- %s (every %.1fs; Ctrl-C stops) ----%s\n", c_dim(cli), when,
+			       sel->watch_ms / 1000.0, c_reset(cli));
+		}
+		print_human(cli, sel, &look, &wopts, &waste);
+	}
+	fflush(stdout);
 done:
 	waste_report_release(&waste);
 	cli_look_release(&look);
 	return rc;
 }
 
+static volatile sig_atomic_t stop_watching;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_watching = 1;
+}
+
+/* status --watch: the same view again every interval, as plain text, until
+ * interrupted; what `top` shows when it has no terminal. */
+int cli_status_watch(struct cli *cli, struct cli_select *sel, const size_t *idx, size_t ncols)
+{
+	struct sigaction sa;
+	struct timespec ts;
+	int rc;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	for (;;) {
+		rc = status_once(cli, sel, idx, ncols, 1);
+		if (rc != EXIT_OK || stop_watching || ferror(stdout))
+			break;
+		putchar('\n');
+		ts.tv_sec = sel->watch_ms / 1000;
+		ts.tv_nsec = (long)(sel->watch_ms % 1000) * 1000000L;
+		/* A signal ends the sleep early (no SA_RESTART). */
+		nanosleep(&ts, NULL);
+		if (stop_watching)
+			break;
+	}
+	return stop_watching && rc == EXIT_OK ? EXIT_OK : rc;
+}
+
+static int status_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	return cli_select_option(cli, data, opt, arg);
+}
+
+static int status_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_OPTIONS, CLI_SELECT_LONGOPTS, CLI_WATCH_LONGOPT, { 0 }
+	};
+	struct cli_select sel = CLI_SELECT_INIT;
+	size_t idx[STATUS_COLUMNS];
+	int rc, ncols = 0;
+
+	rc = cli_parse(cli, &cmd_status, argc, argv, CLI_SELECT_SHORTOPTS, longopts, status_option,
+		       &sel);
+	if (rc != CLI_CONTINUE)
+		return rc;
+	/* --watch SEC as well as --watch=SEC, like nvidia-smi -l SEC */
+	if (sel.watch && sel.watch_arg_missing && optind == argc - 1 &&
+	    strspn(argv[optind], "0123456789.") == strlen(argv[optind])) {
+		rc = cli_select_option(cli, &sel, OPT_SELECT_WATCH, argv[optind++]);
+		if (rc != CLI_CONTINUE)
+			return rc;
+	}
+	if (optind < argc)
+		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	if (sel.csv && (ncols = csv_choose(cli, status_columns, STATUS_COLUMNS, &sel, idx)) < 0)
+		return EXIT_USAGE;
+	if (sel.watch)
+		return cli_status_watch(cli, &sel, idx, (size_t)ncols);
+	return status_once(cli, &sel, idx, (size_t)ncols, 0);
+}
+
 const struct cmd_entry cmd_status = {
 	"status", "GPUs, their utilization, memory, power and processes",
-	"usage: gpuman status [--json] [--sim FILE]\n"
+	"usage: gpuman status [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]]\n"
+	"                     [--watch[=SEC]] [--json] [--sim FILE]\n"
 	"\n"
 	"One line per GPU: NVML index, name, temperature, utilization, memory used and\n"
 	"total, power draw and limit, the processes on it (user, pid, memory) and its\n"
 	"gpuman leases; then the requests waiting for GPUs, in the order they will be\n"
 	"served, and the waste that 'gpuman waste' explains.\n"
-	"A field the GPU does not report shows as '-' (null in --json).\n"
+	"A field the GPU does not report shows as '-' (null in --json, empty in CSV).\n"
 	"\n"
-	"  --json       the snapshot as JSON (schema in the README)\n"
-	"  --sim FILE   use the NVML simulator with this scenario\n",
+	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
+	"  -u, --user USER[,USER] only GPUs where these users have a process or lease,\n"
+	"                         and only their processes, leases and waste\n"
+	"  --format csv[=COLUMNS] one CSV line per GPU with a header; COLUMNS from index,\n"
+	"                         uuid, name, temperature_c, util_pct, memory_used_mib,\n"
+	"                         memory_total_mib, memory_free_mib, power_w,\n"
+	"                         power_limit_w, processes, leased_by\n"
+	"  --watch[=SEC]          print it again every SEC seconds (default 2) until\n"
+	"                         interrupted, as plain text (gpuman top is the live view)\n"
+	"  --json                 the snapshot as JSON (schema in the README)\n"
+	"  --sim FILE             use the NVML simulator with this scenario\n",
 	status_exec,
 };

@@ -391,7 +391,8 @@ long *cli_proc_leases(const struct cli_look *look)
 
 	if (!out)
 		return NULL;
-	if (view->lease_count)
+	/* Reading every process's parent costs; only a GPU process needs it. */
+	if (view->lease_count && snap->proc_count)
 		proctree_read(&tree);
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		out[i] = -1;

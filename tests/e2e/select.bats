@@ -1,0 +1,65 @@
+#!/usr/bin/env bats
+# Part of the machine and other formats: -i, -u, --format csv, ps's UTIL
+# column and status --watch.
+
+load helpers
+
+@test "-i picks GPUs by index or UUID prefix in status and ps; a wrong one is a usage error" {
+	four_gpus
+	run -0 gpuman status -i 1,dddd
+	[[ "$output" == *"Test GPU B"* && "$output" == *"Test GPU D"* ]]
+	[[ "$output" != *"Test GPU A"* && "$output" != *"Test GPU C"* ]]
+	run -0 gpuman ps -i 3 --json
+	[ "$(jqr '[.[].pid] | join(",")')" = 3000002,3000003 ]
+	run -2 gpuman ps -i 7
+	[[ "$output" == *"-i '7': names no GPU"* ]]
+	run -2 gpuman status -u no-such-user-here
+	[[ "$output" == *"-u 'no-such-user-here': no such user"* ]]
+}
+
+@test "ps shows each process's own utilization; CSV with chosen columns" {
+	four_gpus
+	run -0 gpuman ps
+	[[ "${lines[0]}" == *UTIL* ]]
+	[[ "$output" == *"3000001"*"3.9G"*" 20%"* ]]
+	[[ "$output" == *"3000002"*"8.8G"*"  0%"* ]]
+	run -0 gpuman ps --format csv=pid,gpu,util_pct,memory_mib
+	[ "${lines[0]}" = pid,gpu,util_pct,memory_mib ]
+	[ "${lines[1]}" = 3000001,1,20,4000 ]
+	[ "${lines[3]}" = 3000003,3,0, ]
+	run -0 gpuman status --format csv=index,name,memory_free_mib,processes -i 1,3
+	[ "$output" = $'index,name,memory_free_mib,processes\n1,Test GPU B,20000,1\n3,Test GPU D,7000,2' ]
+	run -2 gpuman status --format csv=index,nope
+	[[ "$output" == *"unknown column 'nope' (columns: index,uuid,name,"* ]]
+	run -2 gpuman ps --format xml
+	[[ "$output" == *"--format 'xml': use csv"* ]]
+}
+
+@test "-u shows only that user's processes, leases and GPUs" {
+	four_gpus
+	gpuman run --only 2 -- gpuman-simload --mem 1G --util 30 --seconds 60 &
+	job=$!
+	wait_for '[ "$(gpuman ps -u "$(id -un)" --json | jq length)" = 1 ]'
+	run -0 gpuman ps -u "$(id -un)" --format csv=gpu,user,util_pct
+	[ "$output" = "gpu,user,util_pct"$'\n'"2,$(id -un),30" ]
+	run -0 gpuman status -u "$(id -u)"
+	[[ "$output" == *"Test GPU C"*"[leased: $(id -un)]"* ]]
+	[[ "$output" != *"Test GPU B"* ]]
+	kill $job; wait $job || true
+}
+
+@test "status --watch prints the machine again every interval, and follows it" {
+	four_gpus
+	gpuman status --watch 0.2 >"$BATS_TEST_TMPDIR/watch" 2>&1 &
+	w=$!
+	wait_for '[ "$(grep -c "^---- " "$BATS_TEST_TMPDIR/watch")" -ge 2 ]'
+	gpuman-simload --mem 2G --util 10 --seconds 60 >/dev/null 2>&1 &
+	load=$!
+	wait_for 'grep -q "pid $load\|$(id -un) $load" "$BATS_TEST_TMPDIR/watch"'
+	kill $load; wait $load || true
+	kill -INT $w
+	run wait $w
+	[ "$status" = 0 ]
+	run -2 gpuman status --watch=0
+	[[ "$output" == *"give 0.1 to 86400 seconds"* ]]
+}
