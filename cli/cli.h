@@ -115,20 +115,19 @@ struct json_t *cli_status_json(const struct gm_snapshot *snap, const struct regi
 char *fmt_age(char *buf, size_t len, int64_t since_ms);
 
 /*
- * The machine as a command without operands shows it: options parsed, a
- * snapshot taken, the live leases and waiters read.  cli_look() returns
- * CLI_CONTINUE, or the status to exit with (already reported); on
- * CLI_CONTINUE the caller ends with cli_look_release().
+ * The machine as a command without operands shows it: options parsed (the
+ * common ones and the command's own, handed to own() as in cli_parse), a
+ * snapshot taken with per-process utilization, the live leases and waiters
+ * read.  cli_look_with() returns CLI_CONTINUE, or the status to exit with
+ * (already reported); on CLI_CONTINUE the caller ends with
+ * cli_look_release().
  */
 struct cli_look {
 	struct gm_context *ctx;
 	struct gm_snapshot *snap;
 	struct registry_view *view;
 };
-int cli_look(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
-	     struct cli_look *look);
 void cli_look_release(struct cli_look *look);
-/* cli_look with the command's own options (as cli_parse's own()). */
 int cli_look_with(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
 		  const char *shortopts, const struct option *own_opts,
 		  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "parse.h"
 #include "registry.h"
+#include "select.h"
 #include "waste.h"
 
 enum { OPT_GRACE = OPT_CMD_BASE };
@@ -16,14 +17,20 @@ enum { OPT_GRACE = OPT_CMD_BASE };
 /* Exit status when something is found, for scripts (README "Exit status"). */
 #define EXIT_WASTE_FOUND 3
 
+struct waste_args {
+	struct waste_opts opts;
+	struct cli_select sel;
+};
+
 static int waste_option(struct cli *cli, int opt, const char *arg, void *data)
 {
-	struct waste_opts *opts = data;
+	struct waste_args *args = data;
+	struct waste_opts *opts = &args->opts;
 	char err[256];
 	int64_t ms;
 
 	if (opt != OPT_GRACE)
-		return -1;
+		return cli_select_option(cli, &args->sel, opt, arg);
 	if (parse_duration_ms(arg, &ms, err, sizeof err) < 0)
 		return cli_usage(cli, "--grace '%s': %s", arg, err);
 	opts->lease_grace_ms = ms;
@@ -91,24 +98,50 @@ void cli_waste_print(const struct cli *cli, const struct cli_look *look,
 	}
 }
 
+/* -i and -u: keep the findings that touch those GPUs and users. */
+static void keep_selected(const struct cli_select *sel, struct waste_report *rep)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+
+		if (!cli_select_user_name(sel, it->has_user, it->user) ||
+		    (sel->gpus && !((it->idle_gpus | it->busy_gpus | it->gpus) & sel->gpus)))
+			continue;
+		rep->items[n++] = *it;
+	}
+	rep->count = n;
+}
+
 static int waste_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option own[] = {
-		{ "grace", required_argument, NULL, OPT_GRACE }, { 0 }
+		{ "grace", required_argument, NULL, OPT_GRACE }, CLI_SELECT_LONGOPTS, { 0 }
 	};
-	struct waste_opts opts = WASTE_OPTS_INIT;
+	struct waste_args args = { WASTE_OPTS_INIT, CLI_SELECT_INIT };
+	struct waste_opts opts;
 	struct waste_report rep = WASTE_REPORT_INIT;
 	struct cli_look look;
 	int rc;
 
-	rc = cli_look_with(cli, &cmd_waste, argc, argv, "", own, waste_option, &opts, &look);
+	rc = cli_look_with(cli, &cmd_waste, argc, argv, CLI_SELECT_SHORTOPTS, own, waste_option,
+			   &args, &look);
 	if (rc != CLI_CONTINUE)
 		return rc;
-	rc = EXIT_OK;
+	opts = args.opts;
+	rc = cli_select_resolve(cli, &args.sel, look.snap);
+	if (rc != EXIT_OK)
+		goto done;
+	if (args.sel.csv) {
+		rc = cli_usage(cli, "--format: waste prints text or --json");
+		goto done;
+	}
 	if (cli_waste(cli, &look, &opts, &rep) < 0) {
 		rc = EXIT_FAIL;
 		goto done;
 	}
+	keep_selected(&args.sel, &rep);
 	if (cli->json) {
 		json_t *o = json_object();
 
@@ -141,7 +174,8 @@ done:
 
 const struct cmd_entry cmd_waste = {
 	"waste", "what holds GPUs without using them, per user, with advice",
-	"usage: gpuman waste [--grace DURATION] [--json] [--sim FILE]\n"
+	"usage: gpuman waste [--grace DURATION] [-i GPU[,GPU]] [-u USER[,USER]] [--json]\n"
+	"                    [--sim FILE]\n"
 	"\n"
 	"Finds, per user:\n"
 	"  hog         a process holding memory on GPUs where it computes nothing\n"
@@ -154,6 +188,8 @@ const struct cmd_entry cmd_waste = {
 	"and says what to do about each.\n"
 	"\n"
 	"  --grace DURATION  leases younger than this are still starting (default 10m)\n"
+	"  -i, --id GPU[,GPU]      only findings on these GPUs (indices or UUID prefixes)\n"
+	"  -u, --user USER[,USER]  only these users' findings\n"
 	"  --json            the findings as JSON (schema in the README)\n"
 	"  --sim FILE        use the NVML simulator with this scenario\n"
 	"\n"

@@ -317,12 +317,6 @@ char *fmt_age(char *buf, size_t len, int64_t since_ms)
 	return buf;
 }
 
-int cli_look(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
-	     struct cli_look *look)
-{
-	return cli_look_with(cli, cmd, argc, argv, "", NULL, NULL, NULL, look);
-}
-
 int cli_look_with(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
 		  const char *shortopts, const struct option *own_opts,
 		  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,

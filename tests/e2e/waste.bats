@@ -43,6 +43,11 @@ teardown() {
 	[ "$(jqr '.waste[] | select(.kind == "hog") | .held_mib')" = 2425 ]
 	[ "$(jqr '[.waste[] | select(.kind == "unleased") | .pid] | join(",")')" = \
 	  2028329,2031002,2450012,2999871,3141592 ]
+	# -i and -u keep what touches those GPUs and users
+	run -0 gpuman waste -i 2
+	run -3 gpuman waste -i 7 --json
+	[ "$(jqr '[.waste[].kind] | join(",")')" = hog,unleased ]
+	run -0 gpuman waste -u root
 	# status says it too, in one short section, and in its JSON
 	run -0 gpuman status
 	[[ "${lines[-2]}" == *"hog"*"pid 3141592"*"computes only on 3"* ]]
