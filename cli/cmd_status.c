@@ -333,6 +333,9 @@ int cli_status_watch(struct cli *cli, struct cli_select *sel, const size_t *idx,
 
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_stop;
+	/* Reads and locks resume after the signal; the sleep is cut short
+	 * (nanosleep is never restarted), so Ctrl-C ends the watch at once. */
+	sa.sa_flags = SA_RESTART;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);

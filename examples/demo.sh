@@ -52,8 +52,8 @@ if [ -f "$root/examples/sweep.txt" ] && gpuman batch --help >/dev/null 2>&1; the
 	sweep=$(mktemp -d "${TMPDIR:-/tmp}/gpuman-demo-sweep.XXXXXX")
 	step "gpuman batch examples/sweep.txt   # a sweep over whatever GPUs free up"
 	gpuman batch --progress --log-dir "$sweep" "$root/examples/sweep.txt"
-	echo "(kept for you to look at; remove it with: rm -r $sweep)"
 fi
 
 step "gpuman waste     # the seed problem: who holds GPUs without using them, and what to do"
 gpuman waste || true
+[ -z "${sweep:-}" ] || echo "(the sweep's logs are kept for you to look at; remove them with: rm -r $sweep)"
