@@ -58,8 +58,10 @@ load helpers
 	wait_for 'grep -q "pid $load\|$(id -un) $load" "$BATS_TEST_TMPDIR/watch"'
 	kill $load; wait $load || true
 	kill -INT $w
-	run wait $w
-	[ "$status" = 0 ]
+	# wait here, not under run: a subshell cannot wait for our child
+	st=0
+	wait $w || st=$?
+	[ "$st" = 0 ]
 	run -2 gpuman status --watch=0
 	[[ "$output" == *"give 0.1 to 86400 seconds"* ]]
 }

@@ -78,8 +78,9 @@ wait_screen() {
 	wait_screen "signal pid $BG_PIDS"
 	keys t Enter
 	wait_screen "sent SIGTERM to pid $BG_PIDS"
-	run wait $BG_PIDS
-	[ "$status" = 143 ]
+	st=0
+	wait $BG_PIDS || st=$?
+	[ "$st" = 143 ]
 	# the scenario's processes have no owner here: not ours to signal
 	keys c / 3000002 Enter
 	wait_screen "filter: 3000002"
