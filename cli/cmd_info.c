@@ -10,54 +10,60 @@
 #define ROW(label, ...) (printf("  %-22s", label), printf(__VA_ARGS__), putchar('\n'))
 #define NA "not supported"
 
+/* On the public accessors alone (gpuman.h), as any program could print it;
+ * only the names of states and modes and CUDA's numbering are the CLI's. */
 static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, size_t pos)
 {
-	const struct gm_gpu *g = &snap->gpus[pos];
+	const struct gm_gpu *g = gm_snapshot_gpu(snap, pos);
+	const char *name = gm_gpu_name(g), *note = gm_gpu_note(g), *uuid = gm_gpu_uuid(g);
 	long fastest = snapshot_cuda_index(snap, pos, 0), pci = snapshot_cuda_index(snap, pos, 1);
+	int64_t v, w, x;
 	size_t nproc = 0;
 
-	printf("%sGPU %u: %s%s\n", c_bold(cli), g->index, g->name[0] ? g->name : "?", c_reset(cli));
-	ROW("state", "%s%s%s", gpu_state_name(g->state), g->note[0] ? ": " : "", g->note);
-	ROW("uuid", "%s", g->uuid[0] ? g->uuid : "unknown");
-	ROW("pci bus id", "%s", (g->valid & GM_HAS_PCI) ? g->pci_bus_id : "unknown");
+	printf("%sGPU %u: %s%s\n", c_bold(cli), gm_gpu_index(g), name[0] ? name : "?",
+	       c_reset(cli));
+	ROW("state", "%s%s%s", gpu_state_name(gm_gpu_state(g)), note[0] ? ": " : "", note);
+	ROW("uuid", "%s", uuid[0] ? uuid : "unknown");
+	ROW("pci bus id", "%s", (gm_gpu_valid(g) & GM_HAS_PCI) ? gm_gpu_pci_bus_id(g) : "unknown");
 	if (fastest >= 0)
 		ROW("cuda index", "%ld (default order), %ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)", fastest,
 		    pci);
-	if (g->valid & GM_HAS_MEMORY) {
-		ROW("memory total", "%llu MiB", (unsigned long long)g->mem_total_mib);
-		ROW("memory used", "%llu MiB", (unsigned long long)g->mem_used_mib);
-		ROW("memory free", "%llu MiB", (unsigned long long)g->mem_free_mib);
+	if (gm_gpu_value(g, GM_GPU_MEM_TOTAL_MIB, &v) && gm_gpu_value(g, GM_GPU_MEM_USED_MIB, &w) &&
+	    gm_gpu_value(g, GM_GPU_MEM_FREE_MIB, &x)) {
+		ROW("memory total", "%lld MiB", (long long)v);
+		ROW("memory used", "%lld MiB", (long long)w);
+		ROW("memory free", "%lld MiB", (long long)x);
 	} else {
 		ROW("memory", NA);
 	}
-	if (g->valid & GM_HAS_UTIL) {
-		ROW("utilization gpu", "%u %%", g->util_gpu_pct);
-		ROW("utilization memory", "%u %%", g->util_mem_pct);
+	if (gm_gpu_value(g, GM_GPU_UTIL_GPU_PCT, &v) && gm_gpu_value(g, GM_GPU_UTIL_MEM_PCT, &w)) {
+		ROW("utilization gpu", "%lld %%", (long long)v);
+		ROW("utilization memory", "%lld %%", (long long)w);
 	} else {
 		ROW("utilization", NA);
 	}
-	if (g->valid & GM_HAS_POWER)
-		ROW("power draw", "%.1f W", g->power_mw / 1000.0);
+	if (gm_gpu_value(g, GM_GPU_POWER_MW, &v))
+		ROW("power draw", "%.1f W", (double)v / 1000.0);
 	else
 		ROW("power draw", NA);
-	if (g->valid & GM_HAS_POWER_LIMIT)
-		ROW("power limit", "%.1f W", g->power_limit_mw / 1000.0);
+	if (gm_gpu_value(g, GM_GPU_POWER_LIMIT_MW, &v))
+		ROW("power limit", "%.1f W", (double)v / 1000.0);
 	else
 		ROW("power limit", NA);
-	if (g->valid & GM_HAS_TEMPERATURE)
-		ROW("temperature", "%u C", g->temperature_c);
+	if (gm_gpu_value(g, GM_GPU_TEMPERATURE_C, &v))
+		ROW("temperature", "%lld C", (long long)v);
 	else
 		ROW("temperature", NA);
-	if (g->valid & GM_HAS_CC)
-		ROW("compute capability", "%d.%d", g->cc_major, g->cc_minor);
+	if (gm_gpu_value(g, GM_GPU_CC_MAJOR, &v) && gm_gpu_value(g, GM_GPU_CC_MINOR, &w))
+		ROW("compute capability", "%lld.%lld", (long long)v, (long long)w);
 	else
 		ROW("compute capability", NA);
 	ROW("compute mode", "%s",
-	    (g->valid & GM_HAS_COMPUTE_MODE) ? compute_mode_name(g->compute_mode) : NA);
+	    gm_gpu_value(g, GM_GPU_COMPUTE_MODE, &v) ? compute_mode_name((int)v) : NA);
 	ROW("mig mode", "%s",
-	    (g->valid & GM_HAS_MIG) ? (g->mig_mode == 1 ? "enabled" : "disabled") : NA);
-	for (size_t i = 0; i < snap->proc_count; i++)
-		nproc += snap->procs[i].gpu == g->index;
+	    gm_gpu_value(g, GM_GPU_MIG_MODE, &v) ? (v == 1 ? "enabled" : "disabled") : NA);
+	for (size_t i = 0; i < gm_snapshot_proc_count(snap); i++)
+		nproc += gm_proc_gpu(gm_snapshot_proc(snap, i)) == gm_gpu_index(g);
 	ROW("processes", "%zu", nproc);
 }
 
