@@ -271,6 +271,26 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		printf("%snote: %s%s\n", c_dim(cli), cli_safe(what, snap->notes[i]), c_reset(cli));
 }
 
+/* Inside a Slurm job: the JSON without the GPUs (and their processes)
+ * outside the allocation, as the table shows them. */
+static void json_only_selected(json_t *o, const struct gm_snapshot *snap,
+			       const struct cli_select *sel)
+{
+	json_t *gpus = json_object_get(o, "gpus"), *procs = json_object_get(o, "processes");
+	size_t i = json_array_size(gpus);
+
+	while (i-- > 0)
+		if (i < snap->gpu_count && !cli_select_gpu(sel, snap->gpus[i].index))
+			json_array_remove(gpus, i);
+	for (i = json_array_size(procs); i-- > 0;) {
+		json_int_t g = json_integer_value(json_object_get(json_array_get(procs, i), "gpu"));
+
+		if (!cli_select_gpu(sel, (unsigned)g))
+			json_array_remove(procs, i);
+	}
+	json_object_set_new(o, "slurm_job", json_string(getenv("SLURM_JOB_ID")));
+}
+
 /* One look at the machine, printed as asked.  Returns an exit status. */
 static int status_once(struct cli *cli, struct cli_select *sel, const size_t *idx, size_t ncols,
 		       int watching)
@@ -293,6 +313,8 @@ static int status_once(struct cli *cli, struct cli_select *sel, const size_t *id
 	if (cli->json) {
 		json_t *o = cli_status_json(look.snap, look.view);
 
+		if (getenv("SLURM_JOB_ID") && sel->gpus)
+			json_only_selected(o, look.snap, sel);
 		json_object_set_new(o, "waste", cli_waste_json(&look, &wopts, &waste));
 		rc = cli_print_json(o);
 	} else if (sel->csv) {
@@ -397,6 +419,7 @@ const struct cmd_entry cmd_status = {
 	"total, power draw and limit, the processes on it (user, pid, memory) and its\n"
 	"gpuman leases; then the requests waiting for GPUs, in the order they will be\n"
 	"served, and the waste that 'gpuman waste' explains.\n"
+	"Inside a Slurm job only the GPUs of its allocation are shown.\n"
 	"A field the GPU does not report shows as '-' (null in --json, empty in CSV).\n"
 	"\n"
 	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"

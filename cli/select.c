@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "parse.h"
+#include "pick.h"
 #include "select.h"
 #include "text.h"
 
@@ -95,15 +96,35 @@ int cli_select_option(struct cli *cli, struct cli_select *sel, int opt, const ch
 	return -1;
 }
 
+/* Inside a Slurm job the node's other GPUs are other jobs': the GPUs of
+ * the allocation as pick reads them (SLURM_STEP_GPUS / SLURM_JOB_GPUS
+ * behind CUDA_VISIBLE_DEVICES), as index bits; 0 outside a job. */
+static uint64_t slurm_gpus(const struct gm_snapshot *snap)
+{
+	struct pick_env env;
+	uint64_t mask = 0;
+
+	if (!getenv("SLURM_JOB_ID") || pick_env_init(&env, snap) < 0)
+		return 0;
+	for (size_t k = 0; env.usable && k < snap->gpu_count; k++)
+		if (env.usable[k])
+			mask |= (uint64_t)1 << (snap->gpus[k].index & 63);
+	pick_env_release(&env);
+	return mask;
+}
+
 int cli_select_resolve(struct cli *cli, struct cli_select *sel, const struct gm_snapshot *snap)
 {
 	char *list, *tok, *save = NULL;
 	const struct gm_gpu *g;
+	uint64_t slurm = slurm_gpus(snap);
 	int rc = EXIT_OK;
 
 	sel->gpus = 0;
-	if (!sel->gpus_arg)
+	if (!sel->gpus_arg) {
+		sel->gpus = slurm;
 		return EXIT_OK;
+	}
 	list = strdup(sel->gpus_arg);
 	if (!list)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
@@ -119,6 +140,9 @@ int cli_select_resolve(struct cli *cli, struct cli_select *sel, const struct gm_
 	}
 	if (rc == EXIT_OK && !sel->gpus)
 		rc = cli_usage(cli, "-i '%s': name a GPU", sel->gpus_arg);
+	if (rc == EXIT_OK && slurm && !(sel->gpus &= slurm))
+		rc = cli_usage(cli, "-i '%s': not a GPU of Slurm job %s (its GPUs are shown without -i)",
+			       sel->gpus_arg, getenv("SLURM_JOB_ID"));
 	free(list);
 	return rc;
 }

@@ -13,6 +13,7 @@ int pick_env_init(struct pick_env *env, const struct gm_snapshot *snap)
 {
 	const char *order = getenv("CUDA_DEVICE_ORDER");
 	int pci_order = order && !strcmp(order, "PCI_BUS_ID");
+	const char *slurm;
 
 	*env = (struct pick_env)PICK_ENV_INIT;
 	if (visible_parse(getenv("CUDA_VISIBLE_DEVICES"), &env->vis) < 0)
@@ -25,7 +26,15 @@ int pick_env_init(struct pick_env *env, const struct gm_snapshot *snap)
 		pick_env_release(env);
 		return -1;
 	}
-	env->usable_entries = visible_resolve(&env->vis, snap, pci_order, env->entry_gpu);
+	/* In a Slurm job, Slurm's list of the job's GPUs wins: under a device
+	 * cgroup CUDA_VISIBLE_DEVICES is renumbered from 0 and would name the
+	 * wrong physical GPU. */
+	slurm = getenv("SLURM_STEP_GPUS");
+	if (!slurm || !*slurm)
+		slurm = getenv("SLURM_JOB_GPUS");
+	env->usable_entries = visible_resolve_slurm(&env->vis, slurm, snap, env->entry_gpu);
+	if (env->usable_entries == (size_t)-1)
+		env->usable_entries = visible_resolve(&env->vis, snap, pci_order, env->entry_gpu);
 	for (size_t i = 0; i < env->usable_entries; i++)
 		env->usable[env->entry_gpu[i]] = 1;
 	return 0;

@@ -242,3 +242,68 @@ size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap
 	}
 	return usable;
 }
+
+/* "0,2,3" -> 0, 2, 3; -1 unless every entry is a plain non-negative
+ * integer (Slurm writes no ranges here). */
+static int parse_slurm_list(const char *s, size_t *out, size_t max, size_t *count)
+{
+	size_t n = 0;
+	int ok;
+
+	if (!s || !*s)
+		return -1;
+	while (*s) {
+		char item[24];
+		size_t len = strcspn(s, ",");
+
+		if (!len || len >= sizeof item || n == max)
+			return -1;
+		memcpy(item, s, len);
+		item[len] = '\0';
+		if (!all_digits(item))
+			return -1;
+		out[n++] = digits_value(item, &ok);
+		if (!ok)
+			return -1;
+		s += len;
+		if (*s == ',' && !*++s)
+			return -1;
+	}
+	*count = n;
+	return 0;
+}
+
+size_t visible_resolve_slurm(const struct visible *vis, const char *slurm_gpus,
+			     const struct gm_snapshot *snap, long *entry_gpu)
+{
+	size_t *idx, n = 0, i, k, j;
+	long pos;
+
+	if (!vis->count || vis->truncated)
+		return (size_t)-1;
+	for (i = 0; i < vis->count; i++)
+		if (!all_digits(vis->entries[i]))
+			return (size_t)-1; /* UUIDs need no help */
+	idx = malloc(vis->count * sizeof *idx);
+	if (!idx)
+		return (size_t)-1;
+	if (parse_slurm_list(slurm_gpus, idx, vis->count, &n) < 0 || n != vis->count)
+		goto no;
+	for (i = 0; i < n; i++) {
+		pos = -1;
+		for (k = 0; k < snap->gpu_count; k++)
+			if (snap->gpus[k].index == idx[i] && snap->gpus[k].state != GM_GPU_LOST)
+				pos = (long)k;
+		for (j = 0; pos >= 0 && j < i; j++)
+			if (entry_gpu[j] == pos)
+				pos = -1;
+		if (pos < 0)
+			goto no; /* NVML numbers them otherwise: trust CUDA's reading */
+		entry_gpu[i] = pos;
+	}
+	free(idx);
+	return n;
+no:
+	free(idx);
+	return (size_t)-1;
+}

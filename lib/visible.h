@@ -48,4 +48,24 @@ size_t visible_cuda_order(const struct gm_snapshot *snap, int pci_order, size_t 
 size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap, int pci_order,
 		       long *entry_gpu);
 
+/*
+ * Inside a Slurm job, Slurm's own record of its GPUs (SLURM_STEP_GPUS in a
+ * step, else SLURM_JOB_GPUS: node-global GPU indices, the GPUs' order in
+ * gres.conf, which is NVML's order when it lists /dev/nvidia0... in order
+ * as AutoDetect=nvml does) says which physical GPU each entry of
+ * CUDA_VISIBLE_DEVICES is.  Without a device cgroup Slurm sets both to the
+ * same indices; with ConstrainDevices it renumbers CUDA_VISIBLE_DEVICES from
+ * 0, and only the SLURM_*_GPUS list still names the physical GPUs.
+ *
+ * Map entry i to the GPU whose NVML index is the list's entry i.  Returns
+ * the number of entries mapped (all of them), or (size_t)-1 when the list
+ * does not apply: unset or malformed, not one index per entry (the user
+ * changed CUDA_VISIBLE_DEVICES), UUID entries, or an index NVML does not
+ * show (NVML itself renumbered the GPUs the cgroup lets it open; then
+ * CUDA's reading of CUDA_VISIBLE_DEVICES is already right).  entry_gpu as
+ * for visible_resolve; unchanged on (size_t)-1 only in what it means.
+ */
+size_t visible_resolve_slurm(const struct visible *vis, const char *slurm_gpus,
+			     const struct gm_snapshot *snap, long *entry_gpu);
+
 #endif

@@ -348,6 +348,78 @@ static void test_empty_value_resolves_nothing(void **state)
 	visible_release(&vis);
 }
 
+/* Slurm without a device cgroup: both lists hold the node-global indices. */
+static void test_slurm_global_indices(void **state)
+{
+	struct gm_snapshot *snap = *state;
+	struct visible vis = VISIBLE_INIT;
+	long entry_gpu[4];
+
+	assert_int_equal(visible_parse("2,3", &vis), 0);
+	assert_int_equal(visible_resolve_slurm(&vis, "2,3", snap, entry_gpu), 2);
+	assert_int_equal(entry_gpu[0], 2);
+	assert_int_equal(entry_gpu[1], 3);
+	visible_release(&vis);
+}
+
+/* With ConstrainDevices Slurm renumbers CUDA_VISIBLE_DEVICES from 0; read
+ * as CUDA would on a machine whose NVML still shows every GPU, "0" would be
+ * the fastest GPU (1), which the job was not given. */
+static void test_slurm_cgroup_renumbered(void **state)
+{
+	struct gm_snapshot *snap = *state;
+	struct visible vis = VISIBLE_INIT;
+	long entry_gpu[4];
+
+	assert_int_equal(visible_parse("0", &vis), 0);
+	assert_int_equal(visible_resolve_slurm(&vis, "2", snap, entry_gpu), 1);
+	assert_int_equal(entry_gpu[0], 2);
+	visible_release(&vis);
+
+	assert_int_equal(visible_parse("0,1", &vis), 0);
+	assert_int_equal(visible_resolve_slurm(&vis, "3,0", snap, entry_gpu), 2);
+	assert_int_equal(entry_gpu[0], 3);
+	assert_int_equal(entry_gpu[1], 0);
+	visible_release(&vis);
+}
+
+/* When the list does not fit, CUDA's reading stands: (size_t)-1. */
+static void test_slurm_list_not_applicable(void **state)
+{
+	struct gm_snapshot *snap = *state;
+	struct visible vis = VISIBLE_INIT;
+	long entry_gpu[4];
+	const size_t no = (size_t)-1;
+
+	assert_int_equal(visible_parse("0,1", &vis), 0);
+	assert_true(visible_resolve_slurm(&vis, NULL, snap, entry_gpu) == no);
+	assert_true(visible_resolve_slurm(&vis, "", snap, entry_gpu) == no);
+	/* the user narrowed CUDA_VISIBLE_DEVICES inside the job */
+	assert_true(visible_resolve_slurm(&vis, "1,2,3", snap, entry_gpu) == no);
+	assert_true(visible_resolve_slurm(&vis, "1", snap, entry_gpu) == no);
+	assert_true(visible_resolve_slurm(&vis, "1,x", snap, entry_gpu) == no);
+	assert_true(visible_resolve_slurm(&vis, "1,", snap, entry_gpu) == no);
+	assert_true(visible_resolve_slurm(&vis, "0-1", snap, entry_gpu) == no);
+	assert_true(visible_resolve_slurm(&vis, "2,2", snap, entry_gpu) == no);
+	/* NVML shows no GPU 7: it renumbered what the cgroup lets it open */
+	assert_true(visible_resolve_slurm(&vis, "1,7", snap, entry_gpu) == no);
+	visible_release(&vis);
+
+	assert_int_equal(visible_parse(UUID0, &vis), 0);
+	assert_true(visible_resolve_slurm(&vis, "2", snap, entry_gpu) == no);
+	visible_release(&vis);
+
+	assert_int_equal(visible_parse("", &vis), 0);
+	assert_true(visible_resolve_slurm(&vis, "2", snap, entry_gpu) == no);
+	visible_release(&vis);
+
+	/* a lost GPU is no GPU of the job */
+	fake_gpu_lost(&snap->gpus[2]);
+	assert_int_equal(visible_parse("0", &vis), 0);
+	assert_true(visible_resolve_slurm(&vis, "2", snap, entry_gpu) == no);
+	visible_release(&vis);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -377,6 +449,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_same_gpu_twice_cuts, setup_mixed,
 						teardown_snap),
 		cmocka_unit_test_setup_teardown(test_empty_value_resolves_nothing, setup_mixed,
+						teardown_snap),
+		cmocka_unit_test_setup_teardown(test_slurm_global_indices, setup_mixed,
+						teardown_snap),
+		cmocka_unit_test_setup_teardown(test_slurm_cgroup_renumbered, setup_mixed,
+						teardown_snap),
+		cmocka_unit_test_setup_teardown(test_slurm_list_not_applicable, setup_mixed,
 						teardown_snap),
 	};
 
