@@ -18,6 +18,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "batch.h"
 #include "cli.h"
 #include "engine.h"
 #include "jobs.h"
@@ -26,16 +27,7 @@
 #include "select_help.h"
 #include "util.h"
 
-enum { OPT_JOBS = OPT_CMD_BASE, OPT_RETRIES, OPT_LOG_DIR, OPT_DRY_RUN, OPT_RESUME, OPT_PROGRESS };
-
-struct batch_opts {
-	unsigned jobs;       /* -j; 0 no limit */
-	unsigned retries;
-	const char *log_dir;
-	int dry_run, resume, progress;
-};
-
-static int batch_option(struct cli *cli, int opt, const char *arg, void *data)
+int batch_option(struct cli *cli, int opt, const char *arg, void *data)
 {
 	struct batch_opts *o = data;
 	char err[256];
@@ -62,12 +54,7 @@ static int batch_option(struct cli *cli, int opt, const char *arg, void *data)
 
 /* ---- the task file ---------------------------------------------------- */
 
-struct task {
-	int64_t n;        /* its number: 1, 2, ... over the non-comment lines */
-	char *line;
-};
-
-static void tasks_free(struct task *t, size_t n)
+void tasks_free(struct task *t, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		free(t[i].line);
@@ -75,7 +62,7 @@ static void tasks_free(struct task *t, size_t n)
 }
 
 /* Each non-empty line that is not a comment (# first) is a task. */
-static int read_tasks(FILE *f, struct task **out, size_t *count)
+int read_tasks(FILE *f, struct task **out, size_t *count)
 {
 	struct task *t = NULL;
 	size_t n = 0, cap = 0, sz = 0;
@@ -113,7 +100,7 @@ failed:
 }
 
 /* mkdir -p */
-static int make_dirs(const char *path, mode_t mode)
+int make_dirs(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 
@@ -136,16 +123,7 @@ static int make_dirs(const char *path, mode_t mode)
 
 /* ---- progress --------------------------------------------------------- */
 
-struct progress {
-	int on, tty;
-	size_t total;
-	size_t done0, failed0;  /* already ended before this run */
-	int64_t last_ms;
-	int told_stop;
-	int drawn;
-};
-
-static void draw(struct progress *p, const struct engine_counts *c, int force)
+void draw(struct progress *p, const struct engine_counts *c, int force)
 {
 	int64_t now = monotonic_ms(), elapsed = now - c->started_ms;
 	size_t ended = c->done + c->failed + c->cancelled + c->interrupted - p->done0 - p->failed0;
@@ -184,7 +162,7 @@ static void on_progress(void *data, const struct engine_counts *c)
 
 /* A task's line with {task} filled in, as people read it ({gpu} and
  * {uuid} are known only when it runs).  Caller frees; NULL: no memory. */
-static char *task_line(const char *line, int64_t n)
+char *task_line(const char *line, int64_t n)
 {
 	char num[24], *out;
 	size_t need = strlen(line) + 1;
@@ -211,14 +189,6 @@ static char *task_line(const char *line, int64_t n)
 }
 
 /* ---- the summary ------------------------------------------------------ */
-
-struct gpu_tally {
-	unsigned index;
-	char name[96];
-	char uuid[96];
-	size_t tasks;
-	int64_t busy_ms;
-};
 
 static void tally(const struct job *jobs, size_t n, const struct gm_snapshot *snap,
 		  struct gpu_tally **out, size_t *count)
@@ -256,7 +226,7 @@ static void tally(const struct job *jobs, size_t n, const struct gm_snapshot *sn
 	*count = nt;
 }
 
-static void print_summary(struct cli *cli, const struct job *jobs, size_t n,
+void print_summary(struct cli *cli, const struct job *jobs, size_t n,
 			  const struct gpu_tally *t, size_t nt)
 {
 	char dur[32], peak[32], util[16];
@@ -291,7 +261,7 @@ static void print_summary(struct cli *cli, const struct job *jobs, size_t n,
 		       fmt_duration(dur, sizeof dur, t[k].busy_ms));
 }
 
-static int write_summary(const char *path, const char *file, const char *log_dir,
+int write_summary(const char *path, const char *file, const char *log_dir,
 			 const struct job *jobs, size_t n, const struct gpu_tally *t, size_t nt,
 			 int64_t started_ms, int64_t ended_ms)
 {
@@ -337,7 +307,7 @@ static int write_summary(const char *path, const char *file, const char *log_dir
 
 /* Without --resume: start over.  With it: keep the tasks that succeeded
  * (same number, same line), and those still running; queue the rest. */
-static int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
+int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
 			 const struct batch_opts *o, const char *dir, size_t *skipped)
 {
 	struct job *old = NULL;
@@ -423,13 +393,7 @@ static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct
 static int batch_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS,
-		{ "jobs", required_argument, NULL, OPT_JOBS },
-		{ "retries", required_argument, NULL, OPT_RETRIES },
-		{ "log-dir", required_argument, NULL, OPT_LOG_DIR },
-		{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
-		{ "resume", no_argument, NULL, OPT_RESUME },
-		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, BATCH_OPTIONS,
 		{ 0 }
 	};
 	struct batch_opts o = { 0 };
@@ -450,6 +414,8 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	int64_t started, ended;
 	FILE *f;
 
+	if (batch_wants_slurm(argc, argv))
+		return batch_slurm_exec(cli, argc, argv);
 	status = cli_parse(cli, &cmd_batch, argc, argv, CLI_SELECT_SHORT "j:", longopts,
 			   batch_option, &o);
 	if (status != CLI_CONTINUE)
