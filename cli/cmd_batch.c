@@ -639,9 +639,19 @@ const struct cmd_entry cmd_batch = {
 	"\n"
 	"Exit status: 0 every task succeeded, 1 some did not, 2 usage, 130 Ctrl-C.\n"
 	"\n"
+	"Slurm (see the README): --slurm runs the tasks as srun steps in a Slurm\n"
+	"allocation, which gpuman makes with salloc (-N N, -p PARTITION, -A ACCOUNT,\n"
+	"-t TIME, -C CONSTRAINT, --qos Q, --gres gpu[:TYPE]:N per node, --salloc-arg\n"
+	"ARG) or, inside one (salloc's shell, an sbatch script), uses; plain batch\n"
+	"inside a multi-node allocation does the same.  --srun-arg ARG and\n"
+	"--task-time T go to every step.  A task out of memory is requeued for\n"
+	"another GPU type of the allocation; one killed by a node failure or\n"
+	"preemption runs again.\n"
+	"\n"
 	"examples:\n"
 	"  gpuman batch sweep.txt\n"
 	"  gpuman batch -n 2 --min-free 20G --retries 1 sweep.txt\n"
-	"  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n",
+	"  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n"
+	"  gpuman batch --slurm -N 4 --gres=gpu:a100:2,gpu:t4:2 -t 2:00:00 sweep.txt\n",
 	batch_exec,
 };

@@ -347,7 +347,7 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 		char state[128];
 
 		if (slurm_job_alive(&r->alloc, state, sizeof state) == 0)
-			snprintf(r->alloc_end, sizeof r->alloc_end, "Slurm job %s ended: %s",
+			snprintf(r->alloc_end, sizeof r->alloc_end, "Slurm job %s ended (%s)",
 				 r->alloc.job_id, state);
 	}
 	if (!cause[0] && r->alloc_end[0] && !rc.ended)
@@ -356,7 +356,7 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 		char state[128];
 
 		if (slurm_job_alive(&r->alloc, state, sizeof state) == 0)
-			snprintf(r->alloc_end, sizeof r->alloc_end, "Slurm job %s ended: %s",
+			snprintf(r->alloc_end, sizeof r->alloc_end, "Slurm job %s ended (%s)",
 				 r->alloc.job_id, state);
 	}
 	engine_describe_status(status, desc, sizeof desc);
@@ -522,6 +522,27 @@ static void node_table(struct cli *cli, const struct job *jobs, size_t n, json_t
 	free(rows);
 }
 
+/* Each task's "node" and its "gpus" there (the store holds "n1:2,3"). */
+static void task_nodes(json_t *tasks, const struct job *jobs, size_t n)
+{
+	for (size_t i = 0; i < n && i < json_array_size(tasks); i++) {
+		json_t *t = json_array_get(tasks, i), *gpus = json_array();
+		const char *w = jobs[i].gpus, *colon = w ? strrchr(w, ':') : NULL;
+
+		json_object_set_new(t, "node", colon ? json_stringn(w, (size_t)(colon - w))
+						     : json_null());
+		for (const char *p = colon ? colon + 1 : ""; *p && *p != '-';) {
+			json_t *g = json_object();
+
+			json_object_set_new(g, "index", json_integer(strtol(p, NULL, 10)));
+			json_array_append_new(gpus, g);
+			p += strcspn(p, ",");
+			p += *p == ',';
+		}
+		json_object_set_new(t, "gpus", gpus);
+	}
+}
+
 /* Inside an allocation (salloc's shell, an sbatch script) but not in a
  * step of it, on several nodes or none of them: the tasks go to Slurm. */
 int batch_in_allocation(void)
@@ -619,6 +640,10 @@ int batch_slurm_exec(struct cli *cli, int argc, char **argv)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &mask, &old);
+	/* A shell starts background commands with SIGINT ignored, and an
+	 * ignored signal never reaches the signalfd: Ctrl-C (kill -INT) must
+	 * still stop the batch and cancel what it submitted. */
+	signal(SIGINT, SIG_DFL);
 	status = cli_parse(cli, &cmd_batch, argc, argv, CLI_SELECT_SHORT "j:N:p:A:t:C:", longopts,
 			   slurm_option, &o);
 	if (status != CLI_CONTINUE)
@@ -815,6 +840,7 @@ int batch_slurm_exec(struct cli *cli, int argc, char **argv)
 
 			node_table(cli, jobs, njobs, gpus);
 			json_object_set_new(sum, "gpus", gpus);
+			task_nodes(json_object_get(sum, "tasks"), jobs, njobs);
 			json_object_set_new(sl, "job_id", json_string(r.alloc.job_id));
 			json_object_set_new(sl, "nodes", json_string(r.alloc.node_list));
 			json_object_set_new(sl, "ended", r.alloc_end[0] ? json_string(r.alloc_end)

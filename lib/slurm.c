@@ -428,7 +428,7 @@ void slurm_step_cause(const char *text, char *buf, size_t len, int *requeueable)
 
 int slurm_job_alive(const struct slurm_alloc *a, char *buf, size_t len)
 {
-	char out[1024];
+	char out[1024], *reason;
 	const char *argv[] = { "squeue", "-h", "-t", "all", "-j", a->job_id, "-o", "%T %r", NULL };
 	int st = capture(argv, out, sizeof out, 15000);
 
@@ -438,7 +438,11 @@ int slurm_job_alive(const struct slurm_alloc *a, char *buf, size_t len)
 	out[strcspn(out, "\n")] = '\0';
 	if (!strncmp(out, "RUNNING", 7) || !strncmp(out, "CONFIGURING", 11))
 		return 1;
-	snprintf(buf, len, "%s", out);
+	/* "COMPLETING TimeLimit": the reason says more than the state */
+	reason = strchr(out, ' ');
+	snprintf(buf, len, "%s", reason && strcmp(reason + 1, "None") ? reason + 1 : out);
+	if (reason && !strcmp(reason + 1, "None"))
+		buf[strcspn(buf, " ")] = '\0';
 	return 0;
 }
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env bats
+# gpuman batch on a real Slurm cluster: 2 nodes x (2 fast A100 + 2 slow T4)
+# in partition "gpu", one more node in partition "short" (1 minute limit).
+# Every claim is proved from what the tasks themselves recorded
+# (gpuman-simload --record: start/end, pid, the GPU's UUID, which differs
+# per node), not from gpuman's summary alone.
+
+load helpers
+
+setup_file() {
+	cluster_up
+	# A job killed by its time limit takes over a minute (Slurm's limits
+	# are minutes, checked every 30 s): start it now, on its own node, and
+	# look at it in the last test.
+	. "$GM_CLUSTER/env"
+	mkdir -p "$GM_CLUSTER/tl"
+	cd "$GM_CLUSTER/tl" || return 1
+	printf 'sleep 300\n' >tl.txt
+	# (bats runs this with errexit: the status must not end the subshell)
+	(
+		st=0
+		gpuman batch --slurm -p short -t 1 --gres=gpu:1 tl.txt >out 2>&1 &
+		echo $! >pid
+		wait $! || st=$?
+		echo $st >rc
+	) 3>&- &
+}
+
+teardown_file() {
+	# stopped like Ctrl-C, before the cluster goes: its srun would wait
+	# for a controller that is gone
+	if [ -s "$GM_CLUSTER/tl/pid" ] && kill -TERM "$(cat "$GM_CLUSTER/tl/pid")" 2>/dev/null; then
+		for _ in $(seq 100); do [ -s "$GM_CLUSTER/tl/rc" ] && break; sleep 0.1; done
+	fi
+	cluster_down
+}
+
+setup() { cluster_setup; }
+
+# sweep N FILE - N tasks of 1 s (0.5 s on an A100) recording into rec
+sweep() {
+	for i in $(seq "$1"); do
+		echo "gpuman-simload --mem 1G --util 50 --seconds 1 --record $PWD/rec; echo {task} >>$PWD/ran"
+	done >"$2"
+}
+
+# The tasks' own records: each task once, no two at a time on one GPU,
+# both nodes used, the A100s (GPU 0, 1) took more than the T4s (2, 3).
+check_sweep() {
+	[ "$(sort -n ran | uniq | wc -l)" -eq "$1" ]
+	[ "$(wc -l <ran)" -eq "$1" ]
+	run -0 python3 "$GM_ROOT/tests/e2e/helpers/overlaps.py" rec
+	[ "$output" = "jobs $1 overlaps 0" ]
+	uuids=$(awk '$1 == "start" { print $3 }' rec)
+	[ "$(sed 's/^GPU-\([0-9a-f]*\)-.*/\1/' <<<"$uuids" | sort -u | wc -l)" -eq 2 ]   # 2 nodes
+	fast=$(grep -c -- '-00000000000[01]$' <<<"$uuids")
+	slow=$(grep -c -- '-00000000000[23]$' <<<"$uuids")
+	echo "A100 $fast tasks, T4 $slow tasks" >&3
+	[ "$fast" -gt "$slow" ]
+}
+
+@test "slurm batch: 40 tasks over 2 nodes x 4 mixed GPUs, each once, never two on a GPU, fast GPUs take more" {
+	sweep 40 sweep.txt
+	run -0 gpuman batch --slurm -N2 --gres=gpu:a100:2,gpu:t4:2 sweep.txt
+	[[ "$output" == *"40 tasks: 40 done"* ]]
+	[[ "$output" == *"NODE:GPU"* ]]
+	check_sweep 40
+	# the summary names node and GPU per task, as the tasks saw them
+	sum=gpuman-logs/sweep.txt/summary.json
+	[ "$(jq '[.tasks[] | select(.state == "done")] | length' $sum)" -eq 40 ]
+	[ "$(jq -r '[.tasks[].node] | unique | join(",")' $sum)" = "n1,n2" ]
+	[ "$(jq '[.gpus[].tasks] | add' $sum)" -eq 40 ]
+	[ -s gpuman-logs/sweep.txt/task-40.log ] || [ -f gpuman-logs/sweep.txt/task-40.log ]
+}
+
+@test "slurm batch: plain 'gpuman batch' inside an sbatch allocation spreads over all its nodes" {
+	sweep 24 sweep.txt
+	run -0 sbatch --wait -N2 --ntasks-per-node=4 --gres=gpu:a100:2,gpu:t4:2 -o out.txt \
+		--wrap "gpuman batch sweep.txt"
+	cat out.txt
+	grep -q "24 tasks: 24 done" out.txt
+	grep -q "Slurm job" out.txt
+	check_sweep 24
+}
+
+@test "slurm batch: a task out of memory on a T4 is requeued onto an A100" {
+	# the A100 is busy first; the 40 GB task lands on the 15 GB T4, fails,
+	# and must wait for the A100
+	cat >oom.txt <<TXT
+sleep 1.5
+gpuman-simload --mem 40G --util 50 --seconds 0.2 --record $PWD/rec
+TXT
+	run -0 gpuman batch --slurm -N1 --gres=gpu:a100:1,gpu:t4:1 oom.txt
+	sum=gpuman-logs/oom.txt/summary.json
+	[ "$(jq -r '.tasks[1].state' $sum)" = done ]
+	[ "$(jq -r '.tasks[1].attempts' $sum)" = 2 ]
+	[ "$(jq -r '.tasks[1].oom_requeues' $sum)" = 1 ]
+	[[ "$(jq -r '.tasks[1].reason' $sum)" == *"out of memory"*"of type t4"* ]]
+	grep -q "out of memory" gpuman-logs/oom.txt/task-2.log
+	# it ran to its end on an A100 (GPU 0 or 1 of its node)
+	[ "$(grep -c '^end' rec)" -eq 1 ]
+	grep '^end' rec | grep -q -- '-00000000000[01] '
+}
+
+@test "slurm batch: --resume runs only what did not succeed" {
+	printf '%s\n' 'echo {task} >>ran' 'echo {task} >>ran; test -e fixed' 'echo {task} >>ran' >r.txt
+	run -1 gpuman batch --slurm --gres=gpu:1 r.txt
+	[[ "$output" == *"3 tasks: 2 done, "*"1 failed"* ]]
+	touch fixed
+	run -0 gpuman batch --slurm --gres=gpu:1 --resume r.txt
+	[[ "$output" == *"(2 from an earlier run)"* ]]
+	[ "$(sort -n ran | paste -sd,)" = "1,2,2,3" ]
+}
+
+@test "slurm batch: no Slurm, no controller, a bad partition or GPU type: each said clearly" {
+	echo true >t.txt
+	run -1 env PATH="$GM_BUILD" gpuman batch --slurm t.txt
+	[[ "$output" == *"Slurm's 'salloc' is not on the PATH"* ]]
+	# a controller that does not answer (a port nobody listens on)
+	sed 's/^SlurmctldPort=.*/SlurmctldPort=9/' "$SLURM_CONF" >dead.conf
+	run -1 env SLURM_CONF="$PWD/dead.conf" gpuman batch --slurm t.txt
+	[[ "$output" == *"the Slurm controller does not answer"* ]]
+	run -1 gpuman batch --slurm -p nosuch t.txt
+	[[ "$output" == *"no such partition"* ]]
+	[[ "$output" == *"gpu:a100:2,gpu:t4:2"* ]]     # what there is
+	run -1 gpuman batch --slurm --gres=gpu:h100:1 t.txt
+	[[ "$output" == *"no node can ever give what was asked"* ]]
+	run -2 gpuman batch --slurm --mem 8G t.txt
+	[[ "$output" == *"--mem does not apply under Slurm"* ]]
+	# nothing was left behind
+	[ -z "$(squeue -h -t PD,R -p gpu)" ]
+}
+
+@test "slurm batch: Ctrl-C stops the tasks and cancels the allocation it made" {
+	printf 'sleep 60\nsleep 60\nsleep 60\n' >s.txt
+	gpuman batch --slurm --gres=gpu:2 s.txt >out 2>&1 3>&- &
+	pid=$!
+	for _ in $(seq 300); do
+		job=$(sed -n 's/^gpuman batch: Slurm job \([0-9]*\):.*/\1/p' out)
+		[ -n "$job" ] && [ "$(squeue -h -s -j "$job" -o %j | grep -c gpuman-task)" -ge 2 ] && break
+		sleep 0.1
+	done
+	[ "$(squeue -h -s -j "$job" -o %j | grep -c gpuman-task)" -eq 2 ]
+	kill -INT $pid
+	status=0
+	wait $pid || status=$?
+	cat out
+	[ "$status" -eq 130 ]
+	cat out
+	grep -q "interrupted" out
+	for _ in $(seq 100); do
+		[ -z "$(squeue -h -j "$job" -t PD,R,CG 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	[ -z "$(squeue -h -j "$job" -t PD,R,CG 2>/dev/null)" ]
+	[ -z "$(squeue -h -s -j "$job" -o %j 2>/dev/null)" ]
+}
+
+@test "slurm batch: a task killed by Slurm's time limit is named in the summary" {
+	cd "$GM_CLUSTER/tl"
+	for _ in $(seq 1500); do [ -s rc ] && break; sleep 0.1; done
+	cat out
+	[ -s rc ] || ps -ef | grep -v grep | grep -E "gpuman|salloc|srun|scancel"
+	[ "$(cat rc)" = 1 ]
+	grep -q "killed by Slurm: time limit" out
+	grep -q "ended (TimeLimit)" out
+}
