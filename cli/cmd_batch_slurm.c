@@ -328,6 +328,10 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 		status = WEXITSTATUS(wstatus);
 	else
 		status = 128 + WTERMSIG(wstatus);
+	/* srun may exit 0 for a step Slurm killed (node failure): without the
+	 * wrapper's "end" the task did not finish, whatever srun says */
+	if (!rc.ended && status == 0)
+		status = -1;
 	oom = status != 0 && says_oom(text);
 	free(text);
 	r->used[sl->type] -= r->per_task;
@@ -340,7 +344,7 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 	}
 	job->start_ms = rc.started ? rc.start_ms : sl->spawned_ms;
 	job->end_ms = rc.ended ? rc.end_ms : now_ms();
-	job->has_exit = 1;
+	job->has_exit = status >= 0;
 	job->exit_status = status;
 	job->runner_pid = 0;
 	if (!cause[0] && !rc.ended && r->alloc_end[0] == '\0') {
@@ -359,7 +363,10 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 			snprintf(r->alloc_end, sizeof r->alloc_end, "Slurm job %s ended (%s)",
 				 r->alloc.job_id, state);
 	}
-	engine_describe_status(status, desc, sizeof desc);
+	if (status < 0)
+		snprintf(desc, sizeof desc, "the step ended before the task did");
+	else
+		engine_describe_status(status, desc, sizeof desc);
 	if (status == 0) {
 		job->state = JOB_DONE;
 		if (!job->ooms)

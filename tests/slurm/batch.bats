@@ -156,6 +156,33 @@ TXT
 	[ -z "$(squeue -h -s -j "$job" -o %j 2>/dev/null)" ]
 }
 
+@test "slurm batch: a node failure is named; what did not run is left for --resume" {
+	printf 'sleep 30\nsleep 30\necho {task} >>ran\necho {task} >>ran\n' >nf.txt
+	gpuman batch --slurm -N2 --gres=gpu:1 nf.txt >out 2>&1 3>&- &
+	pid=$!
+	for _ in $(seq 300); do
+		job=$(sed -n 's/^gpuman batch: Slurm job \([0-9]*\):.*/\1/p' out)
+		[ -n "$job" ] && [ "$(squeue -h -s -j "$job" -o %j | grep -c gpuman-task)" -eq 2 ] && break
+		sleep 0.1
+	done
+	node=$(squeue -h -s -j "$job" -o "%j %N" | awk '$1 == "gpuman-task-1" { print $2 }')
+	scontrol update NodeName="$node" State=DOWN Reason=gpuman-test
+	status=0
+	wait $pid || status=$?
+	cat out
+	[ "$status" -eq 1 ]
+	grep -q "killed by Slurm: node failure" out
+	grep -q "ended (NodeDown)" out
+	grep -q "2 not run (--resume runs them)" out
+	# neither task 1 nor 2 finished: none is "done"
+	[ "$(jq -r '[.tasks[0,1].state] | join(",")' gpuman-logs/nf.txt/summary.json)" = failed,failed ]
+	# the node is back (ReturnToService=2); --resume runs the rest
+	for _ in $(seq 100); do [ "$(sinfo -h -n "$node" -o %t)" = idle ] && break; sleep 0.1; done
+	printf 'true\ntrue\necho {task} >>ran\necho {task} >>ran\n' >nf.txt
+	run -0 gpuman batch --slurm -N2 --gres=gpu:1 --resume nf.txt
+	[ "$(sort -n ran | paste -sd,)" = "3,4" ]
+}
+
 @test "slurm batch: a task killed by Slurm's time limit is named in the summary" {
 	cd "$GM_CLUSTER/tl"
 	for _ in $(seq 1500); do [ -s rc ] && break; sleep 0.1; done
