@@ -43,6 +43,10 @@ JOBS_SRC := lib/jobstore.c
 LIB_SRC := $(filter-out $(JOBS_SRC),$(sort $(wildcard lib/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/simstate.c
+# The simulator library: the modelled functions and a generated weak stub for
+# every other function of NVML's list.
+SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/stubs.o \
+	$(SIM_COMMON:%.c=$(BUILD)/%.o)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 SERVE_SRC := $(sort $(wildcard serve/*.c))
@@ -77,6 +81,12 @@ SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
 $(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -c -o $@ $<
+
+$(BUILD)/sim/stubs.c: sim/gen-stubs.sh sim/nvml-functions.txt
+	@mkdir -p $(@D)
+	sh sim/gen-stubs.sh sim/nvml-functions.txt >$@.tmp && mv $@.tmp $@
+$(BUILD)/sim/stubs.o: $(BUILD)/sim/stubs.c
+	$(CC) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -Wno-missing-prototypes -c -o $@ $<
 
 $(BUILD)/libgpuman.a: $(LIB_OBJ)
 	@rm -f $@
@@ -120,12 +130,12 @@ $(BUILD)/gpuman-runner: runner/gpuman-runner.c cli/childenv.c cli/childenv.h
 
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
-$(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
+$(BUILD)/sim/libnvidia-ml.so.1: $(SIM_LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
 # The same simulator as a driver from before the _v2/_v3 symbols: the version
 # script exports only the old names, so dlsym really finds no nvmlInit_v2.
-$(BUILD)/sim/old/libnvidia-ml.so.1: $(BUILD)/sim/nvml_sim.o $(SIM_COMMON:%.c=$(BUILD)/%.o) sim/old-driver.map
+$(BUILD)/sim/old/libnvidia-ml.so.1: $(SIM_LIB_OBJ) sim/old-driver.map
 	@mkdir -p $(@D)
 	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/old-driver.map $(SIM_CFLAGS) \
 		-o $@ $(filter %.o,$^) -ljansson

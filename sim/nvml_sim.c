@@ -29,8 +29,7 @@
 #include <time.h>
 #include "scenario.h"
 #include "simstate.h"
-
-#define SIM_EXPORT __attribute__((visibility("default")))
+#include "nvml_sim.h"
 
 /* How long one reading of the live processes serves later queries: shorter
  * than any client could notice (a real driver lags more), long enough that
@@ -39,27 +38,9 @@
 
 #define MIB 1048576ULL
 
-/* nvmlReturn_t (an int-sized enum). */
-enum nvml_return {
-	NVML_SUCCESS = 0,
-	NVML_ERROR_UNINITIALIZED = 1,
-	NVML_ERROR_INVALID_ARGUMENT = 2,
-	NVML_ERROR_NOT_SUPPORTED = 3,
-	NVML_ERROR_NO_PERMISSION = 4,
-	NVML_ERROR_NOT_FOUND = 6,
-	NVML_ERROR_INSUFFICIENT_SIZE = 7,
-	NVML_ERROR_DRIVER_NOT_LOADED = 9,
-	NVML_ERROR_LIBRARY_NOT_FOUND = 12,
-	NVML_ERROR_FUNCTION_NOT_FOUND = 13,
-	NVML_ERROR_GPU_IS_LOST = 15,
-	NVML_ERROR_OPERATING_SYSTEM = 17,
-	NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
-	NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
-	NVML_ERROR_UNKNOWN = 999
-};
-
 enum { NVML_TEMPERATURE_GPU = 0 };
-enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_COUNT = 4 };
+enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_VIDEO = 3,
+       NVML_CLOCK_COUNT = 4 };
 
 /* nvmlMemory_t: bytes; "used" includes reserved memory. */
 struct nvml_memory {
@@ -204,9 +185,12 @@ SIM_EXPORT const char *gpumanSimError(void);
  * calling nvmlShutdown while another thread queries is the caller's bug).
  */
 static pthread_mutex_t sim_mutex = PTHREAD_MUTEX_INITIALIZER;
-static struct scenario *sim;
+struct scenario *sim;
 static unsigned sim_init_count;
 static char sim_error[SCENARIO_ERR_SIZE];
+/* nvmlErrorString(NVML_ERROR_UNKNOWN) after the simulator's own failure:
+ * clients that know nothing of gpumanSimError still show why. */
+static char sim_unknown_text[SCENARIO_ERR_SIZE + 64];
 
 static struct simstate sim_state = SIMSTATE_INIT;
 static struct simstate_live sim_live = SIMSTATE_LIVE_INIT;
@@ -288,6 +272,9 @@ static enum nvml_return sim_init(enum scenario_fn fn)
 	sc = NULL;
 	sim_init_count = 1;
 done:
+	if (ret == NVML_ERROR_UNKNOWN)
+		snprintf(sim_unknown_text, sizeof sim_unknown_text,
+		         "Unknown Error (gpuman NVML simulator: %s)", sim_error);
 	pthread_mutex_unlock(&sim_mutex);
 	scenario_free(sc);
 	return ret;
@@ -362,6 +349,8 @@ SIM_EXPORT const char *nvmlErrorString(enum nvml_return result)
 	case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
 		return "Argument version mismatch";
 	default:
+		if (result == NVML_ERROR_UNKNOWN && sim_unknown_text[0])
+			return sim_unknown_text;
 		return "Unknown Error";
 	}
 }
@@ -372,7 +361,7 @@ SIM_EXPORT const char *gpumanSimError(void)
 }
 
 /* The checks every system query makes, in NVML's order. */
-static enum nvml_return system_query(enum scenario_fn fn, int args_ok)
+enum nvml_return sim_system_query(enum scenario_fn fn, int args_ok)
 {
 	enum nvml_return ret = NVML_SUCCESS;
 
@@ -398,10 +387,10 @@ static int device_valid(const struct scenario_gpu *dev)
  * a handle we gave out, sane arguments, the GPU's injected fault, and
  * whether the GPU reports the field at all (need: enum scenario_has bits).
  */
-static enum nvml_return device_query(enum scenario_fn fn, const struct scenario_gpu *dev,
+enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu *dev,
                                      int args_ok, unsigned need)
 {
-	enum nvml_return ret = system_query(fn, 1);
+	enum nvml_return ret = sim_system_query(fn, 1);
 
 	if (ret == NVML_SUCCESS && (!device_valid(dev) || !args_ok))
 		ret = NVML_ERROR_INVALID_ARGUMENT;
@@ -412,7 +401,17 @@ static enum nvml_return device_query(enum scenario_fn fn, const struct scenario_
 	return ret;
 }
 
-static enum nvml_return copy_string(const char *value, char *buf, unsigned length)
+/* One of the scenario's readings, or NOT_SUPPORTED where it gives none. */
+enum nvml_return sim_reading(const struct scenario_gpu *dev, enum scenario_reading r,
+                                unsigned *out)
+{
+	if (!(dev->reading_has & (1u << r)))
+		return NVML_ERROR_NOT_SUPPORTED;
+	*out = dev->reading[r];
+	return NVML_SUCCESS;
+}
+
+enum nvml_return sim_copy_string(const char *value, char *buf, unsigned length)
 {
 	if (strlen(value) >= length)
 		return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -422,18 +421,18 @@ static enum nvml_return copy_string(const char *value, char *buf, unsigned lengt
 
 SIM_EXPORT enum nvml_return nvmlSystemGetDriverVersion(char *version, unsigned length)
 {
-	enum nvml_return ret = system_query(FN_nvmlSystemGetDriverVersion, version != NULL);
+	enum nvml_return ret = sim_system_query(FN_nvmlSystemGetDriverVersion, version != NULL);
 
 	if (ret == NVML_SUCCESS && !sim->has_driver_version)
 		ret = NVML_ERROR_NOT_SUPPORTED;
 	if (ret == NVML_SUCCESS)
-		ret = copy_string(sim->driver_version, version, length);
+		ret = sim_copy_string(sim->driver_version, version, length);
 	return ret;
 }
 
 static enum nvml_return cuda_driver_version(enum scenario_fn fn, int *version)
 {
-	enum nvml_return ret = system_query(fn, version != NULL);
+	enum nvml_return ret = sim_system_query(fn, version != NULL);
 
 	if (ret == NVML_SUCCESS && !sim->has_cuda_driver_version)
 		ret = NVML_ERROR_NOT_SUPPORTED;
@@ -454,7 +453,7 @@ SIM_EXPORT enum nvml_return nvmlSystemGetCudaDriverVersion(int *version)
 
 static enum nvml_return device_count(enum scenario_fn fn, unsigned *count)
 {
-	enum nvml_return ret = system_query(fn, count != NULL);
+	enum nvml_return ret = sim_system_query(fn, count != NULL);
 
 	if (ret == NVML_SUCCESS)
 		*count = (unsigned)sim->gpu_count;
@@ -471,12 +470,14 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetCount(unsigned *count)
 	return device_count(FN_nvmlDeviceGetCount, count);
 }
 
-/* A GPU the process may not open has no handle; every other fault shows up
- * in the queries made with the handle. */
-static enum nvml_return give_handle(struct scenario_gpu *gpu, struct scenario_gpu **device)
+/* A GPU the process may not open has no handle; other faults show up in the
+ * queries made with the handle unless the scenario puts them here. */
+enum nvml_return sim_give_handle(struct scenario_gpu *gpu, struct scenario_gpu **device)
 {
-	if (gpu->fail == NVML_ERROR_NO_PERMISSION)
-		return NVML_ERROR_NO_PERMISSION;
+	/* A GPU that fell off the bus often fails right here on real machines
+	 * ("fail_at": "handle"). */
+	if (gpu->fail == NVML_ERROR_NO_PERMISSION || gpu->fail_at_handle)
+		return (enum nvml_return)gpu->fail;
 	*device = gpu;
 	return NVML_SUCCESS;
 }
@@ -484,12 +485,12 @@ static enum nvml_return give_handle(struct scenario_gpu *gpu, struct scenario_gp
 static enum nvml_return handle_by_index(enum scenario_fn fn, unsigned index,
                                         struct scenario_gpu **device)
 {
-	enum nvml_return ret = system_query(fn, device != NULL);
+	enum nvml_return ret = sim_system_query(fn, device != NULL);
 
 	if (ret == NVML_SUCCESS && index >= sim->gpu_count)
 		ret = NVML_ERROR_INVALID_ARGUMENT;
 	if (ret == NVML_SUCCESS)
-		ret = give_handle(&sim->gpus[index], device);
+		ret = sim_give_handle(&sim->gpus[index], device);
 	return ret;
 }
 
@@ -508,19 +509,19 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetHandleByUUID(const char *uuid,
                                                       struct scenario_gpu **device)
 {
 	enum nvml_return ret =
-	    system_query(FN_nvmlDeviceGetHandleByUUID, uuid != NULL && device != NULL);
+	    sim_system_query(FN_nvmlDeviceGetHandleByUUID, uuid != NULL && device != NULL);
 	long pos = ret == NVML_SUCCESS ? scenario_find_uuid(sim, uuid) : -1;
 
 	if (ret == NVML_SUCCESS && pos < 0)
 		ret = NVML_ERROR_NOT_FOUND;
 	if (ret == NVML_SUCCESS)
-		ret = give_handle(&sim->gpus[pos], device);
+		ret = sim_give_handle(&sim->gpus[pos], device);
 	return ret;
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetIndex(struct scenario_gpu *device, unsigned *index)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetIndex, device, index != NULL, 0);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetIndex, device, index != NULL, 0);
 
 	if (ret == NVML_SUCCESS)
 		*index = device->index;
@@ -530,27 +531,27 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetIndex(struct scenario_gpu *device, unsi
 SIM_EXPORT enum nvml_return nvmlDeviceGetName(struct scenario_gpu *device, char *name,
                                               unsigned length)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetName, device, name != NULL, 0);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetName, device, name != NULL, 0);
 
 	if (ret == NVML_SUCCESS)
-		ret = copy_string(device->name, name, length);
+		ret = sim_copy_string(device->name, name, length);
 	return ret;
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetUUID(struct scenario_gpu *device, char *uuid,
                                               unsigned length)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetUUID, device, uuid != NULL, 0);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetUUID, device, uuid != NULL, 0);
 
 	if (ret == NVML_SUCCESS)
-		ret = copy_string(device->uuid, uuid, length);
+		ret = sim_copy_string(device->uuid, uuid, length);
 	return ret;
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v3(struct scenario_gpu *device,
                                                     struct nvml_pci_info *pci)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetPciInfo_v3, device, pci != NULL, 0);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetPciInfo_v3, device, pci != NULL, 0);
 
 	if (ret == NVML_SUCCESS) {
 		memset(pci, 0, sizeof *pci);
@@ -570,7 +571,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo_v3(struct scenario_gpu *device,
 static enum nvml_return pci_info_v2(enum scenario_fn fn, struct scenario_gpu *device,
                                     struct nvml_pci_info_v2 *pci)
 {
-	enum nvml_return ret = device_query(fn, device, pci != NULL, 0);
+	enum nvml_return ret = sim_device_query(fn, device, pci != NULL, 0);
 
 	if (ret == NVML_SUCCESS) {
 		memset(pci, 0, sizeof *pci);
@@ -598,31 +599,32 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo(struct scenario_gpu *device,
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetMinorNumber(struct scenario_gpu *device, unsigned *minor)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetMinorNumber, device, minor != NULL, 0);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetMinorNumber, device, minor != NULL, 0);
 
 	if (ret == NVML_SUCCESS)
 		*minor = device->minor_number;
 	return ret;
 }
 
-/* Used memory in MiB: the driver's own, the scenario's processes' and the
- * live processes'; never more than the total (then free is 0). */
+/* Used memory in MiB, reserved memory not counted: the driver's own, the
+ * scenario's processes' and the live processes'; never more than what the
+ * reserve leaves (then free is 0). */
 static uint64_t gpu_used_mib(const struct scenario_gpu *device)
 {
-	uint64_t used;
+	uint64_t used, room = device->mem_total_mib - device->mem_reserved_mib;
 
 	pthread_mutex_lock(&sim_mutex);
 	live_refresh();
 	used = device->mem_used_mib + device->procs_used_mib + live_used_mib[device->index];
 	pthread_mutex_unlock(&sim_mutex);
-	return used < device->mem_total_mib ? used : device->mem_total_mib;
+	return used < room ? used : room;
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo_v2(struct scenario_gpu *device,
                                                        struct nvml_memory_v2 *memory)
 {
 	enum nvml_return ret =
-	    device_query(FN_nvmlDeviceGetMemoryInfo_v2, device, memory != NULL, 0);
+	    sim_device_query(FN_nvmlDeviceGetMemoryInfo_v2, device, memory != NULL, 0);
 	uint64_t used;
 
 	/* NVML answers FUNCTION_NOT_FOUND, not a version error, to a wrong
@@ -634,9 +636,9 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo_v2(struct scenario_gpu *devi
 	if (ret == NVML_SUCCESS) {
 		used = gpu_used_mib(device);
 		memory->total = device->mem_total_mib * MIB;
-		memory->reserved = 0;
+		memory->reserved = device->mem_reserved_mib * MIB;
 		memory->used = used * MIB;
-		memory->free = (device->mem_total_mib - used) * MIB;
+		memory->free = (device->mem_total_mib - device->mem_reserved_mib - used) * MIB;
 	}
 	return ret;
 }
@@ -645,11 +647,12 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo(struct scenario_gpu *device,
                                                     struct nvml_memory *memory)
 {
 	enum nvml_return ret =
-	    device_query(FN_nvmlDeviceGetMemoryInfo, device, memory != NULL, SCENARIO_HAS_MEMORY);
+	    sim_device_query(FN_nvmlDeviceGetMemoryInfo, device, memory != NULL, SCENARIO_HAS_MEMORY);
 	uint64_t used;
 
 	if (ret == NVML_SUCCESS) {
-		used = gpu_used_mib(device);
+		/* v1's used counts the reserve. */
+		used = gpu_used_mib(device) + device->mem_reserved_mib;
 		memory->total = device->mem_total_mib * MIB;
 		memory->used = used * MIB;
 		memory->free = (device->mem_total_mib - used) * MIB;
@@ -661,7 +664,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetUtilizationRates(struct scenario_gpu *d
                                                           struct nvml_utilization *util)
 {
 	enum nvml_return ret =
-	    device_query(FN_nvmlDeviceGetUtilizationRates, device, util != NULL, SCENARIO_HAS_UTIL);
+	    sim_device_query(FN_nvmlDeviceGetUtilizationRates, device, util != NULL, SCENARIO_HAS_UTIL);
 	unsigned gpu;
 
 	/* As on real hardware, a GPU split into MIG slices has no utilization. */
@@ -681,7 +684,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetUtilizationRates(struct scenario_gpu *d
 SIM_EXPORT enum nvml_return nvmlDeviceGetPowerUsage(struct scenario_gpu *device, unsigned *power_mw)
 {
 	enum nvml_return ret =
-	    device_query(FN_nvmlDeviceGetPowerUsage, device, power_mw != NULL, SCENARIO_HAS_POWER);
+	    sim_device_query(FN_nvmlDeviceGetPowerUsage, device, power_mw != NULL, SCENARIO_HAS_POWER);
 
 	if (ret == NVML_SUCCESS)
 		*power_mw = device->power_mw;
@@ -691,7 +694,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetPowerUsage(struct scenario_gpu *device,
 SIM_EXPORT enum nvml_return nvmlDeviceGetEnforcedPowerLimit(struct scenario_gpu *device,
                                                             unsigned *limit_mw)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetEnforcedPowerLimit, device,
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetEnforcedPowerLimit, device,
 	                                    limit_mw != NULL, SCENARIO_HAS_POWER_LIMIT);
 
 	if (ret == NVML_SUCCESS)
@@ -702,7 +705,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetEnforcedPowerLimit(struct scenario_gpu 
 SIM_EXPORT enum nvml_return nvmlDeviceGetTemperature(struct scenario_gpu *device, int sensor,
                                                      unsigned *temp_c)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetTemperature, device,
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetTemperature, device,
 	                                    temp_c != NULL && sensor == NVML_TEMPERATURE_GPU,
 	                                    SCENARIO_HAS_TEMPERATURE);
 
@@ -714,7 +717,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetTemperature(struct scenario_gpu *device
 SIM_EXPORT enum nvml_return nvmlDeviceGetCudaComputeCapability(struct scenario_gpu *device,
                                                                int *major, int *minor)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetCudaComputeCapability, device,
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetCudaComputeCapability, device,
 	                                    major != NULL && minor != NULL, SCENARIO_HAS_CC);
 
 	if (ret == NVML_SUCCESS) {
@@ -755,7 +758,7 @@ static void put_process(void *infos, int v1, unsigned i, unsigned pid, int has_m
 static enum nvml_return list_processes(enum scenario_fn fn, struct scenario_gpu *device,
                                        unsigned kind, unsigned *count, void *infos, int v1)
 {
-	enum nvml_return ret = device_query(fn, device, count != NULL, 0);
+	enum nvml_return ret = sim_device_query(fn, device, count != NULL, 0);
 	unsigned n = 0, i = 0;
 	size_t j;
 
@@ -846,7 +849,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetGraphicsRunningProcesses(struct scenari
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetComputeMode(struct scenario_gpu *device, int *mode)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetComputeMode, device, mode != NULL,
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetComputeMode, device, mode != NULL,
 	                                    SCENARIO_HAS_COMPUTE_MODE);
 
 	if (ret == NVML_SUCCESS)
@@ -857,7 +860,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetComputeMode(struct scenario_gpu *device
 SIM_EXPORT enum nvml_return nvmlDeviceGetMigMode(struct scenario_gpu *device, unsigned *current,
                                                  unsigned *pending)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetMigMode, device,
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetMigMode, device,
 	                                    current != NULL && pending != NULL, SCENARIO_HAS_MIG);
 
 	if (ret == NVML_SUCCESS) {
@@ -870,26 +873,33 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMigMode(struct scenario_gpu *device, un
 SIM_EXPORT enum nvml_return nvmlDeviceGetNumGpuCores(struct scenario_gpu *device, unsigned *cores)
 {
 	enum nvml_return ret =
-	    device_query(FN_nvmlDeviceGetNumGpuCores, device, cores != NULL, SCENARIO_HAS_CORES);
+	    sim_device_query(FN_nvmlDeviceGetNumGpuCores, device, cores != NULL, SCENARIO_HAS_CORES);
 
 	if (ret == NVML_SUCCESS)
 		*cores = device->cuda_cores;
 	return ret;
 }
 
-/* Only the graphics and SM clocks are simulated (one value for both). */
+/* Max graphics and SM clocks are max_sm_clock_mhz; memory and video have
+ * their own readings. */
 SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *device, int type,
                                                       unsigned *clock_mhz)
 {
-	enum nvml_return ret = device_query(
-	    FN_nvmlDeviceGetMaxClockInfo, device,
-	    clock_mhz != NULL && type >= 0 && type < NVML_CLOCK_COUNT, SCENARIO_HAS_CLOCK);
+	enum nvml_return ret =
+	    sim_device_query(FN_nvmlDeviceGetMaxClockInfo, device,
+	                 clock_mhz != NULL && type >= 0 && type < NVML_CLOCK_COUNT, 0);
 
-	if (ret == NVML_SUCCESS && type != NVML_CLOCK_GRAPHICS && type != NVML_CLOCK_SM)
-		ret = NVML_ERROR_NOT_SUPPORTED;
-	if (ret == NVML_SUCCESS)
+	if (ret != NVML_SUCCESS)
+		return ret;
+	if (type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM) {
+		if (!(device->has & SCENARIO_HAS_CLOCK))
+			return NVML_ERROR_NOT_SUPPORTED;
 		*clock_mhz = device->max_sm_clock_mhz;
-	return ret;
+		return NVML_SUCCESS;
+	}
+	return sim_reading(device, type == NVML_CLOCK_MEM ? READING_MAX_CLOCK_MEM_MHZ
+	                                              : READING_MAX_CLOCK_VIDEO_MHZ,
+	               clock_mhz);
 }
 
 /*

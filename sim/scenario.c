@@ -76,7 +76,22 @@ static const char *const gpu_keys[] = {"comment",
                                        "speed",
                                        "processes",
                                        "fail",
+                                       "fail_at",
+                                       "memory_reserved_mib",
+#define READING_KEY(id, key, min, max, scale) key,
+                                       SCENARIO_READINGS(READING_KEY)
+#undef READING_KEY
                                        NULL};
+
+static const struct {
+	const char *key;
+	double min, max, scale;
+} readings[READING_COUNT] = {
+#define READING_ROW(id, key, min, max, scale) {key, min, max, scale},
+    SCENARIO_READINGS(READING_ROW)
+#undef READING_ROW
+};
+_Static_assert(READING_COUNT <= 32, "reading_has has 32 bits");
 static const char *const proc_keys[] = {"comment", "pid", "used_mib", "utilization", "type", NULL};
 
 /* How a key was found: the getters return one of these, or -1 on error. */
@@ -451,6 +466,21 @@ static int parse_measurements(struct loader *ld, const json_t *obj, const char *
 		gpu->has &= ~SCENARIO_HAS_MEMORY;
 	gpu->mem_total_mib = (uint64_t)total;
 	gpu->mem_used_mib = (uint64_t)used;
+	f = get_number(ld, obj, where, "memory_reserved_mib", 0, MAX_MIB, 1, &x);
+	if (f < 0)
+		return -1;
+	gpu->mem_reserved_mib = f == FIELD_SET ? (uint64_t)x : 0;
+
+	for (size_t i = 0; i < READING_COUNT; i++) {
+		f = get_number(ld, obj, where, readings[i].key, readings[i].min, readings[i].max,
+		               readings[i].scale == 1, &x);
+		if (f < 0)
+			return -1;
+		if (f == FIELD_SET) {
+			gpu->reading[i] = (unsigned)(x * readings[i].scale + 0.5);
+			gpu->reading_has |= 1u << i;
+		}
+	}
 
 	f = get_number(ld, obj, where, "utilization_gpu", 0, 100, 1, &x);
 	if (f < 0)
@@ -598,10 +628,20 @@ static int parse_gpu(struct loader *ld, const json_t *obj, size_t index, struct 
 	    parse_processes(ld, obj, where, gpu) < 0)
 		return -1;
 
-	in_use = gpu->mem_used_mib + gpu->procs_used_mib;
+	f = get_string(ld, obj, where, "fail_at", 16, &name);
+	if (f < 0)
+		return -1;
+	if (f == FIELD_SET && strcmp(name, "query") && strcmp(name, "handle"))
+		return bad(ld, where, "fail_at", "unknown place '%s' (use handle or query)", name);
+	gpu->fail_at_handle = f == FIELD_SET && !strcmp(name, "handle");
+	if (gpu->fail_at_handle && !gpu->fail)
+		return bad(ld, where, "fail_at", "needs a \"fail\" error to inject");
+
+	in_use = gpu->mem_reserved_mib + gpu->mem_used_mib + gpu->procs_used_mib;
 	if ((gpu->has & SCENARIO_HAS_MEMORY) && in_use > gpu->mem_total_mib)
 		return bad(ld, where, NULL,
-		           "memory in use (memory_used_mib + the processes' used_mib = %llu MiB) "
+		           "memory in use (memory_reserved_mib + memory_used_mib + the processes' "
+		           "used_mib = %llu MiB) "
 		           "exceeds memory_total_mib (%llu MiB)",
 		           (unsigned long long)in_use, (unsigned long long)gpu->mem_total_mib);
 	return 0;

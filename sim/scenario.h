@@ -69,7 +69,27 @@
 	X(nvmlDeviceGetComputeMode)                                                                \
 	X(nvmlDeviceGetMigMode)                                                                    \
 	X(nvmlDeviceGetNumGpuCores)                                                                \
-	X(nvmlDeviceGetMaxClockInfo)                                                                \
+	X(nvmlDeviceGetMaxClockInfo)                                                               \
+	X(nvmlDeviceGetClockInfo)                                                                  \
+	X(nvmlDeviceGetHandleByPciBusId_v2)                                                        \
+	X(nvmlDeviceGetHandleByPciBusId)                                                           \
+	X(nvmlSystemGetNVMLVersion)                                                                \
+	X(nvmlDeviceGetMaxPcieLinkGeneration)                                                      \
+	X(nvmlDeviceGetMaxPcieLinkWidth)                                                           \
+	X(nvmlDeviceGetCurrPcieLinkGeneration)                                                     \
+	X(nvmlDeviceGetCurrPcieLinkWidth)                                                          \
+	X(nvmlDeviceGetPcieThroughput)                                                             \
+	X(nvmlDeviceGetTemperatureThreshold)                                                       \
+	X(nvmlDeviceGetFanSpeed)                                                                   \
+	X(nvmlDeviceGetFanSpeed_v2)                                                                \
+	X(nvmlDeviceGetNumFans)                                                                    \
+	X(nvmlDeviceGetEncoderUtilization)                                                         \
+	X(nvmlDeviceGetDecoderUtilization)                                                         \
+	X(nvmlDeviceGetPowerManagementLimit)                                                       \
+	X(nvmlDeviceGetPowerManagementDefaultLimit)                                                \
+	X(nvmlDeviceGetPowerManagementLimitConstraints)                                            \
+	X(nvmlDeviceGetPerformanceState)                                                           \
+	X(nvmlDeviceGetPersistenceMode)                                                            \
 	X(nvmlDeviceGetProcessUtilization)
 
 /* clang-format off */
@@ -96,6 +116,47 @@ enum scenario_has {
 	SCENARIO_HAS_CORES = 1u << 8,        /* cuda_cores */
 	SCENARIO_HAS_CLOCK = 1u << 9         /* max_sm_clock_mhz */
 };
+
+/*
+ * Readings monitoring tools show (nvtop, nvitop, gpustat), each one unsigned
+ * number: X(id, scenario key, min, max, scale).  The scenario gives the key
+ * in its unit (scale 1000 turns watts into NVML's milliwatts); absent or
+ * null, NVML answers NOT_SUPPORTED.
+ */
+#define SCENARIO_READINGS(X)                                                                       \
+	X(PCIE_GEN, "pcie_gen", 1, 7, 1)                                                           \
+	X(PCIE_MAX_GEN, "pcie_max_gen", 1, 7, 1)                                                   \
+	X(PCIE_WIDTH, "pcie_width", 1, 32, 1)                                                      \
+	X(PCIE_MAX_WIDTH, "pcie_max_width", 1, 32, 1)                                              \
+	X(PCIE_TX_KBPS, "pcie_tx_kbps", 0, 1e9, 1)                                                 \
+	X(PCIE_RX_KBPS, "pcie_rx_kbps", 0, 1e9, 1)                                                 \
+	X(TEMP_SHUTDOWN_C, "temperature_shutdown_c", 0, 200, 1)                                    \
+	X(TEMP_SLOWDOWN_C, "temperature_slowdown_c", 0, 200, 1)                                    \
+	X(TEMP_MEM_MAX_C, "temperature_mem_max_c", 0, 200, 1)                                      \
+	X(TEMP_GPU_MAX_C, "temperature_gpu_max_c", 0, 200, 1)                                      \
+	X(CLOCK_GRAPHICS_MHZ, "clock_graphics_mhz", 0, 100000, 1)                                  \
+	X(CLOCK_SM_MHZ, "clock_sm_mhz", 0, 100000, 1)                                              \
+	X(CLOCK_MEM_MHZ, "clock_memory_mhz", 0, 100000, 1)                                         \
+	X(CLOCK_VIDEO_MHZ, "clock_video_mhz", 0, 100000, 1)                                        \
+	X(MAX_CLOCK_MEM_MHZ, "max_clock_memory_mhz", 1, 100000, 1)                                 \
+	X(MAX_CLOCK_VIDEO_MHZ, "max_clock_video_mhz", 1, 100000, 1)                                \
+	X(FAN_PCT, "fan_pct", 0, 100, 1)                                                           \
+	X(ENCODER_PCT, "encoder_utilization", 0, 100, 1)                                           \
+	X(DECODER_PCT, "decoder_utilization", 0, 100, 1)                                           \
+	X(POWER_DEFAULT_MW, "power_limit_default_w", 0, 100000, 1000)                              \
+	X(POWER_MIN_MW, "power_limit_min_w", 0, 100000, 1000)                                      \
+	X(POWER_MAX_MW, "power_limit_max_w", 0, 100000, 1000)                                      \
+	X(PSTATE, "performance_state", 0, 15, 1)                                                   \
+	X(PERSISTENCE, "persistence_mode", 0, 1, 1)
+
+/* clang-format off */
+enum scenario_reading {
+#define SCENARIO_READING_ENUM(id, key, min, max, scale) READING_##id,
+	SCENARIO_READINGS(SCENARIO_READING_ENUM)
+#undef SCENARIO_READING_ENUM
+	READING_COUNT
+};
+/* clang-format on */
 
 /* NVML's compute modes, numbered as nvmlComputeMode_t. */
 enum scenario_compute_mode {
@@ -143,6 +204,10 @@ struct scenario_gpu {
 	 * defaults stand in where the scenario makes NVML hide the fields. */
 	uint64_t cuda_rank;
 	int fail; /* NVML error code injected for this GPU, 0 none */
+	int fail_at_handle; /* fail answers the handle lookup itself ("fail_at": "handle") */
+	uint64_t mem_reserved_mib; /* memory_reserved_mib: the driver's, never free */
+	unsigned reading[READING_COUNT];
+	uint32_t reading_has; /* bit i: reading[i] was given */
 	size_t proc_count;
 	struct scenario_proc *procs; /* owned by the scenario */
 	uint64_t procs_used_mib;     /* sum of the processes' known used_mib */

@@ -119,7 +119,7 @@ uuid_lines() {
 		count_null=INVALID_ARGUMENT handle_out_of_range=INVALID_ARGUMENT \
 		handle_null=INVALID_ARGUMENT bad_handle=INVALID_ARGUMENT null_handle=INVALID_ARGUMENT \
 		name_small=INSUFFICIENT_SIZE temperature_bad_sensor=INVALID_ARGUMENT \
-		memory_clock=NOT_SUPPORTED "by_uuid=SUCCESS same=True" by_uuid_prefix=NOT_FOUND \
+		clock_bad_type=INVALID_ARGUMENT "by_uuid=SUCCESS same=True" by_uuid_prefix=NOT_FOUND \
 		after_one_of_two_shutdowns=SUCCESS after_shutdown=UNINITIALIZED
 }
 
@@ -128,6 +128,8 @@ uuid_lines() {
 	run nvmlq init
 	has init=UNKNOWN
 	[[ "$output" == *"sim_error=GPUMAN_SIM is not set"* ]]
+	# Clients that know nothing of gpumanSimError see the reason too.
+	[[ "$output" == *"error_string=Unknown Error (gpuman NVML simulator: GPUMAN_SIM is not set"* ]]
 }
 
 @test "scenario errors name the file and line:column or the key path" {
@@ -184,6 +186,18 @@ uuid_lines() {
 		gpu0.compute_v3=2500001:NA gpu1.memory.used_mib=512 gpu1.compute_v3=2500002:NA
 	GPUMAN_SIM="$ROOT/examples/laptop.json" run nvmlq dump
 	has gpu0.power_mw=NOT_SUPPORTED gpu0.power_limit_mw=NOT_SUPPORTED gpu0.temperature_c=46
+}
+
+@test "reserved memory, and a GPU lost before it gives a handle" {
+	export GPUMAN_SIM="$ROOT/tests/fixtures/reserved-handle.json"
+	run nvmlq dump
+	has count=2 gpu0.memory.total_mib=40960 gpu0.memory.reserved_mib=574 \
+		gpu0.memory.used_mib=8197 gpu0.memory.free_mib=32189 gpu0.memory_v1=40960/8771/32189 \
+		gpu1.handle=GPU_IS_LOST
+	run "$GM_BUILD/gpuman" status --json
+	[ "$status" -eq 0 ]
+	[ "$(jq -r '.gpus[0].memory_free_mib, .gpus[1].state' <<<"$output")" = "$(printf '32189\nlost')" ]
+	[[ "$(jq -r '.gpus[1].note' <<<"$output")" == *"GPU_IS_LOST"* ]]
 }
 
 @test "missing_symbols answer FUNCTION_NOT_FOUND; the old-driver library lacks them outright" {

@@ -277,6 +277,122 @@ static void process_lists(void **state)
 	check_procs("nvmlDeviceGetComputeRunningProcesses_v3", PROC_V2_SIZE);
 }
 
+/* ---- every function of NVML's list, and the readings -------------------- */
+
+/* sim/nvml-functions.txt lists every function NVML 13.3's nvml.h declares:
+ * a program linked against the real library must find each one. */
+static void every_function_resolves(void **state)
+{
+	FILE *f = fopen("sim/nvml-functions.txt", "r");
+	char line[128];
+	unsigned n = 0, missing = 0;
+
+	(void)state;
+	assert_non_null(f);
+	while (fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (!line[0] || line[0] == '#')
+			continue;
+		n++;
+		if (!dlsym(lib, line)) {
+			fprintf(stderr, "# not exported: %s\n", line);
+			missing++;
+		}
+	}
+	fclose(f);
+	assert_true(n >= 400);
+	assert_int_equal(missing, 0);
+}
+
+/* A getter of one unsigned: exactly 4 bytes written. */
+static unsigned get_u32(const char *fn, unsigned gpu, int sel, int with_sel)
+{
+	unsigned char *b = zone(sizeof(unsigned), 0);
+	unsigned v;
+	int rc;
+
+	if (with_sel)
+		rc = ((int (*)(void *, int, void *))sym(fn))(device(gpu), sel, b);
+	else
+		rc = ((int (*)(void *, void *))sym(fn))(device(gpu), b);
+	if (rc != 0)
+		fail_msg("%s on GPU %u answered %d", fn, gpu, rc);
+	canary_intact(b, sizeof(unsigned), fn);
+	v = u32_at(b, 0);
+	free(b);
+	return v;
+}
+
+static void monitoring_readings(void **state)
+{
+	unsigned char *a = zone(4, 0), *b = zone(4, 0);
+	int (*enc)(void *, void *, void *) =
+	    (int (*)(void *, void *, void *))sym("nvmlDeviceGetDecoderUtilization");
+	int (*lim)(void *, void *, void *) =
+	    (int (*)(void *, void *, void *))sym("nvmlDeviceGetPowerManagementLimitConstraints");
+
+	(void)state;
+	/* GPU 3 of the lab, an RTX 3090 at work; GPU 2, an idle TITAN RTX. */
+	assert_int_equal(get_u32("nvmlDeviceGetMaxPcieLinkGeneration", 3, 0, 0), 4);
+	assert_int_equal(get_u32("nvmlDeviceGetMaxPcieLinkWidth", 3, 0, 0), 16);
+	assert_int_equal(get_u32("nvmlDeviceGetCurrPcieLinkGeneration", 3, 0, 0), 4);
+	assert_int_equal(get_u32("nvmlDeviceGetCurrPcieLinkGeneration", 2, 0, 0), 1);
+	assert_int_equal(get_u32("nvmlDeviceGetCurrPcieLinkWidth", 3, 0, 0), 16);
+	assert_int_equal(get_u32("nvmlDeviceGetPcieThroughput", 3, 0, 1), 41000);
+	assert_int_equal(get_u32("nvmlDeviceGetPcieThroughput", 3, 1, 1), 187000);
+	assert_int_equal(get_u32("nvmlDeviceGetTemperatureThreshold", 3, 0, 1), 98);
+	assert_int_equal(get_u32("nvmlDeviceGetTemperatureThreshold", 3, 1, 1), 95);
+	assert_int_equal(get_u32("nvmlDeviceGetClockInfo", 3, 2, 1), 9751);
+	assert_int_equal(get_u32("nvmlDeviceGetMaxClockInfo", 3, 1, 1), 1695);
+	assert_int_equal(get_u32("nvmlDeviceGetMaxClockInfo", 3, 2, 1), 9751);
+	assert_int_equal(get_u32("nvmlDeviceGetFanSpeed", 3, 0, 0), 56);
+	assert_int_equal(get_u32("nvmlDeviceGetPowerManagementLimit", 3, 0, 0), 350000);
+	assert_int_equal(get_u32("nvmlDeviceGetPowerManagementDefaultLimit", 3, 0, 0), 350000);
+	assert_int_equal(get_u32("nvmlDeviceGetPerformanceState", 2, 0, 0), 8);
+
+	assert_int_equal(enc(device(3), a, b), 0);
+	canary_intact(a, 4, "nvmlDeviceGetDecoderUtilization (utilization)");
+	canary_intact(b, 4, "nvmlDeviceGetDecoderUtilization (sampling period)");
+	assert_int_equal(u32_at(a, 0), 12);
+	assert_true(u32_at(b, 0) > 0);
+	assert_int_equal(lim(device(3), a, b), 0);
+	assert_int_equal(u32_at(a, 0), 100000);
+	assert_int_equal(u32_at(b, 0), 400000);
+	canary_intact(b, 4, "nvmlDeviceGetPowerManagementLimitConstraints");
+	free(a);
+	free(b);
+}
+
+/* A function the simulator does not model answers NOT_SUPPORTED and leaves
+ * every byte it was given alone. */
+static void unmodelled_functions_touch_nothing(void **state)
+{
+	unsigned char *b = zone(0, 0);
+	int (*am)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetAddressingMode");
+	int (*bar1)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetBAR1MemoryInfo");
+
+	(void)state;
+	assert_int_equal(am(device(0), b), 3);
+	assert_int_equal(bar1(device(0), b), 3);
+	canary_intact(b, 0, "an unmodelled function");
+	free(b);
+}
+
+static void handle_by_pci_bus_id(void **state)
+{
+	int (*by_bus)(const char *, void **) =
+	    (int (*)(const char *, void **))sym("nvmlDeviceGetHandleByPciBusId_v2");
+	void *dev = NULL;
+
+	(void)state;
+	assert_int_equal(by_bus("00000000:21:00.0", &dev), 0);
+	assert_ptr_equal(dev, device(1));
+	assert_int_equal(by_bus("0000:21:00.0", &dev), 0);
+	assert_ptr_equal(dev, device(1));
+	assert_int_equal(by_bus("0000:99:00.0", &dev), 6);
+	assert_int_equal(by_bus("not a bus id", &dev), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -286,6 +402,10 @@ int main(void)
 		cmocka_unit_test(memory_layouts),
 		cmocka_unit_test(utilization_and_strings),
 		cmocka_unit_test(process_lists),
+		cmocka_unit_test(every_function_resolves),
+		cmocka_unit_test(monitoring_readings),
+		cmocka_unit_test(unmodelled_functions_touch_nothing),
+		cmocka_unit_test(handle_by_pci_bus_id),
 	};
 
 	return cmocka_run_group_tests_name("simabi", tests, setup, teardown);

@@ -260,7 +260,7 @@ def misuse(lib):
     buf = ctypes.create_string_buffer(96)
     print("name_small=%s" % name(lib.nvmlDeviceGetName(dev, buf, 4)))
     print("temperature_bad_sensor=%s" % name(lib.nvmlDeviceGetTemperature(dev, 5, ctypes.byref(u))))
-    print("memory_clock=%s" % name(lib.nvmlDeviceGetMaxClockInfo(dev, 2, ctypes.byref(u))))
+    print("clock_bad_type=%s" % name(lib.nvmlDeviceGetMaxClockInfo(dev, 9, ctypes.byref(u))))
     lib.nvmlDeviceGetUUID(dev, buf, 96)
     other = ctypes.c_void_p()
     rc = lib.nvmlDeviceGetHandleByUUID(buf.value, ctypes.byref(other))
