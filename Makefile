@@ -26,6 +26,8 @@ BUILD   ?= build
 comma   := ,
 
 CC      ?= cc
+empty   :=
+space   := $(empty) $(empty)
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wwrite-strings
 ifeq ($(WERROR),1)
@@ -43,6 +45,12 @@ JOBS_SRC := lib/jobstore.c
 LIB_SRC := $(filter-out $(JOBS_SRC),$(sort $(wildcard lib/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/simstate.c
+# Driver branches the simulator is built as, oldest first; the last is the
+# default library, build/sim/libnvidia-ml.so.1 (a link to its r580/ copy).
+SIM_BRANCHES := 390 470 535 580
+SIM_NEWEST := $(lastword $(SIM_BRANCHES))
+SIM_OLDER := $(filter-out $(SIM_NEWEST),$(SIM_BRANCHES))
+SIM_LIBS := $(SIM_BRANCHES:%=$(BUILD)/sim/r%/libnvidia-ml.so.1) $(BUILD)/sim/libnvidia-ml.so.1
 # The simulator library: the modelled functions and a generated weak stub for
 # every other function of NVML's list.
 SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/stubs.o \
@@ -57,7 +65,7 @@ EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
-	    $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/old/libnvidia-ml.so.1 $(EXAMPLE_BIN)
+	    $(SIM_LIBS) $(EXAMPLE_BIN)
 
 .PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format
 all: deps $(PROGRAMS)
@@ -130,15 +138,24 @@ $(BUILD)/gpuman-runner: runner/gpuman-runner.c cli/childenv.c cli/childenv.h
 
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
-$(BUILD)/sim/libnvidia-ml.so.1: $(SIM_LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
-	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
-# The same simulator as a driver from before the _v2/_v3 symbols: the version
-# script exports only the old names, so dlsym really finds no nvmlInit_v2.
-$(BUILD)/sim/old/libnvidia-ml.so.1: $(SIM_LIB_OBJ) sim/old-driver.map
+# One library per driver branch: the same objects, a different branch.o and
+# a version script exporting exactly that branch's functions, so that dlsym
+# really finds no nvmlDeviceGetNumGpuCores in the r470 library.
+$(BUILD)/sim/r%/branch.o: sim/branch.c sim/nvml_sim.h sim/scenario.h
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/old-driver.map $(SIM_CFLAGS) \
-		-o $@ $(filter %.o,$^) -ljansson
+	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -DSIM_BRANCH=$* \
+		-DSIM_BRANCHES='$(subst $(space),$(comma),$(SIM_BRANCHES))' -c -o $@ $<
+$(BUILD)/sim/r%/exports.map: sim/gen-map.sh sim/driver-branches.txt sim/nvml-functions.txt
+	@mkdir -p $(@D)
+	sh sim/gen-map.sh $* $(SIM_NEWEST) >$@.tmp && mv $@.tmp $@
+$(BUILD)/sim/r%/libnvidia-ml.so.1: $(SIM_LIB_OBJ) $(BUILD)/sim/r%/branch.o $(BUILD)/sim/r%/exports.map
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=$(BUILD)/sim/r$*/exports.map \
+		$(SIM_CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) -ljansson
+# Kept: make would otherwise delete them as intermediates and relink.
+.SECONDARY: $(SIM_BRANCHES:%=$(BUILD)/sim/r%/branch.o) $(SIM_BRANCHES:%=$(BUILD)/sim/r%/exports.map)
+$(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/r$(SIM_NEWEST)/libnvidia-ml.so.1
+	ln -sf r$(SIM_NEWEST)/libnvidia-ml.so.1 $@
+	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
 $(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
 	$(CC) $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
 
@@ -215,6 +232,10 @@ install: all $(BUILD)/gpuman.pc man
 	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
 	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
 	install -m 644 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1
+	for b in $(SIM_OLDER); do \
+		install -d $(DESTDIR)$(PKGLIBDIR)/r$$b && \
+		install -m 644 $(BUILD)/sim/r$$b/libnvidia-ml.so.1 $(DESTDIR)$(PKGLIBDIR)/r$$b/ || exit 1; \
+	done
 	install -m 644 include/gpuman.h $(DESTDIR)$(INCDIR)/
 	install -m 644 $(BUILD)/gpuman.pc $(DESTDIR)$(PKGCONFIGDIR)/
 	install -m 644 python/gpuman/*.py $(DESTDIR)$(PYDIR)/gpuman/
@@ -237,7 +258,7 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so \
 	      $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1 $(DESTDIR)$(INCDIR)/gpuman.h \
 	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
-	rm -rf $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)
+	rm -rf $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR) $(SIM_OLDER:%=$(DESTDIR)$(PKGLIBDIR)/r%)
 	rm -f $(DESTDIR)$(MANDIR)/man1/gpuman.1 $(DESTDIR)$(MANDIR)/man1/gpuman-*.1 \
 	      $(DESTDIR)$(MANDIR)/man3/libgpuman.3 $(DESTDIR)$(BASHCOMPDIR)/gpuman \
 	      $(DESTDIR)$(ZSHCOMPDIR)/_gpuman $(DESTDIR)$(FISHCOMPDIR)/gpuman.fish

@@ -28,6 +28,10 @@ static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, siz
 	if (fastest >= 0)
 		ROW("cuda index", "%ld (default order), %ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)", fastest,
 		    pci);
+	else if (pci >= 0)
+		ROW("cuda index", "unknown in the default order (the driver does not reveal it), "
+				  "%ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)",
+		    pci);
 	if (gm_gpu_value(g, GM_GPU_MEM_TOTAL_MIB, &v) && gm_gpu_value(g, GM_GPU_MEM_USED_MIB, &w) &&
 	    gm_gpu_value(g, GM_GPU_MEM_FREE_MIB, &x)) {
 		ROW("memory total", "%lld MiB", (long long)v);

@@ -2,6 +2,7 @@
  * context.c - opening a context (which NVML to load), error strings, the
  * version and gm_free.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <jansson.h>
 #include "context.h"
 #include "util.h"
 
@@ -90,6 +92,53 @@ static int find_simulator(char *out, size_t len)
 	return access(out, R_OK) == 0 ? 0 : -1;
 }
 
+/*
+ * The simulator is built once per driver branch (r390/, r470/, ... beside
+ * the default library, which is the newest), each exporting exactly the
+ * functions its branch had.  Use the one of the scenario's driver: the
+ * newest branch not newer than it, the oldest for older drivers.  Without a
+ * readable driver version the default library is used; it reports a
+ * malformed scenario itself.
+ */
+static void simulator_for_scenario(char *path, size_t len, const char *scenario)
+{
+	json_t *root = json_load_file(scenario, 0, NULL);
+	const char *v = json_string_value(json_object_get(root, "driver_version"));
+	unsigned major = v ? (unsigned)atoi(v) : 0, b, best = 0, oldest = 0;
+	char dir[PATH_MAX], lib[PATH_MAX + 64], *slash;
+	struct dirent *e;
+	DIR *d;
+
+	json_decref(root);
+	snprintf(dir, sizeof dir, "%s", path);
+	slash = strrchr(dir, '/');
+	if (!major || !slash)
+		return;
+	*slash = '\0';
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char extra;
+
+		if (sscanf(e->d_name, "r%u%c", &b, &extra) != 1)
+			continue;
+		snprintf(lib, sizeof lib, "%s/r%u/libnvidia-ml.so.1", dir, b);
+		if (access(lib, R_OK) != 0)
+			continue;
+		if (b <= major && b > best)
+			best = b;
+		if (!oldest || b < oldest)
+			oldest = b;
+	}
+	closedir(d);
+	if (!best && !oldest)
+		return;
+	snprintf(lib, sizeof lib, "%s/r%u/libnvidia-ml.so.1", dir, best ? best : oldest);
+	if (strlen(lib) < len)
+		memcpy(path, lib, strlen(lib) + 1);
+}
+
 GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 {
 	struct gm_context *ctx;
@@ -113,6 +162,7 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 				      GM_PKGLIBDIR);
 			goto failed;
 		}
+		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
 	}
 	err = nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
 	if (err != GM_OK)

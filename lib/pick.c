@@ -37,6 +37,13 @@ int pick_env_init(struct pick_env *env, const struct gm_snapshot *snap)
 		env->usable_entries = visible_resolve(&env->vis, snap, pci_order, env->entry_gpu);
 	for (size_t i = 0; i < env->usable_entries; i++)
 		env->usable[env->entry_gpu[i]] = 1;
+	/* An index gpuman cannot map may name any GPU not named otherwise:
+	 * none of those is offered, and the policy says why. */
+	if (env->usable_entries < env->vis.count &&
+	    env->entry_gpu[env->usable_entries] == VISIBLE_UNMAPPED)
+		for (size_t g = 0; g < snap->gpu_count; g++)
+			if (!env->usable[g])
+				env->usable[g] = PICK_UNMAPPED;
 	return 0;
 }
 

@@ -17,6 +17,8 @@ struct pick_env {
 	size_t usable_entries;   /* entries CUDA can use (prefix) */
 	unsigned char *usable;   /* per snapshot position; NULL: all usable */
 };
+/* usable[] value of a GPU that an unmappable bare index may name. */
+#define PICK_UNMAPPED 2
 #define PICK_ENV_INIT { VISIBLE_INIT, NULL, 0, NULL }
 
 /* Read CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from the environment and

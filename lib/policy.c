@@ -174,6 +174,11 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 		say(why, "error: %s", gpu->note[0] ? gpu->note : "NVML answered an error");
 		return 1;
 	}
+	if (in->usable && in->usable[pos] == 2) {
+		say(why, "CUDA_VISIBLE_DEVICES index: this driver hides CUDA's fastest-first "
+			 "order (no core count before R510); use UUIDs or CUDA_DEVICE_ORDER=PCI_BUS_ID");
+		return 1;
+	}
 	if (in->usable && !in->usable[pos]) {
 		say(why, "outside CUDA_VISIBLE_DEVICES");
 		return 1;

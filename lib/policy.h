@@ -53,7 +53,9 @@ struct policy_input {
 	const struct policy_lease *leases;
 	size_t lease_count;
 	/* Per snapshot position: 0 = outside the usable set (inherited
-	 * CUDA_VISIBLE_DEVICES); NULL = every GPU usable. */
+	 * CUDA_VISIBLE_DEVICES), 2 = maybe inside, but named by an index in
+	 * CUDA's order that the driver does not reveal; NULL = every GPU
+	 * usable. */
 	const unsigned char *usable;
 	/* Per snapshot position: non-NULL = held back for an earlier waiter,
 	 * with this text as the reason; NULL array = none held back. */

@@ -154,10 +154,33 @@ static int cuda_before(const struct gm_snapshot *snap, int pci_order, size_t a, 
 	return a < b;
 }
 
+int visible_order_known(const struct gm_snapshot *snap)
+{
+	const struct gm_gpu *first = NULL;
+	int ranked = 1, one_model = 1;
+
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+
+		if (g->state == GM_GPU_LOST)
+			continue; /* CUDA does not enumerate it */
+		if (!(g->valid & GM_HAS_CUDA_RANK))
+			ranked = 0;
+		if (first && (!g->name[0] || strcmp(g->name, first->name)))
+			one_model = 0;
+		if (!first)
+			first = g;
+	}
+	return ranked || (one_model && (!first || first->name[0]));
+}
+
 /* Machines have a handful of GPUs: an insertion sort, and no allocation. */
 size_t visible_cuda_order(const struct gm_snapshot *snap, int pci_order, size_t *order)
 {
 	size_t i, j, n = 0;
+
+	if (!pci_order && !visible_order_known(snap))
+		return 0;
 
 	for (i = 0; i < snap->gpu_count; i++) {
 		if (snap->gpus[i].state == GM_GPU_LOST)
@@ -215,7 +238,7 @@ size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap
 {
 	size_t i, j, k, usable = vis->count;
 	const char *e;
-	int cut = 0, ok;
+	int cut = 0, ok, known = pci_order || visible_order_known(snap);
 	long pos;
 
 	for (i = 0; i < vis->count; i++) {
@@ -223,6 +246,8 @@ size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap
 		pos = -1;
 		if (cut) {
 			/* after CUDA's cut: invisible */
+		} else if (all_digits(e) && !known) {
+			pos = VISIBLE_UNMAPPED; /* never a guess */
 		} else if (all_digits(e)) {
 			k = digits_value(e, &ok);
 			if (ok)

@@ -30,18 +30,32 @@ struct visible {
 int visible_parse(const char *value, struct visible *out);
 void visible_release(struct visible *vis);
 
+/* entry_gpu value of a bare index gpuman cannot map (see below). */
+#define VISIBLE_UNMAPPED (-2L)
+
+/*
+ * Whether the snapshot reveals CUDA's default, fastest-first order: every
+ * GPU CUDA sees has a cuda_rank (NVML gives no core count before driver
+ * R510), or they are all one model, whose ties CUDA breaks by PCI bus id
+ * as NVML numbers them.  gpuman never guesses the order otherwise.
+ */
+int visible_order_known(const struct gm_snapshot *snap);
+
 /*
  * CUDA's enumeration order of the snapshot's GPUs: positions into
  * snap->gpus, fastest first by cuda_rank (ties by NVML index) unless
  * pci_order, lost GPUs left out.  order must hold snap->gpu_count entries;
- * returns how many were written.
+ * returns how many were written: 0 when the fastest-first order is asked
+ * for and not known (visible_order_known).
  */
 size_t visible_cuda_order(const struct gm_snapshot *snap, int pci_order, size_t *order);
 
 /*
  * Map each entry to a snapshot position: entry_gpu[i] = position in
  * snap->gpus, or -1 if the entry names no GPU of the snapshot (CUDA would
- * truncate there too; the caller treats entries after it as invisible).
+ * truncate there too; the caller treats entries after it as invisible), or
+ * VISIBLE_UNMAPPED for a bare index in fastest-first order when that order
+ * is not known: it names some GPU, and gpuman cannot tell which.
  * entry_gpu must hold vis->count entries.  Returns the number of usable
  * entries (the prefix up to the first unresolvable one).
  */

@@ -16,10 +16,12 @@
  *
  * "missing_symbols": a shared object cannot hide its own symbols from dlsym
  * at run time, so a function the scenario lists stays visible but answers
- * NVML_ERROR_FUNCTION_NOT_FOUND.  A library whose dlsym really returns NULL
- * for the _v2/_v3 names is build/sim/old/libnvidia-ml.so.1: this same object
- * linked with sim/old-driver.map, like a driver from before those symbols.
+ * NVML_ERROR_FUNCTION_NOT_FOUND.  Libraries whose dlsym really returns NULL
+ * are the per-branch builds (build/sim/r390/, r470/, ...): these same
+ * objects linked with the exports of that driver branch, see sim/branch.c
+ * and sim/driver-branches.txt.
  */
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -228,6 +230,51 @@ static void live_refresh(void)
 	live_read_ns = now;
 }
 
+/* The simulated branch that stands for a driver: the newest one not newer
+ * than it (the oldest for older drivers). */
+static unsigned branch_for(unsigned major)
+{
+	unsigned b = sim_branches[0];
+
+	for (size_t i = 0; sim_branches[i]; i++)
+		if (sim_branches[i] <= major)
+			b = sim_branches[i];
+	return b;
+}
+
+/*
+ * A scenario's driver belongs to one branch, and each library is one
+ * branch: like a real libnvidia-ml.so of another version than the kernel
+ * module, the wrong library refuses to start, and says which one is right.
+ * Call with sim_mutex held.
+ */
+static int branch_mismatch(const struct scenario *sc)
+{
+	unsigned want;
+	Dl_info self;
+	char dir[PATH_MAX] = ".", *slash;
+
+	if (!sc->has_driver_version)
+		return 0;
+	want = branch_for((unsigned)atoi(sc->driver_version));
+	if (want == sim_branch)
+		return 0;
+	if (dladdr((void *)branch_for, &self) && self.dli_fname) {
+		snprintf(dir, sizeof dir, "%s", self.dli_fname);
+		slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		/* r470/ beside r580/ (the default library is a link into r580/) */
+		if ((slash = strrchr(dir, '/')) && slash[1] == 'r' && slash[2] >= '0' && slash[2] <= '9')
+			*slash = '\0';
+	}
+	snprintf(sim_error, sizeof sim_error,
+	         "%s: driver_version '%s' is branch R%u but this simulator library is R%u: use "
+	         "%s/r%u/libnvidia-ml.so.1 (gpuman --sim chooses it itself)",
+	         sc->path, sc->driver_version, want, sim_branch, dir, want);
+	return 1;
+}
+
 static enum nvml_return sim_init(enum scenario_fn fn)
 {
 	struct scenario *sc = NULL;
@@ -255,6 +302,10 @@ static enum nvml_return sim_init(enum scenario_fn fn)
 		goto done;
 	}
 	sim_error[0] = '\0';
+	if (branch_mismatch(sc)) {
+		ret = NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+		goto done;
+	}
 	if (sc->missing[fn]) {
 		ret = NVML_ERROR_FUNCTION_NOT_FOUND;
 		goto done;

@@ -29,6 +29,11 @@ enum nvml_return {
 	NVML_ERROR_UNKNOWN = 999
 };
 
+/* The driver branch this library is (390, 470, ...) and every simulated
+ * branch, oldest first, 0-terminated (sim/branch.c). */
+extern const unsigned sim_branch;
+extern const unsigned sim_branches[];
+
 /* The loaded scenario; NULL before the first and after the last init. */
 extern struct scenario *sim;
 

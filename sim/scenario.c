@@ -713,6 +713,11 @@ static int parse_top(struct loader *ld, const json_t *root, struct scenario *sc)
 	f = get_string(ld, root, "", "driver_version", sizeof sc->driver_version, &version);
 	if (f < 0)
 		return -1;
+	if (f == FIELD_SET && (version[0] < '1' || version[0] > '9' || atoi(version) > 9999))
+		return bad(ld, "", "driver_version",
+		           "'%s' is not a driver version (expected e.g. \"580.95.05\"; its first "
+		           "number picks the driver branch the simulator exports)",
+		           version);
 	sc->has_driver_version = f != FIELD_NULL;
 	snprintf(sc->driver_version, sizeof sc->driver_version, "%s",
 	         f == FIELD_SET ? version : DEFAULT_DRIVER_VERSION);

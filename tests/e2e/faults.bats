@@ -58,8 +58,11 @@ JSON
 
 @test "a driver library whose _v2 symbols do not exist at all (dlsym fails) still works" {
 	four_gpus
-	[ -e "$GM_BUILD/sim/old/libnvidia-ml.so.1" ]
-	GPUMAN_NVML=$GM_BUILD/sim/old/libnvidia-ml.so.1 run -0 gpuman status --json
+	# An R390 driver: the simulator's r390 library has no memory or process
+	# _v2, PCI _v3 or core count symbols at all.
+	jq '.driver_version = "390.157"' "$GPUMAN_SIM" >"$BATS_TEST_TMPDIR/r390.json"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/r390.json
+	GPUMAN_NVML=$GM_BUILD/sim/r390/libnvidia-ml.so.1 run -0 gpuman status --json
 	[ "$(jqr '[.gpus[] | .memory_free_mib] | join(",")')" = "15000,20000,11500,7000" ]
 	[ "$(jqr '.processes | length')" = 3 ]
 }

@@ -200,26 +200,83 @@ uuid_lines() {
 	[[ "$(jq -r '.gpus[1].note' <<<"$output")" == *"GPU_IS_LOST"* ]]
 }
 
-@test "missing_symbols answer FUNCTION_NOT_FOUND; the old-driver library lacks them outright" {
-	GPUMAN_SIM="$ROOT/tests/fixtures/old-driver.json" run nvmlq dump
-	has init=SUCCESS count=2 gpu0.memory.used_mib=FUNCTION_NOT_FOUND \
-		gpu0.compute_v2=FUNCTION_NOT_FOUND gpu0.memory_v1=11178/6202/4976 \
-		gpu0.compute=2301100:6200 gpu1.graphics=2301101:310
-	local regular="$output"
+@test "missing_symbols answer FUNCTION_NOT_FOUND" {
+	local f="$BATS_TEST_TMPDIR/missing.json"
+	jq '.missing_symbols = ["nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeRunningProcesses_v2"]' \
+		"$GPUMAN_SIM" >"$f"
+	GPUMAN_SIM=$f run nvmlq dump
+	has init=SUCCESS count=8 gpu0.memory.used_mib=FUNCTION_NOT_FOUND \
+		gpu0.compute_v2=FUNCTION_NOT_FOUND gpu0.memory_v1=11264/11113/151 \
+		gpu0.compute=2028329:10625,3141592:485
+}
 
-	local old="$GM_BUILD/sim/old/libnvidia-ml.so.1"
-	run nvmlq --lib "$old" symbols nvmlInit_v2 nvmlDeviceGetCount_v2 nvmlDeviceGetMemoryInfo_v2 \
-		nvmlDeviceGetComputeRunningProcesses_v2 nvmlDeviceGetPciInfo_v3 nvmlInit \
-		nvmlDeviceGetCount nvmlDeviceGetComputeRunningProcesses gpumanSimError
-	has nvmlInit_v2=absent nvmlDeviceGetCount_v2=absent nvmlDeviceGetMemoryInfo_v2=absent \
-		nvmlDeviceGetComputeRunningProcesses_v2=absent nvmlDeviceGetPciInfo_v3=absent \
-		nvmlInit=present nvmlDeviceGetCount=present \
-		nvmlDeviceGetComputeRunningProcesses=present gpumanSimError=present
+# What each driver branch must have and lack, from shared/nvml-reference.md
+# (memory _v2 from R510, process lists _v2 from R455) and issue 9 (_v2 names
+# since about 2014, nvmlDeviceGetMigMode from R450, nvmlDeviceGetNumGpuCores
+# from R510).
+@test "driver branches: each library exports exactly its branch's functions, nothing newer" {
+	local b exported expected
+	for b in 390 470 535 580; do
+		exported=$(nm -D --defined-only "$GM_BUILD/sim/r$b/libnvidia-ml.so.1" | awk '{ print $3 }' | sort)
+		expected=$({
+			echo gpumanSimError
+			echo nvmlErrorString
+			if [ "$b" = 580 ]; then
+				grep -v '^#' "$ROOT/sim/nvml-functions.txt"
+			else
+				awk -v b="$b" '$1 ~ /^[0-9]+$/ && $1 + 0 <= b + 0 { print $2 }' \
+					"$ROOT/sim/driver-branches.txt"
+			fi
+		} | sort -u)
+		[ "$exported" = "$expected" ]
+	done
+	[ "$(readlink "$GM_BUILD/sim/libnvidia-ml.so.1")" = r580/libnvidia-ml.so.1 ]
 
-	# Through the old names both libraries tell the same story.
+	local names="nvmlInit_v2 nvmlDeviceGetCount_v2 nvmlDeviceGetHandleByIndex_v2
+		nvmlDeviceGetPciInfo_v2 nvmlDeviceGetPciInfo_v3 nvmlDeviceGetMemoryInfo_v2
+		nvmlDeviceGetComputeRunningProcesses_v2 nvmlDeviceGetComputeRunningProcesses_v3
+		nvmlDeviceGetMigMode nvmlDeviceGetNumGpuCores nvmlDeviceGetAddressingMode
+		nvmlDeviceGetCurrPcieLinkGeneration"
+	run nvmlq --lib "$GM_BUILD/sim/r390/libnvidia-ml.so.1" symbols $names
+	has nvmlInit_v2=present nvmlDeviceGetCount_v2=present nvmlDeviceGetHandleByIndex_v2=present \
+		nvmlDeviceGetPciInfo_v2=present nvmlDeviceGetPciInfo_v3=absent \
+		nvmlDeviceGetMemoryInfo_v2=absent nvmlDeviceGetComputeRunningProcesses_v2=absent \
+		nvmlDeviceGetMigMode=absent nvmlDeviceGetNumGpuCores=absent \
+		nvmlDeviceGetCurrPcieLinkGeneration=present
+	run nvmlq --lib "$GM_BUILD/sim/r470/libnvidia-ml.so.1" symbols $names
+	has nvmlDeviceGetPciInfo_v3=present nvmlDeviceGetComputeRunningProcesses_v2=present \
+		nvmlDeviceGetMigMode=present nvmlDeviceGetNumGpuCores=absent \
+		nvmlDeviceGetMemoryInfo_v2=absent nvmlDeviceGetComputeRunningProcesses_v3=absent
+	run nvmlq --lib "$GM_BUILD/sim/r535/libnvidia-ml.so.1" symbols $names
+	has nvmlDeviceGetNumGpuCores=present nvmlDeviceGetMemoryInfo_v2=present \
+		nvmlDeviceGetComputeRunningProcesses_v3=present nvmlDeviceGetAddressingMode=absent
+	run nvmlq symbols $names
+	has nvmlDeviceGetAddressingMode=present
+}
+
+@test "a scenario runs on its own branch's library only, as a real driver's" {
+	export GPUMAN_SIM="$ROOT/tests/fixtures/r470-mixed.json"
+	run nvmlq init
+	has init=LIB_RM_VERSION_MISMATCH
+	[[ "$output" == *"driver_version '470.256.02' is branch R470 but this simulator library is R580: use $GM_BUILD/sim/r470/libnvidia-ml.so.1"* ]]
+
+	run nvmlq --lib "$GM_BUILD/sim/r470/libnvidia-ml.so.1" dump
+	has init=SUCCESS driver_version=470.256.02 count=4 gpu1.cores=ABSENT gpu1.mig=0/0 \
+		gpu1.memory_v1=24268/3/24265 gpu1.max_sm_clock_mhz=1695
+	# a driver older than every simulated branch gets the oldest
+	jq '.driver_version = "384.111"' "$GPUMAN_SIM" >"$BATS_TEST_TMPDIR/384.json"
+	GPUMAN_SIM="$BATS_TEST_TMPDIR/384.json" run nvmlq --lib "$GM_BUILD/sim/r390/libnvidia-ml.so.1" init
+	has init=SUCCESS
+}
+
+@test "the R390 library lacks the newer names outright; their old names tell the same story" {
+	local old="$GM_BUILD/sim/r390/libnvidia-ml.so.1"
 	GPUMAN_SIM="$ROOT/tests/fixtures/old-driver.json" run nvmlq --lib "$old" dump
 	[ "$status" -eq 0 ]
-	[ "$output" = "$(grep -v FUNCTION_NOT_FOUND <<<"$regular")" ]
+	has init=SUCCESS count=2 driver_version=390.157 cuda_driver_version=9010 \
+		gpu0.memory_v1=11178/6202/4976 gpu0.compute=2301100:6200 gpu1.graphics=2301101:310 \
+		gpu0.pci.bus_id_legacy=0000:02:00.0 gpu0.cores=ABSENT gpu0.mig=ABSENT
+	! grep -q "memory.total_mib\|compute_v2\|compute_v3" <<<"$output"
 }
 
 @test "the library exports NVML's names and gpumanSimError only" {

@@ -26,7 +26,7 @@
 
 static char tmp_dir[PATH_MAX];
 static char sim_lib[PATH_MAX + 64]; /* build/sim/libnvidia-ml.so.1 */
-static char old_lib[PATH_MAX + 64]; /* build/sim/old/libnvidia-ml.so.1 */
+static char old_lib[PATH_MAX + 64]; /* build/sim/r390/libnvidia-ml.so.1 */
 static unsigned machines;
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -234,13 +234,13 @@ static void check_proc(const struct gm_snapshot *snap, unsigned gpu, unsigned pi
 }
 
 /* What any NVML client should read from LAB_GPUS, by whatever symbols. */
-static void check_lab(const struct gm_snapshot *snap)
+static void check_lab_driver(const struct gm_snapshot *snap, const char *driver, int cuda)
 {
 	const struct gm_gpu *g = snap->gpus;
 	size_t i;
 
-	assert_string_equal(snap->driver_version, "580.95.05");
-	assert_int_equal(snap->cuda_driver_version, 13000);
+	assert_string_equal(snap->driver_version, driver);
+	assert_int_equal(snap->cuda_driver_version, cuda);
 	assert_int_equal(snap->gpu_count, 3);
 	check_gpu(&g[0], 0, "NVIDIA GeForce GTX 1080 Ti", "00000000:02:00.0", 11264,
 	          100 + 2000 + 500, 35, 55000, 250000, 38, 6, 1);
@@ -271,6 +271,11 @@ static void check_lab(const struct gm_snapshot *snap)
 		assert_true(g[0].cuda_rank < g[1].cuda_rank);
 		assert_true(g[1].cuda_rank < g[2].cuda_rank);
 	}
+}
+
+static void check_lab(const struct gm_snapshot *snap)
+{
+	check_lab_driver(snap, "580.95.05", 13000);
 }
 
 /* ---- tests ------------------------------------------------------------- */
@@ -323,9 +328,14 @@ static void test_old_library(void **state)
 		print_message("# %s not built; skipping\n", old_lib);
 		skip();
 	}
-	nv = machine_ok(LAB_SCENARIO, old_lib);
+	/* The R390 library: no _v3/_v2 process lists, memory _v2, PCI _v3 or
+	 * CUDA version _v2 at all (dlsym finds none), and no core count. */
+	nv = machine_ok("{ \"driver_version\": \"390.157\", \"cuda_driver_version\": 9010," LAB_GPUS "}",
+	                old_lib);
 	take(nv, &snap);
-	check_lab(&snap);
+	check_lab_driver(&snap, "390.157", 9010);
+	for (size_t i = 0; i < snap.gpu_count; i++)
+		assert_false(snap.gpus[i].valid & GM_HAS_CUDA_RANK);
 	release(&snap);
 	nvml_close(nv);
 }
@@ -568,7 +578,7 @@ static int group_setup(void **state)
 		return -1;
 	}
 	snprintf(sim_lib, sizeof sim_lib, "%s/sim/libnvidia-ml.so.1", dir);
-	snprintf(old_lib, sizeof old_lib, "%s/sim/old/libnvidia-ml.so.1", dir);
+	snprintf(old_lib, sizeof old_lib, "%s/sim/r390/libnvidia-ml.so.1", dir);
 	if (access(sim_lib, R_OK) != 0) {
 		fprintf(stderr, "test_nvml: '%s' not built (make %s)\n", sim_lib, sim_lib);
 		return -1;

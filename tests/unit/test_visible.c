@@ -27,7 +27,7 @@ static int setup_mixed(void **state)
 	fake_gpu(snap, 0, UUID0, 11264, 11000, 0, 50000, 250000, 3584ull * 1582);
 	fake_gpu(snap, 1, UUID1, 81920, 80000, 0, 60000, 700000, 16896ull * 1980);
 	fake_gpu(snap, 2, UUID2, 24576, 24000, 0, 40000, 350000, 10496ull * 1695);
-	fake_gpu(snap, 3, UUID3, 16384, 16000, 0, 30000, 200000, FAKE_NONE);
+	fake_gpu(snap, 3, UUID3, 16384, 16000, 0, 30000, 200000, 2560ull * 1500);
 	*state = snap;
 	return 0;
 }
@@ -156,7 +156,7 @@ static void test_cuda_order_fastest_first(void **state)
 	assert_int_equal(order[0], 1);
 	assert_int_equal(order[1], 2);
 	assert_int_equal(order[2], 0);
-	assert_int_equal(order[3], 3); /* no speed known: last */
+	assert_int_equal(order[3], 3); /* the slowest */
 }
 
 static void test_cuda_order_pci_bus_id(void **state)
@@ -418,6 +418,73 @@ static void test_slurm_list_not_applicable(void **state)
 	assert_int_equal(visible_parse("0", &vis), 0);
 	assert_true(visible_resolve_slurm(&vis, "2", snap, entry_gpu) == no);
 	visible_release(&vis);
+
+/* A driver before R510 reports no core count: for mixed models CUDA's
+ * fastest-first order is unknown, and gpuman never guesses it. */
+static void test_unknown_order_is_never_guessed(void **state)
+{
+	struct gm_snapshot *snap = *state;
+	struct visible vis = VISIBLE_INIT;
+	size_t order[8];
+	long entry_gpu[4];
+
+	for (size_t i = 0; i < snap->gpu_count; i++)
+		snap->gpus[i].valid &= ~GM_HAS_CUDA_RANK;
+	assert_false(visible_order_known(snap));
+	assert_int_equal(visible_cuda_order(snap, 0, order), 0);
+	assert_int_equal(visible_cuda_order(snap, 1, order), 4);
+
+	assert_int_equal(visible_parse("0,1", &vis), 0);
+	assert_int_equal(visible_resolve(&vis, snap, 0, entry_gpu), 0);
+	assert_int_equal(entry_gpu[0], VISIBLE_UNMAPPED);
+	/* With CUDA_DEVICE_ORDER=PCI_BUS_ID the indices are certain. */
+	assert_int_equal(visible_resolve(&vis, snap, 1, entry_gpu), 2);
+	assert_int_equal(entry_gpu[0], 0);
+	assert_int_equal(entry_gpu[1], 1);
+	visible_release(&vis);
+
+	/* UUIDs are certain whatever the order; an index after them is not. */
+	assert_int_equal(visible_parse(UUID2 "," UUID0 ",1", &vis), 0);
+	assert_int_equal(visible_resolve(&vis, snap, 0, entry_gpu), 2);
+	assert_int_equal(entry_gpu[0], 2);
+	assert_int_equal(entry_gpu[1], 0);
+	assert_int_equal(entry_gpu[2], VISIBLE_UNMAPPED);
+	visible_release(&vis);
+
+	/* One GPU whose rank is missing is enough to make the order unknown. */
+	snap->gpus[0].valid |= GM_HAS_CUDA_RANK;
+	snap->gpus[1].valid |= GM_HAS_CUDA_RANK;
+	snap->gpus[2].valid |= GM_HAS_CUDA_RANK;
+	assert_false(visible_order_known(snap));
+	/* ... unless that GPU is lost: CUDA does not enumerate it. */
+	fake_gpu_lost(&snap->gpus[3]);
+	assert_true(visible_order_known(snap));
+}
+
+/* GPUs of one model tie, and CUDA breaks ties by PCI bus id: the order is
+ * NVML's even without core counts. */
+static void test_one_model_order_is_pci_order(void **state)
+{
+	struct gm_snapshot snap;
+	struct visible vis = VISIBLE_INIT;
+	size_t order[8];
+	long entry_gpu[4];
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	for (unsigned i = 0; i < 3; i++)
+		snprintf(fake_gpu(&snap, i, NULL, 16384, 16000, 0, 0, 0, FAKE_NONE)->name,
+		         sizeof snap.gpus[0].name, "NVIDIA A100-SXM4-40GB");
+	assert_true(visible_order_known(&snap));
+	assert_int_equal(visible_cuda_order(&snap, 0, order), 3);
+	assert_int_equal(order[0], 0);
+	assert_int_equal(order[2], 2);
+	assert_int_equal(visible_parse("2,0", &vis), 0);
+	assert_int_equal(visible_resolve(&vis, &snap, 0, entry_gpu), 2);
+	assert_int_equal(entry_gpu[0], 2);
+	assert_int_equal(entry_gpu[1], 0);
+	visible_release(&vis);
+	fake_snapshot_release(&snap);
 }
 
 int main(void)
@@ -448,6 +515,9 @@ int main(void)
 						teardown_snap),
 		cmocka_unit_test_setup_teardown(test_same_gpu_twice_cuts, setup_mixed,
 						teardown_snap),
+		cmocka_unit_test_setup_teardown(test_unknown_order_is_never_guessed, setup_mixed,
+						teardown_snap),
+		cmocka_unit_test(test_one_model_order_is_pci_order),
 		cmocka_unit_test_setup_teardown(test_empty_value_resolves_nothing, setup_mixed,
 						teardown_snap),
 		cmocka_unit_test_setup_teardown(test_slurm_global_indices, setup_mixed,

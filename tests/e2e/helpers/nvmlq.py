@@ -73,7 +73,20 @@ def load(path):
 
 
 def name(rc):
+    if rc is ABSENT:
+        return "ABSENT"
     return ERRORS.get(rc, "ERROR_%d" % rc)
+
+
+ABSENT = object()
+
+
+def fn(lib, sym):
+    """The function, or one answering ABSENT where dlsym finds no such
+    symbol (a library of an older driver branch)."""
+    if hasattr(lib, sym):
+        return getattr(lib, sym)
+    return lambda *args: ABSENT
 
 
 def versioned(lib, syms, *args):
@@ -126,46 +139,46 @@ def dump_gpu(lib, i, out):
     def get(key, rc, value):
         out("gpu%d.%s" % (i, key), value() if rc == 0 else name(rc))
 
-    get("index", lib.nvmlDeviceGetIndex(dev, ctypes.byref(u)), lambda: u.value)
-    get("name", lib.nvmlDeviceGetName(dev, buf, 96), lambda: buf.value.decode())
-    get("uuid", lib.nvmlDeviceGetUUID(dev, buf, 96), lambda: buf.value.decode())
+    get("index", fn(lib, "nvmlDeviceGetIndex")(dev, ctypes.byref(u)), lambda: u.value)
+    get("name", fn(lib, "nvmlDeviceGetName")(dev, buf, 96), lambda: buf.value.decode())
+    get("uuid", fn(lib, "nvmlDeviceGetUUID")(dev, buf, 96), lambda: buf.value.decode())
     pci = PciInfo()
     rc = versioned(lib, ("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2",
                          "nvmlDeviceGetPciInfo"), dev, ctypes.byref(pci))
     get("pci.bus_id", rc, lambda: pci.busId.decode())
     get("pci.bus_id_legacy", rc, lambda: pci.busIdLegacy.decode())
     get("pci.bus", rc, lambda: pci.bus)
-    get("minor", lib.nvmlDeviceGetMinorNumber(dev, ctypes.byref(u)), lambda: u.value)
+    get("minor", fn(lib, "nvmlDeviceGetMinorNumber")(dev, ctypes.byref(u)), lambda: u.value)
     if hasattr(lib, "nvmlDeviceGetMemoryInfo_v2"):
         mem2 = MemoryV2(version=0x02000028)
-        rc = lib.nvmlDeviceGetMemoryInfo_v2(dev, ctypes.byref(mem2))
+        rc = fn(lib, "nvmlDeviceGetMemoryInfo_v2")(dev, ctypes.byref(mem2))
         get("memory.total_mib", rc, lambda: mem2.total // MIB)
         get("memory.used_mib", rc, lambda: mem2.used // MIB)
         get("memory.free_mib", rc, lambda: mem2.free // MIB)
         get("memory.reserved_mib", rc, lambda: mem2.reserved // MIB)
         bad = MemoryV2(version=2)
-        get("memory.bad_version", lib.nvmlDeviceGetMemoryInfo_v2(dev, ctypes.byref(bad)),
+        get("memory.bad_version", fn(lib, "nvmlDeviceGetMemoryInfo_v2")(dev, ctypes.byref(bad)),
             lambda: "accepted")
     mem = Memory()
-    rc = lib.nvmlDeviceGetMemoryInfo(dev, ctypes.byref(mem))
+    rc = fn(lib, "nvmlDeviceGetMemoryInfo")(dev, ctypes.byref(mem))
     get("memory_v1", rc, lambda: "%d/%d/%d" % (mem.total // MIB, mem.used // MIB,
                                                 mem.free // MIB))
     util = Utilization()
-    rc = lib.nvmlDeviceGetUtilizationRates(dev, ctypes.byref(util))
+    rc = fn(lib, "nvmlDeviceGetUtilizationRates")(dev, ctypes.byref(util))
     get("util.gpu", rc, lambda: util.gpu)
     get("util.memory", rc, lambda: util.memory)
-    get("power_mw", lib.nvmlDeviceGetPowerUsage(dev, ctypes.byref(u)), lambda: u.value)
-    get("power_limit_mw", lib.nvmlDeviceGetEnforcedPowerLimit(dev, ctypes.byref(u)),
+    get("power_mw", fn(lib, "nvmlDeviceGetPowerUsage")(dev, ctypes.byref(u)), lambda: u.value)
+    get("power_limit_mw", fn(lib, "nvmlDeviceGetEnforcedPowerLimit")(dev, ctypes.byref(u)),
         lambda: u.value)
-    get("temperature_c", lib.nvmlDeviceGetTemperature(dev, 0, ctypes.byref(u)), lambda: u.value)
-    get("cc", lib.nvmlDeviceGetCudaComputeCapability(dev, ctypes.byref(n), ctypes.byref(m)),
+    get("temperature_c", fn(lib, "nvmlDeviceGetTemperature")(dev, 0, ctypes.byref(u)), lambda: u.value)
+    get("cc", fn(lib, "nvmlDeviceGetCudaComputeCapability")(dev, ctypes.byref(n), ctypes.byref(m)),
         lambda: "%d.%d" % (n.value, m.value))
-    get("compute_mode", lib.nvmlDeviceGetComputeMode(dev, ctypes.byref(n)), lambda: n.value)
+    get("compute_mode", fn(lib, "nvmlDeviceGetComputeMode")(dev, ctypes.byref(n)), lambda: n.value)
     cur, pend = ctypes.c_uint(), ctypes.c_uint()
-    get("mig", lib.nvmlDeviceGetMigMode(dev, ctypes.byref(cur), ctypes.byref(pend)),
+    get("mig", fn(lib, "nvmlDeviceGetMigMode")(dev, ctypes.byref(cur), ctypes.byref(pend)),
         lambda: "%d/%d" % (cur.value, pend.value))
-    get("cores", lib.nvmlDeviceGetNumGpuCores(dev, ctypes.byref(u)), lambda: u.value)
-    get("max_sm_clock_mhz", lib.nvmlDeviceGetMaxClockInfo(dev, 1, ctypes.byref(u)),
+    get("cores", fn(lib, "nvmlDeviceGetNumGpuCores")(dev, ctypes.byref(u)), lambda: u.value)
+    get("max_sm_clock_mhz", fn(lib, "nvmlDeviceGetMaxClockInfo")(dev, 1, ctypes.byref(u)),
         lambda: u.value)
     for kind in ("Compute", "Graphics"):
         key = kind.lower()
