@@ -67,7 +67,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(SIM_LIBS) $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format clients
 all: deps $(PROGRAMS)
 
 deps:
@@ -151,6 +151,7 @@ $(BUILD)/sim/r%/exports.map: sim/gen-map.sh sim/driver-branches.txt sim/nvml-fun
 $(BUILD)/sim/r%/libnvidia-ml.so.1: $(SIM_LIB_OBJ) $(BUILD)/sim/r%/branch.o $(BUILD)/sim/r%/exports.map
 	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=$(BUILD)/sim/r$*/exports.map \
 		$(SIM_CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) -ljansson
+	ln -sf libnvidia-ml.so.1 $(@D)/libnvidia-ml.so
 # Kept: make would otherwise delete them as intermediates and relink.
 .SECONDARY: $(SIM_BRANCHES:%=$(BUILD)/sim/r%/branch.o) $(SIM_BRANCHES:%=$(BUILD)/sim/r%/exports.map)
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/r$(SIM_NEWEST)/libnvidia-ml.so.1
@@ -178,8 +179,15 @@ e2e: check-deps all
 python: check-deps all
 	@GM_BUILD=$(abspath $(BUILD)) PYTHONPATH=python python3 -m unittest discover -s tests/python -t . -v
 
+# NVML clients we did not write, built against nothing of ours, to be run
+# on the simulator by tests/e2e/clients.bats (the Rust nvml-wrapper crate).
+clients: $(BUILD)/clients/nvmlw-probe
+$(BUILD)/clients/nvmlw-probe: tests/clients/build-nvml-wrapper tests/clients/nvml-wrapper/Cargo.toml \
+		tests/clients/nvml-wrapper/src/main.rs tests/clients/nvml-wrapper/.cargo/config.toml
+	@sh tests/clients/build-nvml-wrapper $(BUILD)
+
 # Everything, with one closing line that counts the suites.
-check: check-deps all $(UNIT_BIN) man
+check: check-deps all $(UNIT_BIN) man clients
 	@sh tests/run-all $(BUILD)
 
 asan: check-deps
