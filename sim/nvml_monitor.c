@@ -17,6 +17,16 @@
 enum { THRESHOLD_SHUTDOWN = 0, THRESHOLD_SLOWDOWN = 1, THRESHOLD_MEM_MAX = 2, THRESHOLD_GPU_MAX = 3 };
 enum { PCIE_TX_BYTES = 0, PCIE_RX_BYTES = 1 };
 enum { CLOCK_GRAPHICS = 0, CLOCK_SM = 1, CLOCK_MEM = 2, CLOCK_VIDEO = 3 };
+/* nvmlTemperature_v1_t: clients that find nvmlDeviceGetTemperatureV (the
+ * newest drivers) use it instead of nvmlDeviceGetTemperature. */
+struct nvml_temperature_v1 {
+	unsigned version;
+	unsigned sensor_type; /* nvmlTemperatureSensors_t */
+	int temperature_c;
+};
+#define NVML_TEMPERATURE_V1 ((unsigned)(sizeof(struct nvml_temperature_v1) | 1u << 24))
+_Static_assert(sizeof(struct nvml_temperature_v1) == 12, "nvmlTemperature_v1_t is 12 bytes");
+
 /* The encoder/decoder sampling period NVML reports with its percentage. */
 #define CODEC_PERIOD_US 167000u
 
@@ -56,6 +66,8 @@ nvmlDeviceGetPowerManagementLimitConstraints(struct scenario_gpu *device, unsign
                                              unsigned *max_mw);
 SIM_EXPORT enum nvml_return nvmlDeviceGetPerformanceState(struct scenario_gpu *device, int *pstate);
 SIM_EXPORT enum nvml_return nvmlDeviceGetPersistenceMode(struct scenario_gpu *device, int *mode);
+SIM_EXPORT enum nvml_return nvmlDeviceGetTemperatureV(struct scenario_gpu *device,
+                                                      struct nvml_temperature_v1 *temp);
 int sim_unmodelled(void);
 
 /* A device getter of one reading. */
@@ -312,6 +324,21 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetPersistenceMode(struct scenario_gpu *de
 
 	if (ret == NVML_SUCCESS)
 		*mode = (int)v;
+	return ret;
+}
+
+SIM_EXPORT enum nvml_return nvmlDeviceGetTemperatureV(struct scenario_gpu *device,
+                                                      struct nvml_temperature_v1 *temp)
+{
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetTemperatureV, device, temp != NULL,
+	                                        SCENARIO_HAS_TEMPERATURE);
+
+	if (ret == NVML_SUCCESS && temp->version != NVML_TEMPERATURE_V1)
+		ret = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if (ret == NVML_SUCCESS && temp->sensor_type != 0)
+		ret = NVML_ERROR_INVALID_ARGUMENT; /* only NVML_TEMPERATURE_GPU */
+	if (ret == NVML_SUCCESS)
+		temp->temperature_c = (int)device->temperature_c;
 	return ret;
 }
 

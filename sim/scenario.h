@@ -90,7 +90,8 @@
 	X(nvmlDeviceGetPowerManagementLimitConstraints)                                            \
 	X(nvmlDeviceGetPerformanceState)                                                           \
 	X(nvmlDeviceGetPersistenceMode)                                                            \
-	X(nvmlDeviceGetProcessUtilization)
+	X(nvmlDeviceGetProcessUtilization)                                                          \
+	X(nvmlDeviceGetTemperatureV)
 
 /* clang-format off */
 enum scenario_fn {

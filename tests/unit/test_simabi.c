@@ -363,6 +363,24 @@ static void monitoring_readings(void **state)
 	free(b);
 }
 
+/* nvmlTemperature_v1_t: version, sensorType, temperature; 12 bytes. */
+static void temperature_v(void **state)
+{
+	int (*get)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetTemperatureV");
+	unsigned char *b = zone(12, 0x0100000C);
+	int t;
+
+	(void)state;
+	memset(b + 4, 0, 4); /* NVML_TEMPERATURE_GPU */
+	assert_int_equal(get(device(0), b), 0);
+	canary_intact(b, 12, "nvmlDeviceGetTemperatureV");
+	memcpy(&t, b + 8, sizeof t);
+	assert_int_equal(t, 83);
+	memcpy(b, &(unsigned){ 12 }, sizeof(unsigned)); /* no version in the word */
+	assert_int_equal(get(device(0), b), 25);
+	free(b);
+}
+
 /* A function the simulator does not model answers NOT_SUPPORTED and leaves
  * every byte it was given alone. */
 static void unmodelled_functions_touch_nothing(void **state)
@@ -406,6 +424,7 @@ int main(void)
 		cmocka_unit_test(monitoring_readings),
 		cmocka_unit_test(unmodelled_functions_touch_nothing),
 		cmocka_unit_test(handle_by_pci_bus_id),
+		cmocka_unit_test(temperature_v),
 	};
 
 	return cmocka_run_group_tests_name("simabi", tests, setup, teardown);
