@@ -53,7 +53,7 @@ SIM_OLDER := $(filter-out $(SIM_NEWEST),$(SIM_BRANCHES))
 SIM_LIBS := $(SIM_BRANCHES:%=$(BUILD)/sim/r%/libnvidia-ml.so.1) $(BUILD)/sim/libnvidia-ml.so.1
 # The simulator library: the modelled functions and a generated weak stub for
 # every other function of NVML's list.
-SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/stubs.o \
+SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/nvml_mig.o $(BUILD)/sim/stubs.o \
 	$(SIM_COMMON:%.c=$(BUILD)/%.o)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

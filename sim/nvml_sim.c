@@ -208,6 +208,18 @@ static long long monotonic_ns(void)
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Live use of a slice (simload under CUDA_VISIBLE_DEVICES=MIG-...).  Call
+ * with sim_mutex held, after live_refresh. */
+static uint64_t live_mig_mib(const struct scenario_gpu *mig)
+{
+	uint64_t mib = 0;
+
+	for (size_t i = 0; i < sim_live.count; i++)
+		if (!strcmp(sim_live.uses[i].uuid, mig->uuid))
+			mib += sim_live.uses[i].used_mib;
+	return mib;
+}
+
 /* Call with sim_mutex held. */
 static void live_refresh(void)
 {
@@ -222,8 +234,13 @@ static void live_refresh(void)
 	memset(live_util_pct, 0, sizeof live_util_pct);
 	for (i = 0; i < sim_live.count; i++) {
 		gpu = scenario_find_uuid(sim, sim_live.uses[i].uuid);
-		if (gpu < 0)
-			continue; /* an entry written for another scenario's GPU */
+		if (gpu < 0) {
+			const struct scenario_gpu *mig = scenario_find_mig(sim, sim_live.uses[i].uuid);
+
+			if (!mig)
+				continue; /* an entry written for another scenario's GPU */
+			gpu = (long)mig->parent->index; /* the GPU holds its slices' memory */
+		}
 		live_used_mib[gpu] += sim_live.uses[i].used_mib;
 		live_util_pct[gpu] += sim_live.uses[i].utilization;
 	}
@@ -425,12 +442,22 @@ enum nvml_return sim_system_query(enum scenario_fn fn, int args_ok)
 	return ret;
 }
 
+static int in_array(const struct scenario_gpu *dev, const struct scenario_gpu *arr, size_t n)
+{
+	uintptr_t base = (uintptr_t)arr, p = (uintptr_t)dev;
+
+	return arr && p >= base && p < base + n * sizeof *dev && (p - base) % sizeof *dev == 0;
+}
+
+/* A handle we gave out: a GPU, or one of a GPU's MIG slices. */
 static int device_valid(const struct scenario_gpu *dev)
 {
-	uintptr_t base = (uintptr_t)sim->gpus, p = (uintptr_t)dev;
-
-	return p >= base && p < base + sim->gpu_count * sizeof *dev &&
-	       (p - base) % sizeof *dev == 0;
+	if (in_array(dev, sim->gpus, sim->gpu_count))
+		return 1;
+	for (size_t i = 0; i < sim->gpu_count; i++)
+		if (in_array(dev, sim->gpus[i].migs, sim->gpus[i].mig_count))
+			return 1;
+	return 0;
 }
 
 /*
@@ -445,8 +472,9 @@ enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu
 
 	if (ret == NVML_SUCCESS && (!device_valid(dev) || !args_ok))
 		ret = NVML_ERROR_INVALID_ARGUMENT;
-	if (ret == NVML_SUCCESS && dev->fail)
-		ret = (enum nvml_return)dev->fail;
+	/* A slice shares its GPU's fate. */
+	if (ret == NVML_SUCCESS && (dev->is_mig ? dev->parent->fail : dev->fail))
+		ret = (enum nvml_return)(dev->is_mig ? dev->parent->fail : dev->fail);
 	if (ret == NVML_SUCCESS && (dev->has & need) != need)
 		ret = NVML_ERROR_NOT_SUPPORTED;
 	return ret;
@@ -562,7 +590,14 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetHandleByUUID(const char *uuid,
 	enum nvml_return ret =
 	    sim_system_query(FN_nvmlDeviceGetHandleByUUID, uuid != NULL && device != NULL);
 	long pos = ret == NVML_SUCCESS ? scenario_find_uuid(sim, uuid) : -1;
+	struct scenario_gpu *mig = ret == NVML_SUCCESS && pos < 0 ? scenario_find_mig(sim, uuid) : NULL;
 
+	if (mig && (mig->parent->fail_at_handle || mig->parent->fail == NVML_ERROR_NO_PERMISSION))
+		return (enum nvml_return)mig->parent->fail;
+	if (mig) {
+		*device = mig;
+		return NVML_SUCCESS;
+	}
 	if (ret == NVML_SUCCESS && pos < 0)
 		ret = NVML_ERROR_NOT_FOUND;
 	if (ret == NVML_SUCCESS)
@@ -574,6 +609,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetIndex(struct scenario_gpu *device, unsi
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetIndex, device, index != NULL, 0);
 
+	if (ret == NVML_SUCCESS && device->is_mig)
+		ret = NVML_ERROR_NOT_SUPPORTED; /* slices have no NVML index */
 	if (ret == NVML_SUCCESS)
 		*index = device->index;
 	return ret;
@@ -666,7 +703,8 @@ static uint64_t gpu_used_mib(const struct scenario_gpu *device)
 
 	pthread_mutex_lock(&sim_mutex);
 	live_refresh();
-	used = device->mem_used_mib + device->procs_used_mib + live_used_mib[device->index];
+	used = device->mem_used_mib + device->procs_used_mib +
+	       (device->is_mig ? live_mig_mib(device) : live_used_mib[device->index]);
 	pthread_mutex_unlock(&sim_mutex);
 	return used < room ? used : room;
 }
@@ -779,7 +817,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetCudaComputeCapability(struct scenario_g
 }
 
 static void put_process(void *infos, int v1, unsigned i, unsigned pid, int has_mem,
-                        uint64_t used_mib)
+                        uint64_t used_mib, const struct scenario_gpu *where)
 {
 	unsigned long long bytes = has_mem ? used_mib * MIB : ULLONG_MAX;
 
@@ -793,10 +831,46 @@ static void put_process(void *infos, int v1, unsigned i, unsigned pid, int has_m
 
 		p->pid = pid;
 		p->used_gpu_memory = bytes;
-		/* MIG is not simulated: no instance, as with MIG off. */
-		p->gpu_instance_id = 0xFFFFFFFFu;
-		p->compute_instance_id = 0xFFFFFFFFu;
+		/* The MIG instance it runs in; none (all ones) off MIG. */
+		p->gpu_instance_id = where->is_mig ? where->gpu_instance_id : 0xFFFFFFFFu;
+		p->compute_instance_id = where->is_mig ? where->compute_instance_id : 0xFFFFFFFFu;
 	}
+}
+
+/* Where a device's processes live: the device itself and, for a GPU split
+ * into MIG slices, each slice (NVML lists those on the GPU too, with their
+ * instance ids).  Source 0 is the device; NULL past the last. */
+static const struct scenario_gpu *proc_source(const struct scenario_gpu *device, size_t s)
+{
+	return s == 0 ? device : s <= device->mig_count ? &device->migs[s - 1] : NULL;
+}
+
+/* Put (infos non-NULL, from entry i on) or count one source's processes. */
+static unsigned source_procs(const struct scenario_gpu *src, unsigned kind, void *infos, int v1,
+                             unsigned i)
+{
+	unsigned n = 0;
+	size_t j;
+
+	for (j = 0; j < src->proc_count; j++) {
+		const struct scenario_proc *p = &src->procs[j];
+
+		if (!(p->kind & kind))
+			continue;
+		if (infos)
+			put_process(infos, v1, i + n, p->pid, p->has_mem, p->used_mib, src);
+		n++;
+	}
+	for (j = 0; (kind & SCENARIO_PROC_COMPUTE) && j < sim_live.count; j++) {
+		const struct simstate_use *u = &sim_live.uses[j];
+
+		if (strcmp(u->uuid, src->uuid))
+			continue;
+		if (infos)
+			put_process(infos, v1, i + n, u->pid, 1, u->used_mib, src);
+		n++;
+	}
+	return n;
 }
 
 /*
@@ -810,18 +884,17 @@ static enum nvml_return list_processes(enum scenario_fn fn, struct scenario_gpu 
                                        unsigned kind, unsigned *count, void *infos, int v1)
 {
 	enum nvml_return ret = sim_device_query(fn, device, count != NULL, 0);
+	const struct scenario_gpu *src;
 	unsigned n = 0, i = 0;
-	size_t j;
+	size_t s;
 
 	if (ret != NVML_SUCCESS)
 		goto done;
 	pthread_mutex_lock(&sim_mutex);
 	if (kind & SCENARIO_PROC_COMPUTE)
 		live_refresh();
-	for (j = 0; j < device->proc_count; j++)
-		n += (device->procs[j].kind & kind) != 0;
-	for (j = 0; (kind & SCENARIO_PROC_COMPUTE) && j < sim_live.count; j++)
-		n += strcmp(sim_live.uses[j].uuid, device->uuid) == 0;
+	for (s = 0; (src = proc_source(device, s)); s++)
+		n += source_procs(src, kind, NULL, v1, 0);
 	if (*count < n) {
 		*count = n;
 		ret = NVML_ERROR_INSUFFICIENT_SIZE;
@@ -831,18 +904,8 @@ static enum nvml_return list_processes(enum scenario_fn fn, struct scenario_gpu 
 		ret = NVML_ERROR_INVALID_ARGUMENT;
 		goto unlock;
 	}
-	for (j = 0; j < device->proc_count; j++) {
-		const struct scenario_proc *p = &device->procs[j];
-
-		if (p->kind & kind)
-			put_process(infos, v1, i++, p->pid, p->has_mem, p->used_mib);
-	}
-	for (j = 0; (kind & SCENARIO_PROC_COMPUTE) && j < sim_live.count; j++) {
-		const struct simstate_use *u = &sim_live.uses[j];
-
-		if (!strcmp(u->uuid, device->uuid))
-			put_process(infos, v1, i++, u->pid, 1, u->used_mib);
-	}
+	for (s = 0; (src = proc_source(device, s)); s++)
+		i += source_procs(src, kind, infos, v1, i);
 	*count = n;
 unlock:
 	pthread_mutex_unlock(&sim_mutex);

@@ -78,6 +78,7 @@ static const char *const gpu_keys[] = {"comment",
                                        "fail",
                                        "fail_at",
                                        "memory_reserved_mib",
+                                       "mig_devices",
 #define READING_KEY(id, key, min, max, scale) key,
                                        SCENARIO_READINGS(READING_KEY)
 #undef READING_KEY
@@ -92,6 +93,11 @@ static const struct {
 #undef READING_ROW
 };
 _Static_assert(READING_COUNT <= 32, "reading_has has 32 bits");
+static const char *const mig_keys[] = {"comment",          "profile",
+                                       "uuid",             "memory_total_mib",
+                                       "memory_used_mib",  "gpu_instance_id",
+                                       "compute_instance_id", "processes",
+                                       NULL};
 static const char *const proc_keys[] = {"comment", "pid", "used_mib", "utilization", "type", NULL};
 
 /* How a key was found: the getters return one of these, or -1 on error. */
@@ -596,6 +602,124 @@ static int parse_properties(struct loader *ld, const json_t *obj, const char *wh
 	return 0;
 }
 
+/* One slice: a device of its own, with memory, name, UUID and processes. */
+static int parse_mig(struct loader *ld, const json_t *obj, const char *where,
+                     struct scenario_gpu *gpu, size_t k, struct scenario_gpu *mig)
+{
+	const char *s, *p;
+	double x;
+	int f;
+
+	if (!json_is_object(obj))
+		return bad(ld, where, NULL, "expected an object, got %s", type_name(obj));
+	if (check_keys(ld, obj, where, mig_keys) < 0)
+		return -1;
+	mig->is_mig = 1;
+	mig->parent = gpu;
+	mig->index = gpu->index;
+	mig->speed = gpu->speed;
+	mig->has = SCENARIO_HAS_MEMORY | (gpu->has & SCENARIO_HAS_CC);
+	mig->cc_major = gpu->cc_major;
+	mig->cc_minor = gpu->cc_minor;
+	f = get_string(ld, obj, where, "profile", sizeof mig->mig_profile, &s);
+	if (f < 0)
+		return -1;
+	if (f != FIELD_SET)
+		return bad(ld, where, NULL, "missing required key 'profile' (e.g. \"1g.10gb\")");
+	strcpy(mig->mig_profile, s);
+	snprintf(mig->name, sizeof mig->name, "%.60s MIG %s", gpu->name, s);
+	f = get_number(ld, obj, where, "memory_total_mib", 1, MAX_MIB, 1, &x);
+	if (f < 0)
+		return -1;
+	if (f != FIELD_SET)
+		return bad(ld, where, NULL, "missing required key 'memory_total_mib'");
+	mig->mem_total_mib = (uint64_t)x;
+	f = get_number(ld, obj, where, "memory_used_mib", 0, MAX_MIB, 1, &x);
+	if (f < 0)
+		return -1;
+	mig->mem_used_mib = f == FIELD_SET ? (uint64_t)x : 0;
+	f = get_number(ld, obj, where, "gpu_instance_id", 0, 1000, 1, &x);
+	if (f < 0)
+		return -1;
+	mig->gpu_instance_id = f == FIELD_SET ? (unsigned)x : (unsigned)k + 1;
+	f = get_number(ld, obj, where, "compute_instance_id", 0, 1000, 1, &x);
+	if (f < 0)
+		return -1;
+	mig->compute_instance_id = f == FIELD_SET ? (unsigned)x : 0;
+	f = get_string(ld, obj, where, "uuid", 80, &s);
+	if (f < 0)
+		return -1;
+	if (f == FIELD_SET) {
+		for (p = s + 4; strncmp(s, "MIG-", 4) == 0 && *p; p++)
+			if (!(*p == '-' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+				break;
+		if (strncmp(s, "MIG-", 4) || *p || !s[4])
+			return bad(ld, where, "uuid",
+			           "'%s' is not a MIG UUID (expected \"MIG-\" followed by lowercase "
+			           "hex digits and dashes)",
+			           s);
+		strcpy(mig->uuid, s);
+	} else {
+		uint64_t hi = mix64(0x6d696700u + 64 * (uint64_t)gpu->index + 2 * k);
+		uint64_t lo = mix64(0x6d696700u + 64 * (uint64_t)gpu->index + 2 * k + 1);
+
+		snprintf(mig->uuid, sizeof mig->uuid, "MIG-%08x-%04x-%04x-%04x-%012llx",
+		         (unsigned)(hi >> 32), (unsigned)(hi >> 16) & 0xffff, (unsigned)hi & 0xffff,
+		         (unsigned)(lo >> 48), (unsigned long long)(lo & 0xffffffffffffULL));
+	}
+	if (parse_processes(ld, obj, where, mig) < 0)
+		return -1;
+	if (mig->mem_used_mib + mig->procs_used_mib > mig->mem_total_mib)
+		return bad(ld, where, NULL, "memory in use exceeds memory_total_mib (%llu MiB)",
+		           (unsigned long long)mig->mem_total_mib);
+	return 0;
+}
+
+/* "mig_devices": the GPU's slices; they need "mig_mode": 1.  The GPU's own
+ * memory and processes include its slices', as NVML shows a MIG parent. */
+static int parse_migs(struct loader *ld, const json_t *obj, const char *where,
+                      struct scenario_gpu *gpu)
+{
+	const json_t *list = json_object_get(obj, "mig_devices");
+	char mwhere[96];
+	uint64_t slices_mib = 0;
+
+	if (!list || json_is_null(list))
+		return 0;
+	if (!json_is_array(list))
+		return bad(ld, where, "mig_devices", "expected an array, got %s", type_name(list));
+	if (json_array_size(list) && !gpu->mig_mode)
+		return bad(ld, where, "mig_devices", "MIG devices need \"mig_mode\": 1");
+	if (json_array_size(list) > SCENARIO_MAX_MIGS)
+		return bad(ld, where, "mig_devices", "%zu MIG devices, a GPU has at most %d",
+		           json_array_size(list), SCENARIO_MAX_MIGS);
+	gpu->mig_count = json_array_size(list);
+	gpu->migs = calloc(gpu->mig_count ? gpu->mig_count : 1, sizeof *gpu->migs);
+	if (!gpu->migs)
+		return bad(ld, where, "mig_devices", "out of memory");
+	for (size_t k = 0; k < gpu->mig_count; k++) {
+		struct scenario_gpu *m = &gpu->migs[k];
+
+		snprintf(mwhere, sizeof mwhere, "%s.mig_devices[%zu]", where, k);
+		if (parse_mig(ld, json_array_get(list, k), mwhere, gpu, k, m) < 0)
+			return -1;
+		for (size_t j = 0; j < k; j++)
+			if (gpu->migs[j].gpu_instance_id == m->gpu_instance_id &&
+			    gpu->migs[j].compute_instance_id == m->compute_instance_id)
+				return bad(ld, mwhere, "gpu_instance_id",
+				           "instance %u/%u is also mig_devices[%zu]",
+				           m->gpu_instance_id, m->compute_instance_id, j);
+		slices_mib += m->mem_total_mib;
+		gpu->mem_used_mib += m->mem_used_mib;
+		gpu->procs_used_mib += m->procs_used_mib;
+	}
+	if ((gpu->has & SCENARIO_HAS_MEMORY) && slices_mib > gpu->mem_total_mib)
+		return bad(ld, where, "mig_devices",
+		           "the slices' memory (%llu MiB) exceeds memory_total_mib (%llu MiB)",
+		           (unsigned long long)slices_mib, (unsigned long long)gpu->mem_total_mib);
+	return 0;
+}
+
 static int parse_gpu(struct loader *ld, const json_t *obj, size_t index, struct scenario_gpu *gpu)
 {
 	char where[32];
@@ -625,7 +749,7 @@ static int parse_gpu(struct loader *ld, const json_t *obj, size_t index, struct 
 	    parse_measurements(ld, obj, where, gpu) < 0 ||
 	    parse_properties(ld, obj, where, gpu) < 0 ||
 	    get_error_name(ld, obj, where, "fail", &gpu->fail) < 0 ||
-	    parse_processes(ld, obj, where, gpu) < 0)
+	    parse_processes(ld, obj, where, gpu) < 0 || parse_migs(ld, obj, where, gpu) < 0)
 		return -1;
 
 	f = get_string(ld, obj, where, "fail_at", 16, &name);
@@ -851,8 +975,12 @@ void scenario_free(struct scenario *sc)
 
 	if (!sc)
 		return;
-	for (i = 0; i < sc->gpu_count && sc->gpus; i++)
+	for (i = 0; i < sc->gpu_count && sc->gpus; i++) {
+		for (size_t k = 0; k < sc->gpus[i].mig_count; k++)
+			free(sc->gpus[i].migs[k].procs);
+		free(sc->gpus[i].migs);
 		free(sc->gpus[i].procs);
+	}
 	free(sc->gpus);
 	free(sc->path);
 	free(sc->realpath);
@@ -897,6 +1025,15 @@ long scenario_find_uuid(const struct scenario *sc, const char *uuid)
 		if (!strcmp(sc->gpus[i].uuid, uuid))
 			return (long)i;
 	return -1;
+}
+
+struct scenario_gpu *scenario_find_mig(const struct scenario *sc, const char *uuid)
+{
+	for (size_t i = 0; i < sc->gpu_count; i++)
+		for (size_t k = 0; k < sc->gpus[i].mig_count; k++)
+			if (!strcmp(sc->gpus[i].migs[k].uuid, uuid))
+				return &sc->gpus[i].migs[k];
+	return NULL;
 }
 
 int scenario_cuda_sees(const struct scenario_gpu *gpu)

@@ -91,7 +91,13 @@
 	X(nvmlDeviceGetPerformanceState)                                                           \
 	X(nvmlDeviceGetPersistenceMode)                                                            \
 	X(nvmlDeviceGetProcessUtilization)                                                          \
-	X(nvmlDeviceGetTemperatureV)
+	X(nvmlDeviceGetTemperatureV)                                                                \
+	X(nvmlDeviceGetMaxMigDeviceCount)                                                           \
+	X(nvmlDeviceGetMigDeviceHandleByIndex)                                                      \
+	X(nvmlDeviceIsMigDeviceHandle)                                                              \
+	X(nvmlDeviceGetGpuInstanceId)                                                               \
+	X(nvmlDeviceGetComputeInstanceId)                                                           \
+	X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)
 
 /* clang-format off */
 enum scenario_fn {
@@ -209,6 +215,14 @@ struct scenario_gpu {
 	uint64_t mem_reserved_mib; /* memory_reserved_mib: the driver's, never free */
 	unsigned reading[READING_COUNT];
 	uint32_t reading_has; /* bit i: reading[i] was given */
+	/* MIG: each slice (MIG device) is a scenario_gpu of its own, in its
+	 * GPU's migs[], with only memory, name, UUID and processes. */
+	int is_mig;
+	struct scenario_gpu *parent;                   /* slices: their GPU */
+	unsigned gpu_instance_id, compute_instance_id; /* slices */
+	char mig_profile[32];                          /* slices: "1g.10gb" */
+	size_t mig_count;
+	struct scenario_gpu *migs; /* owned; GPUs with "mig_devices" */
 	size_t proc_count;
 	struct scenario_proc *procs; /* owned by the scenario */
 	uint64_t procs_used_mib;     /* sum of the processes' known used_mib */
@@ -249,6 +263,11 @@ const char *scenario_function_name(enum scenario_fn fn);
 
 /* Position in sc->gpus of the GPU with exactly this UUID, or -1. */
 long scenario_find_uuid(const struct scenario *sc, const char *uuid);
+/* The MIG slice with exactly this "MIG-..." UUID, or NULL. */
+struct scenario_gpu *scenario_find_mig(const struct scenario *sc, const char *uuid);
+
+/* Most slices a GPU has (an A100/H100 has 7). */
+#define SCENARIO_MAX_MIGS 7
 
 /*
  * Whether CUDA enumerates the GPU at all: GPUs that fell off the bus

@@ -279,6 +279,23 @@ uuid_lines() {
 	! grep -q "memory.total_mib\|compute_v2\|compute_v3" <<<"$output"
 }
 
+@test "MIG: slices by index and by UUID, with their instance ids, memory and processes" {
+	export GPUMAN_SIM="$ROOT/examples/mig-a100.json"
+	run nvmlq mig
+	[ "$status" -eq 0 ]
+	has gpu0.max_mig=7 gpu1.max_mig=0 gpu0.mig4=NOT_FOUND \
+		"gpu0.mig0=MIG-3a000000-1111-4000-8000-000000000001|NVIDIA A100-SXM4-80GB MIG 3g.40gb|mig=1|gi=1|ci=0|mem=40192/30733|parent=True|by_uuid=True|procs=2500301:30720!instance" \
+		"gpu0.mig3=MIG-1d000000-1111-4000-8000-000000000004|NVIDIA A100-SXM4-80GB MIG 1g.10gb|mig=1|gi=14|ci=0|mem=9728/6|parent=True|by_uuid=True|procs=" \
+		"gpu0.procs=2500301:30720@1/0,2500302:2048@13/0" gpu1.procs=
+	# the GPU holds its slices' memory; a MIG-enabled GPU has no utilization
+	run nvmlq dump
+	has gpu0.memory.used_mib=32804 gpu0.util.gpu=NOT_SUPPORTED gpu0.mig=1/1
+	# slices need MIG mode
+	jq '.gpus[0].mig_mode = 0' "$GPUMAN_SIM" >"$BATS_TEST_TMPDIR/bad.json"
+	GPUMAN_SIM="$BATS_TEST_TMPDIR/bad.json" run nvmlq init
+	has "sim_error=$BATS_TEST_TMPDIR/bad.json: gpus[0].mig_devices: MIG devices need \"mig_mode\": 1"
+}
+
 @test "the library exports NVML's names and gpumanSimError only" {
 	run nvmlq symbols nvmlInit_v2 nvmlDeviceGetComputeRunningProcesses_v3 gpumanSimError \
 		scenario_load scenario_cuda_order simstate_read simstate_publish

@@ -7,6 +7,7 @@ $GM_BUILD/sim/libnvidia-ml.so.1) and prints what NVML answers as flat
   nvmlq.py [--lib PATH] dump          every GPU, field by field
   nvmlq.py [--lib PATH] init          nvmlInit_v2's answer and gpumanSimError()
   nvmlq.py [--lib PATH] symbols NAME.. whether dlsym finds each NAME
+  nvmlq.py [--lib PATH] mig           MIG slots, slices and their processes
   nvmlq.py [--lib PATH] protocol I    the process-list protocol on GPU I
   nvmlq.py [--lib PATH] misuse        calls before init, bad handles, NULLs
   nvmlq.py [--lib PATH] time N        N rounds of init + a full query of every GPU
@@ -224,6 +225,55 @@ def init(lib):
     return 0
 
 
+def mig(lib):
+    """The MIG view: each GPU's slots, and each slice's identity, memory and
+    processes, reached by index and again by UUID."""
+    assert lib.nvmlInit_v2() == 0
+    count = ctypes.c_uint()
+    lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
+    for i in range(count.value):
+        dev = ctypes.c_void_p()
+        lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(dev))
+        n = ctypes.c_uint()
+        rc = lib.nvmlDeviceGetMaxMigDeviceCount(dev, ctypes.byref(n))
+        print("gpu%d.max_mig=%s" % (i, n.value if rc == 0 else name(rc)))
+        if rc != 0:
+            continue
+        for k in range(n.value):
+            m = ctypes.c_void_p()
+            rc = lib.nvmlDeviceGetMigDeviceHandleByIndex(dev, k, ctypes.byref(m))
+            if rc != 0:
+                print("gpu%d.mig%d=%s" % (i, k, name(rc)))
+                continue
+            buf = ctypes.create_string_buffer(96)
+            u, gi, ci = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+            lib.nvmlDeviceIsMigDeviceHandle(m, ctypes.byref(u))
+            lib.nvmlDeviceGetGpuInstanceId(m, ctypes.byref(gi))
+            lib.nvmlDeviceGetComputeInstanceId(m, ctypes.byref(ci))
+            lib.nvmlDeviceGetUUID(m, buf, 96)
+            uuid = buf.value
+            lib.nvmlDeviceGetName(m, buf, 96)
+            mem = Memory()
+            rc = lib.nvmlDeviceGetMemoryInfo(m, ctypes.byref(mem))
+            parent, by_uuid = ctypes.c_void_p(), ctypes.c_void_p()
+            lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m, ctypes.byref(parent))
+            lib.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(by_uuid))
+            print("gpu%d.mig%d=%s|%s|mig=%d|gi=%d|ci=%d|mem=%s|parent=%s|by_uuid=%s|procs=%s" % (
+                i, k, uuid.decode(), buf.value.decode(), u.value, gi.value, ci.value,
+                "%d/%d" % (mem.total // MIB, mem.used // MIB) if rc == 0 else name(rc),
+                parent.value == dev.value, by_uuid.value == m.value,
+                procs(lib, "nvmlDeviceGetComputeRunningProcesses_v3", m, ProcV2)))
+        procs_raw = (ProcV2 * 16)()
+        c = ctypes.c_uint(16)
+        lib.nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(c), procs_raw)
+        print("gpu%d.procs=%s" % (i, ",".join("%d:%d@%d/%d" % (p.pid, p.usedGpuMemory // MIB,
+              p.gpuInstanceId if p.gpuInstanceId != 0xFFFFFFFF else -1,
+              p.computeInstanceId if p.computeInstanceId != 0xFFFFFFFF else -1)
+              for p in procs_raw[:c.value])))
+    lib.nvmlShutdown()
+    return 0
+
+
 def symbols(lib, names):
     for sym in names:
         print("%s=%s" % (sym, "present" if hasattr(lib, sym) else "absent"))
@@ -326,6 +376,8 @@ def main(argv):
         return dump(lib)
     if cmd == "init":
         return init(lib)
+    if cmd == "mig":
+        return mig(lib)
     if cmd == "symbols":
         return symbols(lib, args)
     if cmd == "protocol":
