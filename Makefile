@@ -67,7 +67,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(SIM_LIBS) $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format clients
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format clients cudaload
 all: deps $(PROGRAMS)
 
 deps:
@@ -205,6 +205,16 @@ $(BUILD)/bench/runtime: bench/runtime.c
 $(BUILD)/bench/inproc: bench/inproc.c $(BUILD)/libgpuman.so include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -l:libgpuman.so -Wl,-rpath,'$$ORIGIN/..'
+
+# The real-GPU twin of gpuman-simload (sim/cudaload.cu), built by
+# `make cudaload` only where nvcc exists (not part of `all`: no test here
+# can run it without a GPU); tests/real-gpu/check.sh builds and runs it.
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+cudaload: $(if $(NVCC),$(BUILD)/gpuman-cudaload)
+	@$(if $(NVCC),:,echo "cudaload: no nvcc here; gpuman-cudaload not built")
+$(BUILD)/gpuman-cudaload: sim/cudaload.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O2 -o $@ $<
 
 bench: all $(BENCH_BIN)
 	@sh bench/run $(abspath $(BUILD))

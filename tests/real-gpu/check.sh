@@ -1,0 +1,134 @@
+#!/bin/sh
+# check.sh - gpuman on a real NVIDIA machine, against the tools people trust:
+#   1. status --json against nvidia-smi --query-gpu and (if importable)
+#      pynvml, GPU by GPU: UUID, name, bus id and total memory exactly;
+#      used memory, utilization, power and temperature within a tolerance
+#      (they move between the two readings);
+#   2. info and ps run; pick answers;
+#   3. two `gpuman run --mem` jobs of the CUDA twin (gpuman-cudaload) side by
+#      side on GPU 0 and a third that must wait: checked from their --record
+#      lines, not from gpuman's word;
+#   4. a PyTorch job through `gpuman run` and through auto_choice, if
+#      python3 has torch;
+#   5. times: `gpuman pick` against `nvidia-smi --query-gpu` and a bare C
+#      NVML query (nvmlquery.c), as ratios.
+# Run from the source tree on the GPU machine: sh tests/real-gpu/check.sh
+# Needs: the NVIDIA driver, cc, nvcc for the CUDA twin (step 3 is skipped,
+# saying so, without it).  Prints "ok"/"FAIL" lines; exit 1 if any failed.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-$root/build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export GPUMAN_STATE_DIR="$tmp/state"
+unset GPUMAN_SIM GPUMAN_NVML CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+make -C "$root" -s all cudaload >/dev/null || { echo "FAIL build"; exit 1; }
+gm="$build/gpuman"
+command -v nvidia-smi >/dev/null || { echo "FAIL no nvidia-smi: not an NVIDIA machine"; exit 1; }
+
+# 1. status against nvidia-smi
+"$gm" status --json >"$tmp/gm.json" || bad "gpuman status --json"
+nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,power.draw,temperature.gpu \
+	--format=csv,noheader,nounits >"$tmp/smi.csv" || bad "nvidia-smi --query-gpu"
+python3 - "$tmp/gm.json" "$tmp/smi.csv" <<'PY' || fails=$((fails + 1))
+import csv, json, sys
+gm = json.load(open(sys.argv[1]))
+rows = [[c.strip() for c in r] for r in csv.reader(open(sys.argv[2]))]
+bad = 0
+def num(s):
+    try: return float(s)
+    except ValueError: return None
+for r in rows:
+    g = next((g for g in gm["gpus"] if g["index"] == int(r[0])), None)
+    if g is None:
+        print("FAIL GPU %s: nvidia-smi has it, gpuman does not" % r[0]); bad += 1; continue
+    exact = [("uuid", g["uuid"], r[1]), ("name", g["name"], r[2]),
+             ("pci_bus_id", g["pci_bus_id"].upper(), r[3].upper()),
+             ("memory_total_mib", g["memory_total_mib"], num(r[4]))]
+    near = [("memory_used_mib", g["memory_used_mib"], num(r[5]), 256),
+            ("utilization_gpu_pct", g["utilization_gpu_pct"], num(r[6]), 25),
+            ("power_draw_w", g["power_draw_w"], num(r[7]), 40),
+            ("temperature_c", g["temperature_c"], num(r[8]), 3)]
+    for k, a, b in exact:
+        if a != b and not (isinstance(b, float) and a == int(b)):
+            print("FAIL GPU %s %s: gpuman %r nvidia-smi %r" % (r[0], k, a, b)); bad += 1
+    for k, a, b, tol in near:
+        if (a is None) != (b is None) or (a is not None and abs(a - b) > tol):
+            print("FAIL GPU %s %s: gpuman %r nvidia-smi %r (tolerance %s)" % (r[0], k, a, b, tol)); bad += 1
+print("%s status --json against nvidia-smi: %d GPUs, %d differences" % ("ok  " if not bad else "FAIL", len(rows), bad))
+try:
+    import pynvml
+except ImportError:
+    print("skip pynvml not importable: the pynvml comparison was not run")
+    sys.exit(1 if bad else 0)
+pynvml.nvmlInit()
+for g in gm["gpus"]:
+    h = pynvml.nvmlDeviceGetHandleByIndex(g["index"])
+    u = pynvml.nvmlDeviceGetUUID(h)
+    u = u.decode() if isinstance(u, bytes) else u
+    m = pynvml.nvmlDeviceGetMemoryInfo(h)
+    if u != g["uuid"] or m.total // 1048576 != g["memory_total_mib"]:
+        print("FAIL GPU %d against pynvml: %s %d" % (g["index"], u, m.total // 1048576)); bad += 1
+print("%s status --json against pynvml" % ("ok  " if not bad else "FAIL"))
+sys.exit(1 if bad else 0)
+PY
+"$gm" info >/dev/null && ok "info" || bad "info"
+"$gm" ps >/dev/null && ok "ps" || bad "ps"
+pick=$("$gm" pick) && ok "pick: $pick" || bad "pick"
+
+# 3. two shares side by side, a third waits for room
+if [ -x "$build/gpuman-cudaload" ]; then
+	total=$(python3 -c "import json,sys; print(json.load(open('$tmp/gm.json'))['gpus'][0]['memory_free_mib'])")
+	share=$((total * 2 / 5)) # two fit, a third does not
+	rec="$tmp/record"
+	for i in 1 2 3; do
+		"$gm" run --only 0 --mem "$share" --wait=5m -- "$build/gpuman-cudaload" --mem $((share - 512)) \
+			--util 50 --seconds 8 --record "$rec" >"$tmp/job$i.out" 2>&1 &
+		sleep 1
+	done
+	wait
+	python3 - "$rec" <<'PY' && ok "two --mem jobs ran together on GPU 0, the third waited" || bad "shares on a real GPU"
+import sys
+ev = sorted((int(l.split()[3]), l.split()[0], l.split()[1]) for l in open(sys.argv[1]))
+live, most, ends = 0, 0, []
+for t, what, pid in ev:
+    live += 1 if what == "start" else -1
+    most = max(most, live)
+starts = [t for t, w, p in ev if w == "start"]
+first_end = min(t for t, w, p in ev if w == "end")
+sys.exit(0 if most == 2 and len(starts) == 3 and sorted(starts)[2] >= first_end else 1)
+PY
+else
+	echo "skip no gpuman-cudaload (no nvcc): the side-by-side jobs were not run"
+fi
+
+# 4. PyTorch through run and auto_choice
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+	"$gm" run -- python3 -c "import torch; x = torch.ones(1 << 20, device='cuda'); print(int(x.sum()))" \
+		>"$tmp/torch.out" 2>&1 && grep -q 1048576 "$tmp/torch.out" && ok "PyTorch job through run" ||
+		bad "PyTorch through run: $(tail -1 "$tmp/torch.out")"
+	PYTHONPATH="$root/python" python3 -c "
+import gpuman, torch
+with gpuman.auto_choice(mem='2G') as dev:
+    print(int(torch.ones(1024, device=dev).sum()))" >"$tmp/auto.out" 2>&1 &&
+		grep -q 1024 "$tmp/auto.out" && ok "PyTorch through auto_choice" ||
+		bad "PyTorch through auto_choice: $(tail -1 "$tmp/auto.out")"
+else
+	echo "skip python3 has no CUDA-enabled torch: the PyTorch jobs were not run"
+fi
+
+# 5. times, as ratios
+make -C "$root" -s "$build/bench/runtime" >/dev/null
+cc -O2 -o "$tmp/nvmlquery" "$root/tests/real-gpu/nvmlquery.c" -ldl
+set -- $("$build/bench/runtime" 100 "$gm" pick); g=$1
+set -- $("$build/bench/runtime" 30 nvidia-smi --query-gpu=index,memory.free,utilization.gpu --format=csv); s=$1
+set -- $("$build/bench/runtime" 100 "$tmp/nvmlquery"); c=$1
+awk -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
+	printf "time gpuman pick %.2f ms; nvidia-smi --query-gpu %.2f ms (gpuman %.1fx faster); bare C NVML query %.2f ms (gpuman %.2fx of it)\n",
+		g / 1000, s / 1000, s / g, c / 1000, g / c }'
+[ "$fails" -eq 0 ] && echo "real-gpu check: all passed" || echo "real-gpu check: $fails failed"
+[ "$fails" -eq 0 ]
