@@ -68,6 +68,10 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetPerformanceState(struct scenario_gpu *d
 SIM_EXPORT enum nvml_return nvmlDeviceGetPersistenceMode(struct scenario_gpu *device, int *mode);
 SIM_EXPORT enum nvml_return nvmlDeviceGetTemperatureV(struct scenario_gpu *device,
                                                       struct nvml_temperature_v1 *temp);
+struct nvml_bar1_memory;
+SIM_EXPORT enum nvml_return nvmlDeviceGetBAR1MemoryInfo(struct scenario_gpu *device,
+                                                        struct nvml_bar1_memory *bar1);
+SIM_EXPORT enum nvml_return nvmlSystemGetProcessName(unsigned pid, char *name, unsigned length);
 int sim_unmodelled(void);
 
 /* A device getter of one reading. */
@@ -340,6 +344,57 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetTemperatureV(struct scenario_gpu *devic
 	if (ret == NVML_SUCCESS)
 		temp->temperature_c = (int)device->temperature_c;
 	return ret;
+}
+
+/* nvmlBAR1Memory_t: bytes. */
+struct nvml_bar1_memory {
+	unsigned long long total, free, used;
+};
+
+SIM_EXPORT enum nvml_return nvmlDeviceGetBAR1MemoryInfo(struct scenario_gpu *device,
+                                                        struct nvml_bar1_memory *bar1)
+{
+	enum nvml_return ret =
+	    sim_device_query(FN_nvmlDeviceGetBAR1MemoryInfo, device, bar1 != NULL, 0);
+	unsigned total, used;
+
+	if (ret == NVML_SUCCESS)
+		ret = sim_reading(device, READING_BAR1_TOTAL_MIB, &total);
+	if (ret == NVML_SUCCESS && sim_reading(device, READING_BAR1_USED_MIB, &used) != NVML_SUCCESS)
+		used = 0;
+	if (ret == NVML_SUCCESS) {
+		used = used < total ? used : total;
+		bar1->total = (unsigned long long)total << 20;
+		bar1->used = (unsigned long long)used << 20;
+		bar1->free = bar1->total - bar1->used;
+	}
+	return ret;
+}
+
+/* The driver names a process by its executable: argv[0] of a process this
+ * machine runs (a live simload); NOT_FOUND for the scenario's imagined pids. */
+SIM_EXPORT enum nvml_return nvmlSystemGetProcessName(unsigned pid, char *name, unsigned length)
+{
+	enum nvml_return ret =
+	    sim_system_query(FN_nvmlSystemGetProcessName, name != NULL && length > 0);
+	char path[64], buf[256] = "";
+	FILE *f;
+	size_t n = 0;
+
+	if (ret != NVML_SUCCESS)
+		return ret;
+	snprintf(path, sizeof path, "/proc/%u/cmdline", pid);
+	f = fopen(path, "r");
+	if (f) {
+		n = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+	}
+	if (!n)
+		return NVML_ERROR_NOT_FOUND;
+	buf[n] = '\0';
+	/* NVML truncates to the caller's buffer rather than refusing it. */
+	snprintf(name, length, "%s", buf);
+	return NVML_SUCCESS;
 }
 
 /* What the functions the simulator does not model answer: NOT_SUPPORTED,

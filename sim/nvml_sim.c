@@ -168,6 +168,15 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetGraphicsRunningProcesses_v2(struct scen
 SIM_EXPORT enum nvml_return nvmlDeviceGetGraphicsRunningProcesses(struct scenario_gpu *device,
                                                                   unsigned *count,
                                                                   struct nvml_process_v1 *infos);
+SIM_EXPORT enum nvml_return
+nvmlDeviceGetMPSComputeRunningProcesses_v3(struct scenario_gpu *device, unsigned *count,
+                                           struct nvml_process_v2 *infos);
+SIM_EXPORT enum nvml_return
+nvmlDeviceGetMPSComputeRunningProcesses_v2(struct scenario_gpu *device, unsigned *count,
+                                           struct nvml_process_v2 *infos);
+SIM_EXPORT enum nvml_return nvmlDeviceGetMPSComputeRunningProcesses(struct scenario_gpu *device,
+                                                                    unsigned *count,
+                                                                    struct nvml_process_v1 *infos);
 SIM_EXPORT enum nvml_return nvmlDeviceGetComputeMode(struct scenario_gpu *device, int *mode);
 SIM_EXPORT enum nvml_return nvmlDeviceGetMigMode(struct scenario_gpu *device, unsigned *current,
                                                  unsigned *pending);
@@ -961,6 +970,33 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetGraphicsRunningProcesses(struct scenari
 	                      SCENARIO_PROC_GRAPHICS, count, infos, 1);
 }
 
+/* MPS clients (scenario type "mps"): in this list only, 24-byte entries from
+ * _v2 on like the others. */
+SIM_EXPORT enum nvml_return
+nvmlDeviceGetMPSComputeRunningProcesses_v3(struct scenario_gpu *device, unsigned *count,
+                                           struct nvml_process_v2 *infos)
+{
+	return list_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses_v3, device,
+	                      SCENARIO_PROC_MPS, count, infos, 0);
+}
+
+SIM_EXPORT enum nvml_return
+nvmlDeviceGetMPSComputeRunningProcesses_v2(struct scenario_gpu *device, unsigned *count,
+                                           struct nvml_process_v2 *infos)
+{
+	return list_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses_v2, device,
+	                      SCENARIO_PROC_MPS, count, infos, 0);
+}
+
+SIM_EXPORT enum nvml_return nvmlDeviceGetMPSComputeRunningProcesses(struct scenario_gpu *device,
+                                                                    unsigned *count,
+                                                                    struct nvml_process_v1 *infos)
+{
+	return list_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses, device,
+	                      SCENARIO_PROC_MPS, count, infos, 1);
+}
+
+
 SIM_EXPORT enum nvml_return nvmlDeviceGetComputeMode(struct scenario_gpu *device, int *mode)
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetComputeMode, device, mode != NULL,
@@ -1030,8 +1066,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu 
                                                              unsigned *count,
                                                              unsigned long long last_seen_us)
 {
-	enum nvml_return ret = device_query(FN_nvmlDeviceGetProcessUtilization, device,
-	                                    count != NULL, SCENARIO_HAS_UTIL);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetProcessUtilization, device,
+	                                        count != NULL, SCENARIO_HAS_UTIL);
 	struct nvml_proc_util_sample *s;
 	struct timespec ts;
 	unsigned long long now_us;

@@ -406,10 +406,12 @@ static int parse_proc(struct loader *ld, const json_t *obj, const char *where,
 		proc->kind = SCENARIO_PROC_COMPUTE;
 	else if (!strcmp(type, "graphics"))
 		proc->kind = SCENARIO_PROC_GRAPHICS;
+	else if (!strcmp(type, "mps"))
+		proc->kind = SCENARIO_PROC_MPS;
 	else if (!strcmp(type, "both"))
 		proc->kind = SCENARIO_PROC_COMPUTE | SCENARIO_PROC_GRAPHICS;
 	else
-		return bad(ld, where, "type", "unknown type '%s' (use compute, graphics or both)",
+		return bad(ld, where, "type", "unknown type '%s' (use compute, graphics, both or mps)",
 		           type);
 	return 0;
 }

@@ -97,7 +97,12 @@
 	X(nvmlDeviceIsMigDeviceHandle)                                                              \
 	X(nvmlDeviceGetGpuInstanceId)                                                               \
 	X(nvmlDeviceGetComputeInstanceId)                                                           \
-	X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)
+	X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)                                             \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                               \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                               \
+	X(nvmlDeviceGetMPSComputeRunningProcesses)                                                  \
+	X(nvmlDeviceGetBAR1MemoryInfo)                                                              \
+	X(nvmlSystemGetProcessName)
 
 /* clang-format off */
 enum scenario_fn {
@@ -154,7 +159,9 @@ enum scenario_has {
 	X(POWER_MIN_MW, "power_limit_min_w", 0, 100000, 1000)                                      \
 	X(POWER_MAX_MW, "power_limit_max_w", 0, 100000, 1000)                                      \
 	X(PSTATE, "performance_state", 0, 15, 1)                                                   \
-	X(PERSISTENCE, "persistence_mode", 0, 1, 1)
+	X(PERSISTENCE, "persistence_mode", 0, 1, 1)                                               \
+	X(BAR1_TOTAL_MIB, "bar1_total_mib", 1, 1e7, 1)                                             \
+	X(BAR1_USED_MIB, "bar1_used_mib", 0, 1e7, 1)
 
 /* clang-format off */
 enum scenario_reading {
@@ -174,7 +181,11 @@ enum scenario_compute_mode {
 };
 
 /* Bits of scenario_proc.kind: the NVML process lists it appears in. */
-enum scenario_proc_kind { SCENARIO_PROC_COMPUTE = 1, SCENARIO_PROC_GRAPHICS = 2 };
+enum scenario_proc_kind {
+	SCENARIO_PROC_COMPUTE = 1,
+	SCENARIO_PROC_GRAPHICS = 2,
+	SCENARIO_PROC_MPS = 4 /* an MPS client: in the MPS list only */
+};
 
 struct scenario_proc {
 	unsigned pid;

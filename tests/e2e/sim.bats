@@ -192,11 +192,12 @@ uuid_lines() {
 	export GPUMAN_SIM="$ROOT/tests/fixtures/reserved-handle.json"
 	run nvmlq dump
 	has count=2 gpu0.memory.total_mib=40960 gpu0.memory.reserved_mib=574 \
-		gpu0.memory.used_mib=8197 gpu0.memory.free_mib=32189 gpu0.memory_v1=40960/8771/32189 \
+		gpu0.memory.used_mib=9221 gpu0.memory.free_mib=31165 gpu0.memory_v1=40960/9795/31165 \
+		gpu0.compute_v3=2700100:8192 \
 		gpu1.handle=GPU_IS_LOST
 	run "$GM_BUILD/gpuman" status --json
 	[ "$status" -eq 0 ]
-	[ "$(jq -r '.gpus[0].memory_free_mib, .gpus[1].state' <<<"$output")" = "$(printf '32189\nlost')" ]
+	[ "$(jq -r '.gpus[0].memory_free_mib, .gpus[1].state' <<<"$output")" = "$(printf '31165\nlost')" ]
 	[[ "$(jq -r '.gpus[1].note' <<<"$output")" == *"GPU_IS_LOST"* ]]
 }
 

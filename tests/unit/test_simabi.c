@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -381,17 +382,97 @@ static void temperature_v(void **state)
 	free(b);
 }
 
+/* nvmlBAR1Memory_t (24 bytes) and nvmlProcessUtilizationSample_t (32). */
+static void bar1_and_process_samples(void **state)
+{
+	int (*bar1)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetBAR1MemoryInfo");
+	int (*util)(void *, void *, unsigned *, unsigned long long) =
+	    (int (*)(void *, void *, unsigned *, unsigned long long))sym(
+		"nvmlDeviceGetProcessUtilization");
+	unsigned char *b = zone(24, 0);
+	unsigned count = 0;
+
+	(void)state;
+	assert_int_equal(bar1(device(0), b), 0);
+	canary_intact(b, 24, "nvmlDeviceGetBAR1MemoryInfo");
+	assert_int_equal(u64_at(b, 0), 256 * MIB);
+	assert_int_equal(u64_at(b, 8), 251 * MIB);
+	assert_int_equal(u64_at(b, 16), 5 * MIB);
+	free(b);
+
+	/* GPU 0: one process computes (97 %), one holds memory only: no sample */
+	assert_int_equal(util(device(0), NULL, &count, 0), 7);
+	assert_int_equal(count, 1);
+	b = zone(32, 0);
+	assert_int_equal(util(device(0), b, &count, 0), 0);
+	canary_intact(b, 32, "nvmlDeviceGetProcessUtilization");
+	assert_int_equal(u32_at(b, 0), 2028329);
+	assert_true(u64_at(b, 8) > 0); /* timestamp */
+	assert_int_equal(u32_at(b, 16), 97); /* smUtil */
+	free(b);
+	count = 4;
+	assert_int_equal(util(device(2), NULL, &count, 0), 6); /* an idle GPU: NOT_FOUND */
+}
+
+/* A process's name is its executable; the scenario's imagined pids have
+ * none; a short buffer gets a truncated name, never an overrun. */
+static void process_names(void **state)
+{
+	int (*pname)(unsigned, char *, unsigned) =
+	    (int (*)(unsigned, char *, unsigned))sym("nvmlSystemGetProcessName");
+	unsigned char *b = zone(8, 0);
+	char name[256];
+
+	(void)state;
+	assert_int_equal(pname((unsigned)getpid(), name, sizeof name), 0);
+	assert_non_null(strstr(name, "test_simabi"));
+	assert_int_equal(pname((unsigned)getpid(), (char *)b, 8), 0);
+	canary_intact(b, 8, "nvmlSystemGetProcessName");
+	assert_int_equal(strlen((char *)b), 7);
+	free(b);
+}
+
+/* MPS clients are in the MPS list only; 24-byte entries. */
+static void mps_list(void **state)
+{
+	int (*mps)(void *, unsigned *, void *) =
+	    (int (*)(void *, unsigned *, void *))sym("nvmlDeviceGetMPSComputeRunningProcesses_v3");
+	int (*compute)(void *, unsigned *, void *) =
+	    (int (*)(void *, unsigned *, void *))sym("nvmlDeviceGetComputeRunningProcesses_v3");
+	unsigned char *b = zone(2 * 24, 0);
+	unsigned count = 2;
+
+	(void)state;
+	assert_int_equal(((fn_void)sym("nvmlShutdown"))(), 0);
+	setenv("GPUMAN_SIM", "tests/fixtures/reserved-handle.json", 1);
+	assert_int_equal(((fn_void)sym("nvmlInit_v2"))(), 0);
+	assert_int_equal(mps(device(0), &count, b), 0);
+	assert_int_equal(count, 1);
+	canary_intact(b, 48, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
+	assert_int_equal(u32_at(b, 0), 2700101);
+	assert_int_equal(u64_at(b, 8), 1024 * MIB);
+	count = 2;
+	assert_int_equal(compute(device(0), &count, b), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(u32_at(b, 0), 2700100);
+	free(b);
+	assert_int_equal(((fn_void)sym("nvmlShutdown"))(), 0);
+	setenv("GPUMAN_SIM", "examples/lab-8gpu.json", 1);
+	assert_int_equal(((fn_void)sym("nvmlInit_v2"))(), 0);
+}
+
 /* A function the simulator does not model answers NOT_SUPPORTED and leaves
  * every byte it was given alone. */
 static void unmodelled_functions_touch_nothing(void **state)
 {
 	unsigned char *b = zone(0, 0);
 	int (*am)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetAddressingMode");
-	int (*bar1)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetBAR1MemoryInfo");
+	int (*ecc)(void *, void *, void *) =
+	    (int (*)(void *, void *, void *))sym("nvmlDeviceGetEccMode");
 
 	(void)state;
 	assert_int_equal(am(device(0), b), 3);
-	assert_int_equal(bar1(device(0), b), 3);
+	assert_int_equal(ecc(device(0), b, b), 3);
 	canary_intact(b, 0, "an unmodelled function");
 	free(b);
 }
@@ -425,6 +506,9 @@ int main(void)
 		cmocka_unit_test(unmodelled_functions_touch_nothing),
 		cmocka_unit_test(handle_by_pci_bus_id),
 		cmocka_unit_test(temperature_v),
+		cmocka_unit_test(bar1_and_process_samples),
+		cmocka_unit_test(mps_list),
+		cmocka_unit_test(process_names),
 	};
 
 	return cmocka_run_group_tests_name("simabi", tests, setup, teardown);
