@@ -295,8 +295,8 @@ static int branch_mismatch(const struct scenario *sc)
 			*slash = '\0';
 	}
 	snprintf(sim_error, sizeof sim_error,
-	         "%s: driver_version '%s' is branch R%u but this simulator library is R%u: use "
-	         "%s/r%u/libnvidia-ml.so.1 (gpuman --sim chooses it itself)",
+	         "%.300s: driver_version '%s' is branch R%u but this simulator library is R%u: "
+	         "use %.400s/r%u/libnvidia-ml.so.1 (gpuman --sim chooses it itself)",
 	         sc->path, sc->driver_version, want, sim_branch, dir, want);
 	return 1;
 }
