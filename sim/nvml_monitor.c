@@ -11,6 +11,8 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include "nvml_sim.h"
 
 /* nvmlTemperatureThresholds_t, nvmlPcieUtilCounter_t, nvmlClockType_t */
@@ -72,6 +74,18 @@ struct nvml_bar1_memory;
 SIM_EXPORT enum nvml_return nvmlDeviceGetBAR1MemoryInfo(struct scenario_gpu *device,
                                                         struct nvml_bar1_memory *bar1);
 SIM_EXPORT enum nvml_return nvmlSystemGetProcessName(unsigned pid, char *name, unsigned length);
+SIM_EXPORT enum nvml_return nvmlDeviceGetTotalEnergyConsumption(struct scenario_gpu *device,
+                                                                unsigned long long *energy_mj);
+SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinity(struct scenario_gpu *device, unsigned size,
+                                                     unsigned long *set);
+SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinityWithinScope(struct scenario_gpu *device,
+                                                                unsigned size, unsigned long *set,
+                                                                int scope);
+SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryAffinity(struct scenario_gpu *device,
+                                                        unsigned size, unsigned long *set,
+                                                        int scope);
+SIM_EXPORT enum nvml_return nvmlDeviceGetP2PStatus(struct scenario_gpu *a, struct scenario_gpu *b,
+                                                   int index, int *status);
 int sim_unmodelled(void);
 
 /* A device getter of one reading. */
@@ -395,6 +409,77 @@ SIM_EXPORT enum nvml_return nvmlSystemGetProcessName(unsigned pid, char *name, u
 	/* NVML truncates to the caller's buffer rather than refusing it. */
 	snprintf(name, length, "%s", buf);
 	return NVML_SUCCESS;
+}
+
+/* Energy since boot at the scenario's power draw: it grows as a real
+ * counter does between two readings. */
+SIM_EXPORT enum nvml_return nvmlDeviceGetTotalEnergyConsumption(struct scenario_gpu *device,
+                                                                unsigned long long *energy_mj)
+{
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetTotalEnergyConsumption, device,
+	                                        energy_mj != NULL, SCENARIO_HAS_POWER);
+	struct timespec ts;
+
+	if (ret == NVML_SUCCESS) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		*energy_mj = (unsigned long long)device->power_mw * (unsigned long long)ts.tv_sec +
+		             (unsigned long long)device->power_mw * (unsigned long long)ts.tv_nsec /
+		                 1000000000ULL;
+	}
+	return ret;
+}
+
+/* Every CPU (or NUMA node 0) of this machine is close to every simulated
+ * GPU: a bit mask in the caller's size words of unsigned long. */
+static enum nvml_return affinity(enum scenario_fn fn, struct scenario_gpu *device, unsigned size,
+                                 unsigned long *set, long count)
+{
+	enum nvml_return ret = sim_device_query(fn, device, set != NULL && size > 0, 0);
+	const unsigned bits = 8 * sizeof *set;
+
+	if (ret != NVML_SUCCESS)
+		return ret;
+	memset(set, 0, size * sizeof *set);
+	for (long c = 0; c < count && (unsigned long)c < (unsigned long)size * bits; c++)
+		set[c / bits] |= 1UL << (c % bits);
+	return NVML_SUCCESS;
+}
+
+SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinity(struct scenario_gpu *device, unsigned size,
+                                                     unsigned long *set)
+{
+	return affinity(FN_nvmlDeviceGetCpuAffinity, device, size, set, sysconf(_SC_NPROCESSORS_CONF));
+}
+
+SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinityWithinScope(struct scenario_gpu *device,
+                                                                unsigned size, unsigned long *set,
+                                                                int scope)
+{
+	(void)scope; /* one NUMA node, one socket: the same set */
+	return affinity(FN_nvmlDeviceGetCpuAffinityWithinScope, device, size, set,
+	                sysconf(_SC_NPROCESSORS_CONF));
+}
+
+SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryAffinity(struct scenario_gpu *device,
+                                                        unsigned size, unsigned long *set,
+                                                        int scope)
+{
+	(void)scope;
+	return affinity(FN_nvmlDeviceGetMemoryAffinity, device, size, set, 1);
+}
+
+/* nvmlGpuP2PStatus_t: OK between two GPUs of one model, NOT_SUPPORTED (5)
+ * between different ones, as on mixed workstations. */
+SIM_EXPORT enum nvml_return nvmlDeviceGetP2PStatus(struct scenario_gpu *a, struct scenario_gpu *b,
+                                                   int index, int *status)
+{
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetP2PStatus, a, status != NULL, 0);
+
+	if (ret == NVML_SUCCESS)
+		ret = sim_device_query(FN_nvmlDeviceGetP2PStatus, b, index >= 0, 0);
+	if (ret == NVML_SUCCESS)
+		*status = a != b && !strcmp(a->name, b->name) ? 0 : 5;
+	return ret;
 }
 
 /* What the functions the simulator does not model answer: NOT_SUPPORTED,

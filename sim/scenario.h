@@ -102,7 +102,12 @@
 	X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                               \
 	X(nvmlDeviceGetMPSComputeRunningProcesses)                                                  \
 	X(nvmlDeviceGetBAR1MemoryInfo)                                                              \
-	X(nvmlSystemGetProcessName)
+	X(nvmlSystemGetProcessName)                                                                 \
+	X(nvmlDeviceGetTotalEnergyConsumption)                                                      \
+	X(nvmlDeviceGetCpuAffinity)                                                                 \
+	X(nvmlDeviceGetCpuAffinityWithinScope)                                                      \
+	X(nvmlDeviceGetMemoryAffinity)                                                              \
+	X(nvmlDeviceGetP2PStatus)
 
 /* clang-format off */
 enum scenario_fn {

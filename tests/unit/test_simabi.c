@@ -432,6 +432,34 @@ static void process_names(void **state)
 	free(b);
 }
 
+/* Energy grows; affinity masks fill exactly the caller's words; P2P. */
+static void energy_affinity_p2p(void **state)
+{
+	int (*energy)(void *, unsigned long long *) =
+	    (int (*)(void *, unsigned long long *))sym("nvmlDeviceGetTotalEnergyConsumption");
+	int (*cpus)(void *, unsigned, unsigned long *) =
+	    (int (*)(void *, unsigned, unsigned long *))sym("nvmlDeviceGetCpuAffinity");
+	int (*p2p)(void *, void *, int, int *) =
+	    (int (*)(void *, void *, int, int *))sym("nvmlDeviceGetP2PStatus");
+	unsigned long long e1 = 0, e2 = 0;
+	unsigned char *b = zone(sizeof(unsigned long), 0);
+	int st = -1;
+
+	(void)state;
+	assert_int_equal(energy(device(0), &e1), 0);
+	usleep(20000);
+	assert_int_equal(energy(device(0), &e2), 0);
+	assert_true(e2 > e1);
+	assert_int_equal(cpus(device(0), 1, (unsigned long *)b), 0);
+	canary_intact(b, sizeof(unsigned long), "nvmlDeviceGetCpuAffinity");
+	assert_true(b[0] & 1);
+	free(b);
+	assert_int_equal(p2p(device(0), device(4), 0, &st), 0); /* two GTX 1080 Ti */
+	assert_int_equal(st, 0);
+	assert_int_equal(p2p(device(0), device(1), 0, &st), 0);
+	assert_int_equal(st, 5);
+}
+
 /* MPS clients are in the MPS list only; 24-byte entries. */
 static void mps_list(void **state)
 {
@@ -509,6 +537,7 @@ int main(void)
 		cmocka_unit_test(bar1_and_process_samples),
 		cmocka_unit_test(mps_list),
 		cmocka_unit_test(process_names),
+		cmocka_unit_test(energy_affinity_p2p),
 	};
 
 	return cmocka_run_group_tests_name("simabi", tests, setup, teardown);
