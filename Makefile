@@ -77,6 +77,8 @@ check-deps:
 
 # Library objects are position independent so that one set serves the
 # static archive (CLI, tests) and the shared library (Python, C users).
+# context.c picks the simulator library of a scenario's driver branch.
+$(BUILD)/lib/context.o: CPPFLAGS += -DGM_SIM_BRANCHES='$(subst $(space),$(comma),$(SIM_BRANCHES))'
 $(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DGM_BUILDING_LIB -fPIC -fvisibility=hidden $(ALL_CFLAGS) -c -o $@ $<
@@ -153,7 +155,8 @@ $(BUILD)/sim/r%/libnvidia-ml.so.1: $(SIM_LIB_OBJ) $(BUILD)/sim/r%/branch.o $(BUI
 		$(SIM_CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) -ljansson
 	ln -sf libnvidia-ml.so.1 $(@D)/libnvidia-ml.so
 # Kept: make would otherwise delete them as intermediates and relink.
-.SECONDARY: $(SIM_BRANCHES:%=$(BUILD)/sim/r%/branch.o) $(SIM_BRANCHES:%=$(BUILD)/sim/r%/exports.map)
+.SECONDARY: $(SIM_BRANCHES:%=$(BUILD)/sim/r%/branch.o) $(SIM_BRANCHES:%=$(BUILD)/sim/r%/exports.map) \
+	$(SIM_LIB_OBJ)
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/r$(SIM_NEWEST)/libnvidia-ml.so.1
 	ln -sf r$(SIM_NEWEST)/libnvidia-ml.so.1 $@
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so

@@ -2,7 +2,6 @@
  * context.c - opening a context (which NVML to load), error strings, the
  * version and gm_free.
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -93,49 +92,34 @@ static int find_simulator(char *out, size_t len)
 }
 
 /*
- * The simulator is built once per driver branch (r390/, r470/, ... beside
- * the default library, which is the newest), each exporting exactly the
- * functions its branch had.  Use the one of the scenario's driver: the
- * newest branch not newer than it, the oldest for older drivers.  Without a
- * readable driver version the default library is used; it reports a
- * malformed scenario itself.
+ * The simulator is built once per driver branch (GM_SIM_BRANCHES, oldest
+ * first, from the Makefile), each exporting exactly the functions its
+ * branch had: the newest is the default library, the older ones are in r390/,
+ * r470/, ... beside it.  Use the one of the scenario's driver: the newest
+ * branch not newer than it, the oldest for older drivers.  Without a
+ * readable driver version, or without that directory, the default library
+ * is used; it reports a malformed or mismatched scenario itself.
  */
 static void simulator_for_scenario(char *path, size_t len, const char *scenario)
 {
+	static const unsigned branches[] = {GM_SIM_BRANCHES};
+	const size_t nb = sizeof branches / sizeof branches[0];
 	json_t *root = json_load_file(scenario, 0, NULL);
 	const char *v = json_string_value(json_object_get(root, "driver_version"));
-	unsigned major = v ? (unsigned)atoi(v) : 0, b, best = 0, oldest = 0;
-	char dir[PATH_MAX], lib[PATH_MAX + 64], *slash;
-	struct dirent *e;
-	DIR *d;
+	unsigned major = v ? (unsigned)atoi(v) : 0, b = branches[0];
+	char lib[PATH_MAX + 64], *slash;
 
 	json_decref(root);
-	snprintf(dir, sizeof dir, "%s", path);
-	slash = strrchr(dir, '/');
-	if (!major || !slash)
+	if (!major)
 		return;
-	*slash = '\0';
-	d = opendir(dir);
-	if (!d)
+	for (size_t i = 0; i < nb; i++)
+		if (branches[i] <= major)
+			b = branches[i];
+	slash = strrchr(path, '/');
+	if (b == branches[nb - 1] || !slash)
 		return;
-	while ((e = readdir(d))) {
-		char extra;
-
-		if (sscanf(e->d_name, "r%u%c", &b, &extra) != 1)
-			continue;
-		snprintf(lib, sizeof lib, "%s/r%u/libnvidia-ml.so.1", dir, b);
-		if (access(lib, R_OK) != 0)
-			continue;
-		if (b <= major && b > best)
-			best = b;
-		if (!oldest || b < oldest)
-			oldest = b;
-	}
-	closedir(d);
-	if (!best && !oldest)
-		return;
-	snprintf(lib, sizeof lib, "%s/r%u/libnvidia-ml.so.1", dir, best ? best : oldest);
-	if (strlen(lib) < len)
+	snprintf(lib, sizeof lib, "%.*s/r%u/libnvidia-ml.so.1", (int)(slash - path), path, b);
+	if (access(lib, R_OK) == 0 && strlen(lib) < len)
 		memcpy(path, lib, strlen(lib) + 1);
 }
 

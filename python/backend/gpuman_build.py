@@ -53,6 +53,17 @@ def _natives():
         path = os.path.join(build, outer)
         if found and os.path.isfile(path):
             found.append((data + inner, path))
+    # The simulator of older driver branches (sim/r390/ ...), beside the
+    # default one, where gpuman looks for a scenario's branch.
+    sims = os.path.join(build, "sim")
+    if found and os.path.isdir(sims):
+        newest = max((d for d in os.listdir(sims) if re.match(r"r\d+$", d)),
+                     key=lambda d: int(d[1:]), default=None)
+        for d in sorted(os.listdir(sims)):
+            lib = os.path.join(sims, d, "libnvidia-ml.so.1")
+            if re.match(r"r\d+$", d) and d != newest and os.path.isfile(lib):
+                found.append((NAME + "/sim/" + d + "/libnvidia-ml.so.1", lib))
+                found.append((data + "data/lib/gpuman/" + d + "/libnvidia-ml.so.1", lib))
     examples = os.path.join(os.path.dirname(HERE), "examples")
     if found and os.path.isdir(examples):
         found += [(data + "data/share/gpuman/examples/" + f, os.path.join(examples, f))
