@@ -418,6 +418,7 @@ static void test_slurm_list_not_applicable(void **state)
 	assert_int_equal(visible_parse("0", &vis), 0);
 	assert_true(visible_resolve_slurm(&vis, "2", snap, entry_gpu) == no);
 	visible_release(&vis);
+}
 
 /* A driver before R510 reports no core count: for mixed models CUDA's
  * fastest-first order is unknown, and gpuman never guesses it. */
