@@ -140,12 +140,18 @@ JSON
 		'exec -a "$0" gpuman-simload --mem 1G --util 0 --seconds 60' "$evil" &
 	BG_PIDS=$!
 	wait_for '[ "$(gpuman ps --json | jq length)" = 1 ]'
+	# and a waiting ticket of hers: both GPUs asked for, one is taken
+	as_user alice gpuman run -n 2 --wait -- sh -c true "$evil" 2>/dev/null &
+	BG_PIDS="$BG_PIDS $!"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
 	for view in status ps "waste --grace 0"; do
 		run gpuman $view
 		[[ "$output" != *$'\e'* && "$output" != *$'\a'* && "$output" != *$'\r'* ]]
 		[[ "$output" == *'x\e]0;pwned\x07\e[2J\e[31mred\r'* ]]
 		[[ "$output" == *gmtest-alice* ]]
 	done
+	run gpuman status
+	[[ "$output" == *"1. gmtest-alice, 2 GPUs exclusive"*'sh -c true x\e]0;pwned'* ]]
 	# JSON keeps the text as it is (jq escapes it)
 	run -0 gpuman ps --json
 	[ "$(jqr '.[0].command | startswith("x\u001b]0;pwned")')" = true ]
