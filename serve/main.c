@@ -23,7 +23,9 @@
 #include "cli.h"
 #include "registry.h"
 #include "serve.h"
+#include "snapshot.h"
 #include "util.h"
+#include "waste.h"
 
 #define HISTORY_MS (3600 * 1000)   /* the page plots the last hour */
 #define HISTORY_MAX 3600           /* samples kept at most, whatever the interval */
@@ -106,17 +108,27 @@ static char *dump(json_t *doc, size_t *len)
 }
 
 /* Render every document from the latest snapshot and hand them over. */
-static void publish(struct serve_http *http, const struct gm_snapshot *snap,
-		    const struct registry_view *view, const struct serve_history *hist,
+static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot *snap,
+		    struct registry_view *view, const struct serve_history *hist,
 		    const struct serve_health *health, const char *host)
 {
+	struct cli_look look = { NULL, snap, view };
+	struct waste_opts wopts = WASTE_OPTS_INIT;
+	struct waste_report waste = WASTE_REPORT_INIT;
 	size_t ml = 0, sl = 0, hl = 0, pl = 0;
-	char *metrics = serve_metrics(snap, view, health, host, &ml);
-	char *status = dump(serve_status_json(snap, view), &sl);
-	char *history = dump(serve_history_json(hist, HISTORY_POINTS), &hl);
-	char *page = status && history ? serve_page(status, history, health->interval_ms, &pl)
-				       : NULL;
+	char *metrics, *status, *history, *page;
+	int have_waste = cli_waste(cli, &look, &wopts, &waste) == 0;
 
+	/* What the finder says quotes commands: cut them first. */
+	for (size_t i = 0; have_waste && i < waste.count; i++)
+		serve_cut_program(waste.items[i].command);
+	metrics = serve_metrics(snap, view, have_waste ? &waste : NULL, health, host, &ml);
+	status = dump(serve_status_json(snap, view,
+					have_waste ? cli_waste_json(&look, &wopts, &waste) : NULL),
+		      &sl);
+	history = dump(serve_history_json(hist, HISTORY_POINTS), &hl);
+	page = status && history ? serve_page(status, history, health->interval_ms, &pl) : NULL;
+	waste_report_release(&waste);
 	serve_http_publish(http, metrics, ml, status, sl, history, hl, page, pl);
 }
 
@@ -163,7 +175,7 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 		struct timespec ts;
 
 		read_view(&view, health, last_reg, sizeof last_reg);
-		publish(http, snap, &view, &hist, health, host);
+		publish(cli, http, snap, &view, &hist, health, host);
 		registry_view_release(&view);
 		do {
 			left = next - monotonic_ms();
@@ -178,7 +190,10 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 		{
 			struct gm_snapshot *fresh = NULL;
 			int64_t t0 = monotonic_ms();
-			enum gm_err rc = gm_snapshot_take(ctx, &fresh, err, sizeof err);
+			/* Per-process utilization too, as status reads it: the
+			 * waste finder judges hogs by it. */
+			enum gm_err rc = snapshot_take(ctx, CLI_UTIL_WINDOW_S * 1000, &fresh, err,
+						       sizeof err);
 
 			health->snapshots++;
 			health->last_duration_s = (monotonic_ms() - t0) / 1000.0;
@@ -233,6 +248,7 @@ static int serve_run(struct cli *cli, int argc, char **argv)
 	/* The first snapshot must work: a wrong driver or scenario is reported
 	 * now, not as an empty page. */
 	t0 = monotonic_ms();
+	cli->proc_util = 1;
 	rc = cli_snapshot(cli, &ctx, &snap);
 	if (rc != EXIT_OK)
 		return rc;

@@ -14,6 +14,7 @@
 #include "registry.h"
 #include "serve.h"
 #include "util.h"
+#include "waste.h"
 
 struct out {
 	FILE *f;
@@ -312,8 +313,65 @@ static void health(struct out *o, const struct gm_snapshot *snap, const struct s
 	fputs("} 1\n", o->f);
 }
 
+/* The waste finder's findings: how many of each kind, and per finding what
+ * it holds (hogs and processes outside gpuman) or how long (idle leases). */
+static void waste(struct out *o, const struct registry_view *view, const struct waste_report *rep)
+{
+	static const enum waste_kind kinds[] = { WASTE_HOG, WASTE_IDLE_LEASE, WASTE_UNLEASED };
+	char num[32], gpus_buf[256];
+
+	head(o, "gpuman_waste_findings", "gauge",
+	     "What the waste finder reports now, by kind (hog, idle-lease, unleased).");
+	for (size_t k = 0; rep && k < sizeof kinds / sizeof kinds[0]; k++) {
+		size_t n = 0;
+
+		for (size_t i = 0; i < rep->count; i++)
+			n += rep->items[i].kind == kinds[k];
+		fputs("gpuman_waste_findings{", o->f);
+		label(o, 1, "kind", waste_kind_name(kinds[k]));
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %zu\n", n);
+	}
+	head(o, "gpuman_waste_held_mib", "gauge",
+	     "Memory a hog holds on GPUs where it computes nothing, or a process outside gpuman "
+	     "holds (in MiB).");
+	for (size_t i = 0; rep && i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+
+		if (it->kind == WASTE_IDLE_LEASE)
+			continue;
+		fputs("gpuman_waste_held_mib{", o->f);
+		label(o, 1, "kind", waste_kind_name(it->kind));
+		label(o, 0, "user", it->has_user ? it->user : "");
+		snprintf(num, sizeof num, "%u", it->pid);
+		label(o, 0, "pid", num);
+		waste_gpu_list(it->kind == WASTE_HOG ? it->idle_gpus : it->gpus, gpus_buf,
+			       sizeof gpus_buf);
+		label(o, 0, "gpus", gpus_buf);
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %llu\n", (unsigned long long)it->held_mib);
+	}
+	head(o, "gpuman_waste_idle_lease_seconds", "gauge",
+	     "How long a lease has held GPUs on which none of its processes runs.");
+	for (size_t i = 0; rep && i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+
+		if (it->kind != WASTE_IDLE_LEASE || it->lease < 0 ||
+		    (size_t)it->lease >= view->lease_count)
+			continue;
+		fputs("gpuman_waste_idle_lease_seconds{", o->f);
+		label(o, 1, "lease", view->leases[it->lease].id);
+		label(o, 0, "user", it->has_user ? it->user : "");
+		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
+		label(o, 0, "gpus", gpus_buf);
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %.3f\n", it->age_ms / 1000.0);
+	}
+}
+
 char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
-		    const struct serve_health *h, const char *hostname, size_t *len)
+		    const struct waste_report *rep, const struct serve_health *h,
+		    const char *hostname, size_t *len)
 {
 	char *buf = NULL;
 	struct out o = { NULL, hostname };
@@ -326,6 +384,7 @@ char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *
 	processes(&o, snap);
 	leases(&o, snap, view, now);
 	line(&o, view, now);
+	waste(&o, view, rep);
 	health(&o, snap, h);
 	if (ferror(o.f)) {
 		fclose(o.f);

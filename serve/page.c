@@ -134,30 +134,37 @@ json_t *serve_history_json(const struct serve_history *h, size_t points)
 	return o;
 }
 
-/* "python3 train.py --token x" -> "python3": the program, never its
- * arguments or path. */
+/* The program, never its arguments or its path. */
+void serve_cut_program(char *command)
+{
+	char *end = command + strcspn(command, " \t"), *s = command, *slash;
+
+	for (slash = s; (slash = memchr(slash, '/', (size_t)(end - slash))); s = ++slash)
+		;
+	memmove(command, s, (size_t)(end - s));
+	command[end - s] = '\0';
+}
+
 static void cut_command(json_t *obj)
 {
 	json_t *cmd = json_object_get(obj, "command");
-	const char *s, *end, *slash;
-	char prog[256];
+	char *prog;
 
-	if (!json_is_string(cmd))
+	if (!json_is_string(cmd) || !(prog = strdup(json_string_value(cmd))))
 		return;
-	s = json_string_value(cmd);
-	end = s + strcspn(s, " \t");
-	for (slash = s; (slash = memchr(slash, '/', (size_t)(end - slash))); s = ++slash)
-		;
-	snprintf(prog, sizeof prog, "%.*s", (int)(end - s), s);
+	serve_cut_program(prog);
 	json_object_set_new(obj, "command", json_string(prog));
+	free(prog);
 }
 
-json_t *serve_status_json(const struct gm_snapshot *snap, const struct registry_view *view)
+json_t *serve_status_json(const struct gm_snapshot *snap, const struct registry_view *view,
+			  json_t *waste)
 {
 	json_t *o = cli_status_json(snap, view), *v;
-	static const char *const lists[] = { "processes", "leases", "waiters" };
+	static const char *const lists[] = { "processes", "leases", "waiters", "waste" };
 	size_t i;
 
+	json_object_set_new(o, "waste", waste ? waste : json_null());
 	for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++)
 		json_array_foreach(json_object_get(o, lists[l]), i, v)
 			cut_command(v);

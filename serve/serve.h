@@ -18,6 +18,7 @@
 #include "gpuman.h"
 
 struct registry_view;
+struct waste_report;
 
 /* gpuman's own health, shown in /metrics. */
 struct serve_health {
@@ -31,10 +32,12 @@ struct serve_health {
 	int interval_ms;
 };
 
-/* The Prometheus text exposition (format 0.0.4) of one sample; malloc'd,
- * *len bytes.  NULL when out of memory. */
+/* The Prometheus text exposition (format 0.0.4) of one sample and the
+ * waste finder's report on it; malloc'd, *len bytes.  NULL when out of
+ * memory. */
 char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
-		    const struct serve_health *health, const char *hostname, size_t *len);
+		    const struct waste_report *waste, const struct serve_health *health,
+		    const char *hostname, size_t *len);
 
 /*
  * The last hour of every GPU's utilization, memory and power: a ring of
@@ -59,9 +62,14 @@ void serve_history_add(struct serve_history *h, const struct gm_snapshot *snap);
 json_t *serve_history_json(const struct serve_history *h, size_t points);
 void serve_history_release(struct serve_history *h);
 
-/* The status document as `status --json` prints it, but with command lines
- * cut to the program's name: arguments may hold secrets (new reference). */
-json_t *serve_status_json(const struct gm_snapshot *snap, const struct registry_view *view);
+/* The status document as `status --json` prints it (waste included), but
+ * with command lines cut to the program's name: arguments may hold secrets
+ * (new reference).  The waste report's commands must be cut already
+ * (serve_cut_program), since its sentences quote them. */
+json_t *serve_status_json(const struct gm_snapshot *snap, const struct registry_view *view,
+			  json_t *waste);
+/* "python3 train.py --token x" -> "python3", in place. */
+void serve_cut_program(char *command);
 
 /* The page: the embedded HTML with the first data inlined, so it shows the
  * machine without waiting for a fetch; malloc'd, *len bytes. */

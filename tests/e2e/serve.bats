@@ -54,6 +54,10 @@ hold_lease() {
 	[ "$(metric DCGM_FI_DEV_GPU_TEMP 2)" = 30 ]
 	[[ "$output" == *'DCGM_FI_DEV_FB_USED{gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",'*'name="Test GPU A"'* ]]
 	[[ "$output" == *'gpuman_snapshot_ok{hostname="'*'"} 1'* ]]
+	# the waste finder: GPU D's process holds 9000 MiB there and computes nothing
+	[[ "$output" == *'gpuman_waste_findings{kind="hog",hostname="'*'"} 1'* ]]
+	[[ "$output" == *'gpuman_waste_findings{kind="idle-lease",hostname="'*'"} 0'* ]]
+	[[ "$output" == *'gpuman_waste_held_mib{kind="hog",user="",pid="3000002",gpus="3",'*'} 9000'* ]]
 	[[ "$output" == *'gpuman_nvml_errors_total{hostname="'*'"} 0'* ]]
 	printf '%s\n' "$output" | promtool check metrics
 	# HEAD: the headers without the body
@@ -158,9 +162,14 @@ hold_lease() {
 	four_gpus
 	hold_lease 1 gpuman-simload --mem 1G --util 10 --seconds 60 --record "$BATS_TEST_TMPDIR/hunter2-secret"
 	wait_for "gpuman status --json | jq -e '.processes | map(.command) | join(\" \") | test(\"hunter2\")' >/dev/null"
+	# and one outside gpuman, idle: a hog and unleased, whose findings quote it
+	gpuman-simload --mem 1G --util 0 --seconds 60 --record "$BATS_TEST_TMPDIR/hunter2-too" 3>&- &
+	JOB_PIDS="$JOB_PIDS $!"
+	wait_for "gpuman status --json | jq -e '.waste | map(.what) | join(\" \") | test(\"hunter2-too\")' >/dev/null"
 	serve_start
 	run -0 curl -sf "$URL/api/v1/status"
 	[[ "$output" == *'"command":"gpuman-simload"'* ]]
+	[[ "$(jqr '.waste | map(select(.kind == "unleased")) | length')" -ge 1 ]]
 	[[ "$output" != *hunter2* ]]
 	run -0 curl -sf "$URL/"
 	[[ "$output" != *hunter2* ]]
@@ -185,6 +194,8 @@ hold_lease() {
 	[[ "$output" == *"3.9 GiB / 23.4 GiB"* ]]
 	[[ "$output" == *"leased by root (exclusive"* ]]
 	[[ "$output" == *"pid 3000001"* ]]
+	# the waste finder's hog: GPU D's process holds 9000 MiB and computes nothing
+	[[ "$output" == *"<td>hog</td><td>?</td><td>3000002</td><td>3</td><td>pid 3000002 (user unknown) holds 8.8G on GPU 3"* ]]
 	# a phone-sized screenshot: a real PNG with something drawn on it
 	timeout 120 "${chrome[@]}" --window-size=412,915 --screenshot="$BATS_TEST_TMPDIR/page.png" \
 		"$URL/" >/dev/null 2>&1
