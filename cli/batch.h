@@ -51,9 +51,11 @@ int make_dirs(const char *path, mode_t mode);
 
 /* The task store of a log directory: without --resume start over, with it
  * keep the tasks that succeeded (same number and line) and queue the rest;
- * *skipped counts those kept.  Reports failures; EXIT_OK or EXIT_FAIL. */
+ * *skipped counts those kept.  The logs of tasks that run again move to
+ * run-<time>/ in dir (dir_fd: dir opened, or -1).  Reports failures;
+ * EXIT_OK or EXIT_FAIL. */
 int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
-		  const struct batch_opts *o, const char *dir, size_t *skipped);
+		  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped);
 
 /* The progress line on stderr. */
 struct progress {

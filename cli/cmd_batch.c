@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "batch.h"
@@ -24,6 +25,7 @@
 #include "jobs.h"
 #include "parse.h"
 #include "registry.h"
+#include "safedir.h"
 #include "select_help.h"
 #include "util.h"
 
@@ -305,20 +307,90 @@ int write_summary(const char *path, const char *file, const char *log_dir,
 
 /* ---- preparing the store ---------------------------------------------- */
 
+/* A file or directory of ours in the log directory, not a link; a
+ * directory is created (0700) if missing, a missing file is fine.  -1 with
+ * errno otherwise. */
+static int private_entry(int dir_fd, const char *name, mode_t type)
+{
+	struct stat st;
+
+	if (type == S_IFDIR && mkdirat(dir_fd, name, 0700) < 0 && errno != EEXIST)
+		return -1;
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT && type != S_IFDIR ? 0 : -1;
+	if (S_ISLNK(st.st_mode))
+		errno = ELOOP;
+	else if ((st.st_mode & S_IFMT) != type)
+		errno = type == S_IFDIR ? ENOTDIR : EISDIR;
+	else if (st.st_uid != geteuid())
+		errno = EPERM;
+	else
+		return 0;
+	return -1;
+}
+
+/* A log's name in the log directory, or NULL if it lies elsewhere. */
+static const char *log_name(const char *log, const char *dir)
+{
+	size_t dlen = strlen(dir);
+
+	if (!log || strncmp(log, dir, dlen) || log[dlen] != '/' || strchr(log + dlen + 1, '/'))
+		return NULL;
+	return log + dlen + 1;
+}
+
+/*
+ * Where the logs of an earlier run go when tasks run again: run-<its
+ * start>/ in the log directory, created at the first use.  A new run never
+ * deletes a log.  Returns the directory's descriptor, or -1.
+ */
+static int aside_dir(int dir_fd, const struct job *old, size_t nold, char *name, size_t len)
+{
+	int64_t first = 0;
+	time_t t;
+	struct tm tm;
+	char stamp[32];
+
+	for (size_t i = 0; i < nold; i++)
+		if (old[i].submit_ms > 0 && (!first || old[i].submit_ms < first))
+			first = old[i].submit_ms;
+	t = (time_t)((first ? first : now_ms()) / 1000);
+	localtime_r(&t, &tm);
+	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+	for (int k = 1; k < 1000; k++) {
+		if (k == 1)
+			snprintf(name, len, "run-%s", stamp);
+		else
+			snprintf(name, len, "run-%s-%d", stamp, k);
+		if (mkdirat(dir_fd, name, 0700) == 0)
+			return openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (errno != EEXIST)
+			return -1;
+	}
+	return -1;
+}
+
 /* Without --resume: start over.  With it: keep the tasks that succeeded
- * (same number, same line), and those still running; queue the rest. */
+ * (same number, same line), and those still running; queue the rest.
+ * Logs of tasks that run again, and the last summary, are set aside. */
 int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
-			 const struct batch_opts *o, const char *dir, size_t *skipped)
+		  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped)
 {
 	struct job *old = NULL;
 	size_t nold = 0;
 	unsigned char *keep = calloc(n + 1, 1);
-	char err[GM_ERRBUF_SIZE], log[PATH_MAX + 64];
-	int status = EXIT_FAIL;
+	char err[GM_ERRBUF_SIZE], log[PATH_MAX + 64], aside[64] = "";
+	int status = EXIT_FAIL, aside_fd = -1, own_fd = -1;
 
 	*skipped = 0;
 	if (!keep)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
+	if (dir_fd < 0)
+		dir_fd = own_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd < 0) {
+		free(keep);
+		return cli_error(cli, EXIT_FAIL, "'%s': %s", dir, strerror(errno));
+	}
 	if (jobstore_list(st, -1, 0, 0, &old, &nold, err, sizeof err) != GM_OK ||
 	    jobstore_begin(st, err, sizeof err) != GM_OK) {
 		cli_error(cli, EXIT_FAIL, "%s", err);
@@ -327,16 +399,36 @@ int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, si
 	for (size_t i = 0; i < nold; i++) {
 		const struct job *j = &old[i];
 		int same = j->id >= 1 && (size_t)j->id <= n && !strcmp(j->command, t[j->id - 1].line);
+		const char *name = log_name(j->log, dir);
+		struct stat sb;
 
 		if (o->resume && same && (j->state == JOB_DONE || j->state == JOB_RUNNING)) {
 			keep[j->id] = 1;
 			*skipped += j->state == JOB_DONE;
 			continue;
 		}
-		if (j->log && j->state != JOB_RUNNING)
-			unlink(j->log);
+		if (name && j->state != JOB_RUNNING &&
+		    fstatat(dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (aside_fd < 0)
+				aside_fd = aside_dir(dir_fd, old, nold, aside, sizeof aside);
+			if (aside_fd < 0 || renameat(dir_fd, name, aside_fd, name) < 0) {
+				snprintf(err, sizeof err,
+					 "cannot keep the last run's log '%.1500s' in '%.1500s/%s': "
+					 "%s (move it away yourself, or use another --log-dir)",
+					 j->log, dir, aside[0] ? aside : "run-*", strerror(errno));
+				goto failed;
+			}
+		}
 		if (jobstore_delete(st, j->id, err, sizeof err) != GM_OK)
 			goto failed;
+	}
+	if (aside_fd >= 0) {
+		if (renameat(dir_fd, "summary.json", aside_fd, "summary.json") < 0 && errno != ENOENT)
+			unlinkat(dir_fd, "summary.json", 0);
+		fprintf(stderr, "gpuman batch: the last run's logs are kept in %s/%s\n", dir,
+			aside);
+	} else {
+		unlinkat(dir_fd, "summary.json", 0);
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct job job = JOB_INIT;
@@ -362,6 +454,10 @@ failed:
 done:
 	jobstore_free_list(old, nold);
 	free(keep);
+	if (aside_fd >= 0)
+		close(aside_fd);
+	if (own_fd >= 0)
+		close(own_fd);
 	return status;
 }
 
@@ -410,7 +506,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	enum engine_result res = ENGINE_ERROR;
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE];
 	const char *file;
-	int status, lock_fd = -1;
+	int status, lock_fd = -1, dir_fd = -1;
 	int64_t started, ended;
 	FILE *f;
 
@@ -457,17 +553,17 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 		status = EXIT_OK;
 		goto done;
 	}
-	if (make_dirs(path, 0755) < 0 || !realpath(path, dir)) {
-		status = cli_error(cli, EXIT_FAIL, "log directory '%s': %s", path, strerror(errno));
+	dir_fd = safedir_open(path, o.log_dir ? 1 : 2, dir, sizeof dir, err, sizeof err);
+	if (dir_fd < 0) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
 	snprintf(runs, sizeof runs, "%s/.runs", dir);
-	if (mkdir(runs, 0700) < 0 && errno != EEXIST) {
+	if (private_entry(dir_fd, ".runs", S_IFDIR) < 0) {
 		status = cli_error(cli, EXIT_FAIL, "'%s': %s", runs, strerror(errno));
 		goto done;
 	}
-	snprintf(path, sizeof path, "%s/batch.lock", dir);
-	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	lock_fd = openat(dir_fd, "batch.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		status = cli_error(cli, EXIT_FAIL,
 				   lock_fd < 0 ? "'%s': cannot open its lock"
@@ -476,16 +572,18 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 				   dir);
 		goto done;
 	}
+	if (private_entry(dir_fd, "jobs.db", S_IFREG) < 0) {
+		status = cli_error(cli, EXIT_FAIL, "'%s/jobs.db': %s", dir, strerror(errno));
+		goto done;
+	}
 	snprintf(path, sizeof path, "%s/jobs.db", dir);
 	if (jobstore_open(&st, path, err, sizeof err) != GM_OK) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	status = prepare_store(cli, st, tasks, ntasks, &o, dir, &skipped);
+	status = prepare_store(cli, st, tasks, ntasks, &o, dir, dir_fd, &skipped);
 	if (status != EXIT_OK)
 		goto done;
-	snprintf(path, sizeof path, "%s/summary.json", dir);
-	unlink(path);
 	if (gm_open(&ctx, err, sizeof err) != GM_OK || registry_open(&reg, err, sizeof err) != GM_OK) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
@@ -588,6 +686,8 @@ done:
 	tasks_free(tasks, ntasks);
 	if (lock_fd >= 0)
 		close(lock_fd);
+	if (dir_fd >= 0)
+		close(dir_fd);
 	return status;
 }
 

@@ -745,7 +745,7 @@ int batch_slurm_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	status = prepare_store(cli, r.st, tasks, ntasks, &o.b, dir, &skipped);
+	status = prepare_store(cli, r.st, tasks, ntasks, &o.b, dir, -1, &skipped);
 	if (status != EXIT_OK)
 		goto done;
 	snprintf(path, sizeof path, "%s/summary.json", dir);

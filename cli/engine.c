@@ -966,8 +966,7 @@ static int spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	    (strv_add(&args, &n, "--mem-fraction=%.6f", gm_lease_mem_fraction(lease)) ||
 	     (L->no_framework_env && strv_add(&args, &n, "--no-framework-env"))))
 		goto oom;
-	if ((!L->batch && strv_add(&args, &n, "--private-log")) ||
-	    (L->batch && strv_add(&args, &n, "--task")) ||
+	if ((L->batch && strv_add(&args, &n, "--task")) ||
 	    (job->cwd && strv_add(&args, &n, "--cwd=%s", job->cwd)))
 		goto oom;
 	if (job->argv) {

@@ -251,6 +251,11 @@ static int64_t duration_unit_ms(const char *unit, size_t len)
 	return 0;
 }
 
+/* Ten years: far beyond any wait, and far from overflowing a deadline
+ * (now + duration) or a timespec. */
+#define MAX_DURATION_DAYS 3650
+#define MAX_DURATION_MS ((int64_t)MAX_DURATION_DAYS * 24 * 60 * 60 * 1000)
+
 /*
  * One or more NUMBER UNIT parts ("1h30m", "1h 30m"), or one bare NUMBER of
  * seconds.  A bare number after a unit ("1h30") is an error rather than a
@@ -296,15 +301,19 @@ int parse_duration_ms(const char *s, int64_t *ms, char *err, size_t errlen)
 		}
 		if (__builtin_mul_overflow((int64_t)d.whole, per, &part))
 			goto too_long;
+		if (part > MAX_DURATION_MS)
+			goto too_long;
 		part += (int64_t)(d.frac * (uint64_t)per / pow10u(d.frac_digits));
-		if (__builtin_add_overflow(total, part, &total))
+		total += part;
+		if (total > MAX_DURATION_MS)
 			goto too_long;
 	}
 	*ms = total;
 	return 0;
 
 too_long:
-	return bad(err, errlen, "'%.*s' is too long", (int)len, s);
+	return bad(err, errlen, "'%.*s' is too long (at most %dd)", (int)len, s,
+		   MAX_DURATION_DAYS);
 }
 
 /* Only digits, len of them: 0 and *v; -1 if not a number; -2 if it does not

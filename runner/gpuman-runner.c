@@ -25,7 +25,7 @@
  *   --job=ID --attempt=N --run-fd=FD --go-fd=FD --lease-fd=FD
  *   --lease-path=PATH --lease-id=ID --gpus=1,7 --uuids=GPU-..,GPU-..
  *   --cuda-visible=VALUE [--mem-fraction=F [--no-framework-env]]
- *   --log=PATH [--private-log] [--cwd=DIR] [--task]
+ *   --log=PATH [--cwd=DIR] [--task]
  *   (--line=SHELL-LINE | -- PROGRAM ARG...)
  * Its environment is the job's.
  */
@@ -60,7 +60,6 @@ struct args {
 	double mem_fraction;       /* > 0: a memory share */
 	int no_framework_env;
 	const char *log;
-	int private_log;
 	const char *cwd;
 	int task;                  /* batch: GPUMAN_TASK */
 	const char *line;          /* batch: a command line */
@@ -117,6 +116,24 @@ static void release_lease(const struct args *a)
 {
 	unlink(a->lease_path);
 	close(a->lease_fd);
+}
+
+/*
+ * The job's log, private (0600) like everything of a job.  A batch task's
+ * log is in its log directory, which nobody else can change (safedir.h);
+ * even so a link there is never followed, and the first attempt makes a
+ * new file rather than truncate whatever is there.  A queued job's log is
+ * where its owner asked for it.
+ */
+static int open_log(const struct args *a)
+{
+	int flags = O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC;
+
+	if (!a->task)
+		return open(a->log, flags | (a->attempt == 1 ? O_TRUNC : 0), 0600);
+	if (a->attempt == 1 && unlink(a->log) < 0 && errno != ENOENT)
+		return -1;
+	return open(a->log, flags | O_NOFOLLOW | (a->attempt == 1 ? O_EXCL : 0), 0600);
 }
 
 /* Did this attempt's output report a CUDA out-of-memory error? */
@@ -353,10 +370,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->no_framework_env = 1;
 			continue;
 		}
-		if (!strcmp(arg, "--private-log")) {
-			a->private_log = 1;
-			continue;
-		}
 		if (!strcmp(arg, "--task")) {
 			a->task = 1;
 			continue;
@@ -500,8 +513,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	log_fd = open(a.log, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | (a.attempt == 1 ? O_TRUNC : 0),
-		      a.private_log ? 0600 : 0644);
+	log_fd = open_log(&a);
 	if (log_fd < 0)
 		log_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	from = lseek(log_fd, 0, SEEK_END);

@@ -184,6 +184,12 @@ static void test_duration_forms(void **state)
 	assert_int_equal(dur_ok("90 s"), 90000);
 }
 
+static void test_duration_limit(void **state)
+{
+	(void)state;
+	assert_int_equal(dur_ok("3650d"), 3650LL * 86400000);
+}
+
 static void test_duration_errors(void **state)
 {
 	(void)state;
@@ -196,6 +202,9 @@ static void test_duration_errors(void **state)
 	dur_bad("1h30", "missing unit after '30'");
 	dur_bad("9999999999999999999d", "too long");
 	dur_bad("999999999999d", "too long");
+	/* Each part fits in 64 bits, their sum did not (undefined behaviour). */
+	dur_bad("106751991167.9d", "too long (at most 3650d)");
+	dur_bad("3650d 1ms", "too long");
 }
 
 static void test_percent(void **state)
@@ -339,6 +348,7 @@ int main(void)
 		cmocka_unit_test(test_size_format),
 		cmocka_unit_test(test_duration_forms),
 		cmocka_unit_test(test_duration_errors),
+		cmocka_unit_test(test_duration_limit),
 		cmocka_unit_test(test_percent),
 		cmocka_unit_test(test_count),
 		cmocka_unit_test(test_list_parse),
