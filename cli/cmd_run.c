@@ -7,7 +7,9 @@
  * first instant (memory shares are matched to the job's processes), and the
  * job never runs without its lease.  The job inherits the lease's
  * descriptor, so the lease lives exactly as long as the job, even if gpuman
- * itself is killed.
+ * itself is killed.  The job dies whole (jobtree.h): gpuman is a child
+ * subreaper, and once the command has ended it kills whatever the command
+ * left running before it releases the lease.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +22,7 @@
 #include "childenv.h"
 #include "cli.h"
 #include "context.h"
+#include "jobtree.h"
 #include "lease.h"
 #include "registry.h"
 #include "select_help.h"
@@ -143,9 +146,12 @@ static int wait_child(struct run *r)
 		kill(r->pid, SIGKILL);
 	close(r->go[1]);
 	while (waitpid(r->pid, &status, 0) < 0)
-		if (errno != EINTR)
+		if (errno != EINTR) {
+			jobtree_kill_children(NULL, 0);
 			return EXIT_FAIL;
+		}
 	child_pid = 0;
+	jobtree_kill_children(NULL, 0);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WEXITSTATUS(status);
@@ -194,6 +200,7 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	if (child_env_init(&r.env) < 0)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
 	install_signals();
+	jobtree_subreaper();
 
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc != GM_OK) {

@@ -23,6 +23,7 @@
 #include "childenv.h"
 #include "engine.h"
 #include "jobs.h"
+#include "jobtree.h"
 #include "lease.h"
 #include "parse.h"
 #include "policy.h"
@@ -726,9 +727,42 @@ static void record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 	job_release(&job);
 }
 
+/*
+ * A job's runner died without its result, or its engine did too, and some
+ * processes of the job may live on: those that lost their parent came to
+ * us (a subreaper) if the runner was our child; others still hold the run
+ * file, which every process of the job inherits.  Kill them all before the
+ * job is recorded, so that it never runs again beside them (jobtree.h).
+ */
+static void end_survivors(struct engine *e, struct slot *s, int fd)
+{
+	if (s && s->own) {
+		pid_t *keep = calloc(e->nslots + 1, sizeof *keep);
+		size_t n = 0;
+
+		for (size_t i = 0; keep && i < e->nslots; i++)
+			if (e->slots[i]->own && e->slots[i] != s)
+				keep[n++] = e->slots[i]->runner;
+		if (keep && jobtree_kill_children(keep, n))
+			say(e, "job %lld: killed the processes its dead runner left", (long long)s->id);
+		free(keep);
+	}
+	if (fd < 0)
+		return;
+	for (int i = 0; i < 250 && flock(fd, LOCK_EX | LOCK_NB) < 0; i++) {
+		if (i == 0)
+			say(e, "job %lld: killing the processes its dead runner left",
+			    (long long)(s ? s->id : 0));
+		jobtree_kill_holders(fd);
+		usleep(20000);
+	}
+	flock(fd, LOCK_UN);
+}
+
 /* The runner of s has exited: record its job's end. */
 static void runner_ended(struct engine *e, struct slot *s)
 {
+	struct result r;
 	char path[4200];
 	int fd;
 
@@ -737,6 +771,8 @@ static void runner_ended(struct engine *e, struct slot *s)
 		run_path(e, s->run_slot, path, sizeof path);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
+	if (fd < 0 || read_result(fd, &r) < 0)
+		end_survivors(e, s, fd);
 	record_end(e, s, s->id, fd);
 	if (fd >= 0)
 		close(fd);
@@ -802,6 +838,13 @@ static void adopt(struct engine *e)
 					/* it ended meanwhile: record it below */
 					slot_remove(e, s);
 					s = NULL;
+				} else if (job.runner_pid <= 0 || !jobtree_holds(job.runner_pid, fd)) {
+					/* The runner is gone (its pid, if any, is
+					 * another process now) but the job's processes
+					 * hold the file: end them, record it below. */
+					slot_remove(e, s);
+					s = NULL;
+					end_survivors(e, NULL, fd);
 				} else {
 					say(e, "job %lld: re-adopted its runner (pid %d)", (long long)ids[i],
 					    job.runner_pid);
@@ -1638,6 +1681,8 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 			       "to it)",
 			    e->runner_path, strerror(errno));
 	}
+	/* Processes of a job whose runner dies come to us (jobtree.h). */
+	jobtree_subreaper();
 	if (setup(e) < 0) {
 		gm_fail(GM_ERR_IO, err, len, "cannot watch for events: %s", strerror(errno));
 		result = ENGINE_ERROR;

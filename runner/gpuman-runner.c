@@ -11,6 +11,13 @@
  * dies without writing one takes its job with it (PR_SET_PDEATHSIG), so a
  * job never runs unsupervised.
  *
+ * A job dies whole (jobtree.h): the runner is a child subreaper, and once
+ * the job's process has ended it kills whatever the job left behind before
+ * it writes the result and releases the lease.  If the runner itself is
+ * killed, the job's other processes go to the engine, which does the same.
+ * Every process of the job inherits the run file (and the lease), so a
+ * restarted engine sees the job as running while any of them lives.
+ *
  * It is a small static program rather than a fork of the engine: a fork of
  * the engine costs the engine about five times as much (page tables, then a
  * copy-on-write fault for each page either side writes), and the engine is
@@ -44,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../cli/childenv.h"
+#include "../cli/jobtree.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define CANCEL_GRACE_S 10
@@ -284,7 +292,7 @@ struct job_exec {
 	char **argv;
 	char **envp;
 	const char *cwd;
-	int log_fd, lease_fd, null_fd;
+	int log_fd, lease_fd, run_fd, null_fd;
 	pid_t runner;
 	char msg[512];         /* "gpuman: cannot run 'x': " */
 	size_t msg_len;
@@ -327,6 +335,9 @@ static void job_exec(const struct job_exec *x)
 	/* The job holds its lease too: a job that outlives its runner keeps
 	 * its GPUs until it ends. */
 	fcntl(x->lease_fd, F_SETFD, 0);
+	/* And its run file, locked: whoever finds it locked knows that some
+	 * process of the job still lives (jobtree_kill_holders). */
+	fcntl(x->run_fd, F_SETFD, 0);
 	if (!x->program) {
 		err = ENOENT;
 		why = "not found in PATH";
@@ -484,6 +495,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	close_others(&a);
+	jobtree_subreaper();
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
@@ -558,6 +570,7 @@ int main(int argc, char **argv)
 	x.cwd = a.cwd;
 	x.log_fd = log_fd;
 	x.lease_fd = a.lease_fd;
+	x.run_fd = a.run_fd;
 	x.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	x.runner = getpid();
 	x.msg_len = (size_t)snprintf(x.msg, sizeof x.msg, "gpuman: cannot run '%s': ", jargv[0]);
@@ -585,6 +598,11 @@ int main(int argc, char **argv)
 			break;
 		}
 	r_job = 0;
+	/* Whatever the job left running ends now, before its result is
+	 * written and its lease released: nothing of it runs on a GPU that
+	 * is no longer leased, nor beside a retry. */
+	kill(-pid, SIGKILL);
+	jobtree_kill_children(NULL, 0);
 	status = WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
 	if (status != 0)
 		oom = log_has_oom(log_fd, from);
