@@ -39,6 +39,7 @@ extern char **environ;
 #define EFT_TAIL_PER_GPU 8     /* plan the tail only: at most this many queued per GPU */
 #define EFT_OVERHEAD_MS 10     /* a start's cost, so that noise in tiny tasks holds nothing */
 #define RESULT_MAGIC "gpuman-run 1 "
+#define RESULT_ROOM 256 /* the runner's result line fits in it */
 #define MAX_RUN_SLOTS 65536
 
 /* ---- requests as JSON ------------------------------------------------- */
@@ -1268,6 +1269,21 @@ static struct gm_request *job_request(struct engine *e, const struct job *job,
 	return req;
 }
 
+/*
+ * Empty a run file and give it the room of a result (zeros: no result), so
+ * that the runner's result overwrites space the file already has: on a
+ * disk that fills up while the job runs, a job that succeeded is still
+ * recorded as such, not as "runner died".
+ */
+static int run_file_prepare(int fd)
+{
+	static const char zeros[RESULT_ROOM];
+
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, zeros, sizeof zeros, 0) != (ssize_t)sizeof zeros)
+		return -1;
+	return 0;
+}
+
 static enum place try_place(struct engine *e, int64_t id)
 {
 	struct job job;
@@ -1344,8 +1360,11 @@ static enum place try_place(struct engine *e, int64_t id)
 	}
 	if (L.run_fd < 0)
 		goto done;
-	if (ftruncate(L.run_fd, 0) < 0)
+	if (run_file_prepare(L.run_fd) < 0) {
+		say(e, "job %lld: cannot prepare '%s': %s; it waits", (long long)id, path,
+		    strerror(errno));
 		goto done;
+	}
 	if (pipe2(L.go, O_CLOEXEC) < 0)
 		goto done;
 	memset(&opts, 0, sizeof opts);

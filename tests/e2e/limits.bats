@@ -18,3 +18,29 @@ JSON
 	done
 	run -0 timeout 10 gpuman run --wait=3650d -- true
 }
+
+teardown() {
+	[ -z "${SMALL:-}" ] || umount -l "$SMALL" 2>/dev/null || true
+}
+
+@test "a disk that fills up while a task runs: the task that succeeded is recorded done, once, never as a dead runner" {
+	[ "$(id -u)" = 0 ] || skip "needs root to mount a small tmpfs (CI runs as root)"
+	one_gpu
+	cd "$BATS_TEST_TMPDIR"
+	mkdir small
+	mount -t tmpfs -o size=2m,mode=0700 tmpfs small || skip "cannot mount a tmpfs here"
+	SMALL=$PWD/small
+	# The task fills the disk of its log directory (and of the batch's
+	# store and run files), then succeeds.
+	echo "sh -c 'echo ran >>$PWD/runs; cat /dev/zero >$SMALL/logs/filler; exit 0'" >tasks.txt
+	run timeout 60 gpuman batch --log-dir small/logs tasks.txt
+	[[ "$output" != *"runner died"* ]]
+	[ "$(df --output=avail "$SMALL" | tail -1 | tr -d " ")" = 0 ]
+	# Whatever could not be recorded on the full disk is recorded once
+	# there is room, from the result the runner kept; nothing runs again.
+	rm "$SMALL/logs/filler"
+	run -0 timeout 60 gpuman batch --resume --log-dir small/logs tasks.txt
+	[ "$(jq -r '.tasks[0].state' small/logs/summary.json)" = done ]
+	[ "$(jq -r '.tasks[0].exit_status' small/logs/summary.json)" = 0 ]
+	[ "$(wc -l <runs)" = 1 ]
+}
