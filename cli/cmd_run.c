@@ -145,8 +145,9 @@ static int wait_child(struct run *r)
 	if (write(r->go[1], "g", 1) != 1)
 		kill(r->pid, SIGKILL);
 	close(r->go[1]);
-	while (waitpid(r->pid, &status, 0) < 0)
-		if (errno != EINTR) {
+	/* What the job orphans comes to us (a subreaper): reap it as it ends. */
+	for (pid_t got; (got = waitpid(-1, &status, 0)) != r->pid;)
+		if (got < 0 && errno != EINTR) {
 			jobtree_kill_children(NULL, 0);
 			return EXIT_FAIL;
 		}

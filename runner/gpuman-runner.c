@@ -592,8 +592,10 @@ int main(int argc, char **argv)
 	}
 	if (r_stop)
 		kill(-pid, r_kill ? SIGKILL : SIGTERM);
-	while (waitpid(pid, &ws, 0) < 0)
-		if (errno != EINTR) {
+	/* Processes the job orphans come to us (a subreaper): reap them as
+	 * they end, or they would pile up as zombies for as long as it runs. */
+	for (pid_t got; (got = waitpid(-1, &ws, 0)) != pid;)
+		if (got < 0 && errno != EINTR) {
 			ws = 0xff00; /* unknowable: as exit 255 */
 			break;
 		}
