@@ -735,7 +735,7 @@ static void record_end(struct engine *e, struct slot *s, int64_t id, int fd)
  * file, which every process of the job inherits.  Kill them all before the
  * job is recorded, so that it never runs again beside them (jobtree.h).
  */
-static void end_survivors(struct engine *e, struct slot *s, int fd)
+static void end_survivors(struct engine *e, struct slot *s, int64_t id, int fd)
 {
 	if (s && s->own) {
 		pid_t *keep = calloc(e->nslots + 1, sizeof *keep);
@@ -745,7 +745,7 @@ static void end_survivors(struct engine *e, struct slot *s, int fd)
 			if (e->slots[i]->own && e->slots[i] != s)
 				keep[n++] = e->slots[i]->runner;
 		if (keep && jobtree_kill_children(keep, n))
-			say(e, "job %lld: killed the processes its dead runner left", (long long)s->id);
+			say(e, "job %lld: killed the processes its dead runner left", (long long)id);
 		free(keep);
 	}
 	if (fd < 0)
@@ -753,7 +753,7 @@ static void end_survivors(struct engine *e, struct slot *s, int fd)
 	for (int i = 0; i < 250 && flock(fd, LOCK_EX | LOCK_NB) < 0; i++) {
 		if (i == 0)
 			say(e, "job %lld: killing the processes its dead runner left",
-			    (long long)(s ? s->id : 0));
+			    (long long)id);
 		jobtree_kill_holders(fd);
 		usleep(20000);
 	}
@@ -773,7 +773,7 @@ static void runner_ended(struct engine *e, struct slot *s)
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
 	if (fd < 0 || read_result(fd, &r) < 0)
-		end_survivors(e, s, fd);
+		end_survivors(e, s, s->id, fd);
 	record_end(e, s, s->id, fd);
 	if (fd >= 0)
 		close(fd);
@@ -845,7 +845,7 @@ static void adopt(struct engine *e)
 					 * hold the file: end them, record it below. */
 					slot_remove(e, s);
 					s = NULL;
-					end_survivors(e, NULL, fd);
+					end_survivors(e, NULL, ids[i], fd);
 				} else {
 					say(e, "job %lld: re-adopted its runner (pid %d)", (long long)ids[i],
 					    job.runner_pid);
