@@ -108,3 +108,18 @@ alive() {
 	[ "$(alive)" = 0 ]
 	[ "$(leases)" = 0 ]
 }
+
+@test "Ctrl-C of a batch ends its tasks' whole trees before it records them interrupted" {
+	# its own process group, signalled whole, as a terminal does
+	setsid gpuman batch tasks.txt >out.txt 2>&1 &
+	pid=$!
+	wait_lines 10 pids
+	kill -INT -- -"$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" = 130 ]
+	[ "$(alive)" = 0 ]
+	[ "$(jq -r '[.tasks[].state] | join(" ")' gpuman-logs/tasks.txt/summary.json)" = \
+		"interrupted interrupted" ]
+	[ "$(leases)" = 0 ]
+}
