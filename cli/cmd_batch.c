@@ -298,6 +298,7 @@ int write_summary(const char *path, const char *file, const char *log_dir,
 	json_object_set_new(o, "tasks", tasks);
 	json_object_set_new(o, "gpus", gpus);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	unlink(tmp); /* a new file, never through a link left there */
 	rc = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	if (rc == 0)
