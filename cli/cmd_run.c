@@ -281,6 +281,7 @@ const struct cmd_entry cmd_run = {
 	"\n"
 	"The lease lasts as long as CMD, even if gpuman is killed; signals sent to\n"
 	"gpuman reach CMD; gpuman exits with CMD's status (128+N if killed by signal N).\n"
+	"Processes CMD leaves running when it exits are killed before the lease ends.\n"
 	"\n" SELECT_HELP
 	"\n" RESERVE_HELP
 	"\n"
