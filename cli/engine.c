@@ -760,8 +760,13 @@ static void end_survivors(struct engine *e, struct slot *s, int64_t id, int fd)
 	flock(fd, LOCK_UN);
 }
 
-/* The runner of s has exited: record its job's end. */
-static void runner_ended(struct engine *e, struct slot *s)
+/*
+ * The runner of s has exited (killed: by a signal, if known): record its
+ * job's end.  A runner writes its result before it ends the job's leftover
+ * processes, so a runner killed in between leaves a result and survivors:
+ * they still hold the run file.
+ */
+static void runner_ended(struct engine *e, struct slot *s, int killed)
 {
 	struct result r;
 	char path[4200];
@@ -772,7 +777,7 @@ static void runner_ended(struct engine *e, struct slot *s)
 		run_path(e, s->run_slot, path, sizeof path);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
-	if (fd < 0 || read_result(fd, &r) < 0)
+	if (fd < 0 || killed || read_result(fd, &r) < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
 		end_survivors(e, s, s->id, fd);
 	record_end(e, s, s->id, fd);
 	if (fd >= 0)
@@ -1566,7 +1571,7 @@ static void reap(struct engine *e)
 	while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) {
 		for (size_t i = 0; i < e->nslots; i++)
 			if (e->slots[i]->own && e->slots[i]->runner == pid) {
-				runner_ended(e, e->slots[i]);
+				runner_ended(e, e->slots[i], WIFSIGNALED(ws));
 				break;
 			}
 	}
@@ -1752,7 +1757,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 			for (size_t i = 0; i < e->nslots; i++)
 				if (!e->slots[i]->own && e->slots[i]->pidfd < 0 &&
 				    adopted_ended(e, e->slots[i])) {
-					runner_ended(e, e->slots[i]);
+					runner_ended(e, e->slots[i], 0);
 					i--;
 				}
 			if (!cfg->request)
@@ -1817,7 +1822,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 				continue;
 			for (size_t i = 0; i < e->nslots; i++)
 				if (e->slots[i]->pidfd == pfd[p].fd) {
-					runner_ended(e, e->slots[i]);
+					runner_ended(e, e->slots[i], 0);
 					break;
 				}
 		}

@@ -600,14 +600,21 @@ int main(int argc, char **argv)
 			break;
 		}
 	r_job = 0;
-	/* Whatever the job left running ends now, before its result is
-	 * written and its lease released: nothing of it runs on a GPU that
-	 * is no longer leased, nor beside a retry. */
-	kill(-pid, SIGKILL);
-	jobtree_kill_children(NULL, 0);
+	end = now_ms();
 	status = WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
 	if (status != 0)
 		oom = log_has_oom(log_fd, from);
+	/* The result first: the engine reads it only once we have exited,
+	 * after what follows; if we are killed meanwhile, it ends what is left
+	 * of the job itself and still records how the job ended. */
+	write_result(&a, start, end, status, oom, (enum stop)r_stop);
+	/* Whatever the job left running ends now, before its lease is
+	 * released: nothing of it runs on a GPU that is no longer leased, nor
+	 * beside a retry. */
+	kill(-pid, SIGKILL);
+	jobtree_kill_children(NULL, 0);
+	release_lease(&a);
+	goto done;
 finish:
 	end = now_ms();
 	if (!start)
@@ -616,6 +623,7 @@ finish:
 		status = 126;
 	write_result(&a, start, end, status, oom, (enum stop)r_stop);
 	release_lease(&a);
+done:
 	free((char *)x.program);
 	free(own_argv);
 	free(line);
