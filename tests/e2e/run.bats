@@ -47,10 +47,12 @@ BURST=${GM_BURST:-200}
 	eight_empty
 	rec=$BATS_TEST_TMPDIR/rec
 	# 6 GiB shares on 16000 MiB GPUs: two fit, a third never may. The CUDA
-	# start-up delay is the window in which naive packing overbooks.
+	# start-up delay is the window in which naive packing overbooks. Each
+	# job runs 1 s so that, even under ASan on a loaded machine, launches
+	# outpace endings and packing two to a GPU is actually exercised.
 	shares=$(( BURST < 60 ? BURST : 60 ))
 	for i in $(seq "$shares"); do
-		gpuman run --mem 6G --wait -- gpuman-simload --mem 6G --util 40 --seconds 0.15 \
+		gpuman run --mem 6G --wait -- gpuman-simload --mem 6G --util 40 --seconds 1 \
 			--init-delay 0.1 --record "$rec" >/dev/null 2>&1 &
 	done
 	wait
