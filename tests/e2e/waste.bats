@@ -21,6 +21,10 @@ JSON
 }
 
 teardown() {
+	# alice's gpuman (as_user runs in a subshell: $! is not her process)
+	for f in "${SHARED:-/nonexistent}"/pids/*; do
+		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+	done
 	for p in ${BG_PIDS:-}; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	[ -z "${SHARED:-}" ] || rm -rf "$SHARED"
@@ -130,18 +134,19 @@ JSON
 	gm_user alice
 	SHARED=$(mktemp -d /tmp/gm-waste.XXXXXX)
 	chmod 755 "$SHARED"
-	mkdir -m 1777 "$SHARED/state" "$SHARED/sim"
+	mkdir -m 1777 "$SHARED/state" "$SHARED/sim" "$SHARED/pids"
 	export GPUMAN_STATE_DIR="$SHARED/state" GPUMAN_SIM_STATE="$SHARED/sim"
 	two_gpus
 	cp "$GPUMAN_SIM" "$SHARED/two.json" && chmod 644 "$SHARED/two.json"
 	export GPUMAN_SIM="$SHARED/two.json"
 	evil=$'x\e]0;pwned\a\e[2J\e[31mred\r'
-	as_user alice sh -c 'umask 077; exec "$@"' sh gpuman run -- bash -c \
+	as_user alice sh -c 'echo $$ >"$0"; umask 077; exec "$@"' "$SHARED/pids/job" gpuman run -- bash -c \
 		'exec -a "$0" gpuman-simload --mem 1G --util 0 --seconds 60' "$evil" &
 	BG_PIDS=$!
 	wait_for '[ "$(gpuman ps --json | jq length)" = 1 ]'
 	# and a waiting ticket of hers: both GPUs asked for, one is taken
-	as_user alice gpuman run -n 2 --wait -- sh -c true "$evil" 2>/dev/null &
+	as_user alice sh -c 'echo $$ >"$0"; exec "$@"' "$SHARED/pids/waiter" \
+		gpuman run -n 2 --wait -- sh -c true "$evil" 2>/dev/null &
 	BG_PIDS="$BG_PIDS $!"
 	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
 	for view in status ps "waste --grace 0"; do
