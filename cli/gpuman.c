@@ -46,6 +46,16 @@ static void usage(FILE *out)
 		"'run' exits with its command's status; 'waste' exits 3 when it finds waste.\n");
 }
 
+/* Is --json among argv[from..] before any "--"?  For errors found before
+ * the command parses its own options, so they too come out as JSON. */
+static int wants_json(int argc, char **argv, int from)
+{
+	for (int i = from; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--json"))
+			return 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli = { 0 };
@@ -68,22 +78,22 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--sim") || !strncmp(argv[i], "--sim=", 6)) {
 			const char *file = argv[i][5] == '=' ? argv[i] + 6 : argv[++i];
 
-			if (!file) {
-				fprintf(stderr, "gpuman: --sim needs a scenario file\n");
-				return EXIT_USAGE;
-			}
+			if (!file)
+				return cli_error(&cli, EXIT_USAGE, "--sim needs a scenario file");
 			char path[PATH_MAX];
 
 			if (!realpath(file, path)) {
-				fprintf(stderr, "gpuman: --sim '%s': %s\n", file, strerror(errno));
-				return EXIT_USAGE;
+				cli.json |= wants_json(argc, argv, i);
+				return cli_error(&cli, EXIT_USAGE, "--sim '%s': %s", file,
+						 strerror(errno));
 			}
 			/* Absolute, so that jobs started elsewhere see the same machine. */
 			setenv("GPUMAN_SIM", path, 1);
 			unsetenv("GPUMAN_NVML");
 		} else {
-			fprintf(stderr, "gpuman: unknown option '%s' (see 'gpuman --help')\n", argv[i]);
-			return EXIT_USAGE;
+			cli.json |= wants_json(argc, argv, i);
+			return cli_error(&cli, EXIT_USAGE, "unknown option '%s' (see 'gpuman --help')",
+					 argv[i]);
 		}
 	}
 	if (i == argc) {
@@ -98,9 +108,10 @@ int main(int argc, char **argv)
 					return EXIT_OK;
 				}
 		if (i + 1 < argc) {
-			fprintf(stderr, "gpuman help: '%s' is not a command (see 'gpuman --help')\n",
-				argv[i + 1]);
-			return EXIT_USAGE;
+			cli.cmd = "help";
+			cli.json |= wants_json(argc, argv, i);
+			return cli_error(&cli, EXIT_USAGE, "'%s' is not a command (see 'gpuman --help')",
+					 argv[i + 1]);
 		}
 		usage(stdout);
 		return EXIT_OK;
@@ -109,13 +120,14 @@ int main(int argc, char **argv)
 		if (!strcmp(commands[k]->name, argv[i]))
 			cmd = commands[k];
 	if (!cmd) {
-		fprintf(stderr, "gpuman: '%s' is not a command (see 'gpuman --help')\n", argv[i]);
-		return EXIT_USAGE;
+		cli.json |= wants_json(argc, argv, i);
+		return cli_error(&cli, EXIT_USAGE, "'%s' is not a command (see 'gpuman --help')",
+				 argv[i]);
 	}
 	if (getenv("GPUMAN_SIM") && access(getenv("GPUMAN_SIM"), R_OK) < 0) {
-		fprintf(stderr, "gpuman: scenario '%s' (GPUMAN_SIM or --sim) cannot be read\n",
-			getenv("GPUMAN_SIM"));
-		return EXIT_USAGE;
+		cli.json |= wants_json(argc, argv, i);
+		return cli_error(&cli, EXIT_USAGE, "scenario '%s' (GPUMAN_SIM or --sim) cannot be read",
+				 getenv("GPUMAN_SIM"));
 	}
 	cli.cmd = cmd->name;
 	cli.req = gm_request_new();

@@ -54,6 +54,19 @@ LAB=$GM_ROOT/examples/lab-8gpu.json
 	[[ "$(jq -r .error <<<"$output")" == *"nope"* ]]
 }
 
+@test "errors found before the command runs are JSON too with --json" {
+	run -2 --separate-stderr gpuman nope --json
+	[[ "$(jq -r .error <<<"$output")" == *"'nope' is not a command"* ]]
+	[[ "$stderr" == *"'nope' is not a command"* ]]
+	run -2 --separate-stderr gpuman --json --sim "$BATS_TEST_TMPDIR/none.json" status
+	[[ "$(jq -r .error <<<"$output")" == *"none.json"* ]]
+	GPUMAN_SIM=$BATS_TEST_TMPDIR/none.json run -2 --separate-stderr gpuman pick --json
+	[ "$(jq -r .status <<<"$output")" = 2 ]
+	# Without --json, stdout stays empty.
+	run -2 --separate-stderr gpuman nope
+	[ -z "$output" ]
+}
+
 @test "submit --json prints the id as JSON; wait --json the outcome" {
 	four_gpus
 	run -0 gpuman submit --json -- true
