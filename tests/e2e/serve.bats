@@ -163,7 +163,9 @@ hold_lease() {
 	hold_lease 1 gpuman-simload --mem 1G --util 10 --seconds 60 --record "$BATS_TEST_TMPDIR/hunter2-secret"
 	wait_for "gpuman status --json | jq -e '.processes | map(.command) | join(\" \") | test(\"hunter2\")' >/dev/null"
 	# and one outside gpuman, idle: a hog and unleased, whose findings quote it
-	gpuman-simload --mem 1G --util 0 --seconds 60 --record "$BATS_TEST_TMPDIR/hunter2-too" 3>&- &
+	# (a finding's sentence keeps the first 95 characters of a command line,
+	# so the secret comes first: test 103's directory made it "hunter2-to")
+	gpuman-simload --record "$BATS_TEST_TMPDIR/hunter2-too" --mem 1G --util 0 --seconds 60 3>&- &
 	JOB_PIDS="$JOB_PIDS $!"
 	wait_for "gpuman status --json | jq -e '.waste | map(.what) | join(\" \") | test(\"hunter2-too\")' >/dev/null"
 	serve_start
