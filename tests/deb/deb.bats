@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # deb: `make deb`'s packages, built once (dpkg-buildpackage) and read with
-# dpkg-deb: what each holds, what it depends on, and that the command as
+# dpkg-deb: what each holds, what it depends on, lintian's verdict, and that the command as
 # packaged runs from where the package puts it.  `make check-deb` installs
 # them into a fresh Debian as well.
 
@@ -55,4 +55,8 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	[ "$output" = 2 ]
 	run -0 zcat "$x/usr/share/man/man1/gpuman.1.gz"
 	[[ "$output" == *'.SS "gpuman run"'* ]]
+}
+
+@test "lintian finds no error and no warning in the packages" {
+	run -0 lintian --fail-on error,warning "$DEBS"/gpuman_*.changes
 }
