@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "jobstore.h"
+#include "safedir.h" /* make_dirs */
 
 /* The BATCH options; batch_option() handles them for cli_parse(). */
 enum { OPT_JOBS = OPT_CMD_BASE, OPT_RETRIES, OPT_LOG_DIR, OPT_DRY_RUN, OPT_RESUME, OPT_PROGRESS,
@@ -46,8 +47,6 @@ int read_tasks(FILE *f, struct task **out, size_t *count);
 void tasks_free(struct task *t, size_t n);
 /* A task's line with {task} filled in.  Caller frees; NULL: no memory. */
 char *task_line(const char *line, int64_t n);
-/* mkdir -p */
-int make_dirs(const char *path, mode_t mode);
 
 /* The task store of a log directory: without --resume start over, with it
  * keep the tasks that succeeded (same number and line) and queue the rest;

@@ -101,28 +101,6 @@ failed:
 	return -1;
 }
 
-/* mkdir -p */
-int make_dirs(const char *path, mode_t mode)
-{
-	char buf[PATH_MAX];
-
-	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, mode) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(buf, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 /* ---- progress --------------------------------------------------------- */
 
 void draw(struct progress *p, const struct engine_counts *c, int force)

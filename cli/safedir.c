@@ -23,8 +23,8 @@ static const char *user_name(uid_t uid, char *buf, size_t len)
 	return buf;
 }
 
-/* mkdir -p, private: what we create nobody else reads. */
-static int make_dirs(const char *path)
+/* mkdir -p: each missing directory with mode (batch's own are 0700). */
+int make_dirs(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 
@@ -36,11 +36,11 @@ static int make_dirs(const char *path)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
 			return -1;
 		*p = '/';
 	}
-	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
 		return -1;
 	return 0;
 }
@@ -121,7 +121,7 @@ int safedir_open(const char *path, int owned, char *abs, size_t abslen, char *er
 	size_t len, ncomp = 0;
 	int fd;
 
-	if (make_dirs(path) < 0 || !realpath(path, real)) {
+	if (make_dirs(path, 0700) < 0 || !realpath(path, real)) {
 		snprintf(err, errlen, "log directory '%s': %s", path, strerror(errno));
 		return -1;
 	}

@@ -19,6 +19,10 @@
 #define GM_SAFEDIR_H
 
 #include <stddef.h>
+#include <sys/types.h>
+
+/* mkdir -p PATH, each directory it creates with MODE; 0 or -1 with errno. */
+int make_dirs(const char *path, mode_t mode);
 
 /*
  * Create what is missing of PATH, check it as above and open it
