@@ -12,9 +12,15 @@
 #      python3 has torch;
 #   5. times: `gpuman pick` against `nvidia-smi --query-gpu` and a bare C
 #      NVML query (nvmlquery.c), as ratios.
+#   6. per-process utilization from the real driver: a busy CUDA job is
+#      listed by `ps --json` with its memory and a non-zero utilization,
+#      and `waste --json` answers.
 # Run from the source tree on the GPU machine: sh tests/real-gpu/check.sh
 # Needs: the NVIDIA driver, cc, nvcc for the CUDA twin (step 3 is skipped,
 # saying so, without it).  Prints "ok"/"FAIL" lines; exit 1 if any failed.
+# GPUMAN_PREBUILT=1 uses build/ as it is (built elsewhere and carried: the
+# GPU machine may lack the build dependencies); REPORT=DIR keeps the raw
+# outputs (status, info, ps, nvidia-smi) there.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -26,7 +32,11 @@ fails=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 
-make -C "$root" -s all cudaload >/dev/null || { echo "FAIL build"; exit 1; }
+if [ "${GPUMAN_PREBUILT:-0}" != 1 ]; then
+	make -C "$root" -s all cudaload "$build/bench/runtime" >/dev/null || { echo "FAIL build"; exit 1; }
+fi
+report=${REPORT:-$tmp/report}
+mkdir -p "$report"
 gm="$build/gpuman"
 command -v nvidia-smi >/dev/null || { echo "FAIL no nvidia-smi: not an NVIDIA machine"; exit 1; }
 
@@ -76,8 +86,10 @@ for g in gm["gpus"]:
 print("%s status --json against pynvml" % ("ok  " if not bad else "FAIL"))
 sys.exit(1 if bad else 0)
 PY
-"$gm" info >/dev/null && ok "info" || bad "info"
-"$gm" ps >/dev/null && ok "ps" || bad "ps"
+cp "$tmp/gm.json" "$tmp/smi.csv" "$report/" 2>/dev/null
+"$gm" status >"$report/status.txt" 2>&1 && ok "status" || bad "status: $(tail -1 "$report/status.txt")"
+"$gm" info >"$report/info.txt" 2>&1 && ok "info" || bad "info: $(tail -1 "$report/info.txt")"
+"$gm" ps >"$report/ps.txt" 2>&1 && ok "ps" || bad "ps: $(tail -1 "$report/ps.txt")"
 pick=$("$gm" pick) && ok "pick: $pick" || bad "pick"
 
 # 3. two shares side by side, a third waits for room
@@ -106,6 +118,24 @@ else
 	echo "skip no gpuman-cudaload (no nvcc): the side-by-side jobs were not run"
 fi
 
+# 6. per-process utilization: one busy job, seen by ps --json
+if [ -x "$build/gpuman-cudaload" ]; then
+	"$gm" run --only 0 -- "$build/gpuman-cudaload" --mem 1024 --util 90 --seconds 14 >"$tmp/busy.out" 2>&1 &
+	sleep 9
+	"$gm" ps --json >"$report/ps-busy.json" 2>&1
+	"$gm" waste --json >"$report/waste.json" 2>&1
+	wrc=$?
+	wait
+	python3 - "$report/ps-busy.json" <<'PY' && ok "ps --json: the busy job with its memory and utilization" || bad "per-process utilization on a real driver (see ps-busy.json)"
+import json, sys
+procs = json.load(open(sys.argv[1]))
+busy = [p for p in procs if (p.get("command") or "").find("cudaload") >= 0]
+print("     ps --json rows %d, cudaload rows %s" % (len(procs), [(p["used_mib"], p["utilization_pct"]) for p in busy]))
+sys.exit(0 if busy and busy[0]["used_mib"] >= 1024 and (busy[0]["utilization_pct"] or 0) > 0 else 1)
+PY
+	[ "$wrc" = 0 ] || [ "$wrc" = 3 ] && ok "waste --json answered (exit $wrc)" || bad "waste --json exit $wrc"
+fi
+
 # 4. PyTorch through run and auto_choice
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
 	"$gm" run -- python3 -c "import torch; x = torch.ones(1 << 20, device='cuda'); print(int(x.sum()))" \
@@ -122,11 +152,11 @@ else
 fi
 
 # 5. times, as ratios
-make -C "$root" -s "$build/bench/runtime" >/dev/null
-cc -O2 -o "$tmp/nvmlquery" "$root/tests/real-gpu/nvmlquery.c" -ldl
+q=$build/real-gpu/nvmlquery
+[ -x "$q" ] || { mkdir -p "$tmp/q" && q=$tmp/q/nvmlquery && cc -O2 -o "$q" "$root/tests/real-gpu/nvmlquery.c" -ldl; }
 set -- $("$build/bench/runtime" 100 "$gm" pick); g=$1
 set -- $("$build/bench/runtime" 30 nvidia-smi --query-gpu=index,memory.free,utilization.gpu --format=csv); s=$1
-set -- $("$build/bench/runtime" 100 "$tmp/nvmlquery"); c=$1
+set -- $("$build/bench/runtime" 100 "$q"); c=$1
 awk -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
 	printf "time gpuman pick %.2f ms; nvidia-smi --query-gpu %.2f ms (gpuman %.1fx faster); bare C NVML query %.2f ms (gpuman %.2fx of it)\n",
 		g / 1000, s / 1000, s / g, c / 1000, g / c }'
