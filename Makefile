@@ -38,11 +38,15 @@ CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_D
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
 LIBS    := -ljansson -ldl -lpthread
 
-# lib/jobstore.c (SQLite) serves the batch/queue engine only: it is built
-# into its own archive for gpuman and the unit tests, so that the public
-# libgpuman.so, which no gm_* function needs it for, does not pull in SQLite.
-JOBS_SRC := lib/jobstore.c
-LIB_SRC := $(filter-out $(JOBS_SRC),$(sort $(wildcard lib/*.c)))
+# engine/ is the dispatch engine of batch and the queue, its job store
+# (SQLite) and the protocol its runners share with it and with `run`: a
+# module of its own, built into its own archive for gpuman, the runner and
+# the unit tests, so that the public libgpuman.so, which no gm_* function
+# needs it for, does not pull in SQLite.  The commands see it through
+# engine.h and protocol.h only; the runner links just the protocol's
+# objects from the archive.
+ENGINE_SRC := $(sort $(wildcard engine/*.c))
+LIB_SRC := $(sort $(wildcard lib/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/simstate.c
 # Driver branches the simulator is built as, oldest first; the last is the
@@ -56,6 +60,7 @@ SIM_LIBS := $(SIM_BRANCHES:%=$(BUILD)/sim/r%/libnvidia-ml.so.1) $(BUILD)/sim/lib
 SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/nvml_mig.o $(BUILD)/sim/stubs.o \
 	$(SIM_COMMON:%.c=$(BUILD)/%.o)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 SERVE_SRC := $(sort $(wildcard serve/*.c))
 SERVE_OBJ := $(SERVE_SRC:%.c=$(BUILD)/%.o)
@@ -82,9 +87,13 @@ $(BUILD)/lib/context.o: CPPFLAGS += -DGM_SIM_BRANCHES='$(subst $(space),$(comma)
 $(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DGM_BUILDING_LIB -fPIC -fvisibility=hidden $(ALL_CFLAGS) -c -o $@ $<
-$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(wildcard lib/*.h) include/gpuman.h
+$(BUILD)/engine/%.o: engine/%.c $(wildcard engine/*.h) $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -c -o $@ $<
+$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) engine/engine.h engine/jobstore.h engine/protocol.h \
+		$(wildcard lib/*.h) include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -c -o $@ $<
 # The simulator is never sanitized: it stands for the driver, and it is
 # loaded by programs (Python's ctypes) that carry no sanitizer runtime.
 SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
@@ -101,7 +110,7 @@ $(BUILD)/sim/stubs.o: $(BUILD)/sim/stubs.c
 $(BUILD)/libgpuman.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/libgmjobs.a: $(JOBS_SRC:%.c=$(BUILD)/%.o)
+$(BUILD)/libgmengine.a: $(ENGINE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 # Relinked when the Makefile changes: what goes into it is decided here.
@@ -117,8 +126,8 @@ $(BUILD)/libgpuman.so: $(LIB_OBJ) Makefile
 STATIC_SQLITE ?= 1
 CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo \
 	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo) -ljansson -ldl -lpthread -lm
-$(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a $(CLI_LIBS)
+$(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(CLI_LIBS)
 
 # The HTTP server behind `gpuman serve`, a program of its own: libmicrohttpd
 # pulls in GnuTLS and p11-kit, whose loading would cost every gpuman command
@@ -134,10 +143,9 @@ $(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve
 # dispatcher: static, so that starting it costs no dynamic linking (it is
 # started once per task); sanitizer runtimes cannot be static.
 RUNNER_LDFLAGS = $(if $(SANITIZE),,-static)
-RUNNER_SRC := runner/gpuman-runner.c cli/childenv.c cli/jobtree.c
-$(BUILD)/gpuman-runner: $(RUNNER_SRC) cli/childenv.h cli/jobtree.h
+$(BUILD)/gpuman-runner: runner/gpuman-runner.c engine/protocol.h $(BUILD)/libgmengine.a
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(RUNNER_LDFLAGS) -o $@ $(RUNNER_SRC)
+	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) $(LDFLAGS) $(RUNNER_LDFLAGS) -o $@ $< $(BUILD)/libgmengine.a
 
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.
@@ -168,9 +176,9 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -l:libgpuman.so -Wl,-rpath,'$$ORIGIN/..'
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a tests/unit/*.h
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a tests/unit/*.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmjobs.a $(BUILD)/libgpuman.a $(LIBS) \
+	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(LIBS) \
 		-lsqlite3 -lcmocka
 
 demo: all
@@ -302,7 +310,7 @@ check-deb: deb
 	sh scripts/check-deb $(abspath $(BUILD))/deb
 
 format:
-	clang-format -i include/*.h lib/*.[ch] cli/*.[ch] serve/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c
+	clang-format -i include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] serve/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c
 
 clean:
 	rm -rf build build-asan

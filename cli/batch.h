@@ -14,7 +14,7 @@
 #include <sys/types.h>
 #include "cli.h"
 #include "engine.h"
-#include "jobstore.h"
+#include "engine.h"
 #include "safedir.h" /* make_dirs */
 
 /* The BATCH options; batch_option() handles them for cli_parse(). */

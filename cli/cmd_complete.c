@@ -17,7 +17,7 @@
 #include <string.h>
 #include "cli.h"
 #include "jobs.h"
-#include "jobstore.h"
+#include "engine.h"
 
 /* Operands by command; one row per command that takes any. */
 static const char *const operand_kinds[][2] = {

@@ -7,7 +7,7 @@
  * first instant (memory shares are matched to the job's processes), and the
  * job never runs without its lease.  The job inherits the lease's
  * descriptor, so the lease lives exactly as long as the job, even if gpuman
- * itself is killed.  The job dies whole (jobtree.h): gpuman is a child
+ * itself is killed.  The job dies whole (protocol.h): gpuman is a child
  * subreaper, and once the command has ended it kills whatever the command
  * left running before it releases the lease.
  */
@@ -19,10 +19,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "childenv.h"
+#include "protocol.h"
 #include "cli.h"
 #include "context.h"
-#include "jobtree.h"
 #include "lease.h"
 #include "registry.h"
 #include "select_help.h"

@@ -218,61 +218,6 @@ int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
 	return 0;
 }
 
-static json_t *opt_int(int has, int64_t v)
-{
-	return has ? json_integer(v) : json_null();
-}
-
-json_t *job_json(const struct job *job, const char *log_path, int batch)
-{
-	json_t *o = json_object(), *gpus = json_array(), *argv = NULL;
-	const char *ip = job->gpus, *up = job->uuids;
-	int64_t dur = job->start_ms && job->end_ms ? job->end_ms - job->start_ms : -1;
-
-	while (ip && *ip) {
-		json_t *g = json_object();
-		size_t ul = up ? strcspn(up, ",") : 0;
-
-		json_object_set_new(g, "index", json_integer(strtol(ip, NULL, 10)));
-		json_object_set_new(g, "uuid", up ? json_stringn(up, ul) : json_null());
-		json_array_append_new(gpus, g);
-		ip += strcspn(ip, ",");
-		ip += *ip == ',';
-		if (up) {
-			up += ul;
-			up += *up == ',';
-		}
-	}
-	if (job->argv)
-		argv = json_loads(job->argv, 0, NULL);
-	json_object_set_new(o, batch ? "task" : "id", json_integer(job->id));
-	json_object_set_new(o, "state", json_string(job_state_name(job->state)));
-	json_object_set_new(o, "command", json_string(job->command ? job->command : ""));
-	if (!batch) {
-		json_object_set_new(o, "argv", argv ? argv : json_null());
-		json_object_set_new(o, "cwd", job->cwd ? json_string(job->cwd) : json_null());
-	} else {
-		json_decref(argv);
-	}
-	json_object_set_new(o, "gpus", gpus);
-	if (!batch)
-		json_object_set_new(o, "submit_ms", opt_int(job->submit_ms != 0, job->submit_ms));
-	json_object_set_new(o, "start_ms", opt_int(job->start_ms != 0, job->start_ms));
-	json_object_set_new(o, "end_ms", opt_int(job->end_ms != 0, job->end_ms));
-	json_object_set_new(o, "duration_ms", opt_int(dur >= 0, dur));
-	json_object_set_new(o, "exit_status", opt_int(job->has_exit, job->exit_status));
-	json_object_set_new(o, "reason", job->reason ? json_string(job->reason) : json_null());
-	json_object_set_new(o, "attempts", json_integer(job->attempts));
-	json_object_set_new(o, "oom_requeues", json_integer(job->ooms));
-	json_object_set_new(o, "peak_mem_mib", opt_int(job->has_peak, job->peak_mem_mib));
-	json_object_set_new(o, "mean_util_pct",
-			    job->util_samples ? json_real(job->util_sum / job->util_samples)
-					      : json_null());
-	json_object_set_new(o, "util_samples", json_integer(job->util_samples));
-	json_object_set_new(o, "log", log_path ? json_string(log_path) : json_null());
-	return o;
-}
-
 char *fmt_duration(char *buf, size_t len, int64_t ms)
 {
 	if (ms < 0)

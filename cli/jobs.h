@@ -1,5 +1,5 @@
 /*
- * jobs.h - what batch and the queue commands share besides the engine: the
+ * jobs.h - what batch and the queue commands share besides the engine (engine.h): the
  * per-user queue directory, starting its dispatcher race-free, and jobs as
  * JSON and as table cells.
  *
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "cli.h"
-#include "jobstore.h"
+#include "engine.h"
 
 struct queue {
 	char dir[PATH_MAX];
@@ -51,11 +51,6 @@ int queue_ensure_dispatcher(const struct queue *q, char *errbuf, size_t errlen);
 int queue_has_work(struct queue *q);
 /* The dispatcher's pid from its lock file, 0 if none holds it. */
 int queue_dispatcher_pid(const struct queue *q);
-
-/* A job as JSON (the schema of `gpuman queue --json`, README); with
- * task >= 0 a batch task. New reference. */
-struct json_t;
-struct json_t *job_json(const struct job *job, const char *log_path, int batch);
 
 /* "1.2s", "3m05s", "2h01m"; "-" for negative. */
 char *fmt_duration(char *buf, size_t len, int64_t ms);

@@ -1,6 +1,6 @@
 /*
  * gpuman-runner.c - the supervisor of one batch task or queued job, started
- * by the engine (cli/engine.c) with posix_spawn; not for people.
+ * by the engine (engine/) with posix_spawn; not for people.
  *
  * It holds the job's lease and its run file's lock for as long as it lives,
  * waits for the go (one byte on a pipe, written once the engine has
@@ -11,7 +11,7 @@
  * dies without writing one takes its job with it (PR_SET_PDEATHSIG), so a
  * job never runs unsupervised.
  *
- * A job dies whole (jobtree.h): the runner is a child subreaper, and once
+ * A job dies whole (protocol.h): the runner is a child subreaper, and once
  * the job's process has ended it kills whatever the job left behind before
  * it writes the result and releases the lease.  If the runner itself is
  * killed, the job's other processes go to the engine, which does the same.
@@ -50,8 +50,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "../cli/childenv.h"
-#include "../cli/jobtree.h"
+#include "protocol.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define CANCEL_GRACE_S 10

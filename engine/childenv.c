@@ -1,10 +1,10 @@
 /*
- * childenv.c - a job's environment as an owned list (see childenv.h).
+ * childenv.c - a job's environment as an owned list (see protocol.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "childenv.h"
+#include "protocol.h"
 
 extern char **environ;
 

@@ -2,7 +2,9 @@
  * engine.h - the dispatch engine shared by `gpuman batch` and the queue's
  * dispatcher: it starts queued jobs of a job store as GPUs that fit free up,
  * each under its own runner, records their results, and accounts what they
- * used.
+ * used.  The one header of the engine module (engine/, built into
+ * libgmengine.a with the job store, jobstore.h) that the commands include;
+ * engine/internal.h is the engine's own.
  *
  * A job's life, and who writes what:
  *
@@ -90,6 +92,12 @@ char *engine_request_json(const struct gm_request *req, int no_framework_env);
 /* Parse it back; *no_framework_env may be NULL.  NULL on bad text. */
 struct gm_request *engine_request_parse(const char *json, int *no_framework_env, char *errbuf,
 					size_t errlen);
+
+/* A job as JSON (the schema of `gpuman queue --json`, README); batch: a
+ * batch task ("task" instead of "id", no argv, cwd, submit time).  New
+ * reference. */
+struct json_t;
+struct json_t *job_json(const struct job *job, const char *log_path, int batch);
 
 /* "killed by signal 9 (Killed)" / "exit status 3", for reasons. */
 void engine_describe_status(int status, char *buf, size_t len);

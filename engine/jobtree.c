@@ -1,5 +1,5 @@
 /*
- * jobtree.c - end a job's whole process tree (see jobtree.h).
+ * jobtree.c - end a job's whole process tree (see protocol.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "jobtree.h"
+#include "protocol.h"
 
 int jobtree_subreaper(void)
 {

@@ -1,0 +1,161 @@
+/*
+ * internal.h - what the files of the dispatch engine share, and nobody
+ * else includes: the engine's state (struct engine, one struct slot per
+ * running job) and the functions one file of engine/ calls in another.
+ * engine.h describes the protocol and the public calling sequence.
+ *
+ *   state.c       the slots, the in-memory queue, messages, transactions
+ *   place.c       placing queued jobs: a run file, a lease, a runner
+ *   runner.c      starting runners, their ends, adoption after a restart
+ *   record.c      results into the store, accounting samples, job records
+ *   heuristics.c  a batch's learned out-of-memory floors and tail plan
+ *   loop.c        the event loop (engine_run)
+ *   json.c        requests and jobs as JSON
+ *
+ * All of it runs in the one engine process, single-threaded.
+ */
+#ifndef GM_ENGINE_INTERNAL_H
+#define GM_ENGINE_INTERNAL_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "engine.h"
+#include "lease.h"
+#include "parse.h"
+#include "policy.h"
+#include "proctree.h"
+#include "registry.h"
+#include "util.h"
+
+#define TICK_MS 1000           /* NVML re-read and accounting sample */
+#define MAX_OOM_REQUEUES 3
+#define EFT_TAIL_PER_GPU 8     /* plan the tail only: at most this many queued per GPU */
+#define EFT_OVERHEAD_MS 10     /* a start's cost, so that noise in tiny tasks holds nothing */
+#define RESULT_MAGIC "gpuman-run 1 "
+#define RESULT_ROOM 256 /* the runner's result line fits in it */
+#define MAX_RUN_SLOTS 65536
+
+enum stop { STOP_NONE = 0, STOP_CANCELLED = 1, STOP_INTERRUPTED = 2, STOP_ABORTED = 3 };
+
+struct launch {
+	struct engine *e;
+	const struct job *job;
+	int batch;
+	int no_framework_env;
+	const char *log;     /* log path */
+	int run_fd;
+	int go[2];
+	pid_t runner;
+	char err[256];
+};
+
+/* ---- the engine's state ---------------------------------------------- */
+
+struct slot {
+	int64_t id;
+	int run_slot;          /* its run file: <run_dir>/slot-<n>.run */
+	int attempt;           /* job.attempts of this start */
+	pid_t runner;
+	int own;               /* our child (SIGCHLD); else adopted (pidfd / tick) */
+	int pidfd;             /* adopted runner: readable once it exits; -1 */
+	int go_fd;             /* write end of the go pipe until the go is given */
+	int abort;             /* the claim did not commit: no go */
+	int64_t start_ms;
+	size_t ngpu;
+	unsigned *gpu;         /* NVML indices */
+	int64_t placed_free;
+	int has_peak;
+	int64_t peak;
+	int samples;
+	double util_sum;
+	int acct_dirty;
+	int signalled;         /* interrupts sent */
+};
+
+struct engine {
+	const struct engine_config *cfg;
+	char runner_path[4200]; /* gpuman-runner, next to our own program */
+	struct slot **slots;
+	size_t nslots;
+	int64_t *queue;        /* queued ids in order; [qhead, qcount) live */
+	size_t qhead, qcount, qcap;
+	struct gm_snapshot *snap;
+	int64_t tick_at;       /* monotonic: next NVML read */
+	int sfd, ifd, reg_wd, wake_wd;
+	sigset_t oldmask;
+	int dirty;             /* something changed since placement last failed */
+	int interrupt;         /* Ctrl-C count (batch) */
+	int stop;              /* dispatcher: SIGTERM */
+	int in_tx;
+	int ended_any;         /* a job left "running" in this round */
+	/* Run slots whose result this round records: not reused before the
+	 * round commits, or a crash in between would lose that result. */
+	int *held_slots;
+	size_t nheld, heldcap;
+	int64_t *ended;        /* queue: jobs that ended this round (their .json) */
+	size_t nended, endedcap;
+	struct engine_counts counts;
+	/* batch: per NVML index (up to gpu_cap) */
+	size_t gpu_cap;
+	int64_t *done_ms;      /* sum of done tasks' durations */
+	unsigned *done_n;
+	int64_t *floor_mib;    /* OOM at this much free: -1 none */
+	char err[GM_ERRBUF_SIZE];
+	int failed;            /* a store error: stop */
+};
+
+struct result {
+	long long job;
+	int attempt;
+	long long start_ms, end_ms;
+	int status, oom;
+	enum stop stop;
+};
+
+/* state.c */
+void engine_say(struct engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void engine_run_path(const struct engine *e, int run_slot, char *buf, size_t len);
+int engine_slot_number_busy(const struct engine *e, int n);
+void engine_hold_slot_number(struct engine *e, int n);
+/* Open the round's transaction unless open; -1 (e->failed set) on error. */
+int engine_tx(struct engine *e);
+void engine_slot_free(struct slot *s);
+void engine_slot_remove(struct engine *e, struct slot *s);
+struct slot *engine_slot_add(struct engine *e, int64_t id);
+struct slot *engine_slot_by_id(struct engine *e, int64_t id);
+int engine_parse_gpus(struct slot *s, const char *text);
+int engine_queue_reload(struct engine *e);
+void engine_queue_insert(struct engine *e, int64_t id);
+
+/* json.c */
+struct gm_request *engine_request_copy(const struct gm_request *req);
+int engine_request_exclude(struct gm_request *req, unsigned index);
+
+/* record.c */
+int engine_read_result(int fd, struct result *r);
+void engine_count_move(struct engine *e, enum job_state from, enum job_state to);
+void engine_note_ended(struct engine *e, int64_t id);
+void engine_write_job_record(struct engine *e, int64_t id);
+void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd);
+void engine_refresh_snapshot(struct engine *e);
+void engine_flush_accounting(struct engine *e);
+
+/* heuristics.c */
+void engine_batch_learn(struct engine *e, const struct slot *s, const struct job *upd);
+long engine_snap_pos(const struct gm_snapshot *snap, unsigned index);
+int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsigned *excl,
+			  size_t *nexcl);
+
+/* runner.c */
+int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
+			size_t len);
+void engine_runner_ended(struct engine *e, struct slot *s, int killed);
+void engine_adopt(struct engine *e);
+int engine_adopted_ended(struct engine *e, struct slot *s);
+
+/* place.c */
+void engine_schedule(struct engine *e);
+
+#endif

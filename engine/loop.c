@@ -1,0 +1,374 @@
+/*
+ * loop.c - the engine's event loop (engine_run): rounds of placing and
+ * committing, Ctrl-C and SIGTERM, runners' exits, registry and queue
+ * changes, and the tick that samples the GPUs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "protocol.h"
+#include "util.h"
+#include "internal.h"
+
+/* End of a round: commit, then let the claimed jobs go and drop the run
+ * files of the recorded ones. */
+static void commit_round(struct engine *e)
+{
+	int ok = 1;
+
+	engine_flush_accounting(e);
+	if (e->in_tx) {
+		if (e->failed || jobstore_commit(e->cfg->store, e->err, sizeof e->err) != GM_OK) {
+			jobstore_rollback(e->cfg->store);
+			ok = 0;
+			e->failed = 1;
+		}
+		e->in_tx = 0;
+	}
+	for (size_t i = 0; i < e->nslots; i++) {
+		struct slot *s = e->slots[i];
+
+		if (s->go_fd < 0)
+			continue;
+		if (ok && !s->abort && write(s->go_fd, "g", 1) != 1)
+			s->abort = 1;
+		close(s->go_fd);
+		s->go_fd = -1;
+	}
+	if (ok)
+		e->nheld = 0;
+	for (size_t i = 0; ok && i < e->nended; i++)
+		engine_write_job_record(e, e->ended[i]);
+	e->nended = 0;
+	if (ok && e->ended_any && e->cfg->events_path) {
+		int fd = open(e->cfg->events_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+		if (fd >= 0) {
+			if (write(fd, "1", 1) != 1)
+				engine_say(e, "warning: cannot write '%s'", e->cfg->events_path);
+			close(fd);
+		}
+	}
+	e->ended_any = 0;
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+static void reap(struct engine *e)
+{
+	pid_t pid;
+	int ws;
+
+	while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) {
+		for (size_t i = 0; i < e->nslots; i++)
+			if (e->slots[i]->own && e->slots[i]->runner == pid) {
+				engine_runner_ended(e, e->slots[i], WIFSIGNALED(ws));
+				break;
+			}
+	}
+}
+
+static void signal_runners(struct engine *e, int sig)
+{
+	for (size_t i = 0; i < e->nslots; i++)
+		if (e->slots[i]->runner > 0 && !e->slots[i]->abort)
+			kill(e->slots[i]->runner, sig);
+}
+
+static void read_signals(struct engine *e)
+{
+	struct signalfd_siginfo si[8];
+	ssize_t n = read(e->sfd, si, sizeof si);
+
+	for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof si[0]; i++) {
+		int sig = (int)si[i].ssi_signo;
+
+		if (sig == SIGCHLD)
+			continue; /* reaped below */
+		if (!e->cfg->request) {
+			e->stop = 1; /* dispatcher: leave, the runners go on */
+			continue;
+		}
+		e->interrupt++;
+		e->counts.interrupting = 1;
+		signal_runners(e, e->interrupt == 1 ? SIGUSR1 : SIGUSR2);
+	}
+	reap(e);
+}
+
+static void read_inotify(struct engine *e)
+{
+	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t got;
+
+	while ((got = read(e->ifd, buf, sizeof buf)) > 0) {
+		for (char *p = buf; p < buf + got;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+
+			if (ev->mask & IN_Q_OVERFLOW) {
+				e->dirty = 1;
+				if (e->wake_wd >= 0)
+					engine_queue_reload(e);
+			} else if (ev->wd == e->reg_wd && ev->len &&
+				   (!strncmp(ev->name, "lease.", 6) || !strncmp(ev->name, "wait.", 5))) {
+				e->dirty = 1;
+			} else if (ev->wd == e->wake_wd && ev->len &&
+				   !strcmp(ev->name, e->cfg->wake_name)) {
+				engine_queue_reload(e);
+				engine_adopt(e);
+			}
+			p += sizeof *ev + ev->len;
+		}
+	}
+}
+
+static int setup(struct engine *e)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, &e->oldmask) < 0)
+		return -1;
+	e->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	e->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	if (e->sfd < 0 || e->ifd < 0)
+		return -1;
+	e->reg_wd = inotify_add_watch(e->ifd, e->cfg->reg->dir, IN_CLOSE_WRITE | IN_DELETE);
+	e->wake_wd = -1;
+	if (e->cfg->wake_dir && e->cfg->wake_name)
+		e->wake_wd = inotify_add_watch(e->ifd, e->cfg->wake_dir, IN_CLOSE_WRITE);
+	return e->reg_wd < 0 ? -1 : 0;
+}
+
+/* Dispatcher: nothing left.  Drop the lock, then look once more: a submit
+ * that committed before our look found the lock held and counted on us. */
+static int may_exit(struct engine *e)
+{
+	size_t counts[JOB_STATE_COUNT];
+
+	commit_round(e);
+	if (e->cfg->dispatcher_lock_fd < 0)
+		return 1;
+	flock(e->cfg->dispatcher_lock_fd, LOCK_UN);
+	if (jobstore_counts(e->cfg->store, counts, e->err, sizeof e->err) != GM_OK)
+		return 1;
+	if (!counts[JOB_QUEUED] && !counts[JOB_RUNNING])
+		return 1;
+	if (flock(e->cfg->dispatcher_lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		e->stop = 1; /* another dispatcher has started */
+		return 1;
+	}
+	engine_queue_reload(e);
+	engine_adopt(e);
+	return 0;
+}
+
+enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t len)
+{
+	struct engine eng, *e = &eng;
+	size_t counts[JOB_STATE_COUNT];
+	enum engine_result result = ENGINE_DONE;
+	struct pollfd *pfd = NULL;
+
+	memset(e, 0, sizeof *e);
+	e->cfg = cfg;
+	e->sfd = e->ifd = e->reg_wd = e->wake_wd = -1;
+	e->counts.started_ms = monotonic_ms();
+	{
+		/* gpuman-runner lives next to our own program. */
+		char self[4096];
+		ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+		char *slash;
+
+		self[l > 0 ? l : 0] = '\0';
+		slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		snprintf(e->runner_path, sizeof e->runner_path, "%s/gpuman-runner", self);
+		/* Not fatal: each job then fails saying so, rather than wait
+		 * for ever behind a dispatcher that cannot start. */
+		if (access(e->runner_path, X_OK) < 0)
+			engine_say(e, "warning: cannot run '%s': %s (it is installed with gpuman, next "
+			       "to it)",
+			    e->runner_path, strerror(errno));
+	}
+	/* Processes of a job whose runner dies come to us (protocol.h). */
+	jobtree_subreaper();
+	if (setup(e) < 0) {
+		gm_fail(GM_ERR_IO, err, len, "cannot watch for events: %s", strerror(errno));
+		result = ENGINE_ERROR;
+		goto done;
+	}
+	if (gm_snapshot_take(cfg->ctx, &e->snap, err, len) != GM_OK) {
+		result = ENGINE_ERROR;
+		goto done;
+	}
+	e->tick_at = monotonic_ms() + TICK_MS;
+	if (cfg->request) {
+		e->gpu_cap = 64;
+		for (size_t k = 0; k < e->snap->gpu_count; k++)
+			if (e->snap->gpus[k].index >= e->gpu_cap)
+				e->gpu_cap = e->snap->gpus[k].index + 1;
+		e->done_ms = calloc(e->gpu_cap, sizeof *e->done_ms);
+		e->done_n = calloc(e->gpu_cap, sizeof *e->done_n);
+		e->floor_mib = malloc(e->gpu_cap * sizeof *e->floor_mib);
+		if (!e->done_ms || !e->done_n || !e->floor_mib) {
+			gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			result = ENGINE_ERROR;
+			goto done;
+		}
+		for (size_t g = 0; g < e->gpu_cap; g++)
+			e->floor_mib[g] = -1;
+	}
+	if (jobstore_counts(cfg->store, counts, err, len) != GM_OK) {
+		result = ENGINE_ERROR;
+		goto done;
+	}
+	e->counts.done = counts[JOB_DONE];
+	e->counts.failed = counts[JOB_FAILED];
+	e->counts.cancelled = counts[JOB_CANCELLED];
+	e->counts.interrupted = counts[JOB_INTERRUPTED];
+	e->counts.running = counts[JOB_RUNNING];
+	engine_adopt(e);
+	engine_queue_reload(e);
+
+	for (;;) {
+		int64_t now = monotonic_ms();
+		int timeout = -1, n;
+		size_t np = 0;
+
+		if (e->failed)
+			break;
+		if ((e->qcount > e->qhead || e->nslots) && now >= e->tick_at) {
+			engine_refresh_snapshot(e);
+			for (size_t i = 0; i < e->nslots; i++)
+				if (!e->slots[i]->own && e->slots[i]->pidfd < 0 &&
+				    engine_adopted_ended(e, e->slots[i])) {
+					engine_runner_ended(e, e->slots[i], 0);
+					i--;
+				}
+			if (!cfg->request)
+				engine_queue_reload(e);
+			e->dirty = 1;
+			e->tick_at = now + TICK_MS;
+		}
+		if (e->dirty && !e->interrupt && !e->stop)
+			engine_schedule(e);
+		commit_round(e);
+		if (e->failed)
+			break;
+		e->counts.running = e->nslots;
+		e->counts.queued = e->qcount - e->qhead;
+		if (cfg->progress)
+			cfg->progress(cfg->progress_data, &e->counts);
+		if (e->stop) {
+			result = ENGINE_STOPPED;
+			break;
+		}
+		if (!e->nslots && (e->interrupt || e->qcount == e->qhead)) {
+			if (e->interrupt) {
+				result = ENGINE_INTERRUPTED;
+				break;
+			}
+			if (may_exit(e)) {
+				result = e->stop ? ENGINE_STOPPED : ENGINE_DONE;
+				break;
+			}
+			continue;
+		}
+		if (e->qcount > e->qhead || e->nslots) {
+			now = monotonic_ms();
+			timeout = e->tick_at > now ? (int)(e->tick_at - now) : 0;
+		}
+		free(pfd);
+		pfd = calloc(e->nslots + 2, sizeof *pfd);
+		if (!pfd) {
+			gm_fail(GM_ERR_NOMEM, e->err, sizeof e->err, "out of memory");
+			e->failed = 1;
+			break;
+		}
+		pfd[np++] = (struct pollfd){ e->sfd, POLLIN, 0 };
+		pfd[np++] = (struct pollfd){ e->ifd, POLLIN, 0 };
+		for (size_t i = 0; i < e->nslots; i++)
+			if (e->slots[i]->pidfd >= 0)
+				pfd[np++] = (struct pollfd){ e->slots[i]->pidfd, POLLIN, 0 };
+		n = poll(pfd, np, timeout);
+		if (n < 0 && errno != EINTR) {
+			gm_fail(GM_ERR_IO, e->err, sizeof e->err, "poll: %s", strerror(errno));
+			e->failed = 1;
+			break;
+		}
+		if (n <= 0)
+			continue;
+		if (pfd[0].revents)
+			read_signals(e);
+		if (pfd[1].revents)
+			read_inotify(e);
+		for (size_t p = 2; p < np; p++) {
+			if (!pfd[p].revents)
+				continue;
+			for (size_t i = 0; i < e->nslots; i++)
+				if (e->slots[i]->pidfd == pfd[p].fd) {
+					engine_runner_ended(e, e->slots[i], 0);
+					break;
+				}
+		}
+	}
+	if (e->failed) {
+		commit_round(e);
+		gm_fail(GM_ERR_IO, err, len, "%s", e->err);
+		result = ENGINE_ERROR;
+	}
+done:
+	for (size_t i = 0; i < e->nslots; i++)
+		engine_slot_free(e->slots[i]);
+	free(e->held_slots);
+	free(e->ended);
+	free(e->slots);
+	free(e->queue);
+	free(pfd);
+	free(e->done_ms);
+	free(e->done_n);
+	free(e->floor_mib);
+	gm_snapshot_free(e->snap);
+	if (e->sfd >= 0)
+		close(e->sfd);
+	if (e->ifd >= 0)
+		close(e->ifd);
+	{
+		/* Take what is still pending before unblocking: a last SIGCHLD,
+		 * or a Ctrl-C that must not kill us before the summary. */
+		sigset_t set;
+		struct timespec zero = { 0, 0 };
+		int sig;
+
+		sigemptyset(&set);
+		sigaddset(&set, SIGCHLD);
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGHUP);
+		while ((sig = sigtimedwait(&set, NULL, &zero)) > 0)
+			if (sig != SIGCHLD && result == ENGINE_DONE && cfg->request)
+				result = ENGINE_INTERRUPTED;
+	}
+	sigprocmask(SIG_SETMASK, &e->oldmask, NULL);
+	return result;
+}

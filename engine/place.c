@@ -1,0 +1,344 @@
+/*
+ * place.c - placing queued jobs: a free run file, the request (the job's
+ * own, or batch's with what the batch learned), a lease whose publication
+ * starts the runner, and the claim of the job in the store; first come,
+ * first served.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "util.h"
+#include "internal.h"
+
+enum place { PLACE_STARTED, PLACE_SKIPPED, PLACE_BLOCKED };
+
+static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
+			     const char *explain)
+{
+	char reason[2048];
+	size_t n;
+	int changed = 0;
+	struct job upd = *job;
+
+	n = (size_t)snprintf(reason, sizeof reason, "%s", why);
+	for (const char *p = explain; p && *p && n < sizeof reason - 4;) {
+		size_t l = strcspn(p, "\n");
+
+		n += (size_t)snprintf(reason + n, sizeof reason - n, "; %.*s", (int)l, p);
+		p += l + (p[l] == '\n');
+	}
+	upd.state = JOB_FAILED;
+	upd.reason = reason;
+	upd.end_ms = now_ms();
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts, &changed,
+					  e->err, sizeof e->err) != GM_OK)
+		e->failed = 1;
+	if (changed) {
+		engine_count_move(e, JOB_QUEUED, JOB_FAILED);
+		e->ended_any = 1;
+		if (!e->cfg->request)
+			engine_note_ended(e, job->id);
+		engine_say(e, "job %lld: failed: %s", (long long)job->id, reason);
+	}
+}
+
+/* The request for this job: its own or batch's, plus what it learned. */
+static struct gm_request *job_request(struct engine *e, const struct job *job,
+				      int *no_framework_env, int *owned)
+{
+	struct gm_request *req;
+
+	*owned = 0;
+	*no_framework_env = e->cfg->no_framework_env;
+	if (e->cfg->request) {
+		req = (struct gm_request *)e->cfg->request;
+		if (req->has_wait) {
+			/* The engine is the one that waits; a lease attempt
+			 * must never block it. */
+			req = engine_request_copy(req);
+			if (!req)
+				return NULL;
+			req->has_wait = 0;
+			*owned = 1;
+		}
+	} else {
+		req = engine_request_parse(job->request, no_framework_env, NULL, 0);
+		if (!req)
+			return NULL;
+		*owned = 1;
+	}
+	if (job->min_free_mib > 0 &&
+	    (!req->has_min_free || req->min_free.is_pct ||
+	     req->min_free.mib < (uint64_t)job->min_free_mib)) {
+		if (!*owned) {
+			req = engine_request_copy(req);
+			if (!req)
+				return NULL;
+			*owned = 1;
+		}
+		req->has_min_free = 1;
+		req->min_free.is_pct = 0;
+		req->min_free.mib = (uint64_t)job->min_free_mib;
+	}
+	return req;
+}
+
+/*
+ * Empty a run file and give it the room of a result (zeros: no result), so
+ * that the runner's result overwrites space the file already has: on a
+ * disk that fills up while the job runs, a job that succeeded is still
+ * recorded as such, not as "runner died".
+ */
+static int run_file_prepare(int fd)
+{
+	static const char zeros[RESULT_ROOM];
+
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, zeros, sizeof zeros, 0) != (ssize_t)sizeof zeros)
+		return -1;
+	return 0;
+}
+
+static enum place try_place(struct engine *e, int64_t id)
+{
+	struct job job;
+	struct gm_request *req = NULL;
+	struct launch L;
+	struct acquire_opts opts;
+	struct gm_lease *lease = NULL;
+	char path[4200], logbuf[4200], err[GM_ERRBUF_SIZE], *explain = NULL;
+	unsigned *excl = NULL;
+	size_t nexcl = 0;
+	int owned = 0, nfe = 0, changed = 0, run_slot = -1;
+	enum place result = PLACE_BLOCKED;
+	enum gm_err rc;
+
+	memset(&L, 0, sizeof L);
+	L.run_fd = L.go[0] = L.go[1] = -1;
+	path[0] = '\0';
+	if (jobstore_get(e->cfg->store, id, 1, &job, e->err, sizeof e->err) != GM_OK) {
+		if (strncmp(e->err, "no job", 6))
+			e->failed = 1;
+		return PLACE_SKIPPED;
+	}
+	if (job.state != JOB_QUEUED) {
+		job_release(&job);
+		return PLACE_SKIPPED;
+	}
+	req = job_request(e, &job, &nfe, &owned);
+	if (!req) {
+		fail_unplaceable(e, &job, "its request cannot be read", NULL);
+		result = PLACE_SKIPPED;
+		goto done;
+	}
+	if (e->cfg->request && e->snap && e->gpu_cap) {
+		excl = calloc(e->snap->gpu_count * 2 + 1, sizeof *excl);
+		if (excl && engine_batch_holdback(e, req, excl, &nexcl))
+			goto done;
+		if (nexcl) {
+			if (!owned) {
+				req = engine_request_copy(req);
+				owned = 1;
+			}
+			for (size_t i = 0; req && i < nexcl; i++)
+				if (engine_request_exclude(req, excl[i]) < 0)
+					break;
+			if (!req)
+				goto done;
+		}
+	}
+	if (job.log) {
+		str_copy(logbuf, sizeof logbuf, job.log);
+	} else {
+		snprintf(logbuf, sizeof logbuf, "%s/%lld.log", e->cfg->log_dir, (long long)id);
+	}
+	L.e = e;
+	L.job = &job;
+	L.batch = e->cfg->request != NULL;
+	L.no_framework_env = nfe;
+	L.log = logbuf;
+	/* A free run slot: not ours in memory, and not locked by a runner
+	 * (one that got no go may still be on its way out). */
+	for (run_slot = 0; run_slot < MAX_RUN_SLOTS; run_slot++) {
+		if (engine_slot_number_busy(e, run_slot))
+			continue;
+		engine_run_path(e, run_slot, path, sizeof path);
+		L.run_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (L.run_fd < 0) {
+			engine_say(e, "job %lld: cannot create '%s': %s", (long long)id, path, strerror(errno));
+			goto done;
+		}
+		if (flock(L.run_fd, LOCK_EX | LOCK_NB) == 0)
+			break;
+		close(L.run_fd);
+		L.run_fd = -1;
+	}
+	if (L.run_fd < 0)
+		goto done;
+	if (run_file_prepare(L.run_fd) < 0) {
+		engine_say(e, "job %lld: cannot prepare '%s': %s; it waits", (long long)id, path,
+		    strerror(errno));
+		goto done;
+	}
+	if (pipe2(L.go, O_CLOEXEC) < 0)
+		goto done;
+	memset(&opts, 0, sizeof opts);
+	opts.command = job.command;
+	opts.spawn = engine_spawn_runner;
+	opts.spawn_data = &L;
+	opts.snapshot = e->snap;
+	rc = registry_acquire(e->cfg->reg, e->cfg->ctx, req, &opts, &lease, &explain, err,
+			      sizeof err);
+	if (rc == GM_OK) {
+		struct slot *s = engine_slot_add(e, id);
+		struct job upd = job;
+		char *gpus = NULL, *uuids = NULL;
+		size_t ulen = 1;
+		int64_t free_min = -1;
+
+		for (size_t i = 0; i < gm_lease_gpu_count(lease); i++) {
+			long k = e->snap ? engine_snap_pos(e->snap, gm_lease_gpu_index(lease, i)) : -1;
+
+			ulen += strlen(gm_lease_gpu_uuid(lease, i)) + 1;
+			if (k >= 0 && (e->snap->gpus[k].valid & GM_HAS_MEMORY) &&
+			    (free_min < 0 || (int64_t)e->snap->gpus[k].mem_free_mib < free_min))
+				free_min = (int64_t)e->snap->gpus[k].mem_free_mib;
+		}
+		gpus = strdup(gm_lease_indices(lease));
+		uuids = calloc(1, ulen);
+		for (size_t i = 0; uuids && i < gm_lease_gpu_count(lease); i++) {
+			if (i)
+				strcat(uuids, ",");
+			strcat(uuids, gm_lease_gpu_uuid(lease, i));
+		}
+		close(L.go[0]);
+		L.go[0] = -1;
+		if (!s || !gpus || !uuids) {
+			/* out of memory: the runner gets no go and aborts */
+			free(gpus);
+			free(uuids);
+			if (s)
+				engine_slot_remove(e, s);
+			lease_detach(lease);
+			goto done;
+		}
+		s->own = 1;
+		s->run_slot = run_slot;
+		s->runner = L.runner;
+		s->attempt = job.attempts + 1;
+		s->start_ms = now_ms();
+		s->placed_free = free_min;
+		s->go_fd = L.go[1];
+		L.go[1] = -1;
+		engine_parse_gpus(s, gpus);
+		lease_detach(lease);
+
+		upd.state = JOB_RUNNING;
+		upd.attempts = s->attempt;
+		upd.start_ms = s->start_ms;
+		upd.end_ms = 0;
+		upd.has_exit = 0;
+		upd.gpus = gpus;
+		upd.uuids = uuids;
+		upd.reason = job.reason;
+		upd.runner_pid = L.runner;
+		upd.placed_free_mib = free_min;
+		upd.has_peak = 0;
+		upd.util_samples = 0;
+		upd.util_sum = 0;
+		upd.log = logbuf;
+		upd.run_slot = run_slot;
+		if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job.attempts,
+						 &changed, e->err, sizeof e->err) != GM_OK)
+			e->failed = 1;
+		if (!changed)
+			s->abort = 1;
+		else
+			engine_count_move(e, JOB_QUEUED, JOB_RUNNING);
+		free(gpus);
+		free(uuids);
+		result = changed ? PLACE_STARTED : PLACE_SKIPPED;
+	} else if (rc == GM_ERR_NEVER) {
+		fail_unplaceable(e, &job, job.min_free_mib > 0
+						  ? "after running out of memory it needs a GPU with "
+						    "more free memory than any of this machine has"
+						  : "no GPU of this machine can ever meet the request",
+				 explain);
+		result = PLACE_SKIPPED;
+	} else if (L.err[0]) {
+		/* No runner can start (gpuman-runner missing?): engine_say so rather
+		 * than keep the job queued for ever. */
+		fail_unplaceable(e, &job, L.err, NULL);
+		result = PLACE_SKIPPED;
+	} else if (rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_TIMEOUT) {
+		engine_say(e, "job %lld: cannot lease GPUs: %s", (long long)id, err);
+	}
+	if (rc != GM_OK && L.runner > 0) {
+		/* started, then publishing failed: it gets no go */
+		close(L.go[1]);
+		L.go[1] = -1;
+	}
+done:
+	if (L.run_fd >= 0)
+		close(L.run_fd);
+	if (L.go[0] >= 0)
+		close(L.go[0]);
+	if (L.go[1] >= 0)
+		close(L.go[1]);
+	free(explain);
+	free(excl);
+	if (owned)
+		gm_request_free(req);
+	job_release(&job);
+	return result;
+}
+
+/* Batch of exclusive tasks: do our own tasks hold every GPU already? */
+static int batch_gpus_all_ours(const struct engine *e)
+{
+	const struct gm_request *req = e->cfg->request;
+	size_t ours = 0;
+
+	if (!req || req->share || !e->snap)
+		return 0;
+	for (size_t i = 0; i < e->nslots; i++)
+		ours += e->slots[i]->ngpu;
+	return ours + req->count > e->snap->gpu_count;
+}
+
+void engine_schedule(struct engine *e)
+{
+	e->dirty = 0;
+	while (e->qhead < e->qcount && !e->interrupt && !e->stop && !e->failed) {
+		enum place p;
+
+		if (e->cfg->max_running && e->nslots >= e->cfg->max_running)
+			break;
+		if (batch_gpus_all_ours(e))
+			break; /* a lease could only fail: save the registry a read */
+		p = try_place(e, e->queue[e->qhead]);
+		if (p == PLACE_BLOCKED)
+			break; /* first come, first served: the head waits */
+		e->qhead++;
+	}
+	if (e->qhead > 1024 && e->qhead * 2 > e->qcount) {
+		memmove(e->queue, e->queue + e->qhead, (e->qcount - e->qhead) * sizeof *e->queue);
+		e->qcount -= e->qhead;
+		e->qhead = 0;
+	}
+	e->counts.queued = e->qcount - e->qhead;
+}
+

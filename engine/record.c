@@ -1,0 +1,295 @@
+/*
+ * record.c - what becomes of a job when its runner ends (its result into
+ * the store: done, failed, retried, requeued after running out of memory),
+ * the accounting samples of running jobs, and the queue's job records.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "util.h"
+#include "internal.h"
+
+static const char *const stop_names[] = { "none", "cancelled", "interrupted", "aborted" };
+
+/* ---- results ---------------------------------------------------------- */
+
+/* Read a run file's result; 0 if it holds a complete one. */
+int engine_read_result(int fd, struct result *r)
+{
+	char buf[512], stop[32];
+	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	if (strncmp(buf, RESULT_MAGIC, strlen(RESULT_MAGIC)) || !strchr(buf, '\n'))
+		return -1;
+	if (sscanf(buf + strlen(RESULT_MAGIC),
+		   "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d stop=%31s", &r->job,
+		   &r->attempt, &r->start_ms, &r->end_ms, &r->status, &r->oom, stop) != 7)
+		return -1;
+	r->stop = STOP_NONE;
+	for (size_t i = 0; i < ARRAY_SIZE(stop_names); i++)
+		if (!strcmp(stop, stop_names[i]))
+			r->stop = (enum stop)i;
+	return 0;
+}
+
+void engine_count_move(struct engine *e, enum job_state from, enum job_state to)
+{
+	size_t *c[JOB_STATE_COUNT] = { &e->counts.queued, &e->counts.running, &e->counts.done,
+				       &e->counts.failed, &e->counts.cancelled,
+				       &e->counts.interrupted };
+
+	if (*c[from])
+		(*c[from])--;
+	(*c[to])++;
+}
+
+
+void engine_note_ended(struct engine *e, int64_t id)
+{
+	if (e->nended == e->endedcap) {
+		size_t ncap = e->endedcap ? e->endedcap * 2 : 16;
+		int64_t *grown = realloc(e->ended, ncap * sizeof *grown);
+
+		if (!grown)
+			return;
+		e->ended = grown;
+		e->endedcap = ncap;
+	}
+	e->ended[e->nended++] = id;
+}
+
+/* Queue: a job's accounting, once it has ended, next to its log:
+ * <log_dir>/<id>.json, as `gpuman queue --json` shows it. */
+void engine_write_job_record(struct engine *e, int64_t id)
+{
+	char path[4200], tmp[4300], log[4200];
+	struct job job;
+	json_t *o;
+
+	if (jobstore_get(e->cfg->store, id, 0, &job, NULL, 0) != GM_OK)
+		return;
+	if (job.log)
+		str_copy(log, sizeof log, job.log);
+	else
+		snprintf(log, sizeof log, "%s/%lld.log", e->cfg->log_dir, (long long)id);
+	o = job_json(&job, log, 0);
+	snprintf(path, sizeof path, "%s/%lld.json", e->cfg->log_dir, (long long)id);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (o && json_dump_file(o, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0)
+		rename(tmp, path);
+	json_decref(o);
+	job_release(&job);
+}
+
+/*
+ * Record how a running job ended, from its run file's result (text NULL:
+ * none, the runner died).  s carries the accounting (NULL at adoption).
+ * The write is conditional on the job still being in this attempt.
+ */
+void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
+{
+	struct job job, upd;
+	struct result r;
+	char reason[512] = "", what[128];
+	int ok, changed = 0, expect;
+
+	if (jobstore_get(e->cfg->store, id, 0, &job, e->err, sizeof e->err) != GM_OK) {
+		if (strncmp(e->err, "no job", 6))
+			e->failed = 1;
+		return;
+	}
+	if (job.state != JOB_RUNNING || (s && s->attempt != job.attempts)) {
+		job_release(&job);
+		return; /* a stale runner (its claim never committed) */
+	}
+	ok = fd >= 0 && engine_read_result(fd, &r) == 0 && r.job == id && r.attempt == job.attempts;
+	upd = job;
+	expect = job.attempts;
+	upd.runner_pid = 0;
+	if (s) {
+		upd.has_peak = s->has_peak;
+		upd.peak_mem_mib = s->peak;
+		upd.util_samples = s->samples;
+		upd.util_sum = s->util_sum;
+	}
+	if (!ok) {
+		upd.end_ms = now_ms();
+		if (e->cfg->requeue_dead) {
+			upd.state = JOB_QUEUED;
+			snprintf(reason, sizeof reason, "its runner died; queued again");
+		} else {
+			upd.state = JOB_FAILED;
+			snprintf(reason, sizeof reason,
+				 "runner died: its supervisor was killed before it recorded a result "
+				 "(the job was killed with it)");
+		}
+	} else if (r.stop == STOP_ABORTED) {
+		upd.state = JOB_QUEUED;
+		upd.attempts--;
+		upd.start_ms = 0;
+		upd.end_ms = 0;
+		snprintf(reason, sizeof reason, "%s", job.reason ? job.reason : "");
+	} else {
+		upd.start_ms = r.start_ms;
+		upd.end_ms = r.end_ms;
+		upd.has_exit = 1;
+		upd.exit_status = r.status;
+		engine_describe_status(r.status, what, sizeof what);
+		if (r.stop == STOP_CANCELLED) {
+			upd.state = JOB_CANCELLED;
+			snprintf(reason, sizeof reason, "cancelled");
+		} else if (r.stop == STOP_INTERRUPTED) {
+			upd.state = JOB_INTERRUPTED;
+			snprintf(reason, sizeof reason, "interrupted (Ctrl-C)");
+		} else if (r.status == 0) {
+			upd.state = JOB_DONE;
+			/* Say why it took more than one start. */
+			if (job.ooms && job.reason)
+				snprintf(reason, sizeof reason, "%s", job.reason);
+		} else if (r.oom && job.ooms < MAX_OOM_REQUEUES) {
+			int64_t need = job.placed_free_mib >= 0 ? job.placed_free_mib + 1 : 0;
+
+			upd.state = JOB_QUEUED;
+			upd.ooms++;
+			if (need > upd.min_free_mib)
+				upd.min_free_mib = need;
+			if (job.placed_free_mib >= 0)
+				snprintf(reason, sizeof reason,
+					 "CUDA out of memory on GPU %s with %lld MiB free; requeued for "
+					 "a GPU with more",
+					 job.gpus ? job.gpus : "?", (long long)job.placed_free_mib);
+			else
+				snprintf(reason, sizeof reason,
+					 "CUDA out of memory on GPU %s; requeued",
+					 job.gpus ? job.gpus : "?");
+		} else if (job.attempts - job.ooms <= job.retries) {
+			upd.state = JOB_QUEUED;
+			snprintf(reason, sizeof reason, "%s%s; retry %d of %d", what,
+				 r.oom ? " (CUDA out of memory)" : "", job.attempts - job.ooms,
+				 job.retries);
+		} else {
+			upd.state = JOB_FAILED;
+			snprintf(reason, sizeof reason, "%s%s", what,
+				 r.oom ? " (CUDA out of memory)" : "");
+		}
+	}
+	upd.reason = reason[0] ? reason : NULL;
+	if (engine_tx(e) == 0 &&
+	    jobstore_update(e->cfg->store, &upd, JOB_RUNNING, expect, &changed, e->err,
+			    sizeof e->err) != GM_OK)
+		e->failed = 1;
+	if (changed) {
+		engine_count_move(e, JOB_RUNNING, upd.state);
+		e->ended_any = 1;
+		if (upd.state == JOB_QUEUED)
+			engine_queue_insert(e, id);
+		engine_batch_learn(e, s, &upd);
+		if (!e->cfg->request && job_state_final(upd.state))
+			engine_note_ended(e, id);
+		if (upd.state != JOB_DONE)
+			engine_say(e, "job %lld: %s%s%s", (long long)id, job_state_name(upd.state),
+			    upd.reason ? ": " : "", upd.reason ? upd.reason : "");
+	}
+	upd.reason = NULL;
+	job_release(&job);
+}
+
+/* ---- accounting ------------------------------------------------------- */
+
+void engine_refresh_snapshot(struct engine *e)
+{
+	struct gm_snapshot *snap;
+	struct proctree tree = PROCTREE_INIT;
+
+	if (gm_snapshot_take(e->cfg->ctx, &snap, e->err, sizeof e->err) != GM_OK) {
+		engine_say(e, "warning: cannot read the GPUs: %s", e->err);
+		return;
+	}
+	gm_snapshot_free(e->snap);
+	e->snap = snap;
+	if (!e->nslots || proctree_read(&tree) < 0)
+		return;
+	for (size_t i = 0; i < e->nslots; i++) {
+		struct slot *s = e->slots[i];
+		uint64_t mem = 0, util = 0;
+		int seen = 0, has_mem = 0;
+		size_t nutil = 0;
+
+		if (s->runner <= 0 || s->go_fd >= 0)
+			continue;
+		for (size_t p = 0; p < snap->proc_count; p++) {
+			const struct gm_proc *pr = &snap->procs[p];
+			int mine = 0;
+
+			for (size_t g = 0; g < s->ngpu; g++)
+				mine |= pr->gpu == s->gpu[g];
+			if (!mine || !proctree_within(&tree, s->runner, (int)pr->pid))
+				continue;
+			seen = 1;
+			if (pr->has_mem) {
+				has_mem = 1;
+				mem += pr->used_mib;
+			}
+		}
+		if (!seen)
+			continue;
+		for (size_t g = 0; g < s->ngpu; g++) {
+			long pos = -1;
+
+			for (size_t k = 0; k < snap->gpu_count; k++)
+				if (snap->gpus[k].index == s->gpu[g])
+					pos = (long)k;
+			if (pos >= 0 && (snap->gpus[pos].valid & GM_HAS_UTIL)) {
+				util += snap->gpus[pos].util_gpu_pct;
+				nutil++;
+			}
+		}
+		if (has_mem && (!s->has_peak || (int64_t)mem > s->peak)) {
+			s->has_peak = 1;
+			s->peak = (int64_t)mem;
+		}
+		if (nutil) {
+			s->util_sum += (double)util / (double)nutil;
+			s->samples++;
+		}
+		s->acct_dirty = 1;
+	}
+	proctree_release(&tree);
+}
+
+void engine_flush_accounting(struct engine *e)
+{
+	for (size_t i = 0; i < e->nslots; i++) {
+		struct slot *s = e->slots[i];
+		struct job j = JOB_INIT;
+
+		if (!s->acct_dirty || s->abort)
+			continue;
+		j.id = s->id;
+		j.has_peak = s->has_peak;
+		j.peak_mem_mib = s->peak;
+		j.util_samples = s->samples;
+		j.util_sum = s->util_sum;
+		if (engine_tx(e) == 0 && jobstore_account(e->cfg->store, &j, e->err, sizeof e->err) != GM_OK)
+			e->failed = 1;
+		s->acct_dirty = 0;
+	}
+}
+
