@@ -35,6 +35,7 @@
 #include "batch.h"
 #include "jobs.h"
 #include "parse.h"
+#include "protocol.h"
 #include "slurm.h"
 #include "util.h"
 
@@ -177,13 +178,6 @@ static char *log_since(const char *path, off_t from)
 	return buf ? buf : strdup("");
 }
 
-/* The CUDA out-of-memory messages the local runner also looks for. */
-static int says_oom(const char *text)
-{
-	return strcasestr(text, "out of memory") || strstr(text, "CUDA_ERROR_OUT_OF_MEMORY") ||
-	       strstr(text, "cudaErrorMemoryAllocation");
-}
-
 /* ---- the run ---------------------------------------------------------- */
 
 struct slot {
@@ -324,15 +318,13 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 	slurm_step_cause(text, cause, sizeof cause, &requeueable);
 	if (rc.ended)
 		status = rc.status;
-	else if (WIFEXITED(wstatus))
-		status = WEXITSTATUS(wstatus);
 	else
-		status = 128 + WTERMSIG(wstatus);
+		status = protocol_exit_status(wstatus);
 	/* srun may exit 0 for a step Slurm killed (node failure): without the
 	 * wrapper's "end" the task did not finish, whatever srun says */
 	if (!rc.ended && status == 0)
 		status = -1;
-	oom = status != 0 && says_oom(text);
+	oom = status != 0 && protocol_says_oom(text);
 	free(text);
 	r->used[sl->type] -= r->per_task;
 	r->running--;
@@ -366,7 +358,7 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 	if (status < 0)
 		snprintf(desc, sizeof desc, "the step ended before the task did");
 	else
-		engine_describe_status(status, desc, sizeof desc);
+		protocol_describe_status(status, desc, sizeof desc);
 	if (status == 0) {
 		job->state = JOB_DONE;
 		if (!job->ooms)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
+#include "protocol.h"
 #include "util.h"
 
 /* Signal a running job's runner, if it still lives.  Its run file is
@@ -125,12 +126,17 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 	return worst;
 }
 
+/* The runner's grace period, in words. */
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+#define GRACE_TEXT TEXT(PROTOCOL_CANCEL_GRACE_S)
+
 const struct cmd_entry cmd_cancel = {
 	"cancel", "cancel queued or running jobs",
 	"usage: gpuman cancel ID...\n"
 	"\n"
 	"A queued job is removed from the queue (state cancelled).  A running job's\n"
-	"processes get SIGTERM, and SIGKILL 10 seconds later if they are still there;\n"
+	"processes get SIGTERM, and SIGKILL " GRACE_TEXT " seconds later if they are still there;\n"
 	"it is recorded as cancelled with its exit status.\n"
 	"\n"
 	"Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",

@@ -68,16 +68,10 @@ struct run {
 static void child_exec(struct run *r, int lease_fd)
 {
 	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
-	char byte = 0;
-	ssize_t n;
-
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
 	close(r->go[1]);
-	do
-		n = read(r->go[0], &byte, 1);
-	while (n < 0 && errno == EINTR);
-	if (n != 1 || byte != 'g')
+	if (protocol_await_go(r->go[0]) < 0)
 		_exit(EXIT_FAIL); /* gpuman died before the lease was ours */
 	close(r->go[0]);
 	/* Keep the lease's descriptor across exec: the job holds its lease. */
@@ -112,12 +106,15 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 			   size_t len)
 {
 	struct run *r = data;
+	struct protocol_job job = { 0 };
 
-	if (child_env_set(&r->env, "CUDA_VISIBLE_DEVICES", gm_lease_cuda_visible(lease), 1) ||
-	    child_env_set(&r->env, "GPUMAN_GPUS", gm_lease_indices(lease), 1) ||
-	    child_env_set(&r->env, "GPUMAN_LEASE", gm_lease_id(lease), 1) ||
-	    (!lease->exclusive && !r->cli->no_framework_env &&
-	     child_env_framework(&r->env, gm_lease_mem_fraction(lease)))) {
+	job.cuda_visible = gm_lease_cuda_visible(lease);
+	job.gpus = gm_lease_indices(lease);
+	job.lease_id = gm_lease_id(lease);
+	job.share = !lease->exclusive;
+	job.mem_fraction = gm_lease_mem_fraction(lease);
+	job.no_framework_env = r->cli->no_framework_env;
+	if (protocol_job_env(&r->env, &job) < 0) {
 		snprintf(err, len, "out of memory");
 		return -1;
 	}
@@ -141,7 +138,7 @@ static int wait_child(struct run *r)
 	int status;
 
 	child_pid = r->pid;
-	if (write(r->go[1], "g", 1) != 1)
+	if (protocol_give_go(r->go[1]) < 0)
 		kill(r->pid, SIGKILL);
 	close(r->go[1]);
 	/* What the job orphans comes to us (a subreaper): reap it as it ends. */
@@ -152,19 +149,17 @@ static int wait_child(struct run *r)
 		}
 	child_pid = 0;
 	jobtree_kill_children(NULL, 0);
-	if (WIFSIGNALED(status))
-		return 128 + WTERMSIG(status);
-	return WEXITSTATUS(status);
+	return protocol_exit_status(status);
 }
 
 static int run_on_cpu(struct run *r, const char *why)
 {
+	struct protocol_job cpu = { .cuda_visible = "", .gpus = "" };
 	char err[256];
 
 	fprintf(stderr, "gpuman run: %s; running '%s' on the CPU (--fallback cpu)\n", why,
 		r->argv[0]);
-	if (child_env_set(&r->env, "CUDA_VISIBLE_DEVICES", "", 1) ||
-	    child_env_set(&r->env, "GPUMAN_GPUS", "", 1)) {
+	if (protocol_job_env(&r->env, &cpu) < 0) {
 		return cli_error(r->cli, EXIT_FAIL, "out of memory");
 	}
 	if (start_child(r, -1, err, sizeof err) < 0)

@@ -99,7 +99,4 @@ struct gm_request *engine_request_parse(const char *json, int *no_framework_env,
 struct json_t;
 struct json_t *job_json(const struct job *job, const char *log_path, int batch);
 
-/* "killed by signal 9 (Killed)" / "exit status 3", for reasons. */
-void engine_describe_status(int status, char *buf, size_t len);
-
 #endif

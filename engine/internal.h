@@ -25,6 +25,7 @@
 #include "lease.h"
 #include "parse.h"
 #include "policy.h"
+#include "protocol.h"
 #include "proctree.h"
 #include "registry.h"
 #include "util.h"
@@ -33,11 +34,7 @@
 #define MAX_OOM_REQUEUES 3
 #define EFT_TAIL_PER_GPU 8     /* plan the tail only: at most this many queued per GPU */
 #define EFT_OVERHEAD_MS 10     /* a start's cost, so that noise in tiny tasks holds nothing */
-#define RESULT_MAGIC "gpuman-run 1 "
-#define RESULT_ROOM 256 /* the runner's result line fits in it */
 #define MAX_RUN_SLOTS 65536
-
-enum stop { STOP_NONE = 0, STOP_CANCELLED = 1, STOP_INTERRUPTED = 2, STOP_ABORTED = 3 };
 
 struct launch {
 	struct engine *e;
@@ -106,13 +103,6 @@ struct engine {
 	int failed;            /* a store error: stop */
 };
 
-struct result {
-	long long job;
-	int attempt;
-	long long start_ms, end_ms;
-	int status, oom;
-	enum stop stop;
-};
 
 /* state.c */
 void engine_say(struct engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -134,7 +124,8 @@ struct gm_request *engine_request_copy(const struct gm_request *req);
 int engine_request_exclude(struct gm_request *req, unsigned index);
 
 /* record.c */
-int engine_read_result(int fd, struct result *r);
+/* The result in a run file (protocol.h); 0 if it holds a complete one. */
+int engine_read_result(int fd, struct protocol_result *r);
 void engine_count_move(struct engine *e, enum job_state from, enum job_state to);
 void engine_note_ended(struct engine *e, int64_t id);
 void engine_write_job_record(struct engine *e, int64_t id);

@@ -1,6 +1,6 @@
 /*
  * json.c - a job's request as JSON text (the job store's "request" column)
- * and back, requests copied to add to, and exit statuses described.
+ * and back, requests copied to add to, and jobs as JSON (job_json).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -163,16 +163,6 @@ int engine_request_exclude(struct gm_request *req, unsigned index)
 		return -1;
 	req->exclude.count++;
 	return 0;
-}
-
-void engine_describe_status(int status, char *buf, size_t len)
-{
-	if (status > 128 && status < 128 + 65)
-		snprintf(buf, len, "killed by signal %d (%s)", status - 128, strsignal(status - 128));
-	else if (status == 127)
-		snprintf(buf, len, "exit status 127 (command not found?)");
-	else
-		snprintf(buf, len, "exit status %d", status);
 }
 
 static json_t *opt_int(int has, int64_t v)

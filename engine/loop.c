@@ -44,7 +44,7 @@ static void commit_round(struct engine *e)
 
 		if (s->go_fd < 0)
 			continue;
-		if (ok && !s->abort && write(s->go_fd, "g", 1) != 1)
+		if (ok && !s->abort && protocol_give_go(s->go_fd) < 0)
 			s->abort = 1;
 		close(s->go_fd);
 		s->go_fd = -1;

@@ -105,7 +105,7 @@ static struct gm_request *job_request(struct engine *e, const struct job *job,
  */
 static int run_file_prepare(int fd)
 {
-	static const char zeros[RESULT_ROOM];
+	static const char zeros[PROTOCOL_RESULT_ROOM];
 
 	if (ftruncate(fd, 0) < 0 || pwrite(fd, zeros, sizeof zeros, 0) != (ssize_t)sizeof zeros)
 		return -1;

@@ -1,19 +1,99 @@
 /*
- * protocol.h - what a job's supervisors share: the engine (engine/), its
- * runner (runner/gpuman-runner.c) and `gpuman run`.  The one header of the
- * engine module that the runner and `run` include; the functions are in
- * engine/childenv.c and engine/jobtree.c, which need nothing but libc, so
- * that the static runner links them from libgmengine.a alone.
+ * protocol.h - what a job's supervisors share, each fact written once: the
+ * engine (engine/), its runner (runner/gpuman-runner.c) and `gpuman run`.
+ * The one header of the engine module that the runner and `run` include;
+ * it is implemented in engine/protocol.c, childenv.c and jobtree.c, which
+ * need nothing but libc, so that the static runner links them from
+ * libgmengine.a alone.
  *
- * The job's environment, as an owned list: set in the parent, handed whole
- * to the child at exec, so that nothing is ever set in gpuman's own
- * environment (git's child_process.env).
+ * Between the engine and a runner:
+ *
+ *   engine                                  runner
+ *   run file <run_dir>/slot-<n>.run,
+ *     locked, with PROTOCOL_RESULT_ROOM
+ *     bytes of room (protocol_run_path)
+ *   posix_spawn(gpuman-runner ...)  ----->  holds the lease and run file
+ *   commit the claim; the go byte   ----->  protocol_await_go: runs the job
+ *     (end of file: "do not run")           (or writes stop=aborted)
+ *   SIGTERM (cancel), SIGUSR1 (Ctrl-C),     SIGTERM to the job's group,
+ *     SIGUSR2 (kill)                          SIGKILL PROTOCOL_CANCEL_GRACE_S
+ *                                             later (at once on SIGUSR2)
+ *   reads the result line           <-----  protocol_result_format into the
+ *     (protocol_result_parse)                 run file, then releases the
+ *                                             lease and exits
+ *
+ * `gpuman run` uses the same go byte between itself and its child, the
+ * same job environment and the same exit mapping.
  */
 #ifndef GM_PROTOCOL_H
 #define GM_PROTOCOL_H
 
 #include <stddef.h>
 #include <sys/types.h>
+
+/* ---- the go byte ------------------------------------------------------ */
+
+/* Give the go: 0, or -1 with errno (the reader has gone). */
+int protocol_give_go(int fd);
+/* Wait for the go on fd (retrying EINTR): 0 go, -1 anything else (end of
+ * file: the parent died or the claim was not recorded; do not run). */
+int protocol_await_go(int fd);
+
+/* ---- exit statuses ---------------------------------------------------- */
+
+/* A wait() status as a shell and gpuman report it: the exit status, or
+ * 128+N if killed by signal N. */
+int protocol_exit_status(int wait_status);
+/* "killed by signal 9 (Killed)" / "exit status 3", for reasons. */
+void protocol_describe_status(int status, char *buf, size_t len);
+
+/* Cancelling a job: SIGTERM to its process group, SIGKILL this much later. */
+#define PROTOCOL_CANCEL_GRACE_S 10
+
+/* ---- run files and results --------------------------------------------- */
+
+/* How a job was stopped, as the result line names it. */
+enum protocol_stop {
+	PROTOCOL_STOP_NONE = 0,        /* it ended by itself */
+	PROTOCOL_STOP_CANCELLED = 1,   /* SIGTERM: gpuman cancel */
+	PROTOCOL_STOP_INTERRUPTED = 2, /* SIGUSR1: batch's Ctrl-C */
+	PROTOCOL_STOP_ABORTED = 3      /* no go: it never ran, stays queued */
+};
+const char *protocol_stop_name(enum protocol_stop stop);
+
+struct protocol_result {
+	long long job;
+	int attempt;
+	long long start_ms, end_ms;    /* wall clock */
+	int status;                    /* protocol_exit_status; -1 never ran */
+	int oom;                       /* its output reported CUDA out of memory */
+	enum protocol_stop stop;
+};
+
+/* Room a run file has for its result before the job starts (a disk that
+ * fills up meanwhile cannot lose the result). */
+#define PROTOCOL_RESULT_ROOM 256
+
+/* "<run_dir>/slot-<n>.run" into buf. */
+void protocol_run_path(const char *run_dir, int slot, char *buf, size_t len);
+/* The result line, '\n'-terminated, into buf; its length (< len, at most
+ * PROTOCOL_RESULT_ROOM), or -1 if it does not fit. */
+int protocol_result_format(const struct protocol_result *r, char *buf, size_t len);
+/* Parse the start of a run file (text, NUL-terminated): 0 if it holds a
+ * complete result, -1 if not (none yet, the room's zeros, or garbage). */
+int protocol_result_parse(const char *text, struct protocol_result *r);
+
+/* ---- what a job's output says ------------------------------------------ */
+
+/* Does text (NUL-terminated) report a CUDA out-of-memory error (PyTorch's
+ * "CUDA out of memory", CUDA_ERROR_OUT_OF_MEMORY,
+ * cudaErrorMemoryAllocation; case-insensitive)? */
+int protocol_says_oom(const char *text);
+/* Longest pattern protocol_says_oom looks for: a reader of chunks keeps
+ * this many bytes of overlap. */
+#define PROTOCOL_OOM_OVERLAP 64
+
+/* ---- the job's environment ---------------------------------------------- */
 
 struct child_env {
 	char **vars;    /* "NAME=VALUE", NULL-terminated; owned */
@@ -33,6 +113,22 @@ void child_env_release(struct child_env *env);
 /* Tell frameworks that grab every GPU's memory to stay within a memory
  * share of this fraction of the GPU; values already set win. */
 int child_env_framework(struct child_env *env, double fraction);
+
+/* What a job is told about its GPUs. */
+struct protocol_job {
+	const char *cuda_visible;  /* CUDA_VISIBLE_DEVICES ("" no GPU) */
+	const char *gpus;          /* GPUMAN_GPUS: NVML indices */
+	const char *lease_id;      /* GPUMAN_LEASE; NULL none */
+	const char *id_name;       /* "GPUMAN_TASK", "GPUMAN_JOB"; NULL none */
+	long long id;
+	int share;                 /* a memory share: framework variables ... */
+	double mem_fraction;       /* ... with this fraction of the GPU ... */
+	int no_framework_env;      /* ... unless the user said no */
+};
+/* Set the job's variables in env (overwriting).  0, -1 out of memory. */
+int protocol_job_env(struct child_env *env, const struct protocol_job *job);
+
+/* ---- jobs die whole ------------------------------------------------------ */
 
 /*
  * A job dies whole: every process it started, not only the one

@@ -23,30 +23,18 @@
 #include "util.h"
 #include "internal.h"
 
-static const char *const stop_names[] = { "none", "cancelled", "interrupted", "aborted" };
 
 /* ---- results ---------------------------------------------------------- */
 
-/* Read a run file's result; 0 if it holds a complete one. */
-int engine_read_result(int fd, struct result *r)
+int engine_read_result(int fd, struct protocol_result *r)
 {
-	char buf[512], stop[32];
+	char buf[PROTOCOL_RESULT_ROOM + 1];
 	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
 
 	if (n <= 0)
 		return -1;
 	buf[n] = '\0';
-	if (strncmp(buf, RESULT_MAGIC, strlen(RESULT_MAGIC)) || !strchr(buf, '\n'))
-		return -1;
-	if (sscanf(buf + strlen(RESULT_MAGIC),
-		   "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d stop=%31s", &r->job,
-		   &r->attempt, &r->start_ms, &r->end_ms, &r->status, &r->oom, stop) != 7)
-		return -1;
-	r->stop = STOP_NONE;
-	for (size_t i = 0; i < ARRAY_SIZE(stop_names); i++)
-		if (!strcmp(stop, stop_names[i]))
-			r->stop = (enum stop)i;
-	return 0;
+	return protocol_result_parse(buf, r);
 }
 
 void engine_count_move(struct engine *e, enum job_state from, enum job_state to)
@@ -106,7 +94,7 @@ void engine_write_job_record(struct engine *e, int64_t id)
 void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 {
 	struct job job, upd;
-	struct result r;
+	struct protocol_result r;
 	char reason[512] = "", what[128];
 	int ok, changed = 0, expect;
 
@@ -140,7 +128,7 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 				 "runner died: its supervisor was killed before it recorded a result "
 				 "(the job was killed with it)");
 		}
-	} else if (r.stop == STOP_ABORTED) {
+	} else if (r.stop == PROTOCOL_STOP_ABORTED) {
 		upd.state = JOB_QUEUED;
 		upd.attempts--;
 		upd.start_ms = 0;
@@ -151,11 +139,11 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 		upd.end_ms = r.end_ms;
 		upd.has_exit = 1;
 		upd.exit_status = r.status;
-		engine_describe_status(r.status, what, sizeof what);
-		if (r.stop == STOP_CANCELLED) {
+		protocol_describe_status(r.status, what, sizeof what);
+		if (r.stop == PROTOCOL_STOP_CANCELLED) {
 			upd.state = JOB_CANCELLED;
 			snprintf(reason, sizeof reason, "cancelled");
-		} else if (r.stop == STOP_INTERRUPTED) {
+		} else if (r.stop == PROTOCOL_STOP_INTERRUPTED) {
 			upd.state = JOB_INTERRUPTED;
 			snprintf(reason, sizeof reason, "interrupted (Ctrl-C)");
 		} else if (r.status == 0) {

@@ -134,7 +134,7 @@ static void end_survivors(struct engine *e, struct slot *s, int64_t id, int fd)
  */
 void engine_runner_ended(struct engine *e, struct slot *s, int killed)
 {
-	struct result r;
+	struct protocol_result r;
 	char path[4200];
 	int fd;
 

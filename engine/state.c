@@ -38,7 +38,7 @@ void engine_say(struct engine *e, const char *fmt, ...)
 
 void engine_run_path(const struct engine *e, int run_slot, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s/slot-%d.run", e->cfg->run_dir, run_slot);
+	protocol_run_path(e->cfg->run_dir, run_slot, buf, len);
 }
 
 int engine_slot_number_busy(const struct engine *e, int n)

@@ -23,8 +23,8 @@
  * copy-on-write fault for each page either side writes), and the engine is
  * the one process every task waits for.
  *
- * Signals: SIGTERM cancels (SIGTERM to the job's group, SIGKILL 10 s
- * later, or at once on a second SIGTERM); SIGUSR1 interrupts (batch's
+ * Signals: SIGTERM cancels (SIGTERM to the job's group, SIGKILL
+ * PROTOCOL_CANCEL_GRACE_S later, or at once on a second SIGTERM); SIGUSR1 interrupts (batch's
  * Ctrl-C: SIGTERM, recorded as interrupted); SIGUSR2 kills.  SIGINT, SIGHUP
  * and SIGQUIT from a terminal are ignored: batch decides.
  *
@@ -53,18 +53,14 @@
 #include "protocol.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define CANCEL_GRACE_S 10
-#define RESULT_MAGIC "gpuman-run 1 "
-
-enum stop { STOP_NONE = 0, STOP_CANCELLED = 1, STOP_INTERRUPTED = 2, STOP_ABORTED = 3 };
-static const char *const stop_names[] = { "none", "cancelled", "interrupted", "aborted" };
 
 struct args {
 	long long job;
 	int attempt;
 	int run_fd, go_fd, lease_fd;
 	const char *lease_path, *lease_id, *gpus, *uuids, *cuda_visible;
-	double mem_fraction;       /* > 0: a memory share */
+	int share;                 /* --mem-fraction: a memory share */
+	double mem_fraction;
 	int no_framework_env;
 	const char *log;
 	const char *cwd;
@@ -83,15 +79,15 @@ static void on_signal(int sig)
 	if (sig == SIGTERM && r_stop)
 		r_kill = 1;
 	else if (sig == SIGTERM)
-		r_stop = STOP_CANCELLED;
+		r_stop = PROTOCOL_STOP_CANCELLED;
 	else if (sig == SIGUSR1 && !r_stop)
-		r_stop = STOP_INTERRUPTED;
+		r_stop = PROTOCOL_STOP_INTERRUPTED;
 	else if (sig == SIGUSR2 || sig == SIGALRM)
 		r_kill = 1;
 	if (r_job > 0)
 		kill(-r_job, r_kill ? SIGKILL : SIGTERM);
 	if (sig == SIGTERM && !r_kill)
-		alarm(CANCEL_GRACE_S);
+		alarm(PROTOCOL_CANCEL_GRACE_S);
 	errno = saved;
 }
 
@@ -104,16 +100,13 @@ static int64_t now_ms(void)
 }
 
 static void write_result(const struct args *a, int64_t start, int64_t end, int status, int oom,
-			 enum stop stop)
+			 enum protocol_stop stop)
 {
-	char line[256];
-	int n = snprintf(line, sizeof line,
-			 RESULT_MAGIC "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d "
-				      "stop=%s\n",
-			 a->job, a->attempt, (long long)start, (long long)end, status, oom,
-			 stop_names[stop]);
+	struct protocol_result r = { a->job, a->attempt, start, end, status, oom, stop };
+	char line[PROTOCOL_RESULT_ROOM + 1];
+	int n = protocol_result_format(&r, line, sizeof line);
 
-	if (pwrite(a->run_fd, line, (size_t)n, 0) != n)
+	if (n < 0 || pwrite(a->run_fd, line, (size_t)n, 0) != n)
 		_exit(1); /* unrecorded: the engine says "runner died" */
 }
 
@@ -146,9 +139,7 @@ static int open_log(const struct args *a)
 /* Did this attempt's output report a CUDA out-of-memory error? */
 static int log_has_oom(int fd, off_t from)
 {
-	static const char *const pats[] = { "out of memory", "CUDA_ERROR_OUT_OF_MEMORY",
-					    "cudaErrorMemoryAllocation" };
-	enum { CHUNK = 65536, OVERLAP = 64 };
+	enum { CHUNK = 65536, OVERLAP = PROTOCOL_OOM_OVERLAP };
 	char *buf = malloc(CHUNK + OVERLAP + 1);
 	size_t kept = 0;
 	int found = 0;
@@ -164,8 +155,7 @@ static int log_has_oom(int fd, off_t from)
 			if (!buf[i])
 				buf[i] = ' ';
 		buf[n] = '\0';
-		for (size_t p = 0; p < ARRAY_SIZE(pats) && !found; p++)
-			found = strcasestr(buf, pats[p]) != NULL;
+		found = protocol_says_oom(buf);
 		kept = n < OVERLAP ? n : OVERLAP;
 		memmove(buf, buf + n - kept, kept);
 	}
@@ -412,7 +402,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		else if (!strcmp(arg, "--cuda-visible"))
 			a->cuda_visible = v;
 		else if (!strcmp(arg, "--mem-fraction"))
-			a->mem_fraction = strtod(v, NULL);
+			a->share = 1, a->mem_fraction = strtod(v, NULL);
 		else if (!strcmp(arg, "--log"))
 			a->log = v;
 		else if (!strcmp(arg, "--cwd"))
@@ -465,15 +455,15 @@ int main(int argc, char **argv)
 	static const int ignored[] = { SIGINT, SIGQUIT, SIGHUP, SIGPIPE };
 	struct args a;
 	struct child_env env = CHILD_ENV_INIT;
+	struct protocol_job job = { 0 };
 	struct job_exec x;
 	struct sigaction sa;
 	sigset_t none, all, old;
-	char byte = 0, num[24], *line = NULL, **jargv = NULL, **own_argv = NULL;
+	char *line = NULL, **jargv = NULL, **own_argv = NULL;
 	int status = -1, oom = 0, log_fd, ws;
 	int64_t start = 0, end;
 	off_t from;
 	pid_t pid;
-	ssize_t n;
 
 	memset(&x, 0, sizeof x);
 	x.null_fd = -1;
@@ -507,19 +497,16 @@ int main(int argc, char **argv)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 
-	do
-		n = read(a.go_fd, &byte, 1);
-	while (n < 0 && errno == EINTR);
-	if (n != 1 || byte != 'g') {
+	if (protocol_await_go(a.go_fd) < 0) {
 		/* The claim was not recorded: the job stays queued. */
-		write_result(&a, 0, 0, -1, 0, STOP_ABORTED);
+		write_result(&a, 0, 0, -1, 0, PROTOCOL_STOP_ABORTED);
 		release_lease(&a);
 		return 0;
 	}
 	close(a.go_fd);
 	if (r_stop) {
 		end = now_ms();
-		write_result(&a, end, end, -1, 0, (enum stop)r_stop);
+		write_result(&a, end, end, -1, 0, (enum protocol_stop)r_stop);
 		release_lease(&a);
 		return 0;
 	}
@@ -531,14 +518,15 @@ int main(int argc, char **argv)
 	if (a.attempt > 1)
 		dprintf(log_fd, "--- gpuman: attempt %d on GPU %s ---\n", a.attempt, a.gpus);
 
-	snprintf(num, sizeof num, "%lld", a.job);
-	if (child_env_init(&env) < 0 ||
-	    child_env_set(&env, "CUDA_VISIBLE_DEVICES", a.cuda_visible, 1) ||
-	    child_env_set(&env, "GPUMAN_GPUS", a.gpus, 1) ||
-	    child_env_set(&env, "GPUMAN_LEASE", a.lease_id, 1) ||
-	    child_env_set(&env, a.task ? "GPUMAN_TASK" : "GPUMAN_JOB", num, 1) ||
-	    (a.mem_fraction > 0 && !a.no_framework_env &&
-	     child_env_framework(&env, a.mem_fraction))) {
+	job.cuda_visible = a.cuda_visible;
+	job.gpus = a.gpus;
+	job.lease_id = a.lease_id;
+	job.id_name = a.task ? "GPUMAN_TASK" : "GPUMAN_JOB";
+	job.id = a.job;
+	job.share = a.share;
+	job.mem_fraction = a.mem_fraction;
+	job.no_framework_env = a.no_framework_env;
+	if (child_env_init(&env) < 0 || protocol_job_env(&env, &job) < 0) {
 		dprintf(log_fd, "gpuman: out of memory\n");
 		goto finish;
 	}
@@ -600,13 +588,13 @@ int main(int argc, char **argv)
 		}
 	r_job = 0;
 	end = now_ms();
-	status = WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
+	status = protocol_exit_status(ws);
 	if (status != 0)
 		oom = log_has_oom(log_fd, from);
 	/* The result first: the engine reads it only once we have exited,
 	 * after what follows; if we are killed meanwhile, it ends what is left
 	 * of the job itself and still records how the job ended. */
-	write_result(&a, start, end, status, oom, (enum stop)r_stop);
+	write_result(&a, start, end, status, oom, (enum protocol_stop)r_stop);
 	/* Whatever the job left running ends now, before its lease is
 	 * released: nothing of it runs on a GPU that is no longer leased, nor
 	 * beside a retry. */
@@ -620,7 +608,7 @@ finish:
 		start = end;
 	if (status < 0)
 		status = 126;
-	write_result(&a, start, end, status, oom, (enum stop)r_stop);
+	write_result(&a, start, end, status, oom, (enum protocol_stop)r_stop);
 	release_lease(&a);
 done:
 	free((char *)x.program);

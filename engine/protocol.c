@@ -1,0 +1,122 @@
+/*
+ * protocol.c - the facts the engine, its runner and `gpuman run` share
+ * (see protocol.h).  Only libc: the static runner links it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "protocol.h"
+
+#define RESULT_MAGIC "gpuman-run 1 "
+#define GO_BYTE 'g'
+
+static const char *const stop_names[] = { "none", "cancelled", "interrupted", "aborted" };
+
+int protocol_give_go(int fd)
+{
+	char byte = GO_BYTE;
+
+	return write(fd, &byte, 1) == 1 ? 0 : -1;
+}
+
+int protocol_await_go(int fd)
+{
+	char byte = 0;
+	ssize_t n;
+
+	do
+		n = read(fd, &byte, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1 && byte == GO_BYTE ? 0 : -1;
+}
+
+int protocol_exit_status(int wait_status)
+{
+	if (WIFSIGNALED(wait_status))
+		return 128 + WTERMSIG(wait_status);
+	return WEXITSTATUS(wait_status);
+}
+
+void protocol_describe_status(int status, char *buf, size_t len)
+{
+	if (status > 128 && status < 128 + 65)
+		snprintf(buf, len, "killed by signal %d (%s)", status - 128, strsignal(status - 128));
+	else if (status == 127)
+		snprintf(buf, len, "exit status 127 (command not found?)");
+	else
+		snprintf(buf, len, "exit status %d", status);
+}
+
+const char *protocol_stop_name(enum protocol_stop stop)
+{
+	if ((size_t)stop >= sizeof stop_names / sizeof stop_names[0])
+		return stop_names[0];
+	return stop_names[stop];
+}
+
+void protocol_run_path(const char *run_dir, int slot, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/slot-%d.run", run_dir, slot);
+}
+
+int protocol_result_format(const struct protocol_result *r, char *buf, size_t len)
+{
+	int n = snprintf(buf, len,
+			 RESULT_MAGIC "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d "
+				      "stop=%s\n",
+			 r->job, r->attempt, r->start_ms, r->end_ms, r->status, r->oom,
+			 protocol_stop_name(r->stop));
+
+	if (n < 0 || (size_t)n >= len || n > PROTOCOL_RESULT_ROOM)
+		return -1;
+	return n;
+}
+
+int protocol_result_parse(const char *text, struct protocol_result *r)
+{
+	char stop[32];
+
+	if (strncmp(text, RESULT_MAGIC, strlen(RESULT_MAGIC)) || !strchr(text, '\n'))
+		return -1;
+	if (sscanf(text + strlen(RESULT_MAGIC),
+		   "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d stop=%31s", &r->job,
+		   &r->attempt, &r->start_ms, &r->end_ms, &r->status, &r->oom, stop) != 7)
+		return -1;
+	r->stop = PROTOCOL_STOP_NONE;
+	for (size_t i = 0; i < sizeof stop_names / sizeof stop_names[0]; i++)
+		if (!strcmp(stop, stop_names[i]))
+			r->stop = (enum protocol_stop)i;
+	return 0;
+}
+
+int protocol_says_oom(const char *text)
+{
+	static const char *const pats[] = { "out of memory", "CUDA_ERROR_OUT_OF_MEMORY",
+					    "cudaErrorMemoryAllocation" };
+
+	for (size_t p = 0; p < sizeof pats / sizeof pats[0]; p++)
+		if (strcasestr(text, pats[p]))
+			return 1;
+	return 0;
+}
+
+int protocol_job_env(struct child_env *env, const struct protocol_job *job)
+{
+	char num[24];
+
+	if (child_env_set(env, "CUDA_VISIBLE_DEVICES", job->cuda_visible, 1) ||
+	    child_env_set(env, "GPUMAN_GPUS", job->gpus, 1))
+		return -1;
+	if (job->lease_id && child_env_set(env, "GPUMAN_LEASE", job->lease_id, 1))
+		return -1;
+	snprintf(num, sizeof num, "%lld", job->id);
+	if (job->id_name && child_env_set(env, job->id_name, num, 1))
+		return -1;
+	if (job->share && !job->no_framework_env &&
+	    child_env_framework(env, job->mem_fraction))
+		return -1;
+	return 0;
+}
