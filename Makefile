@@ -46,6 +46,7 @@ LIBS    := -ljansson -ldl -lpthread
 # engine.h and protocol.h only; the runner links just the protocol's
 # objects from the archive.
 ENGINE_SRC := $(sort $(wildcard engine/*.c))
+ENGINE_PUBLIC := engine/engine.h engine/jobstore.h engine/outcome.h engine/protocol.h
 LIB_SRC := $(sort $(wildcard lib/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/simstate.c
@@ -90,7 +91,7 @@ $(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
 $(BUILD)/engine/%.o: engine/%.c $(wildcard engine/*.h) $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -c -o $@ $<
-$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) engine/engine.h engine/jobstore.h engine/protocol.h \
+$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(ENGINE_PUBLIC) \
 		$(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -c -o $@ $<

@@ -43,7 +43,6 @@ enum { OPT_SLURM = OPT_BATCH_END + 1, OPT_PARTITION, OPT_ACCOUNT, OPT_TIME, OPT_
        OPT_QOS, OPT_GRES, OPT_NODES, OPT_SALLOC_ARG, OPT_SRUN_ARG, OPT_TASK_TIME };
 
 #define MAX_ARGS 48
-#define MAX_OOM_REQUEUES 3
 
 struct slurm_opts {
 	struct batch_opts b;
@@ -311,6 +310,8 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 	struct record rc;
 	char *text;
 	int requeueable, status, oom, attempts = job->attempts;
+	struct outcome_counts oc;
+	enum outcome_next next;
 
 	snprintf(rec, sizeof rec, "%s/.runs/task-%lld.where", r->dir, (long long)job->id);
 	read_record(rec, &rc);
@@ -359,14 +360,18 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 		snprintf(desc, sizeof desc, "the step ended before the task did");
 	else
 		protocol_describe_status(status, desc, sizeof desc);
-	if (status == 0) {
+	oc.attempts = job->attempts;
+	oc.ooms = job->ooms;
+	oc.retries = job->retries;
+	next = outcome_next(outcome_classify(status, oom), &oc, !r->alloc_end[0]);
+	if (next == OUTCOME_DONE) {
 		job->state = JOB_DONE;
 		if (!job->ooms)
 			set_str(&job->reason, NULL);
 	} else if (r->stopping) {
 		job->state = JOB_INTERRUPTED;
 		set_str(&job->reason, "stopped by Ctrl-C");
-	} else if (oom && job->ooms < MAX_OOM_REQUEUES) {
+	} else if (next == OUTCOME_REQUEUE_OOM) {
 		r->oom_types[sl->task] |= 1u << sl->type;
 		job->ooms++;
 		job->state = JOB_QUEUED;
@@ -391,16 +396,9 @@ static void finish(struct run *r, struct slot *sl, int wstatus)
 		job->state = JOB_QUEUED; /* not the task's fault: run it again */
 		snprintf(why, sizeof why, "%s; requeued", cause);
 		set_str(&job->reason, why);
-	} else if (job->attempts - job->ooms <= job->retries && !r->alloc_end[0]) {
-		job->state = JOB_QUEUED;
-		snprintf(why, sizeof why, "%s%s%s; retry %d of %d", cause[0] ? cause : desc,
-			 oom ? " (CUDA out of memory)" : "", "", job->attempts - job->ooms,
-			 job->retries);
-		set_str(&job->reason, why);
 	} else {
-		job->state = JOB_FAILED;
-		snprintf(why, sizeof why, "%s%s", cause[0] ? cause : desc,
-			 oom ? " (CUDA out of memory)" : "");
+		job->state = next == OUTCOME_RETRY ? JOB_QUEUED : JOB_FAILED;
+		outcome_reason(next, cause[0] ? cause : desc, oom, &oc, why, sizeof why);
 		set_str(&job->reason, why);
 	}
 	if (job->state == JOB_QUEUED) {

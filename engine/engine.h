@@ -3,7 +3,8 @@
  * dispatcher: it starts queued jobs of a job store as GPUs that fit free up,
  * each under its own runner, records their results, and accounts what they
  * used.  The one header of the engine module (engine/, built into
- * libgmengine.a with the job store, jobstore.h) that the commands include;
+ * libgmengine.a with the job store, jobstore.h, and the pure rules of a
+ * job's end, outcome.h) that the commands include;
  * engine/internal.h is the engine's own.
  *
  * A job's life, and who writes what:
@@ -44,6 +45,7 @@
 #include <stdio.h>
 #include "gpuman.h"
 #include "jobstore.h"
+#include "outcome.h"
 
 struct registry;
 

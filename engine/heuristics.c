@@ -139,40 +139,28 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
 		goto done;
 	{
 		unsigned char *used = calloc(ng + 1, 1);
-		size_t used_count = 0;
+		int64_t *task_ms = calloc(ng + 1, sizeof *task_ms);
+		size_t used_count;
 
-		if (!used)
+		if (!used || !task_ms) {
+			free(used);
+			free(task_ms);
 			goto done;
-		for (size_t t = 0; t < q && used_count < free_known; t++) {
-			long best = -1;
-			int64_t best_end = 0;
-
-			for (size_t k = 0; k < ng; k++) {
-				unsigned idx = snap->gpus[k].index;
-				int64_t end;
-
-				if (!state[k] || idx >= e->gpu_cap || !e->done_n[idx])
-					continue;
-				end = avail[k] + e->done_ms[idx] / e->done_n[idx] + EFT_OVERHEAD_MS;
-				if (best < 0 || end < best_end) {
-					best = (long)k;
-					best_end = end;
-				}
-			}
-			if (best < 0)
-				break;
-			if (state[best] == 1 && !used[best]) {
-				used[best] = 1;
-				used_count++;
-			}
-			avail[best] = best_end;
 		}
+		for (size_t k = 0; k < ng; k++) {
+			unsigned idx = snap->gpus[k].index;
+
+			task_ms[k] = idx < e->gpu_cap && e->done_n[idx]
+					     ? e->done_ms[idx] / e->done_n[idx] + EFT_OVERHEAD_MS
+					     : -1;
+		}
+		used_count = outcome_tail_plan(ng, state, avail, task_ms, q, used);
 		for (size_t k = 0; k < ng; k++)
-			if (state[k] == 1 && snap->gpus[k].index < e->gpu_cap &&
-			    e->done_n[snap->gpus[k].index] && !used[k])
+			if (state[k] == 1 && task_ms[k] >= 0 && !used[k])
 				excl[(*nexcl)++] = snap->gpus[k].index;
 		held_all = used_count == 0 && free_unknown == 0;
 		free(used);
+		free(task_ms);
 	}
 done:
 	registry_view_release(&view);

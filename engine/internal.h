@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "engine.h"
+#include "outcome.h"
 #include "lease.h"
 #include "parse.h"
 #include "policy.h"
@@ -31,7 +32,6 @@
 #include "util.h"
 
 #define TICK_MS 1000           /* NVML re-read and accounting sample */
-#define MAX_OOM_REQUEUES 3
 #define EFT_TAIL_PER_GPU 8     /* plan the tail only: at most this many queued per GPU */
 #define EFT_OVERHEAD_MS 10     /* a start's cost, so that noise in tiny tasks holds nothing */
 #define MAX_RUN_SLOTS 65536

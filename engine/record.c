@@ -94,9 +94,9 @@ void engine_write_job_record(struct engine *e, int64_t id)
 void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 {
 	struct job job, upd;
-	struct protocol_result r;
-	char reason[512] = "", what[128];
-	int ok, changed = 0, expect;
+	struct outcome_in in = { 0 };
+	struct outcome out;
+	int changed = 0, expect;
 
 	if (jobstore_get(e->cfg->store, id, 0, &job, e->err, sizeof e->err) != GM_OK) {
 		if (strncmp(e->err, "no job", 6))
@@ -107,7 +107,11 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 		job_release(&job);
 		return; /* a stale runner (its claim never committed) */
 	}
-	ok = fd >= 0 && engine_read_result(fd, &r) == 0 && r.job == id && r.attempt == job.attempts;
+	in.have_result = fd >= 0 && engine_read_result(fd, &in.r) == 0 && in.r.job == id &&
+			 in.r.attempt == job.attempts;
+	in.requeue_dead = e->cfg->requeue_dead;
+	in.job = &job;
+	outcome_decide(&in, &out);
 	upd = job;
 	expect = job.attempts;
 	upd.runner_pid = 0;
@@ -117,68 +121,22 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 		upd.util_samples = s->samples;
 		upd.util_sum = s->util_sum;
 	}
-	if (!ok) {
+	upd.state = out.state;
+	upd.ooms = out.ooms;
+	upd.min_free_mib = out.min_free_mib;
+	if (!in.have_result) {
 		upd.end_ms = now_ms();
-		if (e->cfg->requeue_dead) {
-			upd.state = JOB_QUEUED;
-			snprintf(reason, sizeof reason, "its runner died; queued again");
-		} else {
-			upd.state = JOB_FAILED;
-			snprintf(reason, sizeof reason,
-				 "runner died: its supervisor was killed before it recorded a result "
-				 "(the job was killed with it)");
-		}
-	} else if (r.stop == PROTOCOL_STOP_ABORTED) {
-		upd.state = JOB_QUEUED;
+	} else if (out.uncount) {
 		upd.attempts--;
 		upd.start_ms = 0;
 		upd.end_ms = 0;
-		snprintf(reason, sizeof reason, "%s", job.reason ? job.reason : "");
-	} else {
-		upd.start_ms = r.start_ms;
-		upd.end_ms = r.end_ms;
+	} else if (out.has_exit) {
+		upd.start_ms = in.r.start_ms;
+		upd.end_ms = in.r.end_ms;
 		upd.has_exit = 1;
-		upd.exit_status = r.status;
-		protocol_describe_status(r.status, what, sizeof what);
-		if (r.stop == PROTOCOL_STOP_CANCELLED) {
-			upd.state = JOB_CANCELLED;
-			snprintf(reason, sizeof reason, "cancelled");
-		} else if (r.stop == PROTOCOL_STOP_INTERRUPTED) {
-			upd.state = JOB_INTERRUPTED;
-			snprintf(reason, sizeof reason, "interrupted (Ctrl-C)");
-		} else if (r.status == 0) {
-			upd.state = JOB_DONE;
-			/* Say why it took more than one start. */
-			if (job.ooms && job.reason)
-				snprintf(reason, sizeof reason, "%s", job.reason);
-		} else if (r.oom && job.ooms < MAX_OOM_REQUEUES) {
-			int64_t need = job.placed_free_mib >= 0 ? job.placed_free_mib + 1 : 0;
-
-			upd.state = JOB_QUEUED;
-			upd.ooms++;
-			if (need > upd.min_free_mib)
-				upd.min_free_mib = need;
-			if (job.placed_free_mib >= 0)
-				snprintf(reason, sizeof reason,
-					 "CUDA out of memory on GPU %s with %lld MiB free; requeued for "
-					 "a GPU with more",
-					 job.gpus ? job.gpus : "?", (long long)job.placed_free_mib);
-			else
-				snprintf(reason, sizeof reason,
-					 "CUDA out of memory on GPU %s; requeued",
-					 job.gpus ? job.gpus : "?");
-		} else if (job.attempts - job.ooms <= job.retries) {
-			upd.state = JOB_QUEUED;
-			snprintf(reason, sizeof reason, "%s%s; retry %d of %d", what,
-				 r.oom ? " (CUDA out of memory)" : "", job.attempts - job.ooms,
-				 job.retries);
-		} else {
-			upd.state = JOB_FAILED;
-			snprintf(reason, sizeof reason, "%s%s", what,
-				 r.oom ? " (CUDA out of memory)" : "");
-		}
+		upd.exit_status = in.r.status;
 	}
-	upd.reason = reason[0] ? reason : NULL;
+	upd.reason = out.reason[0] ? out.reason : NULL;
 	if (engine_tx(e) == 0 &&
 	    jobstore_update(e->cfg->store, &upd, JOB_RUNNING, expect, &changed, e->err,
 			    sizeof e->err) != GM_OK)

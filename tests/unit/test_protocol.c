@@ -1,0 +1,197 @@
+/*
+ * test_protocol.c - what the engine, its runner and `gpuman run` share
+ * (engine/protocol.c): the result line both ways, run-file paths, the go
+ * byte, exit statuses, out-of-memory messages and the job's environment.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "protocol.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static void test_result_round_trip(void **state)
+{
+	static const struct protocol_result rows[] = {
+		{ 1, 1, 1700000000000LL, 1700000000123LL, 0, 0, PROTOCOL_STOP_NONE },
+		{ 42, 3, 5, 6, 137, 1, PROTOCOL_STOP_CANCELLED },
+		{ 9007199254740993LL, 2147483647, 0, 0, -1, 0, PROTOCOL_STOP_ABORTED },
+		{ 7, 1, 10, 20, 130, 0, PROTOCOL_STOP_INTERRUPTED },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+		char line[PROTOCOL_RESULT_ROOM + 1];
+		struct protocol_result back;
+		int n = protocol_result_format(&rows[i], line, sizeof line);
+
+		assert_true(n > 0 && n <= PROTOCOL_RESULT_ROOM);
+		assert_int_equal(line[n - 1], '\n');
+		assert_int_equal(protocol_result_parse(line, &back), 0);
+		assert_true(back.job == rows[i].job && back.attempt == rows[i].attempt &&
+			    back.start_ms == rows[i].start_ms && back.end_ms == rows[i].end_ms &&
+			    back.status == rows[i].status && back.oom == rows[i].oom &&
+			    back.stop == rows[i].stop);
+	}
+}
+
+static void test_result_rejects(void **state)
+{
+	static const char *const bad[] = {
+		"",
+		"\0\0\0\0",                    /* the room before a result */
+		"gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none",
+		"gpuman-run 2 job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none\n",
+		"gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 status=0\n",
+		"job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none\n",
+	};
+	struct protocol_result r;
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+		if (protocol_result_parse(bad[i], &r) == 0)
+			fail_msg("accepted '%s'", bad[i]);
+	/* an unknown stop name reads as none (a newer runner's) */
+	assert_int_equal(protocol_result_parse("gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 "
+					       "status=0 oom=0 stop=later\n", &r), 0);
+	assert_int_equal(r.stop, PROTOCOL_STOP_NONE);
+	assert_string_equal(protocol_stop_name(PROTOCOL_STOP_CANCELLED), "cancelled");
+	assert_string_equal(protocol_stop_name((enum protocol_stop)99), "none");
+}
+
+static void test_run_path_and_go(void **state)
+{
+	char path[64];
+	int fds[2];
+
+	(void)state;
+	protocol_run_path("/q/runs", 12, path, sizeof path);
+	assert_string_equal(path, "/q/runs/slot-12.run");
+	assert_int_equal(pipe(fds), 0);
+	assert_int_equal(protocol_give_go(fds[1]), 0);
+	assert_int_equal(protocol_await_go(fds[0]), 0);
+	close(fds[1]); /* end of file: do not run */
+	assert_int_equal(protocol_await_go(fds[0]), -1);
+	close(fds[0]);
+	assert_int_equal(pipe(fds), 0);
+	assert_int_equal(write(fds[1], "x", 1), 1); /* anything else: do not run */
+	assert_int_equal(protocol_await_go(fds[0]), -1);
+	close(fds[0]);
+	close(fds[1]);
+}
+
+static void test_exit_status(void **state)
+{
+	static const struct {
+		int wait_status, status;
+		const char *text;
+	} rows[] = {
+		{ 0, 0, "exit status 0" },
+		{ 3 << 8, 3, "exit status 3" },
+		{ 127 << 8, 127, "exit status 127 (command not found?)" },
+		{ 9, 137, "killed by signal 9 (Killed)" },
+		{ 15, 143, "killed by signal 15 (Terminated)" },
+		{ 255 << 8, 255, "exit status 255" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+		char buf[64];
+		int st = protocol_exit_status(rows[i].wait_status);
+
+		assert_int_equal(st, rows[i].status);
+		protocol_describe_status(st, buf, sizeof buf);
+		assert_string_equal(buf, rows[i].text);
+	}
+}
+
+static void test_says_oom(void **state)
+{
+	static const struct {
+		const char *text;
+		int oom;
+	} rows[] = {
+		{ "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 1 },
+		{ "RuntimeError: CUDA error: out of memory", 1 },
+		{ "CUDA_ERROR_OUT_OF_MEMORY", 1 },
+		{ "cuda_error_out_of_memory", 1 },
+		{ "cudaErrorMemoryAllocation: out of memory", 1 },
+		{ "RESOURCE_EXHAUSTED: Out Of Memory while trying to allocate", 1 },
+		{ "Segmentation fault", 0 },
+		{ "memory usage: 3 GiB of 24 GiB", 0 },
+		{ "", 0 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(rows); i++)
+		if (protocol_says_oom(rows[i].text) != rows[i].oom)
+			fail_msg("'%s': not %d", rows[i].text, rows[i].oom);
+}
+
+static const char *var(const struct child_env *env, const char *name)
+{
+	size_t l = strlen(name);
+
+	for (size_t i = 0; i < env->count; i++)
+		if (!strncmp(env->vars[i], name, l) && env->vars[i][l] == '=')
+			return env->vars[i] + l + 1;
+	return NULL;
+}
+
+static void test_job_env(void **state)
+{
+	static const char block[] = "PATH=/bin\0CUDA_VISIBLE_DEVICES=0,1\0XLA_CLIENT_MEM_FRACTION=0.9\0";
+	struct child_env env = CHILD_ENV_INIT;
+	struct protocol_job job = { "GPU-aaaa,GPU-bbbb", "2,5", "lease-1", "GPUMAN_TASK", 17,
+				    1, 0.25, 0 };
+	struct protocol_job cpu = { .cuda_visible = "", .gpus = "" };
+
+	(void)state;
+	assert_int_equal(child_env_init_block(&env, block, sizeof block - 1), 0);
+	assert_int_equal(protocol_job_env(&env, &job), 0);
+	assert_string_equal(var(&env, "CUDA_VISIBLE_DEVICES"), "GPU-aaaa,GPU-bbbb");
+	assert_string_equal(var(&env, "GPUMAN_GPUS"), "2,5");
+	assert_string_equal(var(&env, "GPUMAN_LEASE"), "lease-1");
+	assert_string_equal(var(&env, "GPUMAN_TASK"), "17");
+	assert_null(var(&env, "GPUMAN_JOB"));
+	assert_string_equal(var(&env, "TF_FORCE_GPU_ALLOW_GROWTH"), "true");
+	/* the user's own setting wins */
+	assert_string_equal(var(&env, "XLA_CLIENT_MEM_FRACTION"), "0.9");
+	assert_string_equal(var(&env, "XLA_PYTHON_CLIENT_MEM_FRACTION"), "0.250");
+	child_env_release(&env);
+
+	/* exclusive, or --no-framework-env: no framework variables */
+	assert_int_equal(child_env_init_block(&env, block, sizeof block - 1), 0);
+	job.no_framework_env = 1;
+	assert_int_equal(protocol_job_env(&env, &job), 0);
+	assert_null(var(&env, "TF_FORCE_GPU_ALLOW_GROWTH"));
+	child_env_release(&env);
+
+	/* on the CPU: no GPU, no lease */
+	assert_int_equal(child_env_init_block(&env, block, sizeof block - 1), 0);
+	assert_int_equal(protocol_job_env(&env, &cpu), 0);
+	assert_string_equal(var(&env, "CUDA_VISIBLE_DEVICES"), "");
+	assert_string_equal(var(&env, "GPUMAN_GPUS"), "");
+	assert_null(var(&env, "GPUMAN_LEASE"));
+	child_env_release(&env);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_result_round_trip),
+		cmocka_unit_test(test_result_rejects),
+		cmocka_unit_test(test_run_path_and_go),
+		cmocka_unit_test(test_exit_status),
+		cmocka_unit_test(test_says_oom),
+		cmocka_unit_test(test_job_env),
+	};
+
+	return cmocka_run_group_tests_name("protocol", tests, NULL, NULL);
+}
