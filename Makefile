@@ -114,10 +114,16 @@ $(BUILD)/libgpuman.a: $(LIB_OBJ)
 $(BUILD)/libgmengine.a: $(ENGINE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+# The soname's number changes whenever a program built against the old
+# library could break: 1 since the snapshot's layouts, which 0.1.0's
+# gpuman.h published, grew (lib/snapshot_types.h).  debian/ names the
+# library package after it (libgpuman$(SOMAJOR)).
+SOMAJOR := 1
+SONAME  := libgpuman.so.$(SOMAJOR)
 # Relinked when the Makefile changes: what goes into it is decided here.
 $(BUILD)/libgpuman.so: $(LIB_OBJ) Makefile
-	$(CC) -shared -Wl,-soname,libgpuman.so.0 $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
-	ln -sf libgpuman.so $(BUILD)/libgpuman.so.0
+	$(CC) -shared -Wl,-soname,$(SONAME) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
+	ln -sf libgpuman.so $(BUILD)/$(SONAME)
 # SQLite is linked into the command statically: loading and relocating the
 # shared library cost every gpuman process 0.3-0.5 ms, a third of `pick`,
 # which never touches the job store.  The Debian package links it
@@ -266,8 +272,8 @@ install: all $(BUILD)/gpuman.pc man
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
-	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/libgpuman.so.0
-	ln -sf libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so
+	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libgpuman.so
 	install -m 644 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1
 	for b in $(SIM_OLDER); do \
 		install -d $(DESTDIR)$(PKGLIBDIR)/r$$b && \
@@ -292,7 +298,7 @@ install: all $(BUILD)/gpuman.pc man
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gpuman $(DESTDIR)$(BINDIR)/gpuman-serve $(DESTDIR)$(BINDIR)/gpuman-runner \
 	      $(DESTDIR)$(BINDIR)/gpuman-simload \
-	      $(DESTDIR)$(LIBDIR)/libgpuman.so.0 $(DESTDIR)$(LIBDIR)/libgpuman.so \
+	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libgpuman.so \
 	      $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1 $(DESTDIR)$(INCDIR)/gpuman.h \
 	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
 	rm -rf $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR) $(SIM_OLDER:%=$(DESTDIR)$(PKGLIBDIR)/r%)

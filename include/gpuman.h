@@ -64,10 +64,10 @@ extern "C" {
  * the loaded library's.  GM_VERSION is 0xMMmmpp: compare it, e.g.
  * #if GM_VERSION >= 0x000200 for what came with 0.2.0. */
 #define GM_VERSION_MAJOR 0
-#define GM_VERSION_MINOR 2
+#define GM_VERSION_MINOR 3
 #define GM_VERSION_PATCH 0
 #define GM_VERSION ((GM_VERSION_MAJOR << 16) | (GM_VERSION_MINOR << 8) | GM_VERSION_PATCH)
-#define GM_VERSION_STRING "0.2.0"
+#define GM_VERSION_STRING "0.3.0"
 /* Room for a message and one line of explanation per GPU of a large node. */
 #define GM_ERRBUF_SIZE 4096
 
@@ -90,7 +90,7 @@ enum gm_err {
 
 /* A short name of the code ("out of memory"); never NULL. */
 GM_API const char *gm_strerror(enum gm_err err);
-/* The loaded library's version: "0.2.0", and as GM_VERSION numbers it. */
+/* The loaded library's version: "0.3.0", and as GM_VERSION numbers it. */
 GM_API const char *gm_version(void);
 GM_API unsigned gm_version_number(void);
 /* Free text or an array the library handed over; NULL is allowed. */

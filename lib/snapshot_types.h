@@ -2,11 +2,11 @@
  * snapshot_types.h - the layouts behind the opaque gm_snapshot, gm_gpu and
  * gm_proc of gpuman.h, for the library and, until it lives on the
  * accessors, the gpuman command.  Programs built against this gpuman.h see
- * only the accessors (lib/snapshot_access.c); but binaries built against
- * 0.1.0's, which published these structs, index gpus[] and procs[]
- * directly.  So while the soname is libgpuman.so.0 these layouts stay as
- * they are: the first new field moves the soname to .so.1, after which
- * fields may be added freely.
+ * only the accessors (lib/snapshot_access.c).  Binaries built against
+ * 0.1.0's, which published these structs and index gpus[] and procs[]
+ * directly, need libgpuman.so.0, and the soname libgpuman.so.1 keeps them
+ * from loading this library.  So fields may be added here freely; a value
+ * for programs gets an accessor (a new enum gm_gpu_value or function).
  */
 #ifndef GM_SNAPSHOT_TYPES_H
 #define GM_SNAPSHOT_TYPES_H

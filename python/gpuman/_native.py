@@ -7,7 +7,6 @@ enum gm_err codes into exceptions.
 
 import contextlib
 import ctypes
-import ctypes.util
 import json
 import os
 import threading
@@ -26,6 +25,9 @@ ERRBUF_SIZE = 4096  # GM_ERRBUF_SIZE
 ACQUIRE_ERRBUF_SIZE = 16384
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# The library's soname (the Makefile's SONAME): a binding of this version
+# needs its layouts and functions.
+_SONAME = "libgpuman.so.1"
 
 
 class GpumanError(Exception):
@@ -82,11 +84,11 @@ def _candidates():
     # `make install` puts it in $PREFIX/lib, and this package in
     # $PREFIX/lib/python3/dist-packages/gpuman; ld.so's cache may not know
     # $PREFIX/lib (no ldconfig run), so look there first.
-    found.append(os.path.normpath(os.path.join(_PKG_DIR, "..", "..", "..", "libgpuman.so.0")))
-    name = ctypes.util.find_library("gpuman")
-    if name:
-        found.append(name)
-    found.append("libgpuman.so.0")
+    found.append(os.path.normpath(os.path.join(_PKG_DIR, "..", "..", "..", _SONAME)))
+    # Then by soname through ld.so (LD_LIBRARY_PATH, its cache); not
+    # ctypes.util.find_library("gpuman"), which may name an older
+    # libgpuman.so.0 left installed beside it.
+    found.append(_SONAME)
     return found
 
 

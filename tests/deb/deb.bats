@@ -25,8 +25,8 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 		grep -qxF "$f" <<<"$output" || { echo "gpuman lacks $f"; false; }
 	done
 	arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
-	run -0 contents libgpuman0
-	grep -qxF "/usr/lib/$arch/libgpuman.so.0" <<<"$output"
+	run -0 contents libgpuman1
+	grep -qxF "/usr/lib/$arch/libgpuman.so.1" <<<"$output"
 	run -0 contents libgpuman-dev
 	for f in /usr/include/gpuman.h "/usr/lib/$arch/libgpuman.so" "/usr/lib/$arch/pkgconfig/gpuman.pc" \
 		/usr/share/man/man3/libgpuman.3.gz; do
@@ -35,16 +35,16 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	run -0 contents python3-gpuman
 	grep -qxF /usr/lib/python3/dist-packages/gpuman/__init__.py <<<"$output"
 	# Nothing under /usr/local, nothing of the build tree.
-	run ! grep -h '/usr/local\|/build/' <(for p in gpuman libgpuman0 libgpuman-dev python3-gpuman; do contents $p; done)
+	run ! grep -h '/usr/local\|/build/' <(for p in gpuman libgpuman1 libgpuman-dev python3-gpuman; do contents $p; done)
 }
 
 @test "dependencies: shared SQLite and jansson, the library for Python" {
 	run -0 dpkg-deb -f "$DEBS"/gpuman_*.deb Depends
 	[[ "$output" == *libsqlite3-0* && "$output" == *libjansson4* ]]
 	run -0 dpkg-deb -f "$DEBS"/python3-gpuman_*.deb Depends
-	[[ "$output" == *libgpuman0* && "$output" == *python3* ]]
+	[[ "$output" == *libgpuman1* && "$output" == *python3* ]]
 	run -0 dpkg-deb -f "$DEBS"/libgpuman-dev_*.deb Depends
-	[[ "$output" == *"libgpuman0 (= "* ]]
+	[[ "$output" == *"libgpuman1 (= "* ]]
 }
 
 @test "the packaged gpuman runs from where the package puts it, with its simulator and scenario" {

@@ -16,7 +16,7 @@ sanitized() { ldd "$GM_BUILD/libgpuman.so" | grep -q libasan; }
 @test "make install DESTDIR PREFIX=/usr: the installed gpuman finds its simulator, examples and runner" {
 	d=$BATS_TEST_TMPDIR/root
 	run -0 inst /usr "$d"
-	for f in usr/bin/gpuman usr/bin/gpuman-runner usr/bin/gpuman-simload usr/lib/libgpuman.so.0 \
+	for f in usr/bin/gpuman usr/bin/gpuman-runner usr/bin/gpuman-simload usr/lib/libgpuman.so.1 \
 		usr/lib/gpuman/libnvidia-ml.so.1 usr/include/gpuman.h usr/lib/pkgconfig/gpuman.pc \
 		usr/lib/python3/dist-packages/gpuman/__init__.py usr/share/gpuman/examples/lab-8gpu.json \
 		usr/share/man/man1/gpuman.1 usr/share/man/man1/gpuman-run.1 usr/share/man/man3/libgpuman.3 \
@@ -59,6 +59,10 @@ C
 	flags=$(PKG_CONFIG_SYSROOT_DIR=$d PKG_CONFIG_PATH=$d/usr/lib/pkgconfig pkg-config --cflags --libs gpuman)
 	[[ "$flags" == *"-I$d/usr/include"* ]]
 	cc -o "$BATS_TEST_TMPDIR/v" "$BATS_TEST_TMPDIR/v.c" $flags
+	# It needs the soname, which the link -lgpuman names the library.
+	run -0 readelf -d "$BATS_TEST_TMPDIR/v"
+	[[ "$output" == *"Shared library: [libgpuman.so.1]"* ]]
+	[ "$(readlink "$d/usr/lib/libgpuman.so")" = libgpuman.so.1 ]
 	ASAN_OPTIONS=verify_asan_link_order=0 LD_LIBRARY_PATH=$d/usr/lib run -0 "$BATS_TEST_TMPDIR/v"
 	[ "$output" = "$(PKG_CONFIG_PATH=$d/usr/lib/pkgconfig pkg-config --modversion gpuman)" ]
 }
