@@ -10,6 +10,23 @@
 #define ROW(label, ...) (printf("  %-22s", label), printf(__VA_ARGS__), putchar('\n'))
 #define NA "not supported"
 
+/* "1503 MHz (max 1582 MHz)", or what of it the GPU reports. */
+static void print_clock(const char *label, const struct gm_gpu *g, enum gm_gpu_value now,
+			enum gm_gpu_value max)
+{
+	int64_t v, m;
+	int has_v = gm_gpu_value(g, now, &v), has_m = gm_gpu_value(g, max, &m);
+
+	if (has_v && has_m)
+		ROW(label, "%lld MHz (max %lld MHz)", (long long)v, (long long)m);
+	else if (has_v)
+		ROW(label, "%lld MHz (max not supported)", (long long)v);
+	else if (has_m)
+		ROW(label, "not supported (max %lld MHz)", (long long)m);
+	else
+		ROW(label, NA);
+}
+
 /* On the public accessors alone (gpuman.h), as any program could print it;
  * only the names of states and modes and CUDA's numbering are the CLI's. */
 static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, size_t pos)
@@ -58,6 +75,9 @@ static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, siz
 		ROW("temperature", "%lld C", (long long)v);
 	else
 		ROW("temperature", NA);
+	print_clock("clock sm", g, GM_GPU_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_SM_MHZ);
+	print_clock("clock memory", g, GM_GPU_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ);
+	print_clock("clock graphics", g, GM_GPU_CLOCK_GRAPHICS_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ);
 	if (gm_gpu_value(g, GM_GPU_CC_MAJOR, &v) && gm_gpu_value(g, GM_GPU_CC_MINOR, &w))
 		ROW("compute capability", "%lld.%lld", (long long)v, (long long)w);
 	else
@@ -138,8 +158,9 @@ const struct cmd_entry cmd_info = {
 	"usage: gpuman info [GPU...] [--json] [--sim FILE]\n"
 	"\n"
 	"Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
-	"utilization, power, temperature, compute capability, compute and MIG mode,\n"
-	"and where CUDA numbers it (its default order is fastest-first, not NVML's).\n"
+	"utilization, power, temperature, SM, memory and graphics clocks (now and\n"
+	"max, MHz), compute capability, compute and MIG mode, and where CUDA numbers\n"
+	"it (its default order is fastest-first, not NVML's).\n"
 	"GPU: an NVML index (3) or a unique UUID prefix (GPU-b120, b120).\n"
 	"\n"
 	"  --json       a JSON array, one object per GPU\n"

@@ -153,8 +153,18 @@ static const struct csv_column status_columns[] = {
 	{ "temperature_c", "" },   { "util_pct", "" }, { "memory_used_mib", "" },
 	{ "memory_total_mib", "" }, { "memory_free_mib", "" }, { "power_w", "" },
 	{ "power_limit_w", "" },   { "processes", "count" }, { "leased_by", "users" },
+	/* from CSV_CLOCKS on: csv_clocks */
+	{ "clock_sm_mhz", "" },    { "clock_memory_mhz", "" }, { "clock_graphics_mhz", "" },
+	{ "max_clock_sm_mhz", "" }, { "max_clock_memory_mhz", "" }, { "max_clock_graphics_mhz", "" },
 };
 #define STATUS_COLUMNS (sizeof status_columns / sizeof status_columns[0])
+#define CSV_CLOCKS 12
+static const enum gm_gpu_value csv_clocks[] = {
+	GM_GPU_CLOCK_SM_MHZ,	 GM_GPU_CLOCK_MEM_MHZ,	   GM_GPU_CLOCK_GRAPHICS_MHZ,
+	GM_GPU_MAX_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ,
+};
+_Static_assert(CSV_CLOCKS + sizeof csv_clocks / sizeof csv_clocks[0] == STATUS_COLUMNS,
+	       "a clock for each of the last columns");
 
 static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 		      const size_t *idx, size_t n)
@@ -215,6 +225,16 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 									      "%s%s", o ? " " : "",
 									      look->view->leases[l].user);
 				break;
+			default: {
+				int64_t mhz;
+
+				v = NULL;
+				if (gm_gpu_value(g, csv_clocks[idx[c] - CSV_CLOCKS], &mhz)) {
+					snprintf(buf, sizeof buf, "%lld", (long long)mhz);
+					v = buf;
+				}
+				break;
+			}
 			}
 			csv_field(c == 0, v);
 		}
@@ -428,7 +448,10 @@ const struct cmd_entry cmd_status = {
 	"  --format csv[=COLUMNS] one CSV line per GPU with a header; COLUMNS from index,\n"
 	"                         uuid, name, temperature_c, util_pct, memory_used_mib,\n"
 	"                         memory_total_mib, memory_free_mib, power_w,\n"
-	"                         power_limit_w, processes, leased_by\n"
+	"                         power_limit_w, processes, leased_by, clock_sm_mhz,\n"
+	"                         clock_memory_mhz, clock_graphics_mhz,\n"
+	"                         max_clock_sm_mhz, max_clock_memory_mhz,\n"
+	"                         max_clock_graphics_mhz\n"
 	"  --watch[=SEC]          print it again every SEC seconds (default 2) until\n"
 	"                         interrupted, as plain text (gpuman top is the live view)\n"
 	"  --json                 the snapshot as JSON (schema in the README)\n"

@@ -126,8 +126,19 @@ enum gm_field {
 	GM_HAS_MIG = 1u << 7,          /* GM_GPU_MIG_MODE */
 	GM_HAS_PROCESSES = 1u << 8,    /* the process list was readable */
 	GM_HAS_PCI = 1u << 9,          /* gm_gpu_pci_bus_id() */
-	GM_HAS_CUDA_RANK = 1u << 10    /* GM_GPU_CUDA_RANK */
+	GM_HAS_CUDA_RANK = 1u << 10,   /* GM_GPU_CUDA_RANK */
+	/* Clocks (0.3.0), each on its own: a GPU may report some only. */
+	GM_HAS_CLOCK_SM = 1u << 11,           /* GM_GPU_CLOCK_SM_MHZ */
+	GM_HAS_CLOCK_MEM = 1u << 12,          /* GM_GPU_CLOCK_MEM_MHZ */
+	GM_HAS_CLOCK_GRAPHICS = 1u << 13,     /* GM_GPU_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_MAX_CLOCK_SM = 1u << 14,       /* GM_GPU_MAX_CLOCK_SM_MHZ */
+	GM_HAS_MAX_CLOCK_MEM = 1u << 15,      /* GM_GPU_MAX_CLOCK_MEM_MHZ */
+	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16  /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
 };
+
+/* The clock domains gpuman reads (NVML's nvmlClockType_t has these and
+ * video). */
+enum gm_clock { GM_CLOCK_SM = 0, GM_CLOCK_MEM = 1, GM_CLOCK_GRAPHICS = 2, GM_CLOCK_COUNT = 3 };
 
 enum gm_gpu_state {
 	GM_GPU_OK = 0,
@@ -205,7 +216,16 @@ enum gm_gpu_value {
 	GM_GPU_MIG_MODE = 11,      /* 0 disabled, 1 enabled */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's
 	 * default FASTEST_FIRST device order follows; higher comes first. */
-	GM_GPU_CUDA_RANK = 12
+	GM_GPU_CUDA_RANK = 12,
+	/* Clocks in MHz (0.3.0): now (NVML's nvmlDeviceGetClockInfo) and the
+	 * most the GPU may run at (nvmlDeviceGetMaxClockInfo).  An idle GPU
+	 * clocks down: 210 MHz SM is a normal reading, not a fault. */
+	GM_GPU_CLOCK_SM_MHZ = 13,
+	GM_GPU_CLOCK_MEM_MHZ = 14,
+	GM_GPU_CLOCK_GRAPHICS_MHZ = 15,
+	GM_GPU_MAX_CLOCK_SM_MHZ = 16,
+	GM_GPU_MAX_CLOCK_MEM_MHZ = 17,
+	GM_GPU_MAX_CLOCK_GRAPHICS_MHZ = 18
 };
 /*
  * One reading of the GPU: 1 and *out set when the GPU reported it; 0 when

@@ -64,7 +64,10 @@ enum {
 #define NVML_NAME_LEN 96 /* name and UUID buffers */
 #define NVML_DRIVER_VERSION_LEN 80
 #define NVML_TEMPERATURE_GPU 0
+/* nvmlClockType_t */
+#define NVML_CLOCK_GRAPHICS 0
 #define NVML_CLOCK_SM 1
+#define NVML_CLOCK_MEM 2
 #define MIB (1024ull * 1024ull)
 
 /* NVML fills these buffers; ours must be at least as large. */
@@ -187,7 +190,7 @@ struct nvml {
 	fn_dev_str name, uuid;
 	fn_dev_util utilization;
 	fn_dev_uint power, power_limit, cores;
-	fn_dev_sel_uint temperature, max_clock;
+	fn_dev_sel_uint temperature, clock, max_clock;
 	fn_dev_2int cc;
 	fn_dev_int compute_mode;
 	fn_dev_2uint mig_mode;
@@ -309,6 +312,7 @@ static void resolve(struct nvml *nv)
 	nv->power_limit = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetEnforcedPowerLimit");
 	nv->cores = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetNumGpuCores");
 	nv->temperature = (fn_dev_sel_uint)dlsym(dl, "nvmlDeviceGetTemperature");
+	nv->clock = (fn_dev_sel_uint)dlsym(dl, "nvmlDeviceGetClockInfo");
 	nv->max_clock = (fn_dev_sel_uint)dlsym(dl, "nvmlDeviceGetMaxClockInfo");
 	nv->cc = (fn_dev_2int)dlsym(dl, "nvmlDeviceGetCudaComputeCapability");
 	nv->compute_mode = (fn_dev_int)dlsym(dl, "nvmlDeviceGetComputeMode");
@@ -611,6 +615,20 @@ static enum answer query_memory(struct gpu_query *q)
 	return a;
 }
 
+/* The clocks of enum gm_clock, by NVML's number. */
+static const struct {
+	int type;
+	unsigned has, has_max;
+	const char *what, *what_max;
+} clocks[GM_CLOCK_COUNT] = {
+	[GM_CLOCK_SM] = { NVML_CLOCK_SM, GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM, "SM clock",
+			  "max SM clock" },
+	[GM_CLOCK_MEM] = { NVML_CLOCK_MEM, GM_HAS_CLOCK_MEM, GM_HAS_MAX_CLOCK_MEM, "memory clock",
+			   "max memory clock" },
+	[GM_CLOCK_GRAPHICS] = { NVML_CLOCK_GRAPHICS, GM_HAS_CLOCK_GRAPHICS,
+				GM_HAS_MAX_CLOCK_GRAPHICS, "graphics clock", "max graphics clock" },
+};
+
 /* The fields of one GPU, in one pass; stops at the first GPU_IS_LOST. */
 static enum answer query_fields(struct gpu_query *q)
 {
@@ -703,16 +721,29 @@ static enum answer query_fields(struct gpu_query *q)
 			gpu->valid |= GM_HAS_MIG;
 		}
 	}
+	for (int c = 0; c < GM_CLOCK_COUNT; c++) {
+		if (nv->clock) {
+			ASK(clocks[c].what, nv->clock(q->dev, clocks[c].type, &u1));
+			if (a == ANSWER_OK) {
+				gpu->clock_mhz[c] = u1;
+				gpu->valid |= clocks[c].has;
+			}
+		}
+		if (nv->max_clock) {
+			ASK(clocks[c].what_max, nv->max_clock(q->dev, clocks[c].type, &u1));
+			if (a == ANSWER_OK) {
+				gpu->clock_max_mhz[c] = u1;
+				gpu->valid |= clocks[c].has_max;
+			}
+		}
+	}
 	/* CUDA's FASTEST_FIRST order ranks by cores x max SM clock: both or
 	 * nothing. */
-	if (nv->cores && nv->max_clock) {
+	if (nv->cores && (gpu->valid & GM_HAS_MAX_CLOCK_SM)) {
 		ASK("core count", nv->cores(q->dev, &u1));
 		if (a == ANSWER_OK) {
-			ASK("max SM clock", nv->max_clock(q->dev, NVML_CLOCK_SM, &u2));
-			if (a == ANSWER_OK) {
-				gpu->cuda_rank = (uint64_t)u1 * u2;
-				gpu->valid |= GM_HAS_CUDA_RANK;
-			}
+			gpu->cuda_rank = (uint64_t)u1 * gpu->clock_max_mhz[GM_CLOCK_SM];
+			gpu->valid |= GM_HAS_CUDA_RANK;
 		}
 	}
 #undef ASK

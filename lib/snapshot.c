@@ -213,6 +213,18 @@ long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_ord
 	return found;
 }
 
+/* The clocks' JSON keys, by enum gm_clock. */
+static const struct {
+	const char *now, *max;
+	unsigned has, has_max;
+} clock_keys[GM_CLOCK_COUNT] = {
+	[GM_CLOCK_SM] = { "clock_sm_mhz", "max_clock_sm_mhz", GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM },
+	[GM_CLOCK_MEM] = { "clock_memory_mhz", "max_clock_memory_mhz", GM_HAS_CLOCK_MEM,
+			   GM_HAS_MAX_CLOCK_MEM },
+	[GM_CLOCK_GRAPHICS] = { "clock_graphics_mhz", "max_clock_graphics_mhz", GM_HAS_CLOCK_GRAPHICS,
+				GM_HAS_MAX_CLOCK_GRAPHICS },
+};
+
 json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 {
 	const struct gm_gpu *gpu = &snap->gpus[pos];
@@ -244,6 +256,12 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 							: json_null());
 	json_object_set_new(o, "temperature_c",
 			    opt_int(gpu, GM_HAS_TEMPERATURE, gpu->temperature_c));
+	for (int c = 0; c < GM_CLOCK_COUNT; c++) {
+		json_object_set_new(o, clock_keys[c].now,
+				    opt_int(gpu, clock_keys[c].has, gpu->clock_mhz[c]));
+		json_object_set_new(o, clock_keys[c].max,
+				    opt_int(gpu, clock_keys[c].has_max, gpu->clock_max_mhz[c]));
+	}
 	snprintf(cc, sizeof cc, "%d.%d", gpu->cc_major, gpu->cc_minor);
 	json_object_set_new(o, "compute_capability",
 			    (gpu->valid & GM_HAS_CC) ? json_string(cc) : json_null());

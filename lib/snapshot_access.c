@@ -77,6 +77,24 @@ GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_
 	case GM_GPU_COMPUTE_MODE: need = GM_HAS_COMPUTE_MODE; v = gpu->compute_mode; break;
 	case GM_GPU_MIG_MODE: need = GM_HAS_MIG; v = gpu->mig_mode; break;
 	case GM_GPU_CUDA_RANK: need = GM_HAS_CUDA_RANK; v = (int64_t)gpu->cuda_rank; break;
+	case GM_GPU_CLOCK_SM_MHZ: need = GM_HAS_CLOCK_SM; v = gpu->clock_mhz[GM_CLOCK_SM]; break;
+	case GM_GPU_CLOCK_MEM_MHZ: need = GM_HAS_CLOCK_MEM; v = gpu->clock_mhz[GM_CLOCK_MEM]; break;
+	case GM_GPU_CLOCK_GRAPHICS_MHZ:
+		need = GM_HAS_CLOCK_GRAPHICS;
+		v = gpu->clock_mhz[GM_CLOCK_GRAPHICS];
+		break;
+	case GM_GPU_MAX_CLOCK_SM_MHZ:
+		need = GM_HAS_MAX_CLOCK_SM;
+		v = gpu->clock_max_mhz[GM_CLOCK_SM];
+		break;
+	case GM_GPU_MAX_CLOCK_MEM_MHZ:
+		need = GM_HAS_MAX_CLOCK_MEM;
+		v = gpu->clock_max_mhz[GM_CLOCK_MEM];
+		break;
+	case GM_GPU_MAX_CLOCK_GRAPHICS_MHZ:
+		need = GM_HAS_MAX_CLOCK_GRAPHICS;
+		v = gpu->clock_max_mhz[GM_CLOCK_GRAPHICS];
+		break;
 	default: return 0;  /* asked by a program built against a newer header */
 	}
 	if (!(gpu->valid & need))

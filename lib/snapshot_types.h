@@ -33,6 +33,9 @@ struct gm_gpu {
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
 	 * FASTEST_FIRST device order follows; higher comes first. */
 	uint64_t cuda_rank;
+	/* Current and maximum clocks, MHz: [enum gm_clock], valid by the
+	 * GM_HAS_CLOCK_* and GM_HAS_MAX_CLOCK_* bits. */
+	unsigned clock_mhz[GM_CLOCK_COUNT], clock_max_mhz[GM_CLOCK_COUNT];
 };
 
 struct gm_proc {

@@ -70,6 +70,30 @@ load helpers
 	[ "$(jqr '.[3].processes | length')" = 2 ]
 }
 
+@test "clocks: SM, memory and graphics, now and max, in status --json, CSV and info; unreported ones are null" {
+	scenario clocks <<'JSON'
+{ "gpus": [
+    { "name": "Busy GPU", "memory_total_mib": 24576, "clock_sm_mhz": 1860, "clock_graphics_mhz": 1845,
+      "clock_memory_mhz": 9501, "max_sm_clock_mhz": 1980, "max_clock_memory_mhz": 9751 },
+    { "name": "Quiet GPU", "memory_total_mib": 24576, "clock_sm_mhz": 210, "clock_memory_mhz": null,
+      "max_sm_clock_mhz": null } ] }
+JSON
+	run -0 gpuman status --json
+	[ "$(jqr '[.gpus[0] | .clock_sm_mhz, .clock_memory_mhz, .clock_graphics_mhz] | join(",")')" = 1860,9501,1845 ]
+	[ "$(jqr '[.gpus[0] | .max_clock_sm_mhz, .max_clock_memory_mhz, .max_clock_graphics_mhz] | join(",")')" = 1980,9751,1980 ]
+	[ "$(jqr '.gpus[1].clock_sm_mhz')" = 210 ]
+	[ "$(jqr '[.gpus[1] | .clock_memory_mhz, .clock_graphics_mhz, .max_clock_sm_mhz, .max_clock_memory_mhz] | map(tostring) | join(",")')" = null,null,null,null ]
+	run -0 gpuman status --format csv=index,clock_sm_mhz,max_clock_sm_mhz,clock_memory_mhz
+	[ "${lines[1]}" = 0,1860,1980,9501 ]
+	[ "${lines[2]}" = 1,210,, ]
+	run -0 gpuman info 0
+	[[ "$output" == *"clock sm"*"1860 MHz (max 1980 MHz)"* ]]
+	[[ "$output" == *"clock memory"*"9501 MHz (max 9751 MHz)"* ]]
+	run -0 gpuman info 1
+	[[ "$output" == *"clock sm"*"210 MHz (max not supported)"* ]]
+	[[ "$output" == *"clock memory"*"not supported"* ]]
+}
+
 @test "info of a GPU that does not exist is a usage error naming it" {
 	four_gpus
 	run -2 gpuman info 7

@@ -29,6 +29,12 @@ static const struct {
 	{ GM_GPU_COMPUTE_MODE, GM_HAS_COMPUTE_MODE, GM_COMPUTE_EXCLUSIVE_PROCESS },
 	{ GM_GPU_MIG_MODE, GM_HAS_MIG, 1 },
 	{ GM_GPU_CUDA_RANK, GM_HAS_CUDA_RANK, 123456789012LL },
+	{ GM_GPU_CLOCK_SM_MHZ, GM_HAS_CLOCK_SM, 1410 },
+	{ GM_GPU_CLOCK_MEM_MHZ, GM_HAS_CLOCK_MEM, 9501 },
+	{ GM_GPU_CLOCK_GRAPHICS_MHZ, GM_HAS_CLOCK_GRAPHICS, 1395 },
+	{ GM_GPU_MAX_CLOCK_SM_MHZ, GM_HAS_MAX_CLOCK_SM, 1980 },
+	{ GM_GPU_MAX_CLOCK_MEM_MHZ, GM_HAS_MAX_CLOCK_MEM, 9751 },
+	{ GM_GPU_MAX_CLOCK_GRAPHICS_MHZ, GM_HAS_MAX_CLOCK_GRAPHICS, 1965 },
 };
 
 static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
@@ -38,6 +44,14 @@ static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
 
 	g->compute_mode = GM_COMPUTE_EXCLUSIVE_PROCESS;
 	g->mig_mode = 1;
+	g->clock_mhz[GM_CLOCK_SM] = 1410;
+	g->clock_mhz[GM_CLOCK_MEM] = 9501;
+	g->clock_mhz[GM_CLOCK_GRAPHICS] = 1395;
+	g->clock_max_mhz[GM_CLOCK_SM] = 1980;
+	g->clock_max_mhz[GM_CLOCK_MEM] = 9751;
+	g->clock_max_mhz[GM_CLOCK_GRAPHICS] = 1965;
+	g->valid |= GM_HAS_CLOCK_SM | GM_HAS_CLOCK_MEM | GM_HAS_CLOCK_GRAPHICS | GM_HAS_MAX_CLOCK_SM |
+		    GM_HAS_MAX_CLOCK_MEM | GM_HAS_MAX_CLOCK_GRAPHICS;
 	return g;
 }
 

@@ -387,6 +387,46 @@ static void test_unsupported(void **state)
 	nvml_close(nv);
 }
 
+/* Clocks: now from nvmlDeviceGetClockInfo, max from
+ * nvmlDeviceGetMaxClockInfo, each domain on its own bit. */
+static void test_clocks(void **state)
+{
+	const unsigned all = GM_HAS_CLOCK_SM | GM_HAS_CLOCK_MEM | GM_HAS_CLOCK_GRAPHICS |
+	                     GM_HAS_MAX_CLOCK_SM | GM_HAS_MAX_CLOCK_MEM | GM_HAS_MAX_CLOCK_GRAPHICS;
+	struct gm_snapshot snap;
+	const struct gm_gpu *g;
+	struct nvml *nv;
+
+	(void)state;
+	nv = machine_ok("{ \"gpus\": ["
+	                "{ \"name\": \"NVIDIA RTX A6000\", \"memory_total_mib\": 49140,"
+	                "  \"clock_sm_mhz\": 1410, \"clock_memory_mhz\": 8001,"
+	                "  \"clock_graphics_mhz\": 1395, \"max_sm_clock_mhz\": 2100,"
+	                "  \"max_clock_memory_mhz\": 8001 },"
+	                "{ \"name\": \"NVIDIA T4\", \"memory_total_mib\": 15360,"
+	                "  \"clock_sm_mhz\": 300, \"clock_memory_mhz\": null,"
+	                "  \"max_sm_clock_mhz\": null } ] }",
+	                sim_lib);
+	take(nv, &snap);
+	assert_int_equal(snap.gpu_count, 2);
+	g = &snap.gpus[0];
+	assert_int_equal(g->valid & all, all);
+	assert_int_equal(g->clock_mhz[GM_CLOCK_SM], 1410);
+	assert_int_equal(g->clock_mhz[GM_CLOCK_MEM], 8001);
+	assert_int_equal(g->clock_mhz[GM_CLOCK_GRAPHICS], 1395);
+	assert_int_equal(g->clock_max_mhz[GM_CLOCK_SM], 2100);
+	assert_int_equal(g->clock_max_mhz[GM_CLOCK_MEM], 8001);
+	assert_int_equal(g->clock_max_mhz[GM_CLOCK_GRAPHICS], 2100);
+	/* The second reports its SM clock only: the rest are not 0, they are
+	 * not there. */
+	g = &snap.gpus[1];
+	assert_int_equal(g->valid & all, GM_HAS_CLOCK_SM);
+	assert_int_equal(g->clock_mhz[GM_CLOCK_SM], 300);
+	assert_int_equal(snap.note_count, 0);
+	release(&snap);
+	nvml_close(nv);
+}
+
 #define SMALL_GPU(name, extra)                                                                     \
 	"{ \"name\": \"" name "\", \"memory_total_mib\": 8192, "                                   \
 	"\"memory_used_mib\": 1000, \"utilization_gpu\": 7, "                                      \
@@ -606,6 +646,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_values),      cmocka_unit_test(test_v1_fallbacks),
 	    cmocka_unit_test(test_old_library), cmocka_unit_test(test_unsupported),
+	    cmocka_unit_test(test_clocks),
 	    cmocka_unit_test(test_gpu_lost),    cmocka_unit_test(test_no_permission),
 	    cmocka_unit_test(test_no_gpu),      cmocka_unit_test(test_init_error),
 	    cmocka_unit_test(test_bad_key),     cmocka_unit_test(test_bad_path),
