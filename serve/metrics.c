@@ -71,7 +71,10 @@ static void gpu_labels(struct out *o, const struct gm_gpu *g)
 	label(o, 0, "hostname", o->host);
 }
 
-enum gpu_field { FB_USED, FB_FREE, FB_TOTAL, UTIL, MEM_UTIL, POWER, POWER_LIMIT, TEMP, UP };
+enum gpu_field {
+	FB_USED, FB_FREE, FB_TOTAL, UTIL, MEM_UTIL, POWER, POWER_LIMIT, TEMP,
+	SM_CLOCK, MEM_CLOCK, MAX_SM_CLOCK, MAX_MEM_CLOCK, GR_CLOCK, MAX_GR_CLOCK, UP
+};
 
 static const struct {
 	const char *name, *help;
@@ -86,6 +89,18 @@ static const struct {
 	[POWER_LIMIT] = { "DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
 			  GM_HAS_POWER_LIMIT },
 	[TEMP] = { "DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", GM_HAS_TEMPERATURE },
+	[SM_CLOCK] = { "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", GM_HAS_CLOCK_SM },
+	[MEM_CLOCK] = { "DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).",
+			GM_HAS_CLOCK_MEM },
+	[MAX_SM_CLOCK] = { "DCGM_FI_DEV_MAX_SM_CLOCK", "Maximum SM clock frequency (in MHz).",
+			   GM_HAS_MAX_CLOCK_SM },
+	[MAX_MEM_CLOCK] = { "DCGM_FI_DEV_MAX_MEM_CLOCK", "Maximum memory clock frequency (in MHz).",
+			    GM_HAS_MAX_CLOCK_MEM },
+	/* dcgm-exporter has no graphics clock */
+	[GR_CLOCK] = { "gpuman_gpu_graphics_clock_mhz", "Graphics clock frequency (in MHz).",
+		       GM_HAS_CLOCK_GRAPHICS },
+	[MAX_GR_CLOCK] = { "gpuman_gpu_max_graphics_clock_mhz",
+			   "Maximum graphics clock frequency (in MHz).", GM_HAS_MAX_CLOCK_GRAPHICS },
 	[UP] = { "gpuman_gpu_up", "1 if NVML answers for the GPU, 0 if it is lost or fails.", 0 },
 };
 
@@ -100,6 +115,12 @@ static void gpu_value(struct out *o, const struct gm_gpu *g, enum gpu_field f)
 	case POWER: fprintf(o->f, "%.3f", g->power_mw / 1000.0); break;
 	case POWER_LIMIT: fprintf(o->f, "%.3f", g->power_limit_mw / 1000.0); break;
 	case TEMP: fprintf(o->f, "%u", g->temperature_c); break;
+	case SM_CLOCK: fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_SM]); break;
+	case MEM_CLOCK: fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_MEM]); break;
+	case MAX_SM_CLOCK: fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_SM]); break;
+	case MAX_MEM_CLOCK: fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_MEM]); break;
+	case GR_CLOCK: fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_GRAPHICS]); break;
+	case MAX_GR_CLOCK: fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_GRAPHICS]); break;
 	case UP: fputc(g->state == GM_GPU_OK ? '1' : '0', o->f); break;
 	}
 }

@@ -24,6 +24,20 @@ teardown() {
 	true
 }
 
+# four_gpus_clocked - four_gpus with clocks: A and B busy, C idle, D
+# reporting none (so its series are left out, never 0)
+four_gpus_clocked() {
+	four_gpus
+	jq '.gpus[0] += {clock_sm_mhz: 1410, clock_graphics_mhz: 1410, clock_memory_mhz: 1215,
+	                 max_sm_clock_mhz: 1410, max_clock_memory_mhz: 1215}
+	  | .gpus[1] += {clock_sm_mhz: 1860, clock_graphics_mhz: 1845, clock_memory_mhz: 9501,
+	                 max_sm_clock_mhz: 1980, max_clock_memory_mhz: 9751}
+	  | .gpus[2] += {clock_sm_mhz: 300, clock_graphics_mhz: 300, clock_memory_mhz: 405,
+	                 max_sm_clock_mhz: 1770, max_clock_memory_mhz: 7000}
+	  | .gpus[3] += {max_sm_clock_mhz: null}' "$GPUMAN_SIM" >"$GPUMAN_SIM.new"
+	mv "$GPUMAN_SIM.new" "$GPUMAN_SIM"
+}
+
 # metric NAME GPU - the value of NAME for one GPU in $output
 metric() {
 	printf '%s\n' "$output" | sed -n "s/^$1{gpu=\"$2\",.*} //p"
@@ -42,7 +56,7 @@ hold_lease() {
 }
 
 @test "serve: /metrics has dcgm-exporter's names with the scenario's values; promtool finds it clean" {
-	four_gpus
+	four_gpus_clocked
 	serve_start
 	run -0 curl -sf "$URL/metrics"
 	[ "$(metric DCGM_FI_DEV_FB_USED 1)" = 4000 ]
@@ -52,6 +66,15 @@ hold_lease() {
 	[ "$(metric DCGM_FI_DEV_POWER_USAGE 1)" = 300.000 ]
 	[ "$(metric DCGM_FI_DEV_POWER_MGMT_LIMIT 1)" = 350.000 ]
 	[ "$(metric DCGM_FI_DEV_GPU_TEMP 2)" = 30 ]
+	[ "$(metric DCGM_FI_DEV_SM_CLOCK 1)" = 1860 ]
+	[ "$(metric DCGM_FI_DEV_MEM_CLOCK 1)" = 9501 ]
+	[ "$(metric DCGM_FI_DEV_MAX_SM_CLOCK 1)" = 1980 ]
+	[ "$(metric DCGM_FI_DEV_MAX_MEM_CLOCK 1)" = 9751 ]
+	[ "$(metric gpuman_gpu_graphics_clock_mhz 1)" = 1845 ]
+	[ "$(metric gpuman_gpu_max_graphics_clock_mhz 1)" = 1980 ]
+	[ "$(metric DCGM_FI_DEV_SM_CLOCK 2)" = 300 ]
+	# GPU D reports no clock: no series, rather than a 0
+	[[ "$output" != *'DCGM_FI_DEV_SM_CLOCK{gpu="3"'* && "$output" != *'DCGM_FI_DEV_MAX_SM_CLOCK{gpu="3"'* ]]
 	[[ "$output" == *'DCGM_FI_DEV_FB_USED{gpu="0",uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000",'*'name="Test GPU A"'* ]]
 	[[ "$output" == *'gpuman_snapshot_ok{hostname="'*'"} 1'* ]]
 	# the waste finder: GPU D's process holds 9000 MiB there and computes nothing
@@ -84,7 +107,7 @@ hold_lease() {
 }
 
 @test "serve: every metric the Grafana dashboard queries is served" {
-	four_gpus
+	four_gpus_clocked
 	hold_lease 2 sleep 60
 	gpuman run --only 2 --wait -- true 3>&- >/dev/null 2>&1 &
 	JOB_PIDS="$JOB_PIDS $!"
@@ -113,7 +136,7 @@ hold_lease() {
 
 @test "serve: a real Prometheus scrapes it and returns every GPU's series with the scenario's values" {
 	command -v prometheus >/dev/null || skip "prometheus is not installed (Debian package prometheus)"
-	four_gpus
+	four_gpus_clocked
 	serve_start
 	local pport q
 	pport=$(free_port)
@@ -142,6 +165,10 @@ hold_lease() {
 	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = "0=10 1=70 2=0 3=5" ]
 	run -0 curl -sf "${q}DCGM_FI_DEV_POWER_USAGE"
 	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = "0=100 1=300 2=20 3=60" ]
+	run -0 curl -sf "${q}DCGM_FI_DEV_SM_CLOCK"
+	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = "0=1410 1=1860 2=300" ]
+	run -0 curl -sf "${q}DCGM_FI_DEV_MEM_CLOCK"
+	[ "$(jqr '[.data.result[] | "\(.metric.gpu)=\(.value[1])"] | sort | join(" ")')" = "0=1215 1=9501 2=405" ]
 	run -0 curl -sf "${q}up"
 	[ "$(jqr '.data.result[0].value[1]')" = 1 ]
 }
@@ -181,7 +208,7 @@ hold_lease() {
 
 @test "serve: headless Chromium shows every GPU, a lease made during the test, and takes a screenshot" {
 	command -v chromium >/dev/null || skip "chromium is not installed (Debian package chromium)"
-	four_gpus
+	four_gpus_clocked
 	serve_start
 	hold_lease 2 sleep 60
 	sleep 0.7 # one interval: the page is rendered with the lease
@@ -194,6 +221,7 @@ hold_lease() {
 	done
 	[[ "$output" == *"GPU 1 · Test GPU B"* ]]
 	[[ "$output" == *"3.9 GiB / 23.4 GiB"* ]]
+	[[ "$output" == *"<span>SM 1860 / 1980 MHz</span><span>memory 9501 / 9751 MHz</span>"* ]]
 	[[ "$output" == *"leased by root (exclusive"* ]]
 	[[ "$output" == *"pid 3000001"* ]]
 	# the waste finder's hog: GPU D's process holds 9000 MiB and computes nothing
