@@ -42,7 +42,7 @@ command -v nvidia-smi >/dev/null || { echo "FAIL no nvidia-smi: not an NVIDIA ma
 
 # 1. status against nvidia-smi
 "$gm" status --json >"$tmp/gm.json" || bad "gpuman status --json"
-nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,power.draw,temperature.gpu \
+nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,power.draw,temperature.gpu,clocks.max.sm,clocks.max.mem,clocks.sm,clocks.mem \
 	--format=csv,noheader,nounits >"$tmp/smi.csv" || bad "nvidia-smi --query-gpu"
 python3 - "$tmp/gm.json" "$tmp/smi.csv" <<'PY' || fails=$((fails + 1))
 import csv, json, sys
@@ -58,11 +58,15 @@ for r in rows:
         print("FAIL GPU %s: nvidia-smi has it, gpuman does not" % r[0]); bad += 1; continue
     exact = [("uuid", g["uuid"], r[1]), ("name", g["name"], r[2]),
              ("pci_bus_id", g["pci_bus_id"].upper(), r[3].upper()),
-             ("memory_total_mib", g["memory_total_mib"], num(r[4]))]
+             ("memory_total_mib", g["memory_total_mib"], num(r[4])),
+             ("max_clock_sm_mhz", g.get("max_clock_sm_mhz"), num(r[9])),
+             ("max_clock_memory_mhz", g.get("max_clock_memory_mhz"), num(r[10]))]
     near = [("memory_used_mib", g["memory_used_mib"], num(r[5]), 256),
             ("utilization_gpu_pct", g["utilization_gpu_pct"], num(r[6]), 25),
             ("power_draw_w", g["power_draw_w"], num(r[7]), 40),
-            ("temperature_c", g["temperature_c"], num(r[8]), 3)]
+            ("temperature_c", g["temperature_c"], num(r[8]), 3),
+            ("clock_sm_mhz", g.get("clock_sm_mhz"), num(r[11]), 300),
+            ("clock_memory_mhz", g.get("clock_memory_mhz"), num(r[12]), 300)]
     for k, a, b in exact:
         if a != b and not (isinstance(b, float) and a == int(b)):
             print("FAIL GPU %s %s: gpuman %r nvidia-smi %r" % (r[0], k, a, b)); bad += 1
