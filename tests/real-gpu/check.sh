@@ -155,6 +155,35 @@ else
 	echo "skip python3 has no CUDA-enabled torch: the PyTorch jobs were not run"
 fi
 
+# 7. gpuman serve on the real driver: /metrics against status --json
+if [ -x "$build/gpuman-serve" ] && ! ldd "$build/gpuman-serve" | grep -q 'not found'; then
+	"$gm" serve --listen 127.0.0.1:19400 --interval 1 >"$report/serve.log" 2>&1 &
+	sp=$!
+	sleep 3
+	python3 - "$tmp/gm.json" "$report/metrics.txt" <<'PY' && ok "serve /metrics agrees with status --json" || bad "serve /metrics (see metrics.txt, serve.log)"
+import json, re, sys, urllib.request
+gm = json.load(open(sys.argv[1]))
+text = urllib.request.urlopen("http://127.0.0.1:19400/metrics", timeout=5).read().decode()
+open(sys.argv[2], "w").write(text)
+def metric(name, gpu):
+    m = re.search(r'^%s\{[^}]*gpu="%d"[^}]*\} (\S+)$' % (name, gpu), text, re.M)
+    return float(m.group(1)) if m else None
+bad = 0
+for g in gm["gpus"]:
+    for name, want in (("DCGM_FI_DEV_FB_TOTAL", g["memory_total_mib"]),
+                       ("DCGM_FI_DEV_MAX_SM_CLOCK", g.get("max_clock_sm_mhz")),
+                       ("DCGM_FI_DEV_POWER_MGMT_LIMIT", None)):
+        got = metric(name, g["index"])
+        if got is None or (want is not None and got != want):
+            print("FAIL GPU %d %s: /metrics %r, status --json %r" % (g["index"], name, got, want)); bad += 1
+sys.exit(1 if bad else 0)
+PY
+	kill "$sp" 2>/dev/null
+	wait "$sp" 2>/dev/null
+else
+	echo "skip gpuman-serve missing or its libraries absent here: /metrics not checked"
+fi
+
 # 5. times, as ratios
 q=$build/real-gpu/nvmlquery
 [ -x "$q" ] || { mkdir -p "$tmp/q" && q=$tmp/q/nvmlquery && cc -O2 -o "$q" "$root/tests/real-gpu/nvmlquery.c" -ldl; }
