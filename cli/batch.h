@@ -14,7 +14,7 @@
 #include <sys/types.h>
 #include "cli.h"
 #include "engine.h"
-#include "engine.h"
+#include "protocol.h"
 #include "safedir.h" /* make_dirs */
 
 /* The BATCH options; batch_option() handles them for cli_parse(). */
@@ -45,8 +45,6 @@ struct task {
 };
 int read_tasks(FILE *f, struct task **out, size_t *count);
 void tasks_free(struct task *t, size_t n);
-/* A task's line with {task} filled in.  Caller frees; NULL: no memory. */
-char *task_line(const char *line, int64_t n);
 
 /* The task store of a log directory: without --resume start over, with it
  * keep the tasks that succeeded (same number and line) and queue the rest;
@@ -66,6 +64,10 @@ struct progress {
 	int drawn;
 };
 void draw(struct progress *p, const struct engine_counts *c, int force);
+/* The engine's progress callback (data: struct progress). */
+void batch_progress(void *data, const struct engine_counts *c);
+/* The last progress line, from the store's counts, and its newline. */
+void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed_ms);
 
 /* The summary: per task, then per GPU (nt rows; 0 prints none). */
 struct gpu_tally {

@@ -135,37 +135,30 @@ void draw(struct progress *p, const struct engine_counts *c, int force)
 	p->drawn = 1;
 }
 
-static void on_progress(void *data, const struct engine_counts *c)
+void batch_progress(void *data, const struct engine_counts *c)
 {
 	draw(data, c, 0);
 }
 
-/* A task's line with {task} filled in, as people read it ({gpu} and
- * {uuid} are known only when it runs).  Caller frees; NULL: no memory. */
-char *task_line(const char *line, int64_t n)
+void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed_ms)
 {
-	char num[24], *out;
-	size_t need = strlen(line) + 1;
+	size_t c[JOB_STATE_COUNT];
+	struct engine_counts ec = { 0 };
 
-	snprintf(num, sizeof num, "%lld", (long long)n);
-	for (const char *p = strstr(line, "{task}"); p; p = strstr(p + 1, "{task}"))
-		need += strlen(num);
-	out = malloc(need);
-	if (!out)
-		return NULL;
-	out[0] = '\0';
-	for (const char *p = line; *p;) {
-		const char *hit = strstr(p, "{task}");
-
-		if (!hit) {
-			strcat(out, p);
-			break;
-		}
-		strncat(out, p, (size_t)(hit - p));
-		strcat(out, num);
-		p = hit + 6;
+	if (!p->on || !p->drawn)
+		return;
+	if (jobstore_counts(st, c, NULL, 0) == GM_OK) {
+		ec.queued = c[JOB_QUEUED];
+		ec.running = c[JOB_RUNNING];
+		ec.done = c[JOB_DONE];
+		ec.failed = c[JOB_FAILED];
+		ec.cancelled = c[JOB_CANCELLED];
+		ec.interrupted = c[JOB_INTERRUPTED];
+		ec.started_ms = monotonic_ms() - elapsed_ms;
+		draw(p, &ec, 1);
 	}
-	return out;
+	if (p->tty)
+		fputc('\n', stderr);
 }
 
 /* ---- the summary ------------------------------------------------------ */
@@ -219,7 +212,7 @@ void print_summary(struct cli *cli, const struct job *jobs, size_t n,
 				    : j->state == JOB_QUEUED || j->state == JOB_RUNNING ? c_yellow(cli)
 											  : c_red(cli);
 
-		char *cmd = task_line(j->command, j->id);
+		char *cmd = protocol_substitute(j->command, NULL, NULL, j->id);
 
 		printf("%5lld  %s%-11s%s %-5s %8s %6s %5s %5d  %s\n", (long long)j->id, color,
 		       job_state_name(j->state), c_reset(cli),
@@ -448,7 +441,7 @@ static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct
 	snprintf(req, sizeof req, "%s", json ? json : "?");
 	free(json);
 	for (size_t i = 0; i < n; i++) {
-		char *out = task_line(t[i].line, t[i].n);
+		char *out = protocol_substitute(t[i].line, NULL, NULL, t[i].n);
 
 		if (!out)
 			return cli_error(cli, EXIT_FAIL, "out of memory");
@@ -581,33 +574,18 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	cfg.log_dir = dir;
 	cfg.ctx = ctx;
 	cfg.reg = reg;
+	cfg.batch = 1;
 	cfg.request = cli->req;
 	cfg.no_framework_env = cli->no_framework_env;
 	cfg.max_running = o.jobs;
 	cfg.requeue_dead = o.resume;
 	cfg.dispatcher_lock_fd = -1;
-	cfg.progress = on_progress;
+	cfg.progress = batch_progress;
 	cfg.progress_data = &prog;
 	started = now_ms();
 	res = engine_run(&cfg, err, sizeof err);
 	ended = now_ms();
-	if (prog.on && prog.drawn) {
-		size_t c[JOB_STATE_COUNT];
-		struct engine_counts ec = { 0 };
-
-		if (jobstore_counts(st, c, NULL, 0) == GM_OK) {
-			ec.queued = c[JOB_QUEUED];
-			ec.running = c[JOB_RUNNING];
-			ec.done = c[JOB_DONE];
-			ec.failed = c[JOB_FAILED];
-			ec.cancelled = c[JOB_CANCELLED];
-			ec.interrupted = c[JOB_INTERRUPTED];
-			ec.started_ms = monotonic_ms() - (ended - started);
-			draw(&prog, &ec, 1);
-		}
-		if (prog.tty)
-			fputc('\n', stderr);
-	}
+	batch_progress_end(&prog, st, ended - started);
 	if (res == ENGINE_ERROR)
 		cli_error(cli, 0, "%s", err);
 

@@ -48,6 +48,15 @@
 #include "outcome.h"
 
 struct registry;
+struct slurm_alloc;
+
+/* batch --slurm: where its tasks run (engine/slurm.c). */
+struct engine_slurm {
+	struct slurm_alloc *alloc;      /* made or adopted, and released, by the caller */
+	const char *const *step_args;   /* more srun options for each step; NULL-terminated */
+	unsigned per_task;              /* GPUs per task (-n) */
+	char ended[256];                /* out: why the allocation ended early, "" if not */
+};
 
 struct engine_counts {
 	size_t queued, running, done, failed, cancelled, interrupted;
@@ -61,10 +70,16 @@ struct engine_config {
 	const char *log_dir;        /* "<id>.log" for jobs that name no log */
 	struct gm_context *ctx;
 	struct registry *reg;
-	/* Batch: the request of every task, a sweep's heuristics (learned
-	 * out-of-memory floors, fastest-finish placement at the tail),
-	 * Ctrl-C stops the tasks.  NULL: the queue; each job has its own. */
+	/* 1: a batch (Ctrl-C stops its tasks; a sweep's heuristics: learned
+	 * out-of-memory floors, fastest-finish placement at the tail); 0: the
+	 * queue's dispatcher (SIGTERM leaves its jobs running). */
+	int batch;
+	/* Batch: the request of every task.  NULL: the queue; each job has
+	 * its own. */
 	const struct gm_request *request;
+	/* Batch on Slurm: tasks run as srun steps in this allocation, not on
+	 * this machine's GPUs (ctx and reg unused then).  NULL: this machine. */
+	struct engine_slurm *slurm;
 	int no_framework_env;       /* batch: no framework memory variables */
 	unsigned max_running;       /* -j; 0: as many as GPUs allow */
 	int requeue_dead;           /* a job whose runner died runs again (--resume) */

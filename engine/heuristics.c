@@ -26,7 +26,7 @@
 
 void engine_batch_learn(struct engine *e, const struct slot *s, const struct job *upd)
 {
-	if (!e->cfg->request || !s)
+	if (!e->cfg->batch || !s)
 		return;
 	for (size_t i = 0; i < s->ngpu; i++) {
 		unsigned g = s->gpu[i];

@@ -5,7 +5,10 @@
  * engine.h describes the protocol and the public calling sequence.
  *
  *   state.c       the slots, the in-memory queue, messages, transactions
- *   place.c       placing queued jobs: a run file, a lease, a runner
+ *   place.c       where jobs run on this machine (placement_local): a run
+ *                 file, a lease, a runner; and the rounds of placing
+ *   slurm.c       where tasks run on a Slurm allocation (placement_slurm):
+ *                 srun steps
  *   runner.c      starting runners, their ends, adoption after a restart
  *   record.c      results into the store, accounting samples, job records
  *   heuristics.c  a batch's learned out-of-memory floors and tail plan
@@ -52,6 +55,8 @@ struct launch {
 
 struct slot {
 	int64_t id;
+	size_t type;           /* slurm: the GPU type of its step */
+	long long log_from;    /* slurm: its log's size when it started */
 	int run_slot;          /* its run file: <run_dir>/slot-<n>.run */
 	int attempt;           /* job.attempts of this start */
 	pid_t runner;
@@ -73,6 +78,9 @@ struct slot {
 
 struct engine {
 	const struct engine_config *cfg;
+	const struct placement *place;
+	void *place_data;      /* the placement's own */
+	int closed;            /* the placement can start nothing more */
 	char runner_path[4200]; /* gpuman-runner, next to our own program */
 	struct slot **slots;
 	size_t nslots;
@@ -103,6 +111,41 @@ struct engine {
 	int failed;            /* a store error: stop */
 };
 
+
+/*
+ * Where jobs run, behind a small table of functions (as lib/nvml.c keeps
+ * NVML behind its own): the loop (loop.c) owns the queue, the rounds and
+ * their transactions, signals and the store's counts; a placement starts
+ * jobs and judges their ends.  placement_local leases GPUs of this machine
+ * and starts a runner per job (place.c, runner.c, record.c); placement_slurm
+ * starts srun steps in a Slurm allocation (slurm.c).
+ */
+enum place {
+	PLACE_STARTED,  /* it runs */
+	PLACE_SKIPPED,  /* no longer queued (failed, cancelled meanwhile) */
+	PLACE_LATER,    /* it cannot start now, a later job may */
+	PLACE_BLOCKED   /* nothing can start now: first come, first served */
+};
+struct placement {
+	const char *name;
+	/* Before the first round; -1 with err set. */
+	int (*init)(struct engine *e, char *err, size_t len);
+	/* Once a second while jobs are queued or running; may be NULL. */
+	void (*tick)(struct engine *e);
+	/* Could no job start now whatever it asks (saves a round)? */
+	int (*full)(struct engine *e);
+	enum place (*place)(struct engine *e, int64_t id);
+	/* The process of slot s, our child (or adopted), has ended with wait
+	 * status ws: record the job and remove the slot. */
+	void (*ended)(struct engine *e, struct slot *s, int ws);
+	/* Jobs the store says are running that no slot holds: at the start,
+	 * and when the queue is woken. */
+	void (*adopt)(struct engine *e);
+	/* Ctrl-C of a batch, the e->interrupt-th. */
+	void (*interrupt)(struct engine *e);
+	void (*release)(struct engine *e);
+};
+extern const struct placement placement_local, placement_slurm;
 
 /* state.c */
 void engine_say(struct engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -147,6 +190,7 @@ void engine_adopt(struct engine *e);
 int engine_adopted_ended(struct engine *e, struct slot *s);
 
 /* place.c */
+/* A round of placing: queued jobs in order, while they start. */
 void engine_schedule(struct engine *e);
 
 #endif

@@ -76,17 +76,10 @@ static void reap(struct engine *e)
 	while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) {
 		for (size_t i = 0; i < e->nslots; i++)
 			if (e->slots[i]->own && e->slots[i]->runner == pid) {
-				engine_runner_ended(e, e->slots[i], WIFSIGNALED(ws));
+				e->place->ended(e, e->slots[i], ws);
 				break;
 			}
 	}
-}
-
-static void signal_runners(struct engine *e, int sig)
-{
-	for (size_t i = 0; i < e->nslots; i++)
-		if (e->slots[i]->runner > 0 && !e->slots[i]->abort)
-			kill(e->slots[i]->runner, sig);
 }
 
 static void read_signals(struct engine *e)
@@ -99,13 +92,13 @@ static void read_signals(struct engine *e)
 
 		if (sig == SIGCHLD)
 			continue; /* reaped below */
-		if (!e->cfg->request) {
+		if (!e->cfg->batch) {
 			e->stop = 1; /* dispatcher: leave, the runners go on */
 			continue;
 		}
 		e->interrupt++;
 		e->counts.interrupting = 1;
-		signal_runners(e, e->interrupt == 1 ? SIGUSR1 : SIGUSR2);
+		e->place->interrupt(e);
 	}
 	reap(e);
 }
@@ -151,11 +144,11 @@ static int setup(struct engine *e)
 	e->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 	if (e->sfd < 0 || e->ifd < 0)
 		return -1;
-	e->reg_wd = inotify_add_watch(e->ifd, e->cfg->reg->dir, IN_CLOSE_WRITE | IN_DELETE);
 	e->wake_wd = -1;
-	if (e->cfg->wake_dir && e->cfg->wake_name)
-		e->wake_wd = inotify_add_watch(e->ifd, e->cfg->wake_dir, IN_CLOSE_WRITE);
-	return e->reg_wd < 0 ? -1 : 0;
+	if (e->cfg->wake_dir && e->cfg->wake_name &&
+	    (e->wake_wd = inotify_add_watch(e->ifd, e->cfg->wake_dir, IN_CLOSE_WRITE)) < 0)
+		return -1;
+	return 0;
 }
 
 /* Dispatcher: nothing left.  Drop the lock, then look once more: a submit
@@ -192,52 +185,17 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 	e->cfg = cfg;
 	e->sfd = e->ifd = e->reg_wd = e->wake_wd = -1;
 	e->counts.started_ms = monotonic_ms();
-	{
-		/* gpuman-runner lives next to our own program. */
-		char self[4096];
-		ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
-		char *slash;
-
-		self[l > 0 ? l : 0] = '\0';
-		slash = strrchr(self, '/');
-		if (slash)
-			*slash = '\0';
-		snprintf(e->runner_path, sizeof e->runner_path, "%s/gpuman-runner", self);
-		/* Not fatal: each job then fails saying so, rather than wait
-		 * for ever behind a dispatcher that cannot start. */
-		if (access(e->runner_path, X_OK) < 0)
-			engine_say(e, "warning: cannot run '%s': %s (it is installed with gpuman, next "
-			       "to it)",
-			    e->runner_path, strerror(errno));
-	}
-	/* Processes of a job whose runner dies come to us (protocol.h). */
-	jobtree_subreaper();
+	e->place = cfg->slurm ? &placement_slurm : &placement_local;
 	if (setup(e) < 0) {
 		gm_fail(GM_ERR_IO, err, len, "cannot watch for events: %s", strerror(errno));
 		result = ENGINE_ERROR;
 		goto done;
 	}
-	if (gm_snapshot_take(cfg->ctx, &e->snap, err, len) != GM_OK) {
+	if (e->place->init(e, err, len) < 0) {
 		result = ENGINE_ERROR;
 		goto done;
 	}
 	e->tick_at = monotonic_ms() + TICK_MS;
-	if (cfg->request) {
-		e->gpu_cap = 64;
-		for (size_t k = 0; k < e->snap->gpu_count; k++)
-			if (e->snap->gpus[k].index >= e->gpu_cap)
-				e->gpu_cap = e->snap->gpus[k].index + 1;
-		e->done_ms = calloc(e->gpu_cap, sizeof *e->done_ms);
-		e->done_n = calloc(e->gpu_cap, sizeof *e->done_n);
-		e->floor_mib = malloc(e->gpu_cap * sizeof *e->floor_mib);
-		if (!e->done_ms || !e->done_n || !e->floor_mib) {
-			gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-			result = ENGINE_ERROR;
-			goto done;
-		}
-		for (size_t g = 0; g < e->gpu_cap; g++)
-			e->floor_mib[g] = -1;
-	}
 	if (jobstore_counts(cfg->store, counts, err, len) != GM_OK) {
 		result = ENGINE_ERROR;
 		goto done;
@@ -247,7 +205,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 	e->counts.cancelled = counts[JOB_CANCELLED];
 	e->counts.interrupted = counts[JOB_INTERRUPTED];
 	e->counts.running = counts[JOB_RUNNING];
-	engine_adopt(e);
+	e->place->adopt(e);
 	engine_queue_reload(e);
 
 	for (;;) {
@@ -258,14 +216,9 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 		if (e->failed)
 			break;
 		if ((e->qcount > e->qhead || e->nslots) && now >= e->tick_at) {
-			engine_refresh_snapshot(e);
-			for (size_t i = 0; i < e->nslots; i++)
-				if (!e->slots[i]->own && e->slots[i]->pidfd < 0 &&
-				    engine_adopted_ended(e, e->slots[i])) {
-					engine_runner_ended(e, e->slots[i], 0);
-					i--;
-				}
-			if (!cfg->request)
+			if (e->place->tick)
+				e->place->tick(e);
+			if (!cfg->batch)
 				engine_queue_reload(e);
 			e->dirty = 1;
 			e->tick_at = now + TICK_MS;
@@ -283,11 +236,13 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 			result = ENGINE_STOPPED;
 			break;
 		}
-		if (!e->nslots && (e->interrupt || e->qcount == e->qhead)) {
+		if (!e->nslots && (e->interrupt || e->closed || e->qcount == e->qhead)) {
 			if (e->interrupt) {
 				result = ENGINE_INTERRUPTED;
 				break;
 			}
+			if (e->closed)
+				break; /* what is left stays queued */
 			if (may_exit(e)) {
 				result = e->stop ? ENGINE_STOPPED : ENGINE_DONE;
 				break;
@@ -327,7 +282,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 				continue;
 			for (size_t i = 0; i < e->nslots; i++)
 				if (e->slots[i]->pidfd == pfd[p].fd) {
-					engine_runner_ended(e, e->slots[i], 0);
+					e->place->ended(e, e->slots[i], 0);
 					break;
 				}
 		}
@@ -338,6 +293,8 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 		result = ENGINE_ERROR;
 	}
 done:
+	if (e->place)
+		e->place->release(e);
 	for (size_t i = 0; i < e->nslots; i++)
 		engine_slot_free(e->slots[i]);
 	free(e->held_slots);
@@ -345,10 +302,6 @@ done:
 	free(e->slots);
 	free(e->queue);
 	free(pfd);
-	free(e->done_ms);
-	free(e->done_n);
-	free(e->floor_mib);
-	gm_snapshot_free(e->snap);
 	if (e->sfd >= 0)
 		close(e->sfd);
 	if (e->ifd >= 0)
@@ -366,7 +319,7 @@ done:
 		sigaddset(&set, SIGTERM);
 		sigaddset(&set, SIGHUP);
 		while ((sig = sigtimedwait(&set, NULL, &zero)) > 0)
-			if (sig != SIGCHLD && result == ENGINE_DONE && cfg->request)
+			if (sig != SIGCHLD && result == ENGINE_DONE && cfg->batch)
 				result = ENGINE_INTERRUPTED;
 	}
 	sigprocmask(SIG_SETMASK, &e->oldmask, NULL);

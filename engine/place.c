@@ -24,8 +24,6 @@
 #include "util.h"
 #include "internal.h"
 
-enum place { PLACE_STARTED, PLACE_SKIPPED, PLACE_BLOCKED };
-
 static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 			     const char *explain)
 {
@@ -50,7 +48,7 @@ static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 	if (changed) {
 		engine_count_move(e, JOB_QUEUED, JOB_FAILED);
 		e->ended_any = 1;
-		if (!e->cfg->request)
+		if (!e->cfg->batch)
 			engine_note_ended(e, job->id);
 		engine_say(e, "job %lld: failed: %s", (long long)job->id, reason);
 	}
@@ -144,7 +142,7 @@ static enum place try_place(struct engine *e, int64_t id)
 		result = PLACE_SKIPPED;
 		goto done;
 	}
-	if (e->cfg->request && e->snap && e->gpu_cap) {
+	if (e->cfg->batch && e->snap && e->gpu_cap) {
 		excl = calloc(e->snap->gpu_count * 2 + 1, sizeof *excl);
 		if (excl && engine_batch_holdback(e, req, excl, &nexcl))
 			goto done;
@@ -167,7 +165,7 @@ static enum place try_place(struct engine *e, int64_t id)
 	}
 	L.e = e;
 	L.job = &job;
-	L.batch = e->cfg->request != NULL;
+	L.batch = e->cfg->batch;
 	L.no_framework_env = nfe;
 	L.log = logbuf;
 	/* A free run slot: not ours in memory, and not locked by a runner
@@ -307,7 +305,7 @@ done:
 }
 
 /* Batch of exclusive tasks: do our own tasks hold every GPU already? */
-static int batch_gpus_all_ours(const struct engine *e)
+static int batch_gpus_all_ours(struct engine *e)
 {
 	const struct gm_request *req = e->cfg->request;
 	size_t ours = 0;
@@ -319,20 +317,131 @@ static int batch_gpus_all_ours(const struct engine *e)
 	return ours + req->count > e->snap->gpu_count;
 }
 
+/* ---- placement_local -------------------------------------------------- */
+
+static int local_init(struct engine *e, char *err, size_t len)
+{
+	/* gpuman-runner lives next to our own program. */
+	char self[4096];
+	ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+	char *slash;
+
+	self[l > 0 ? l : 0] = '\0';
+	slash = strrchr(self, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(e->runner_path, sizeof e->runner_path, "%s/gpuman-runner", self);
+	/* Not fatal: each job then fails saying so, rather than wait for ever
+	 * behind a dispatcher that cannot start. */
+	if (access(e->runner_path, X_OK) < 0)
+		engine_say(e, "warning: cannot run '%s': %s (it is installed with gpuman, next to it)",
+			   e->runner_path, strerror(errno));
+	/* Processes of a job whose runner dies come to us (protocol.h). */
+	jobtree_subreaper();
+	e->reg_wd = inotify_add_watch(e->ifd, e->cfg->reg->dir, IN_CLOSE_WRITE | IN_DELETE);
+	if (e->reg_wd < 0) {
+		gm_fail(GM_ERR_IO, err, len, "cannot watch for events: %s", strerror(errno));
+		return -1;
+	}
+	if (gm_snapshot_take(e->cfg->ctx, &e->snap, err, len) != GM_OK)
+		return -1;
+	if (!e->cfg->batch)
+		return 0;
+	/* A batch learns per GPU: its tasks' durations, out-of-memory floors. */
+	e->gpu_cap = 64;
+	for (size_t k = 0; k < e->snap->gpu_count; k++)
+		if (e->snap->gpus[k].index >= e->gpu_cap)
+			e->gpu_cap = e->snap->gpus[k].index + 1;
+	e->done_ms = calloc(e->gpu_cap, sizeof *e->done_ms);
+	e->done_n = calloc(e->gpu_cap, sizeof *e->done_n);
+	e->floor_mib = malloc(e->gpu_cap * sizeof *e->floor_mib);
+	if (!e->done_ms || !e->done_n || !e->floor_mib) {
+		gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		return -1;
+	}
+	for (size_t g = 0; g < e->gpu_cap; g++)
+		e->floor_mib[g] = -1;
+	return 0;
+}
+
+static void local_tick(struct engine *e)
+{
+	engine_refresh_snapshot(e);
+	for (size_t i = 0; i < e->nslots; i++)
+		if (!e->slots[i]->own && e->slots[i]->pidfd < 0 &&
+		    engine_adopted_ended(e, e->slots[i])) {
+			engine_runner_ended(e, e->slots[i], 0);
+			i--;
+		}
+}
+
+static void local_ended(struct engine *e, struct slot *s, int ws)
+{
+	engine_runner_ended(e, s, WIFSIGNALED(ws));
+}
+
+/* Ctrl-C: the runners stop their jobs (SIGUSR1), then kill them. */
+static void local_interrupt(struct engine *e)
+{
+	for (size_t i = 0; i < e->nslots; i++)
+		if (e->slots[i]->runner > 0 && !e->slots[i]->abort)
+			kill(e->slots[i]->runner, e->interrupt == 1 ? SIGUSR1 : SIGUSR2);
+}
+
+static void local_release(struct engine *e)
+{
+	free(e->done_ms);
+	free(e->done_n);
+	free(e->floor_mib);
+	gm_snapshot_free(e->snap);
+	e->done_ms = NULL;
+	e->done_n = NULL;
+	e->floor_mib = NULL;
+	e->snap = NULL;
+}
+
+const struct placement placement_local = {
+	.name = "local",
+	.init = local_init,
+	.tick = local_tick,
+	/* Exclusive tasks that hold every GPU: a lease could only fail. */
+	.full = batch_gpus_all_ours,
+	.place = try_place,
+	.ended = local_ended,
+	.adopt = engine_adopt,
+	.interrupt = local_interrupt,
+	.release = local_release,
+};
+
+/* ---- the rounds ------------------------------------------------------- */
+
 void engine_schedule(struct engine *e)
 {
+	size_t i = e->qhead;
+
 	e->dirty = 0;
-	while (e->qhead < e->qcount && !e->interrupt && !e->stop && !e->failed) {
+	while (i < e->qcount && !e->interrupt && !e->stop && !e->failed && !e->closed) {
 		enum place p;
 
 		if (e->cfg->max_running && e->nslots >= e->cfg->max_running)
 			break;
-		if (batch_gpus_all_ours(e))
-			break; /* a lease could only fail: save the registry a read */
-		p = try_place(e, e->queue[e->qhead]);
+		if (e->place->full(e))
+			break; /* no job could start: save the work */
+		p = e->place->place(e, e->queue[i]);
 		if (p == PLACE_BLOCKED)
 			break; /* first come, first served: the head waits */
-		e->qhead++;
+		if (p == PLACE_LATER) {
+			i++; /* it waits in its place; a later job may fit */
+			continue;
+		}
+		/* Started, or no longer queued: out of the in-memory queue. */
+		if (i == e->qhead) {
+			e->qhead++;
+			i++;
+		} else {
+			memmove(&e->queue[i], &e->queue[i + 1], (e->qcount - i - 1) * sizeof *e->queue);
+			e->qcount--;
+		}
 	}
 	if (e->qhead > 1024 && e->qhead * 2 > e->qcount) {
 		memmove(e->queue, e->queue + e->qhead, (e->qcount - e->qhead) * sizeof *e->queue);
@@ -341,4 +450,3 @@ void engine_schedule(struct engine *e)
 	}
 	e->counts.queued = e->qcount - e->qhead;
 }
-

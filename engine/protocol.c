@@ -120,3 +120,41 @@ int protocol_job_env(struct child_env *env, const struct protocol_job *job)
 		return -1;
 	return 0;
 }
+
+char *protocol_substitute(const char *line, const char *gpus, const char *uuids, long long task)
+{
+	char num[24];
+	size_t cap = strlen(line) + 1, n = 0;
+	char *out;
+
+	snprintf(num, sizeof num, "%lld", task);
+	if (!gpus)
+		gpus = "{gpu}";
+	if (!uuids)
+		uuids = "{uuid}";
+	for (const char *p = strchr(line, '{'); p; p = strchr(p + 1, '{'))
+		cap += strlen(uuids) + strlen(gpus) + strlen(num);
+	out = malloc(cap);
+	if (!out)
+		return NULL;
+	for (const char *p = line; *p;) {
+		const char *with = NULL;
+		size_t skip = 0;
+
+		if (!strncmp(p, "{gpu}", 5))
+			with = gpus, skip = 5;
+		else if (!strncmp(p, "{uuid}", 6))
+			with = uuids, skip = 6;
+		else if (!strncmp(p, "{task}", 6))
+			with = num, skip = 6;
+		if (with) {
+			memcpy(out + n, with, strlen(with));
+			n += strlen(with);
+			p += skip;
+		} else {
+			out[n++] = *p++;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}

@@ -83,6 +83,15 @@ int protocol_result_format(const struct protocol_result *r, char *buf, size_t le
  * complete result, -1 if not (none yet, the room's zeros, or garbage). */
 int protocol_result_parse(const char *text, struct protocol_result *r);
 
+/* ---- a batch task's line ------------------------------------------------- */
+
+/* Its placeholders filled in: {gpu} the GPUs (NVML indices), {uuid} their
+ * UUIDs, {task} its number; gpus or uuids NULL: that placeholder stays (as
+ * people read the line before it runs, or for a step that learns its GPUs
+ * on its node).  Caller frees; NULL out of memory. */
+char *protocol_substitute(const char *line, const char *gpus, const char *uuids,
+			  long long task);
+
 /* ---- what a job's output says ------------------------------------------ */
 
 /* Does text (NUL-terminated) report a CUDA out-of-memory error (PyTorch's

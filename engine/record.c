@@ -147,7 +147,7 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 		if (upd.state == JOB_QUEUED)
 			engine_queue_insert(e, id);
 		engine_batch_learn(e, s, &upd);
-		if (!e->cfg->request && job_state_final(upd.state))
+		if (!e->cfg->batch && job_state_final(upd.state))
 			engine_note_ended(e, id);
 		if (upd.state != JOB_DONE)
 			engine_say(e, "job %lld: %s%s%s", (long long)id, job_state_name(upd.state),

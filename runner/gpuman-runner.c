@@ -163,41 +163,6 @@ static int log_has_oom(int fd, off_t from)
 	return found;
 }
 
-/* Replace {gpu}, {uuid} and {task} in a batch line. */
-static char *substitute(const char *line, const char *gpus, const char *uuids, long long task)
-{
-	char num[24];
-	size_t cap = strlen(line) + 1, n = 0;
-	char *out;
-
-	snprintf(num, sizeof num, "%lld", task);
-	for (const char *p = strchr(line, '{'); p; p = strchr(p + 1, '{'))
-		cap += strlen(uuids) + strlen(gpus) + strlen(num);
-	out = malloc(cap);
-	if (!out)
-		return NULL;
-	for (const char *p = line; *p;) {
-		const char *with = NULL;
-		size_t skip = 0;
-
-		if (!strncmp(p, "{gpu}", 5))
-			with = gpus, skip = 5;
-		else if (!strncmp(p, "{uuid}", 6))
-			with = uuids, skip = 6;
-		else if (!strncmp(p, "{task}", 6))
-			with = num, skip = 6;
-		if (with) {
-			memcpy(out + n, with, strlen(with));
-			n += strlen(with);
-			p += skip;
-		} else {
-			out[n++] = *p++;
-		}
-	}
-	out[n] = '\0';
-	return out;
-}
-
 /*
  * Does a line need /bin/sh?  Only plain words do not: then it is split on
  * blanks and run directly, which saves a shell's start-up per task (a
@@ -533,7 +498,7 @@ int main(int argc, char **argv)
 	if (a.argv) {
 		jargv = a.argv;
 	} else {
-		line = substitute(a.line, a.gpus, a.uuids, a.job);
+		line = protocol_substitute(a.line, a.gpus, a.uuids, a.job);
 		if (line && needs_shell(line)) {
 			jargv = calloc(4, sizeof *jargv);
 			if (jargv) {

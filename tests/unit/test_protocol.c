@@ -1,13 +1,15 @@
 /*
  * test_protocol.c - what the engine, its runner and `gpuman run` share
  * (engine/protocol.c): the result line both ways, run-file paths, the go
- * byte, exit statuses, out-of-memory messages and the job's environment.
+ * byte, exit statuses, out-of-memory messages, a task line's placeholders
+ * and the job's environment.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -134,6 +136,31 @@ static void test_says_oom(void **state)
 			fail_msg("'%s': not %d", rows[i].text, rows[i].oom);
 }
 
+static void test_substitute(void **state)
+{
+	static const struct {
+		const char *line, *gpus, *uuids, *out;
+	} rows[] = {
+		{ "train --gpu {gpu} --shot {task}", "1,7", "GPU-a,GPU-b",
+		  "train --gpu 1,7 --shot 12" },
+		{ "x {uuid}{uuid} {task}{task}", "0", "GPU-a", "x GPU-aGPU-a 1212" },
+		{ "as read before it runs: {gpu} {uuid} {task}", NULL, NULL,
+		  "as read before it runs: {gpu} {uuid} 12" },
+		{ "a step fills in {gpu} itself", NULL, NULL, "a step fills in {gpu} itself" },
+		{ "{gp} {task {TASK} {}", "3", "U", "{gp} {task {TASK} {}" },
+		{ "", "3", "U", "" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+		char *out = protocol_substitute(rows[i].line, rows[i].gpus, rows[i].uuids, 12);
+
+		assert_non_null(out);
+		assert_string_equal(out, rows[i].out);
+		free(out);
+	}
+}
+
 static const char *var(const struct child_env *env, const char *name)
 {
 	size_t l = strlen(name);
@@ -190,6 +217,7 @@ int main(void)
 		cmocka_unit_test(test_run_path_and_go),
 		cmocka_unit_test(test_exit_status),
 		cmocka_unit_test(test_says_oom),
+		cmocka_unit_test(test_substitute),
 		cmocka_unit_test(test_job_env),
 	};
 
