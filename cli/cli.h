@@ -53,7 +53,7 @@ const struct cmd_entry *const *cli_commands(size_t *count);
 enum {
 	OPT_JSON = 1000, OPT_SIM, OPT_HELP, OPT_BY, OPT_MIN_FREE, OPT_MAX_UTIL, OPT_ONLY,
 	OPT_EXCLUDE, OPT_EXCLUSIVE, OPT_MEM, OPT_IDLE, OPT_WAIT, OPT_FALLBACK, OPT_FORMAT,
-	OPT_NO_FRAMEWORK_ENV, OPT_CMD_BASE = 1100
+	OPT_NO_FRAMEWORK_ENV, OPT_MIG, OPT_CMD_BASE = 1100
 };
 #define CLI_COMMON_OPTIONS \
 	{ "json", no_argument, NULL, OPT_JSON }, \
@@ -64,7 +64,8 @@ enum {
 	{ "min-free", required_argument, NULL, OPT_MIN_FREE }, \
 	{ "max-util", required_argument, NULL, OPT_MAX_UTIL }, \
 	{ "only", required_argument, NULL, OPT_ONLY }, \
-	{ "exclude", required_argument, NULL, OPT_EXCLUDE }
+	{ "exclude", required_argument, NULL, OPT_EXCLUDE }, \
+	{ "mig", required_argument, NULL, OPT_MIG }
 #define CLI_RESERVE_OPTIONS \
 	{ "exclusive", no_argument, NULL, OPT_EXCLUSIVE }, \
 	{ "mem", required_argument, NULL, OPT_MEM }, \

@@ -89,6 +89,25 @@ static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, siz
 	for (size_t i = 0; i < gm_snapshot_proc_count(snap); i++)
 		nproc += gm_proc_gpu(gm_snapshot_proc(snap, i)) == gm_gpu_index(g);
 	ROW("processes", "%zu", nproc);
+	for (size_t i = 0; i < gm_snapshot_mig_count(snap); i++) {
+		const struct gm_mig *m = gm_snapshot_mig(snap, i);
+		char mem[64] = NA, inst[48] = "";
+		size_t pids = 0;
+
+		if (gm_mig_gpu(m) != gm_gpu_index(g))
+			continue;
+		if (gm_mig_value(m, GM_MIG_MEM_USED_MIB, &v) &&
+		    gm_mig_value(m, GM_MIG_MEM_TOTAL_MIB, &w))
+			snprintf(mem, sizeof mem, "%lld / %lld MiB", (long long)v, (long long)w);
+		if (gm_mig_value(m, GM_MIG_GPU_INSTANCE_ID, &v) &&
+		    gm_mig_value(m, GM_MIG_COMPUTE_INSTANCE_ID, &w))
+			snprintf(inst, sizeof inst, ", instance %lld/%lld", (long long)v, (long long)w);
+		for (size_t k = 0; k < gm_snapshot_proc_count(snap); k++)
+			pids += gm_proc_mig(snap, gm_snapshot_proc(snap, k)) == m;
+		ROW("mig slice", "%s %s: %s%s, %zu process%s",
+		    gm_mig_profile(m)[0] ? gm_mig_profile(m) : "?",
+		    gm_mig_uuid(m)[0] ? gm_mig_uuid(m) : "?", mem, inst, pids, pids == 1 ? "" : "es");
+	}
 }
 
 static int info_exec(struct cli *cli, int argc, char **argv)
@@ -159,7 +178,8 @@ const struct cmd_entry cmd_info = {
 	"\n"
 	"Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
 	"utilization, power, temperature, SM, memory and graphics clocks (now and\n"
-	"max, MHz), compute capability, compute and MIG mode, and where CUDA numbers\n"
+	"max, MHz), compute capability, compute and MIG mode (and each MIG slice:\n"
+	"profile, UUID for CUDA_VISIBLE_DEVICES, memory), and where CUDA numbers\n"
 	"it (its default order is fastest-first, not NVML's).\n"
 	"GPU: an NVML index (3) or a unique UUID prefix (GPU-b120, b120).\n"
 	"\n"

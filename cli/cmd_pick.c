@@ -6,6 +6,8 @@
 #include <string.h>
 #include "cli.h"
 #include "pick.h"
+#include "policy.h"
+#include "registry.h"
 #include "select_help.h"
 #include "snapshot.h"
 
@@ -26,6 +28,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 	size_t *pos = NULL, n = 0;
 	char *explain = NULL, *cuda = NULL;
 	enum gm_err err;
+	long mig_pos = -1;
 	int rc;
 
 	cli->format = "index";
@@ -37,7 +40,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 	rc = cli_snapshot(cli, &ctx, &snap);
 	if (rc != EXIT_OK)
 		return rc;
-	err = gm_pick(ctx, snap, cli->req, &idx, &n, &explain);
+	err = registry_pick(ctx, snap, cli->req, &idx, &n, &mig_pos, &explain);
 	if (err == GM_ERR_UNAVAILABLE || err == GM_ERR_NEVER) {
 		rc = cli_error(cli, EXIT_UNAVAILABLE, "%s:\n%s%s",
 			       err == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
@@ -49,6 +52,12 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		rc = cli_error(cli, EXIT_FAIL, "%s", gm_strerror(err));
 		goto done;
 	}
+	/* Say why a GPU that looks idle was passed over. */
+	for (size_t i = 0; i < snap->gpu_count && !cli->req->mig[0]; i++)
+		if ((snap->gpus[i].valid & GM_HAS_MIG) && snap->gpus[i].mig_mode == 1)
+			fprintf(stderr, "gpuman pick: note: GPU %u is in MIG mode: never handed out "
+					"whole (ask for a slice with --mig PROFILE)\n",
+				snap->gpus[i].index);
 	pos = calloc(n ? n : 1, sizeof *pos);
 	if (!pos || pick_env_init(&env, snap) < 0) {
 		rc = cli_error(cli, EXIT_FAIL, "out of memory");
@@ -56,7 +65,8 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 	}
 	for (size_t i = 0; i < n; i++)
 		pos[i] = (size_t)snapshot_position(snap, idx[i]);
-	cuda = pick_env_cuda_visible(&env, snap, pos, n);
+	cuda = mig_pos >= 0 ? strdup(snap->migs[mig_pos].uuid)
+			    : pick_env_cuda_visible(&env, snap, pos, n);
 	if (cli->json) {
 		json_t *o = json_object(), *gpus = json_array();
 
@@ -69,11 +79,14 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 			json_array_append_new(gpus, g);
 		}
 		json_object_set_new(o, "gpus", gpus);
+		json_object_set_new(o, "mig_device",
+				    mig_pos >= 0 ? snapshot_mig_json(&snap->migs[mig_pos]) : json_null());
 		json_object_set_new(o, "cuda_visible_devices", json_string(cuda ? cuda : ""));
 		rc = cli_print_json(o);
 		goto done;
 	}
-	if (!strcmp(cli->format, "cuda")) {
+	if (!strcmp(cli->format, "cuda") || mig_pos >= 0) {
+		/* a slice has no index: its UUID is the one name CUDA takes */
 		printf("%s\n", cuda ? cuda : "");
 	} else {
 		for (size_t i = 0; i < n; i++) {
@@ -108,6 +121,7 @@ const struct cmd_entry cmd_pick = {
 	"  --format cuda      the value to put in CUDA_VISIBLE_DEVICES (CUDA's own order\n"
 	"                     differs from NVML's: never give it bare NVML indices unless\n"
 	"                     CUDA_DEVICE_ORDER=PCI_BUS_ID)\n"
+	"With --mig the slice's MIG-<uuid> is printed whatever the format.\n"
 	"  --json             the chosen GPUs and the CUDA_VISIBLE_DEVICES value\n"
 	"\n" SELECT_HELP
 	"\n"

@@ -15,7 +15,7 @@ static const struct csv_column ps_columns[] = {
 	{ "gpu", "NVML index" },      { "pid", "" },	   { "user", "" },
 	{ "memory_mib", "MiB" },     { "util_pct", "percent, over the last 10 s" },
 	{ "type", "C, G or C+G" },   { "lease", "gpuman lease id" },
-	{ "command", "command line" },
+	{ "command", "command line" }, { "mig", "MIG slice UUID" },
 };
 #define PS_COLUMNS (sizeof ps_columns / sizeof ps_columns[0])
 
@@ -30,6 +30,7 @@ static void print_csv(const struct cli_look *look, const struct cli_select *sel,
 		      const long *leases, const size_t *idx, size_t n)
 {
 	const struct gm_snapshot *snap = look->snap;
+	const struct gm_mig *mig;
 	char num[32];
 
 	csv_header(ps_columns, idx, n);
@@ -56,6 +57,10 @@ static void print_csv(const struct cli_look *look, const struct cli_select *sel,
 			case 5: v = kind_name(p); break;
 			case 6: v = leases[i] >= 0 ? look->view->leases[leases[i]].id : NULL; break;
 			case 7: v = p->command[0] ? p->command : NULL; break;
+			case 8:
+				mig = gm_proc_mig(snap, p);
+				v = mig && mig->uuid[0] ? mig->uuid : NULL;
+				break;
 			}
 			csv_field(c == 0, v);
 		}
@@ -131,8 +136,10 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 		goto done;
 	}
 	width = command_width();
-	printf("%s%3s %8s  %-12s %8s %5s  %-4s %-26s  %s%s\n", c_bold(cli), "GPU", "PID", "USER",
-	       "MEMORY", "UTIL", "TYPE", "LEASE", "COMMAND", c_reset(cli));
+	/* A machine with MIG slices gets a column saying which slice. */
+	printf("%s%3s %s%8s  %-12s %8s %5s  %-4s %-26s  %s%s\n", c_bold(cli), "GPU",
+	       snap->mig_count ? "MIG      " : "", "PID", "USER", "MEMORY", "UTIL", "TYPE", "LEASE",
+	       "COMMAND", c_reset(cli));
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
 		const struct lease_info *l = leases[i] >= 0 ? &view->leases[leases[i]] : NULL;
@@ -142,7 +149,13 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 		shown++;
 		if (p->has_util)
 			snprintf(util, sizeof util, "%u%%", p->util_pct);
-		printf("%3u %8u  %-12.12s %8s %5s  %-4s %-26.26s  %.*s\n", p->gpu, p->pid,
+		printf("%3u ", p->gpu);
+		if (snap->mig_count) {
+			const struct gm_mig *m = gm_proc_mig(snap, p);
+
+			printf("%-8.8s ", m && m->profile[0] ? m->profile : "-");
+		}
+		printf("%8u  %-12.12s %8s %5s  %-4s %-26.26s  %.*s\n", p->pid,
 		       p->has_user ? cli_safe(user, p->user) : "?",
 		       p->has_mem ? fmt_mib(mem, sizeof mem, p->used_mib) : "-",
 		       p->has_util ? util : "-", kind_name(p), l ? cli_safe(id, l->id) : "-", width,
@@ -167,14 +180,16 @@ const struct cmd_entry cmd_ps = {
 	"Every process NVML reports on any GPU: its GPU (NVML index), pid, user,\n"
 	"memory, utilization (its own, averaged over the last 10 s; '-' where the\n"
 	"GPU does not report it), type (C compute, G graphics), the gpuman lease it\n"
-	"runs under and its command line.  User and command show '?' where /proc\n"
+	"runs under and its command line; on a machine with MIG slices, the slice\n"
+	"(profile) each process runs in.  User and command show '?' where /proc\n"
 	"does not show the process (e.g. from a container).  On a terminal the\n"
 	"command is cut to its width.\n"
 	"\n"
 	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
 	"  -u, --user USER[,USER] only these users' processes (names or uids)\n"
 	"  --format csv[=COLUMNS] CSV with a header line; COLUMNS from gpu, pid,\n"
-	"                         user, memory_mib, util_pct, type, lease, command\n"
+	"                         user, memory_mib, util_pct, type, lease, command,\n"
+	"                         mig (the MIG slice's UUID)\n"
 	"  --json                 a JSON array of processes\n"
 	"  --sim FILE             use the NVML simulator with this scenario\n",
 	ps_exec,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "protocol.h"
 #include "cli.h"
+#include "policy.h"
 #include "context.h"
 #include "lease.h"
 #include "registry.h"
@@ -226,7 +227,10 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
 	switch (rc) {
 	case GM_OK:
-		if (isatty(STDERR_FILENO))
+		if (isatty(STDERR_FILENO) && cli->req->mig[0])
+			fprintf(stderr, "gpuman run: MIG slice %s of GPU %s leased\n",
+				gm_lease_cuda_visible(lease), gm_lease_indices(lease));
+		else if (isatty(STDERR_FILENO))
 			fprintf(stderr, "gpuman run: GPU %s leased (%s)\n", gm_lease_indices(lease),
 				lease->exclusive ? "exclusive" : "memory share");
 		status = wait_child(&r);

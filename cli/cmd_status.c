@@ -15,9 +15,11 @@
 /* Findings shown at the end of status; `gpuman waste` shows them all. */
 #define STATUS_WASTE_LINES 5
 
-/* " [leased: alice]", " [shares: alice 8G, bob 4G]" */
+/* " [leased: alice]", " [shares: alice 8G, bob 4G]": the leases of the
+ * whole GPU g (mig NULL), or of its slice mig. */
 static void print_leases(const struct cli *cli, const struct cli_select *sel,
-			 const struct registry_view *view, const struct gm_gpu *g)
+			 const struct registry_view *view, const struct gm_gpu *g,
+			 const struct gm_mig *mig)
 {
 	int n = 0;
 	char size[16], user[CLI_SAFE_SIZE];
@@ -27,6 +29,8 @@ static void print_leases(const struct cli *cli, const struct cli_select *sel,
 
 		for (size_t k = 0; k < l->gpu_count; k++) {
 			if (strcmp(l->uuids[k], g->uuid) || !cli_select_user_name(sel, 1, l->user))
+				continue;
+			if (mig ? strcmp(l->migs[k], mig->uuid) != 0 : l->migs[k][0] != '\0')
 				continue;
 			if (l->exclusive)
 				printf("%s %s[leased: %s]", n ? "," : "", c_yellow(cli),
@@ -39,6 +43,42 @@ static void print_leases(const struct cli *cli, const struct cli_select *sel,
 			n++;
 		}
 	}
+}
+
+/* A MIG slice under its GPU: profile, the UUID that CUDA_VISIBLE_DEVICES
+ * takes (shortened), memory, its processes and lease. */
+static void print_mig_row(const struct cli *cli, const struct cli_select *sel,
+			  const struct gm_snapshot *snap, const struct registry_view *view,
+			  const struct gm_gpu *g, const struct gm_mig *m)
+{
+	char a[16], b[16], label[64], user[CLI_SAFE_SIZE];
+	int printed = 0;
+
+	snprintf(label, sizeof label, "MIG %s %.12s", m->profile[0] ? m->profile : "?",
+		 m->uuid[0] ? m->uuid : "?");
+	printf("%3s  %-26.26s %5s %5s ", "", label, "", "");
+	if (m->valid & GM_MIG_HAS_MEMORY)
+		printf(" %6s / %-6s %3u%% ", fmt_mib(a, sizeof a, m->mem_used_mib),
+		       fmt_mib(b, sizeof b, m->mem_total_mib),
+		       m->mem_total_mib ? (unsigned)(m->mem_used_mib * 100 / m->mem_total_mib) : 0);
+	else
+		printf(" %-19s ", "      - / -");
+	printf("%12s ", "");
+	for (size_t i = 0; i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+
+		if (gm_proc_mig(snap, p) != m || !cli_select_proc(sel, p))
+			continue;
+		printf("%s%s %u", printed ? ", " : " ", p->has_user ? cli_safe(user, p->user) : "pid",
+		       p->pid);
+		if (p->has_mem)
+			printf(" %s", fmt_mib(a, sizeof a, p->used_mib));
+		printed = 1;
+	}
+	if (!printed)
+		printf(" %s-%s", c_dim(cli), c_reset(cli));
+	print_leases(cli, sel, view, g, m);
+	putchar('\n');
 }
 
 static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
@@ -90,8 +130,11 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 	}
 	if (!printed)
 		printf(" %s-%s", c_dim(cli), c_reset(cli));
-	print_leases(cli, sel, view, g);
+	print_leases(cli, sel, view, g, NULL);
 	putchar('\n');
+	for (size_t i = 0; i < snap->mig_count; i++)
+		if (snap->migs[i].gpu == g->index)
+			print_mig_row(cli, sel, snap, view, g, &snap->migs[i]);
 }
 
 /* The hogs and idle leases, then one line for the processes outside gpuman. */
@@ -153,12 +196,13 @@ static const struct csv_column status_columns[] = {
 	{ "temperature_c", "" },   { "util_pct", "" }, { "memory_used_mib", "" },
 	{ "memory_total_mib", "" }, { "memory_free_mib", "" }, { "power_w", "" },
 	{ "power_limit_w", "" },   { "processes", "count" }, { "leased_by", "users" },
+	{ "mig_devices", "PROFILE:MIG-UUID, space separated" },
 	/* from CSV_CLOCKS on: csv_clocks */
 	{ "clock_sm_mhz", "" },    { "clock_memory_mhz", "" }, { "clock_graphics_mhz", "" },
 	{ "max_clock_sm_mhz", "" }, { "max_clock_memory_mhz", "" }, { "max_clock_graphics_mhz", "" },
 };
 #define STATUS_COLUMNS (sizeof status_columns / sizeof status_columns[0])
-#define CSV_CLOCKS 12
+#define CSV_CLOCKS 13
 static const enum gm_gpu_value csv_clocks[] = {
 	GM_GPU_CLOCK_SM_MHZ,	 GM_GPU_CLOCK_MEM_MHZ,	   GM_GPU_CLOCK_GRAPHICS_MHZ,
 	GM_GPU_MAX_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ,
@@ -224,6 +268,15 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 							o += (size_t)snprintf(buf + o, sizeof buf - o,
 									      "%s%s", o ? " " : "",
 									      look->view->leases[l].user);
+				break;
+			case 12:
+				buf[0] = '\0';
+				for (size_t k = 0; k < snap->mig_count; k++)
+					if (snap->migs[k].gpu == g->index && o < sizeof buf)
+						o += (size_t)snprintf(buf + o, sizeof buf - o,
+								      "%s%s:%s", o ? " " : "",
+								      snap->migs[k].profile,
+								      snap->migs[k].uuid);
 				break;
 			default: {
 				int64_t mhz;
@@ -448,7 +501,8 @@ const struct cmd_entry cmd_status = {
 	"  --format csv[=COLUMNS] one CSV line per GPU with a header; COLUMNS from index,\n"
 	"                         uuid, name, temperature_c, util_pct, memory_used_mib,\n"
 	"                         memory_total_mib, memory_free_mib, power_w,\n"
-	"                         power_limit_w, processes, leased_by, clock_sm_mhz,\n"
+	"                         power_limit_w, processes, leased_by, mig_devices\n"
+	"                         (PROFILE:MIG-UUID of each slice), clock_sm_mhz,\n"
 	"                         clock_memory_mhz, clock_graphics_mhz,\n"
 	"                         max_clock_sm_mhz, max_clock_memory_mhz,\n"
 	"                         max_clock_graphics_mhz\n"

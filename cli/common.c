@@ -123,6 +123,7 @@ static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, 
 	case OPT_MAX_UTIL: return request_option(cli, "max-util", arg);
 	case OPT_ONLY: return request_option(cli, "only", arg);
 	case OPT_EXCLUDE: return request_option(cli, "exclude", arg);
+	case OPT_MIG: return request_option(cli, "mig", arg);
 	case OPT_EXCLUSIVE: return request_option(cli, "exclusive", NULL);
 	case OPT_MEM: return request_option(cli, "mem", arg);
 	case OPT_IDLE: return request_option(cli, "idle", NULL);

@@ -14,6 +14,9 @@
 	"  --max-util PCT     only GPUs at most PCT percent busy\n" \
 	"  --only LIST        only these GPUs (NVML indices or UUID prefixes: 0,3 or GPU-b120)\n" \
 	"  --exclude LIST     never these GPUs\n" \
+	"  --mig PROFILE      one MIG slice of this profile (1g.10gb, 3g.40gb; any: any\n" \
+	"                     slice) instead of a GPU: CUDA_VISIBLE_DEVICES=MIG-<uuid>.\n" \
+	"                     A GPU in MIG mode is never handed out whole\n" \
 	"A CUDA_VISIBLE_DEVICES already set (Slurm, a container) limits the candidates.\n"
 
 #define RESERVE_HELP \

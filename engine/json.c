@@ -83,6 +83,8 @@ char *engine_request_json(const struct gm_request *req, int no_framework_env)
 	}
 	if (req->idle)
 		json_object_set_new(o, "idle", json_string(""));
+	if (req->mig[0])
+		json_object_set_new(o, "mig", json_string(req->mig));
 	if (no_framework_env)
 		json_object_set_new(o, "no-framework-env", json_string(""));
 	text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);

@@ -244,6 +244,47 @@ GM_API int gm_proc_uid(const struct gm_proc *proc, unsigned *out);
 GM_API const char *gm_proc_user(const struct gm_proc *proc);    /* "" if hidden */
 GM_API const char *gm_proc_command(const struct gm_proc *proc); /* "" if hidden */
 
+/* ---- MIG slices ------------------------------------------------------- */
+
+/*
+ * A GPU in MIG mode (GM_GPU_MIG_MODE 1) is split into slices, each a device
+ * of its own for CUDA (CUDA_VISIBLE_DEVICES=MIG-<uuid>); gpuman never hands
+ * such a GPU out whole.  Opaque like gm_gpu; pointers live as long as the
+ * snapshot.  A driver without the MIG calls (before R450) shows none.
+ */
+struct gm_mig;
+
+/* Bits of gm_mig_valid(). */
+enum gm_mig_field {
+	GM_MIG_HAS_MEMORY = 1u << 0,     /* GM_MIG_MEM_TOTAL/FREE/USED_MIB */
+	GM_MIG_HAS_INSTANCE = 1u << 1,   /* GM_MIG_GPU/COMPUTE_INSTANCE_ID */
+	GM_MIG_HAS_PROCESSES = 1u << 2   /* gm_proc_mig() knows its processes */
+};
+
+/* Append-only, like enum gm_gpu_value. */
+enum gm_mig_value {
+	GM_MIG_MEM_TOTAL_MIB = 0,
+	GM_MIG_MEM_FREE_MIB = 1,
+	GM_MIG_MEM_USED_MIB = 2,
+	GM_MIG_GPU_INSTANCE_ID = 3,
+	GM_MIG_COMPUTE_INSTANCE_ID = 4
+};
+
+/* Slices of every GPU, sorted by GPU, then GPU instance id.  i past the
+ * count gives NULL. */
+GM_API size_t gm_snapshot_mig_count(const struct gm_snapshot *snap);
+GM_API const struct gm_mig *gm_snapshot_mig(const struct gm_snapshot *snap, size_t i);
+GM_API unsigned gm_mig_gpu(const struct gm_mig *mig);          /* NVML index of its GPU */
+GM_API const char *gm_mig_uuid(const struct gm_mig *mig);      /* "MIG-..."; "" */
+GM_API const char *gm_mig_name(const struct gm_mig *mig);
+GM_API const char *gm_mig_profile(const struct gm_mig *mig);   /* "1g.10gb"; "" */
+GM_API unsigned gm_mig_valid(const struct gm_mig *mig);        /* enum gm_mig_field bits */
+/* 1 and *out set when the slice reported it; 0 otherwise. */
+GM_API int gm_mig_value(const struct gm_mig *mig, enum gm_mig_value what, int64_t *out);
+/* The slice a process of snap runs in; NULL when none or not known. */
+GM_API const struct gm_mig *gm_proc_mig(const struct gm_snapshot *snap,
+					const struct gm_proc *proc);
+
 /* ---- requests --------------------------------------------------------- */
 
 struct gm_request;
@@ -258,7 +299,10 @@ GM_API void gm_request_free(struct gm_request *req);
  *   "n" COUNT, "by" memory|memory-rate|power|util|index, "min-free" SIZE,
  *   "max-util" PERCENT, "only" LIST, "exclude" LIST, "exclusive" (value
  *   ignored), "mem" SIZE, "idle" (value ignored), "wait" DURATION ("" or
- *   NULL: forever).
+ *   NULL: forever), "mig" PROFILE (one MIG slice of this profile, e.g.
+ *   "1g.10gb", or "any": a lease then holds the slice, and its
+ *   gm_lease_gpu_uuid and gm_lease_cuda_visible are the slice's "MIG-..."
+ *   UUID; not with "mem" or an "n" above 1).
  * SIZE: 8192 (MiB), 8G, 8GiB, 512M, 1T, 50%.  DURATION: 90, 90s, 15m, 2h,
  * 1h30m.  LIST: NVML indices or UUID prefixes, comma separated.
  * GM_ERR_INVALID with a message naming the option on bad input; the
@@ -282,7 +326,8 @@ GM_API char *gm_request_text(const struct gm_request *req);
  * Choose GPUs for req from a snapshot and the live leases, as gm_acquire
  * would, without leasing them.  Only GPUs in an inherited
  * CUDA_VISIBLE_DEVICES are candidates.  On GM_OK, *indices (caller frees)
- * holds *count NVML indices in policy order.  GM_ERR_UNAVAILABLE: not now;
+ * holds *count NVML indices in policy order (for a "mig" request, the index
+ * of the chosen slice's GPU).  GM_ERR_UNAVAILABLE: not now;
  * GM_ERR_NEVER: not on this machine, whatever frees up; GM_ERR_NOMEM.  If
  * explain is not NULL, *explain (caller frees with gm_free) gets one line
  * per GPU not chosen, on success too, saying which condition excluded it ("GPU 3 (NVIDIA TITAN RTX): only 812 MiB free,

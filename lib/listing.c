@@ -19,6 +19,9 @@ json_t *listing_leases_json(const struct registry_view *view)
 
 			json_object_set_new(jg, "index", json_integer(l->indices[g]));
 			json_object_set_new(jg, "uuid", json_string(l->uuids[g]));
+			json_object_set_new(jg, "mig_uuid", l->migs && l->migs[g][0]
+								? json_string(l->migs[g])
+								: json_null());
 			json_array_append_new(gpus, jg);
 		}
 		json_object_set_new(o, "id", json_string(l->id));

@@ -117,6 +117,7 @@ struct nvml_pci {
 #define PROC_MAX 65536 /* a count beyond this is garbage, not processes */
 
 #define GPU_MAX 64
+#define MIG_MAX 64 /* slots per GPU; A100 and H100 have 7 */
 
 typedef int (*fn_void)(void);
 typedef const char *(*fn_errstr)(int);
@@ -136,6 +137,7 @@ typedef int (*fn_dev_2int)(nvml_dev, int *, int *);
 typedef int (*fn_dev_2uint)(nvml_dev, unsigned *, unsigned *);
 typedef int (*fn_dev_sel_uint)(nvml_dev, int, unsigned *);
 typedef int (*fn_dev_procs)(nvml_dev, unsigned *, void *);
+typedef int (*fn_dev_idx_handle)(nvml_dev, unsigned, nvml_dev *);
 
 /* nvmlProcessUtilizationSample_t */
 struct nvml_proc_sample {
@@ -195,6 +197,9 @@ struct nvml {
 	fn_dev_int compute_mode;
 	fn_dev_2uint mig_mode;
 	fn_dev_proc_util proc_util;
+	/* MIG slices (R450+; a driver before has none of them). */
+	fn_dev_uint max_migs, gpu_instance_id, compute_instance_id;
+	fn_dev_idx_handle mig_handle;
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -318,6 +323,10 @@ static void resolve(struct nvml *nv)
 	nv->compute_mode = (fn_dev_int)dlsym(dl, "nvmlDeviceGetComputeMode");
 	nv->mig_mode = (fn_dev_2uint)dlsym(dl, "nvmlDeviceGetMigMode");
 	nv->proc_util = (fn_dev_proc_util)dlsym(dl, "nvmlDeviceGetProcessUtilization");
+	nv->max_migs = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetMaxMigDeviceCount");
+	nv->mig_handle = (fn_dev_idx_handle)dlsym(dl, "nvmlDeviceGetMigDeviceHandleByIndex");
+	nv->gpu_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetGpuInstanceId");
+	nv->compute_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetComputeInstanceId");
 }
 
 /* The first version to try, and remembering that older ones are needed. */
@@ -573,13 +582,13 @@ static void pci_bus_id(struct nvml_pci *pci, char *out, size_t len)
 	snprintf(out, len, "%08X:%02X:%02X.0", pci->domain, pci->bus & 0xff, pci->device & 0xff);
 }
 
-static enum answer query_memory(struct gpu_query *q)
+/* Total, free and used MiB of a device (a GPU or a MIG slice); NVML's
+ * answer. */
+static int read_memory(struct nvml *nv, nvml_dev dev, uint64_t *total, uint64_t *free_mib,
+                       uint64_t *used)
 {
-	struct nvml *nv = q->nv;
-	struct gm_gpu *gpu = q->gpu;
 	struct nvml_memory_v2 m2;
 	struct nvml_memory_v1 m1;
-	enum answer a;
 	int rc = NVML_ERROR_FUNCTION_NOT_FOUND;
 
 	/* v2 first: its "used" excludes the driver's reservation, as nvidia-smi
@@ -587,7 +596,7 @@ static enum answer query_memory(struct gpu_query *q)
 	if (level_get(nv, OP_MEMORY) == 0 && nv->memory_v2) {
 		memset(&m2, 0, sizeof m2);
 		m2.version = NVML_MEMORY_V2;
-		rc = nv->memory_v2(q->dev, &m2);
+		rc = nv->memory_v2(dev, &m2);
 		/* Newer drivers answer a struct version they do not know with
 		 * ARGUMENT_VERSION_MISMATCH rather than FUNCTION_NOT_FOUND. */
 		if (rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
@@ -595,21 +604,31 @@ static enum answer query_memory(struct gpu_query *q)
 		if (rc == NVML_ERROR_FUNCTION_NOT_FOUND)
 			level_raise(nv, OP_MEMORY, 1);
 		else if (rc == NVML_SUCCESS) {
-			gpu->mem_total_mib = m2.total / MIB;
-			gpu->mem_free_mib = m2.free / MIB;
-			gpu->mem_used_mib = m2.used / MIB;
+			*total = m2.total / MIB;
+			*free_mib = m2.free / MIB;
+			*used = m2.used / MIB;
 		}
 	}
 	if (rc == NVML_ERROR_FUNCTION_NOT_FOUND && nv->memory_v1) {
 		memset(&m1, 0, sizeof m1);
-		rc = nv->memory_v1(q->dev, &m1);
+		rc = nv->memory_v1(dev, &m1);
 		if (rc == NVML_SUCCESS) {
-			gpu->mem_total_mib = m1.total / MIB;
-			gpu->mem_free_mib = m1.free / MIB;
-			gpu->mem_used_mib = m1.used / MIB;
+			*total = m1.total / MIB;
+			*free_mib = m1.free / MIB;
+			*used = m1.used / MIB;
 		}
 	}
-	a = answer(q, "memory", rc);
+	return rc;
+}
+
+static enum answer query_memory(struct gpu_query *q)
+{
+	struct gm_gpu *gpu = q->gpu;
+	enum answer a;
+
+	a = answer(q, "memory",
+	           read_memory(q->nv, q->dev, &gpu->mem_total_mib, &gpu->mem_free_mib,
+	                       &gpu->mem_used_mib));
 	if (a == ANSWER_OK)
 		gpu->valid |= GM_HAS_MEMORY;
 	return a;
@@ -886,10 +905,12 @@ out:
 	return ret;
 }
 
-/* The processes of one GPU, appended to snap->procs; *cap is its room. */
+/* The processes and MIG slices of one GPU, appended to snap->procs and
+ * snap->migs; cap and mig_cap are their room. */
 struct proc_sink {
 	struct gm_snapshot *snap;
 	size_t cap;
+	size_t mig_cap;
 };
 
 /*
@@ -966,6 +987,152 @@ static int query_procs(struct gpu_query *q, struct proc_sink *sink)
 	return ANSWER_OK;
 }
 
+/* ---- MIG slices -------------------------------------------------------- */
+
+/* "1g.10gb" from a slice's name ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"): the
+ * name is where NVML states a MIG device's profile. */
+static void mig_profile(const char *name, char *out, size_t len)
+{
+	const char *p = strstr(name, " MIG ");
+
+	out[0] = '\0';
+	if (p)
+		snprintf(out, len, "%s", p + 5);
+}
+
+static int mig_cmp(const void *a, const void *b)
+{
+	const struct gm_mig *x = a, *y = b;
+
+	if (x->gpu != y->gpu)
+		return x->gpu < y->gpu ? -1 : 1;
+	if (x->gpu_instance_id != y->gpu_instance_id)
+		return x->gpu_instance_id < y->gpu_instance_id ? -1 : 1;
+	if (x->compute_instance_id != y->compute_instance_id)
+		return x->compute_instance_id < y->compute_instance_id ? -1 : 1;
+	return strcmp(x->uuid, y->uuid);
+}
+
+static void drop_migs(struct gm_snapshot *snap, size_t from)
+{
+	while (snap->mig_count > from)
+		free(snap->migs[--snap->mig_count].pids);
+}
+
+static struct gm_mig *new_mig(struct proc_sink *sink)
+{
+	struct gm_snapshot *snap = sink->snap;
+	struct gm_mig *migs, *m;
+	size_t cap;
+
+	if (snap->mig_count == sink->mig_cap) {
+		cap = sink->mig_cap ? sink->mig_cap * 2 : 8;
+		migs = realloc(snap->migs, cap * sizeof *migs);
+		if (!migs)
+			return NULL;
+		snap->migs = migs;
+		sink->mig_cap = cap;
+	}
+	m = &snap->migs[snap->mig_count++];
+	memset(m, 0, sizeof *m);
+	return m;
+}
+
+/* One slice's fields and processes; its processes join the GPU's list
+ * (from first on), where NVML shows them only to privileged callers.
+ * Returns an enum answer, or -1 (no memory). */
+static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first,
+                     struct gm_mig *m)
+{
+	struct nvml *nv = mq->nv;
+	struct gm_snapshot *snap = sink->snap;
+	struct raw_proc *raw;
+	unsigned gi, ci;
+	size_t n;
+	int a;
+
+	m->gpu = mq->gpu->index;
+	if (nv->name && nv->name(mq->dev, m->name, sizeof m->name) == NVML_SUCCESS) {
+		terminate(m->name, sizeof m->name);
+		mig_profile(m->name, m->profile, sizeof m->profile);
+	} else
+		m->name[0] = '\0';
+	if (nv->uuid && nv->uuid(mq->dev, m->uuid, sizeof m->uuid) == NVML_SUCCESS)
+		terminate(m->uuid, sizeof m->uuid);
+	else
+		m->uuid[0] = '\0';
+	a = answer(mq, "MIG slice memory",
+	           read_memory(nv, mq->dev, &m->mem_total_mib, &m->mem_free_mib, &m->mem_used_mib));
+	if (a == ANSWER_LOST)
+		return a;
+	if (a == ANSWER_OK)
+		m->valid |= GM_MIG_HAS_MEMORY;
+	if (nv->gpu_instance_id && nv->compute_instance_id &&
+	    nv->gpu_instance_id(mq->dev, &gi) == NVML_SUCCESS &&
+	    nv->compute_instance_id(mq->dev, &ci) == NVML_SUCCESS) {
+		m->gpu_instance_id = gi;
+		m->compute_instance_id = ci;
+		m->valid |= GM_MIG_HAS_INSTANCE;
+	}
+	a = read_procs(mq, 0, &raw, &n);
+	if (a != ANSWER_OK)
+		return a;
+	m->pids = calloc(n + 1, sizeof *m->pids);
+	if (!m->pids || merge_procs(sink, mq->gpu->index, first, snap->proc_count, raw, n,
+	                            GM_PROC_COMPUTE) < 0) {
+		free(raw);
+		return -1;
+	}
+	for (size_t k = 0; k < n; k++)
+		m->pids[k] = raw[k].pid; /* sorted by pid, one each */
+	m->pid_count = n;
+	m->valid |= GM_MIG_HAS_PROCESSES;
+	free(raw);
+	if (snap->proc_count - first > 1)
+		qsort(snap->procs + first, snap->proc_count - first, sizeof *snap->procs, proc_cmp);
+	return ANSWER_OK;
+}
+
+/* The slices of a GPU in MIG mode (its processes start at first).  NVML
+ * numbers slots, not slices: an empty slot answers NOT_FOUND.  Returns an
+ * enum answer, or -1 (no memory). */
+static int query_migs(struct gpu_query *q, struct proc_sink *sink, size_t first)
+{
+	struct nvml *nv = q->nv;
+	struct gm_snapshot *snap = sink->snap;
+	struct gpu_query mq = *q;
+	size_t mig_first = snap->mig_count;
+	struct gm_mig *m;
+	unsigned max = 0, i;
+	int rc, a;
+
+	if (!(q->gpu->valid & GM_HAS_MIG) || !q->gpu->mig_mode || !nv->max_migs || !nv->mig_handle)
+		return ANSWER_OK;
+	a = answer(q, "MIG device count", nv->max_migs(q->dev, &max));
+	for (i = 0; a == ANSWER_OK && i < max && i < MIG_MAX; i++) {
+		mq.dev = NULL;
+		rc = nv->mig_handle(q->dev, i, &mq.dev);
+		if (rc == NVML_ERROR_NOT_FOUND)
+			continue;
+		if (answer(q, "MIG device handle", rc) != ANSWER_OK) {
+			a = rc == NVML_ERROR_GPU_IS_LOST ? ANSWER_LOST : ANSWER_OK;
+			continue;
+		}
+		m = new_mig(sink);
+		a = m ? query_mig(&mq, sink, first, m) : -1;
+		if (a == ANSWER_NONE)
+			a = ANSWER_OK; /* the slice without its process list */
+	}
+	if (a == ANSWER_LOST || a == -1) {
+		drop_migs(snap, mig_first);
+		return a;
+	}
+	if (snap->mig_count - mig_first > 1)
+		qsort(snap->migs + mig_first, snap->mig_count - mig_first, sizeof *snap->migs,
+		      mig_cmp);
+	return ANSWER_OK;
+}
+
 /* ---- the snapshot ------------------------------------------------------ */
 
 static void mark_lost(struct gm_gpu *gpu, struct nvml *nv)
@@ -979,7 +1146,7 @@ static void mark_lost(struct gm_gpu *gpu, struct nvml *nv)
 
 enum gm_err nvml_snapshot(struct nvml *nv, struct gm_snapshot *snap, char *errbuf, size_t errlen)
 {
-	struct proc_sink sink = {snap, 0};
+	struct proc_sink sink = {snap, 0, 0};
 	struct gpu_query q;
 	struct gm_gpu *gpu;
 	enum gm_err err = GM_OK;
@@ -1051,6 +1218,8 @@ enum gm_err nvml_snapshot(struct nvml *nv, struct gm_snapshot *snap, char *errbu
 		a = query_fields(&q);
 		if (a != ANSWER_LOST)
 			a = query_procs(&q, &sink);
+		if (a != ANSWER_LOST && a != -1)
+			a = query_migs(&q, &sink, first);
 		if (a == -1) {
 			err = gm_fail(GM_ERR_NOMEM, errbuf, errlen,
 			              "out of memory reading the processes of GPU %u", i);

@@ -44,6 +44,26 @@ int pick_env_init(struct pick_env *env, const struct gm_snapshot *snap)
 		for (size_t g = 0; g < snap->gpu_count; g++)
 			if (!env->usable[g])
 				env->usable[g] = PICK_UNMAPPED;
+	/* A slice is inside the allocation when an entry names it ("MIG-" and
+	 * its UUID, or a unique prefix, as CUDA takes it) or its whole GPU. */
+	env->mig_usable = calloc(snap->mig_count + 1, 1);
+	if (!env->mig_usable) {
+		pick_env_release(env);
+		return -1;
+	}
+	for (size_t m = 0; m < snap->mig_count; m++) {
+		long pos = -1;
+
+		for (size_t g = 0; g < snap->gpu_count; g++)
+			if (snap->gpus[g].index == snap->migs[m].gpu)
+				pos = (long)g;
+		env->mig_usable[m] = pos >= 0 && env->usable[pos] == 1;
+		for (size_t e = 0; e < env->vis.count; e++)
+			if (!strncmp(env->vis.entries[e], "MIG-", 4) && snap->migs[m].uuid[0] &&
+			    !strncmp(snap->migs[m].uuid, env->vis.entries[e],
+				     strlen(env->vis.entries[e])))
+				env->mig_usable[m] = 1;
+	}
 	return 0;
 }
 
@@ -52,6 +72,7 @@ void pick_env_release(struct pick_env *env)
 	visible_release(&env->vis);
 	free(env->entry_gpu);
 	free(env->usable);
+	free(env->mig_usable);
 	*env = (struct pick_env)PICK_ENV_INIT;
 }
 

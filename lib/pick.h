@@ -16,10 +16,11 @@ struct pick_env {
 	long *entry_gpu;         /* per entry: snapshot position or -1 */
 	size_t usable_entries;   /* entries CUDA can use (prefix) */
 	unsigned char *usable;   /* per snapshot position; NULL: all usable */
+	unsigned char *mig_usable; /* per slice (snap->migs); NULL: as its GPU */
 };
 /* usable[] value of a GPU that an unmappable bare index may name. */
 #define PICK_UNMAPPED 2
-#define PICK_ENV_INIT { VISIBLE_INIT, NULL, 0, NULL }
+#define PICK_ENV_INIT { VISIBLE_INIT, NULL, 0, NULL, NULL }
 
 /* Read CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from the environment and
  * resolve them against snap.  Returns 0, -1 on out-of-memory. */

@@ -57,7 +57,8 @@ static void leases_on(const struct policy_input *in, const struct gm_gpu *gpu,
 		return;
 	for (i = 0; i < in->lease_count; i++) {
 		l = &in->leases[i];
-		if (!l->uuid || strcmp(l->uuid, gpu->uuid) != 0)
+		/* a lease of one MIG slice is the slice's, not the GPU's */
+		if (!l->uuid || strcmp(l->uuid, gpu->uuid) != 0 || (l->mig && l->mig[0]))
 			continue;
 		if (!gl->first)
 			gl->first = l;
@@ -151,6 +152,31 @@ static char *ask_format(const struct gm_size *size, uint64_t total_mib, char *bu
 	return buf;
 }
 
+/* "1g.10gb|3g.40gb": the distinct profiles of a GPU's slices; 0 if none. */
+static size_t mig_profiles(const struct gm_snapshot *snap, unsigned index, char *buf, size_t len)
+{
+	size_t used = 0, n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < snap->mig_count; i++) {
+		const struct gm_mig *m = &snap->migs[i];
+		int seen = 0;
+
+		if (m->gpu != index || !m->profile[0])
+			continue;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = snap->migs[k].gpu == index && !strcmp(snap->migs[k].profile, m->profile);
+		if (seen || used + strlen(m->profile) + 2 > len)
+			continue;
+		used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? "|" : "", m->profile);
+		n++;
+	}
+	return n;
+}
+
+static int mig_static_reason(const struct policy_input *in, const struct gm_request *req,
+			     size_t pos, char *why);
+
 /*
  * Static reasons: the GPU can never serve this request, however long one
  * waits.  Returns 1 and writes why when one applies.
@@ -159,7 +185,7 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 			 char *why)
 {
 	const struct gm_gpu *gpu = &in->snap->gpus[pos];
-	char ask[64];
+	char ask[64], profiles[64];
 
 	switch (gpu->state) {
 	case GM_GPU_OK:
@@ -174,6 +200,8 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 		say(why, "error: %s", gpu->note[0] ? gpu->note : "NVML answered an error");
 		return 1;
 	}
+	if (req->mig[0])
+		return mig_static_reason(in, req, pos, why);
 	if (in->usable && in->usable[pos] == 2) {
 		say(why, "CUDA_VISIBLE_DEVICES index: this driver hides CUDA's fastest-first "
 			 "order (no core count before R510); use UUIDs or CUDA_DEVICE_ORDER=PCI_BUS_ID");
@@ -193,6 +221,14 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 	}
 	if ((gpu->valid & GM_HAS_COMPUTE_MODE) && gpu->compute_mode == GM_COMPUTE_PROHIBITED) {
 		say(why, "compute mode is prohibited");
+		return 1;
+	}
+	/* A GPU split into slices has no whole to give: CUDA sees only its
+	 * slices. */
+	if ((gpu->valid & GM_HAS_MIG) && gpu->mig_mode == 1) {
+		say(why, "in MIG mode: never handed out whole (ask for a slice with --mig%s%s)",
+		    mig_profiles(in->snap, gpu->index, profiles, sizeof profiles) ? " " : "",
+		    profiles);
 		return 1;
 	}
 	if ((req->share || req->has_min_free) && !(gpu->valid & GM_HAS_MEMORY)) {
@@ -380,6 +416,200 @@ static void sort_candidates(struct candidate *c, size_t n, enum gm_policy by)
 	}
 }
 
+/* ---- MIG slices ---------------------------------------------------------- */
+
+static int mig_wanted(const struct gm_request *req, const struct gm_mig *m)
+{
+	return !strcmp(req->mig, "any") || !strcmp(req->mig, m->profile);
+}
+
+/* The slice at snapshot position mi, of the GPU at pos, may be handed out
+ * under the inherited CUDA_VISIBLE_DEVICES. */
+static int mig_usable(const struct policy_input *in, size_t pos, size_t mi)
+{
+	if (in->mig_usable)
+		return in->mig_usable[mi];
+	return !in->usable || in->usable[pos] == 1;
+}
+
+/* The static reasons of a --mig request: the GPU is not split, or has no
+ * slice of the profile that the request could use. */
+static int mig_static_reason(const struct policy_input *in, const struct gm_request *req,
+			     size_t pos, char *why)
+{
+	const struct gm_snapshot *snap = in->snap;
+	const struct gm_gpu *gpu = &snap->gpus[pos];
+	size_t matches = 0, usable = 0, big_enough = 0;
+	char profiles[64], ask[64];
+
+	if (req->only.count && !gpu_list_matches(&req->only, gpu->index, gpu->uuid)) {
+		say(why, "not in --only");
+		return 1;
+	}
+	if (gpu_list_matches(&req->exclude, gpu->index, gpu->uuid)) {
+		say(why, "excluded by --exclude");
+		return 1;
+	}
+	if (!(gpu->valid & GM_HAS_MIG) || gpu->mig_mode != 1) {
+		say(why, "not in MIG mode (--mig asks for a slice of a GPU in MIG mode)");
+		return 1;
+	}
+	for (size_t i = 0; i < snap->mig_count; i++) {
+		const struct gm_mig *m = &snap->migs[i];
+
+		if (m->gpu != gpu->index || !mig_wanted(req, m))
+			continue;
+		matches++;
+		if (!mig_usable(in, pos, i))
+			continue;
+		usable++;
+		big_enough += !req->has_min_free ||
+			      ((m->valid & GM_MIG_HAS_MEMORY) &&
+			       m->mem_total_mib >= size_mib(&req->min_free, m->mem_total_mib));
+	}
+	if (!matches) {
+		if (mig_profiles(snap, gpu->index, profiles, sizeof profiles))
+			say(why, "no %s slice (it has %s)", req->mig, profiles);
+		else
+			say(why, "no MIG slices (create them with nvidia-smi mig -cgi ... -C)");
+		return 1;
+	}
+	if (!usable) {
+		say(why, "its %s slices are outside CUDA_VISIBLE_DEVICES", req->mig);
+		return 1;
+	}
+	if (!big_enough) {
+		say(why, "no %s slice has --min-free %s in total", req->mig,
+		    ask_format(&req->min_free, gpu->mem_total_mib, ask, sizeof ask));
+		return 1;
+	}
+	return 0;
+}
+
+/* Append "; text" (or "text" first) to why, cut at its room. */
+static void say_more(char *why, const char *text)
+{
+	size_t used = strlen(why), len = strlen(text);
+
+	if (used && used + 3 < WHY_LEN) {
+		memcpy(why + used, "; ", 2);
+		used += 2;
+	}
+	if (len > WHY_LEN - 1 - used)
+		len = WHY_LEN - 1 - used;
+	memcpy(why + used, text, len);
+	why[used + len] = '\0';
+}
+
+/*
+ * The slices of the GPU at pos that a --mig request could get now, appended
+ * to cand[*n].  Returns 1 with why set when there are none: who holds each
+ * one.
+ */
+static int mig_current(const struct policy_input *in, const struct gm_request *req, size_t pos,
+		       struct candidate *cand, size_t *n, char *why)
+{
+	const struct gm_snapshot *snap = in->snap;
+	const struct gm_gpu *gpu = &snap->gpus[pos];
+	struct gpu_leases gl;
+	char one[WHY_LEN], pids[96];
+	size_t found = 0;
+
+	leases_on(in, gpu, &gl);
+	if (gl.exclusive) {
+		/* a lease of the whole GPU, by a gpuman before MIG slices */
+		say(why, "leased whole by %s", holder_of(gl.exclusive));
+		return 1;
+	}
+	if (in->held_for && in->held_for[pos]) {
+		say(why, "held for an earlier waiter%s%s", in->held_for[pos][0] ? ": " : "",
+		    in->held_for[pos]);
+		return 1;
+	}
+	why[0] = '\0';
+	for (size_t i = 0; i < snap->mig_count; i++) {
+		const struct gm_mig *m = &snap->migs[i];
+		const struct policy_lease *held = NULL;
+
+		if (m->gpu != gpu->index || !mig_wanted(req, m) || !mig_usable(in, pos, i))
+			continue;
+		for (size_t l = 0; l < in->lease_count && !held; l++)
+			if (in->leases[l].mig && !strcmp(in->leases[l].mig, m->uuid))
+				held = &in->leases[l];
+		if (held) {
+			snprintf(one, sizeof one, "%s %.12s leased by %s", m->profile, m->uuid,
+				 holder_of(held));
+			say_more(why, one);
+			continue;
+		}
+		if (m->pid_count) {
+			size_t used = (size_t)snprintf(pids, sizeof pids, "pid%s", m->pid_count > 1 ? "s" : "");
+
+			for (size_t k = 0; k < m->pid_count && k < 3 && used < sizeof pids; k++)
+				used += (size_t)snprintf(pids + used, sizeof pids - used, "%s %u",
+							 k ? "," : "", m->pids[k]);
+			snprintf(one, sizeof one, "%s %.12s running %s%s", m->profile, m->uuid, pids,
+				 m->pid_count > 3 ? ", ..." : "");
+			say_more(why, one);
+			continue;
+		}
+		if (req->has_min_free &&
+		    (!(m->valid & GM_MIG_HAS_MEMORY) ||
+		     m->mem_free_mib < size_mib(&req->min_free, m->mem_total_mib))) {
+			snprintf(one, sizeof one, "%s %.12s has only %llu MiB free", m->profile,
+				 m->uuid, (unsigned long long)m->mem_free_mib);
+			say_more(why, one);
+			continue;
+		}
+		cand[*n].pos = i;
+		cand[*n].index = gpu->index;
+		cand[*n].has_mem = !!(m->valid & GM_MIG_HAS_MEMORY);
+		cand[*n].free_mib = m->mem_free_mib;
+		cand[*n].total_mib = m->mem_total_mib;
+		cand[*n].has_power = (gpu->valid & GM_HAS_POWER) && (gpu->valid & GM_HAS_POWER_LIMIT) &&
+				     gpu->power_limit_mw;
+		cand[*n].power_mw = gpu->power_mw;
+		cand[*n].limit_mw = gpu->power_limit_mw;
+		cand[*n].has_util = 0; /* not reported in MIG mode */
+		(*n)++;
+		found++;
+	}
+	if (found) {
+		why[0] = '\0';
+		return 0;
+	}
+	return 1;
+}
+
+/* policy_choose for a --mig request: one slice, chosen[] into snap->migs. */
+static int choose_slice(const struct policy_input *in, const struct gm_request *req,
+			struct policy_result *out)
+{
+	const struct gm_snapshot *snap = in->snap;
+	struct candidate *cand = calloc(snap->mig_count + 1, sizeof *cand);
+	size_t eligible = 0, possible = 0;
+
+	if (!cand)
+		return -1;
+	out->mig = 1;
+	for (size_t pos = 0; pos < snap->gpu_count; pos++) {
+		if (static_reason(in, req, pos, out->why[pos]))
+			continue;
+		possible++;
+		mig_current(in, req, pos, cand, &eligible, out->why[pos]);
+	}
+	sort_candidates(cand, eligible, req->by);
+	if (eligible) {
+		out->outcome = POLICY_OK;
+		out->count = 1;
+		out->chosen[0] = cand[0].pos;
+	} else {
+		out->outcome = possible ? POLICY_NOT_NOW : POLICY_NEVER;
+	}
+	free(cand);
+	return 0;
+}
+
 /*
  * out is overwritten (release an earlier result first).  A request zeroed
  * rather than made by gm_request_new() asks for one GPU, not for none.
@@ -402,6 +632,10 @@ int policy_choose(const struct policy_input *in, const struct gm_request *req,
 	cand = calloc(n + 1, sizeof *cand);
 	if (!out->why || !out->chosen || !cand)
 		goto done;
+	if (req->mig[0]) {
+		rc = choose_slice(in, req, out);
+		goto done;
+	}
 
 	for (pos = 0; pos < n; pos++) {
 		gpu = &snap->gpus[pos];
@@ -449,6 +683,7 @@ void policy_result_release(struct policy_result *res)
 	res->chosen = NULL;
 	res->why = NULL;
 	res->count = 0;
+	res->mig = 0;
 	res->gpu_count = 0;
 	res->outcome = POLICY_OK;
 }

@@ -37,11 +37,15 @@ struct gm_request {
 	int idle;                   /* --idle: only GPUs without any process */
 	int has_wait;               /* --wait */
 	int64_t wait_ms;            /* -1: forever */
+	char mig[32];               /* --mig: one MIG slice of this profile
+				     * ("1g.10gb", or "any"); "" a whole GPU */
 };
 
 /* A lease already granted, as the policy sees it. */
 struct policy_lease {
 	const char *uuid;          /* the GPU it holds */
+	const char *mig;           /* the MIG slice of that GPU it holds, NULL
+				    * or "": the whole GPU */
 	int exclusive;             /* 1 exclusive, 0 memory share */
 	uint64_t share_mib;        /* the share's size on this GPU */
 	uint64_t pending_mib;      /* part of the share its job does not hold yet */
@@ -60,6 +64,9 @@ struct policy_input {
 	/* Per snapshot position: non-NULL = held back for an earlier waiter,
 	 * with this text as the reason; NULL array = none held back. */
 	const char *const *held_for;
+	/* Per slice (snap->migs): 0 = outside the inherited
+	 * CUDA_VISIBLE_DEVICES; NULL = every slice of a usable GPU usable. */
+	const unsigned char *mig_usable;
 };
 
 enum policy_outcome {
@@ -71,13 +78,15 @@ enum policy_outcome {
 struct policy_result {
 	enum policy_outcome outcome;
 	size_t count;
-	size_t *chosen;         /* positions into snap->gpus, best first */
+	size_t *chosen;         /* positions into snap->gpus, best first; for
+				 * a --mig request into snap->migs */
+	int mig;                /* chosen[] are slices */
 	/* Per snapshot position: why that GPU was not chosen ("" if it was,
 	 * or if it was eligible but not needed).  One line, for people. */
 	char (*why)[160];
 	size_t gpu_count;
 };
-#define POLICY_RESULT_INIT { POLICY_OK, 0, NULL, NULL, 0 }
+#define POLICY_RESULT_INIT { POLICY_OK, 0, NULL, 0, NULL, 0 }
 
 /* Returns 0, or -1 on out-of-memory. */
 int policy_choose(const struct policy_input *in, const struct gm_request *req,

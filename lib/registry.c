@@ -28,6 +28,7 @@
 #include "proctree.h"
 #include "policy.h"
 #include "registry.h"
+#include "snapshot.h"
 #include "util.h"
 
 #define LEASE_PREFIX "lease."
@@ -241,13 +242,15 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	li->gpu_count = json_array_size(gpus);
 	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
 	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
-	if (!li->uuids || !li->indices) {
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
+	if (!li->uuids || !li->indices || !li->migs) {
 		json_decref(o);
 		return -1;
 	}
 	json_array_foreach(gpus, i, g) {
 		snprintf(li->uuids[i], sizeof li->uuids[i], "%s", jstr(g, "uuid"));
 		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+		snprintf(li->migs[i], sizeof li->migs[i], "%s", jstr(g, "mig_uuid"));
 	}
 	json_decref(o);
 	return 0;
@@ -366,6 +369,7 @@ void registry_view_release(struct registry_view *view)
 	for (size_t i = 0; i < view->lease_count; i++) {
 		free(view->leases[i].uuids);
 		free(view->leases[i].indices);
+		free(view->leases[i].migs);
 	}
 	for (size_t i = 0; i < view->waiter_count; i++)
 		free(view->waiters[i].cand);
@@ -427,7 +431,9 @@ static const char *waiter_summary(const struct gm_request *req, char *buf, size_
 {
 	char size[32];
 
-	if (req->share)
+	if (req->mig[0])
+		snprintf(buf, len, "1 MIG slice %s", req->mig);
+	else if (req->share)
 		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
 			 size_format(&req->mem, size, sizeof size));
 	else
@@ -488,6 +494,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 			uint64_t used = 0;
 
 			pl->uuid = li->uuids[g];
+			pl->mig = li->migs[g];
 			pl->exclusive = li->exclusive;
 			pl->share_mib = li->share_mib;
 			pl->holder = a->holders[i];
@@ -523,6 +530,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	a->in.lease_count = a->lease_count;
 	a->in.usable = a->env.usable;
 	a->in.held_for = a->held_for;
+	a->in.mig_usable = a->env.mig_usable;
 	if (policy_choose(&a->in, req, &a->res) < 0)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	return GM_OK;
@@ -704,18 +712,22 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	l->indices = calloc(n + 1, sizeof *l->indices);
 	l->uuids = calloc(n + 1, sizeof *l->uuids);
 	l->indices_text = calloc(n + 1, 12);
-	l->cuda_visible = pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
+	l->cuda_visible = a->res.mig ? strdup(a->snap->migs[a->res.chosen[0]].uuid)
+				     : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
 	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible)
 		goto failed;
 	random_id(l->id, sizeof l->id);
 	l->exclusive = !req->share;
 	for (size_t i = 0; i < n; i++) {
-		const struct gm_gpu *g = &a->snap->gpus[a->res.chosen[i]];
+		const struct gm_mig *m = a->res.mig ? &a->snap->migs[a->res.chosen[i]] : NULL;
+		const struct gm_gpu *g = m ? &a->snap->gpus[snapshot_position(a->snap, m->gpu)]
+					   : &a->snap->gpus[a->res.chosen[i]];
 		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
 		json_t *jg = json_object();
 
 		l->indices[i] = g->index;
-		snprintf(l->uuids[i], sizeof l->uuids[i], "%s", g->uuid);
+		/* a slice's holder knows it by the slice's UUID, as CUDA does */
+		snprintf(l->uuids[i], sizeof l->uuids[i], "%s", m ? m->uuid : g->uuid);
 		ilen += (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", g->index);
 		/* A percentage share is the same size on every GPU of the lease:
 		 * the smallest GPU's, so the record is one number. */
@@ -725,6 +737,8 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 			min_total = g->mem_total_mib;
 		json_object_set_new(jg, "index", json_integer(g->index));
 		json_object_set_new(jg, "uuid", json_string(g->uuid));
+		if (m)
+			json_object_set_new(jg, "mig_uuid", json_string(m->uuid));
 		json_array_append_new(gpus, jg);
 	}
 	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
@@ -1109,6 +1123,13 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
 			   const struct gm_request *req, unsigned **indices, size_t *count,
 			   char **explain)
 {
+	return registry_pick(ctx, snap, req, indices, count, NULL, explain);
+}
+
+enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
+			  const struct gm_request *req, unsigned **indices, size_t *count,
+			  long *mig_pos, char **explain)
+{
 	struct registry *reg = NULL;
 	struct attempt a;
 	enum gm_err rc;
@@ -1131,6 +1152,7 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
 		else {
 			a.in.snap = snap;
 			a.in.usable = a.env.usable;
+			a.in.mig_usable = a.env.mig_usable;
 			rc = policy_choose(&a.in, req, &a.res) < 0 ? GM_ERR_NOMEM : GM_OK;
 		}
 	}
@@ -1150,8 +1172,11 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
 		goto done;
 	}
 	for (size_t i = 0; i < a.res.count; i++)
-		(*indices)[i] = snap->gpus[a.res.chosen[i]].index;
+		(*indices)[i] = a.res.mig ? snap->migs[a.res.chosen[i]].gpu
+					  : snap->gpus[a.res.chosen[i]].index;
 	*count = a.res.count;
+	if (mig_pos)
+		*mig_pos = a.res.mig && a.res.count ? (long)a.res.chosen[0] : -1;
 done:
 	attempt_release(&a);
 	registry_close(reg);

@@ -57,6 +57,11 @@ struct lease_info {
 	size_t gpu_count;
 	char (*uuids)[96];
 	unsigned *indices;
+	/* Per GPU: the MIG slice ("MIG-...") the lease holds on it, "" for
+	 * the whole GPU.  The file names a slice's GPU in "uuid", as readers
+	 * older than slices read it: for them the GPU is leased exclusively,
+	 * so they never place a job on it. */
+	char (*migs)[96];
 };
 
 /* A live waiting request. */
@@ -118,6 +123,14 @@ struct acquire_opts {
  * GM_ERR_NEVER / GM_ERR_TIMEOUT come with *explain (caller frees; may be
  * NULL) saying per GPU what excluded it.
  */
+/*
+ * gm_pick, and for a --mig request the chosen slice too: *mig_pos its
+ * position in snap->migs (-1 for a whole-GPU request).  mig_pos may be NULL.
+ */
+enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
+			  const struct gm_request *req, unsigned **indices, size_t *count,
+			  long *mig_pos, char **explain);
+
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			     const struct gm_request *req, const struct acquire_opts *opts,
 			     struct gm_lease **out, char **explain, char *errbuf, size_t errlen);

@@ -44,7 +44,16 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 	if (!req || !key)
 		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "no request or option given");
 	if (!strcmp(key, "n")) {
-		rc = parse_count(v, &req->count, why, sizeof why);
+		unsigned count;
+
+		rc = parse_count(v, &count, why, sizeof why);
+		if (rc == 0 && count > 1 && req->mig[0]) {
+			snprintf(why, sizeof why, "--mig takes one slice per job: CUDA uses one MIG "
+						  "device per process");
+			rc = -1;
+		}
+		if (rc == 0)
+			req->count = count;
 	} else if (!strcmp(key, "by")) {
 		int by = policy_from_name(v);
 
@@ -86,6 +95,10 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 		struct gm_size size;
 
 		rc = parse_size(v, &size, why, sizeof why);
+		if (rc == 0 && req->mig[0]) {
+			snprintf(why, sizeof why, "--mig takes a whole slice, never a share of it");
+			rc = -1;
+		}
 		if (rc == 0 && (size.is_pct ? size.pct == 0 : size.mib == 0)) {
 			snprintf(why, sizeof why, "a share of nothing reserves nothing (use --exclusive)");
 			rc = -1;
@@ -93,6 +106,22 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 		if (rc == 0) {
 			req->share = 1;
 			req->mem = size;
+		}
+	} else if (!strcmp(key, "mig")) {
+		size_t len = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789.+");
+
+		if (!*v || v[len] || len >= sizeof req->mig) {
+			snprintf(why, sizeof why, "not a MIG profile (e.g. 1g.10gb, 3g.40gb, or any)");
+			rc = -1;
+		} else if (req->share) {
+			snprintf(why, sizeof why, "a slice is never shared (drop --mem)");
+			rc = -1;
+		} else if (req->count > 1) {
+			snprintf(why, sizeof why, "one slice per job: CUDA uses one MIG device "
+						  "per process (drop -n)");
+			rc = -1;
+		} else {
+			strcpy(req->mig, v);
 		}
 	} else if (!strcmp(key, "idle")) {
 		req->idle = 1;
@@ -258,6 +287,8 @@ GM_API char *gm_request_text(const struct gm_request *req)
 	}
 	if (req->idle)
 		text_add(&t, "--idle", "", "");
+	if (req->mig[0])
+		text_add(&t, "--mig", " ", req->mig);
 	if (req->has_wait) {
 		/* optional argument: only --wait=VALUE parses as one */
 		duration_text(value, sizeof value, req->wait_ms);

@@ -121,6 +121,9 @@ GM_API void gm_snapshot_free(struct gm_snapshot *snap)
 	for (size_t i = 0; i < snap->note_count; i++)
 		free(snap->notes[i]);
 	free(snap->notes);
+	for (size_t i = 0; i < snap->mig_count; i++)
+		free(snap->migs[i].pids);
+	free(snap->migs);
 	free(snap->gpus);
 	free(snap->procs);
 	free(snap);
@@ -225,11 +228,39 @@ static const struct {
 				GM_HAS_MAX_CLOCK_GRAPHICS },
 };
 
+json_t *snapshot_mig_json(const struct gm_mig *m)
+{
+	json_t *o = json_object(), *pids = json_array();
+	int mem = !!(m->valid & GM_MIG_HAS_MEMORY), inst = !!(m->valid & GM_MIG_HAS_INSTANCE);
+
+	json_object_set_new(o, "uuid", m->uuid[0] ? json_string(m->uuid) : json_null());
+	json_object_set_new(o, "gpu", json_integer(m->gpu));
+	json_object_set_new(o, "name", m->name[0] ? json_text(m->name) : json_null());
+	json_object_set_new(o, "profile", m->profile[0] ? json_text(m->profile) : json_null());
+	json_object_set_new(o, "memory_total_mib",
+			    mem ? json_integer((json_int_t)m->mem_total_mib) : json_null());
+	json_object_set_new(o, "memory_used_mib",
+			    mem ? json_integer((json_int_t)m->mem_used_mib) : json_null());
+	json_object_set_new(o, "memory_free_mib",
+			    mem ? json_integer((json_int_t)m->mem_free_mib) : json_null());
+	json_object_set_new(o, "gpu_instance_id",
+			    inst ? json_integer(m->gpu_instance_id) : json_null());
+	json_object_set_new(o, "compute_instance_id",
+			    inst ? json_integer(m->compute_instance_id) : json_null());
+	for (size_t k = 0; k < m->pid_count; k++)
+		json_array_append_new(pids, json_integer(m->pids[k]));
+	json_object_set_new(o, "pids", (m->valid & GM_MIG_HAS_PROCESSES) ? pids : json_null());
+	if (!(m->valid & GM_MIG_HAS_PROCESSES))
+		json_decref(pids);
+	return o;
+}
+
 json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 {
 	const struct gm_gpu *gpu = &snap->gpus[pos];
 	json_t *o = json_object();
 	long fastest = snapshot_cuda_index(snap, pos, 0), pci = snapshot_cuda_index(snap, pos, 1);
+	json_t *migs;
 	char cc[16];
 
 	json_object_set_new(o, "index", json_integer(gpu->index));
@@ -271,6 +302,11 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	json_object_set_new(o, "mig_mode", (gpu->valid & GM_HAS_MIG)
 						   ? json_boolean(gpu->mig_mode == 1)
 						   : json_null());
+	migs = json_array();
+	for (size_t i = 0; i < snap->mig_count; i++)
+		if (snap->migs[i].gpu == gpu->index)
+			json_array_append_new(migs, snapshot_mig_json(&snap->migs[i]));
+	json_object_set_new(o, "mig_devices", migs);
 	/* CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID. */
 	json_object_set_new(o, "cuda_index", fastest >= 0 ? json_integer(fastest) : json_null());
 	json_object_set_new(o, "cuda_index_pci_bus_order", pci >= 0 ? json_integer(pci) : json_null());
@@ -281,6 +317,7 @@ json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc 
 {
 	json_t *o = json_object();
 	long pos = snapshot_position(snap, proc->gpu);
+	const struct gm_mig *mig = gm_proc_mig(snap, proc);
 	const char *kind = proc->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "compute+graphics"
 			   : proc->kind == GM_PROC_GRAPHICS			? "graphics"
 										: "compute";
@@ -290,6 +327,7 @@ json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc 
 	json_object_set_new(o, "gpu_uuid",
 			    pos >= 0 && snap->gpus[pos].uuid[0] ? json_string(snap->gpus[pos].uuid)
 								: json_null());
+	json_object_set_new(o, "mig_uuid", mig && mig->uuid[0] ? json_string(mig->uuid) : json_null());
 	json_object_set_new(o, "used_mib",
 			    proc->has_mem ? json_integer((json_int_t)proc->used_mib) : json_null());
 	json_object_set_new(o, "type", json_string(kind));

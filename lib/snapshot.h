@@ -19,6 +19,8 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos);
 /* Where CUDA numbers the GPU at pos: in its default fastest-first order, or
  * with CUDA_DEVICE_ORDER=PCI_BUS_ID; -1 if CUDA does not see it. */
 long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_order);
+/* One MIG slice as a JSON object (new ref). */
+json_t *snapshot_mig_json(const struct gm_mig *mig);
 json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc *proc);
 json_t *snapshot_json(const struct gm_snapshot *snap);
 /* The snapshot position of the GPU with this NVML index, or -1. */

@@ -124,3 +124,52 @@ GM_API int gm_proc_uid(const struct gm_proc *proc, unsigned *out)
 	*out = proc->uid;
 	return 1;
 }
+
+GM_API size_t gm_snapshot_mig_count(const struct gm_snapshot *snap)
+{
+	return snap->mig_count;
+}
+
+GM_API const struct gm_mig *gm_snapshot_mig(const struct gm_snapshot *snap, size_t i)
+{
+	return i < snap->mig_count ? &snap->migs[i] : NULL;
+}
+
+GM_API unsigned gm_mig_gpu(const struct gm_mig *mig) { return mig->gpu; }
+GM_API const char *gm_mig_uuid(const struct gm_mig *mig) { return mig->uuid; }
+GM_API const char *gm_mig_name(const struct gm_mig *mig) { return mig->name; }
+GM_API const char *gm_mig_profile(const struct gm_mig *mig) { return mig->profile; }
+GM_API unsigned gm_mig_valid(const struct gm_mig *mig) { return mig->valid; }
+
+GM_API int gm_mig_value(const struct gm_mig *mig, enum gm_mig_value what, int64_t *out)
+{
+	unsigned need;
+	int64_t v;
+
+	switch (what) {
+	case GM_MIG_MEM_TOTAL_MIB: need = GM_MIG_HAS_MEMORY; v = (int64_t)mig->mem_total_mib; break;
+	case GM_MIG_MEM_FREE_MIB: need = GM_MIG_HAS_MEMORY; v = (int64_t)mig->mem_free_mib; break;
+	case GM_MIG_MEM_USED_MIB: need = GM_MIG_HAS_MEMORY; v = (int64_t)mig->mem_used_mib; break;
+	case GM_MIG_GPU_INSTANCE_ID: need = GM_MIG_HAS_INSTANCE; v = mig->gpu_instance_id; break;
+	case GM_MIG_COMPUTE_INSTANCE_ID: need = GM_MIG_HAS_INSTANCE; v = mig->compute_instance_id; break;
+	default: return 0;  /* asked by a program built against a newer header */
+	}
+	if (!(mig->valid & need))
+		return 0;
+	*out = v;
+	return 1;
+}
+
+GM_API const struct gm_mig *gm_proc_mig(const struct gm_snapshot *snap, const struct gm_proc *proc)
+{
+	for (size_t i = 0; i < snap->mig_count; i++) {
+		const struct gm_mig *m = &snap->migs[i];
+
+		if (m->gpu != proc->gpu)
+			continue;
+		for (size_t k = 0; k < m->pid_count; k++)
+			if (m->pids[k] == proc->pid)
+				return m;
+	}
+	return NULL;
+}

@@ -55,6 +55,20 @@ struct gm_proc {
 	unsigned util_pct;
 };
 
+/* One MIG slice (MIG device) of a GPU in MIG mode: a device of its own for
+ * CUDA (CUDA_VISIBLE_DEVICES=MIG-<uuid>). */
+struct gm_mig {
+	unsigned gpu;           /* NVML index of its GPU */
+	char uuid[96];          /* "MIG-..." (empty if unreadable) */
+	char name[96];          /* "NVIDIA A100-SXM4-80GB MIG 1g.10gb" */
+	char profile[32];       /* "1g.10gb"; empty if the name does not say */
+	unsigned valid;         /* enum gm_mig_field bits */
+	uint64_t mem_total_mib, mem_free_mib, mem_used_mib;
+	unsigned gpu_instance_id, compute_instance_id;
+	size_t pid_count;
+	unsigned *pids;         /* processes running in the slice, sorted; owned */
+};
+
 struct gm_snapshot {
 	char driver_version[80];   /* empty if unknown */
 	int cuda_driver_version;   /* 13000 means 13.0; 0 if unknown */
@@ -65,6 +79,9 @@ struct gm_snapshot {
 	size_t note_count;
 	char **notes;              /* GPUs skipped and other remarks, for people */
 	int64_t taken_ms;          /* wall-clock time of the snapshot */
+	/* MIG slices, read through gm_snapshot_mig() */
+	size_t mig_count;
+	struct gm_mig *migs;       /* sorted by GPU, then GPU instance id */
 };
 
 #endif

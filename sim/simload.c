@@ -43,9 +43,10 @@ static const char usage[] =
     "\n"
     "A stand-in for a GPU job on the machine that the NVML simulator's scenario\n"
     "($GPUMAN_SIM) describes.  It uses the GPUs CUDA would give it\n"
-    "(CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER), waits for CUDA to start, takes\n"
-    "SIZE of memory and PERCENT of utilization on each, and runs S seconds\n"
-    "divided by the speed of its slowest GPU.\n"
+    "(CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER; a first entry MIG-<uuid>: that\n"
+    "MIG slice), waits for CUDA to start, takes SIZE of memory and PERCENT of\n"
+    "utilization on each, and runs S seconds divided by the speed of its\n"
+    "slowest GPU.\n"
     "\n"
     "  --mem SIZE        memory per GPU: MiB, or a number with K, M, G or T (binary)\n"
     "  --util PERCENT    utilization it adds to each GPU, 0-100\n"
@@ -73,7 +74,8 @@ struct options {
 /* A running job: what it holds and where it reports. */
 struct job {
 	const struct scenario *sc;
-	size_t visible[SCENARIO_MAX_GPUS]; /* positions in sc->gpus, CUDA device order */
+	/* in CUDA device order: GPUs, or the one MIG slice CUDA enumerates */
+	const struct scenario_gpu *visible[SCENARIO_MAX_GPUS];
 	size_t count;
 	int record_fd; /* -1 without --record */
 };
@@ -205,6 +207,34 @@ bad_value:
 	return -1;
 }
 
+/*
+ * The devices CUDA shows: GPUs by CUDA_VISIBLE_DEVICES and the device
+ * order, or, when its first entry names a MIG slice ("MIG-" and the
+ * slice's full UUID), that one slice: CUDA enumerates one MIG device per
+ * process.
+ */
+static size_t visible_devices(const struct scenario *sc, const char *value, int pci_order,
+                              const struct scenario_gpu **out)
+{
+	size_t pos[SCENARIO_MAX_GPUS], n, i;
+	char entry[SCENARIO_NAME_SIZE];
+
+	if (value) {
+		value += strspn(value, " \t");
+		n = strcspn(value, ", \t");
+		if (!strncmp(value, "MIG-", 4) && n < sizeof entry) {
+			memcpy(entry, value, n);
+			entry[n] = '\0';
+			out[0] = scenario_find_mig(sc, entry);
+			return out[0] ? 1 : 0;
+		}
+	}
+	n = scenario_cuda_visible(sc, value, pci_order, pos);
+	for (i = 0; i < n; i++)
+		out[i] = &sc->gpus[pos[i]];
+	return n;
+}
+
 /* One write() per line, so that concurrent jobs' lines never interleave. */
 static void record(const struct job *job, const char *what)
 {
@@ -215,7 +245,7 @@ static void record(const struct job *job, const char *what)
 
 	for (i = 0; job->record_fd >= 0 && i < job->count; i++) {
 		n = snprintf(line, sizeof line, "%s %ld %s %lld\n", what, (long)getpid(),
-		             job->sc->gpus[job->visible[i]].uuid, now);
+		             job->visible[i]->uuid, now);
 		if (write(job->record_fd, line, (size_t)n) != n)
 			fprintf(stderr, "simload: cannot write the record: %s\n", strerror(errno));
 	}
@@ -309,15 +339,14 @@ static int allocate(struct job *job, struct simstate *st, const struct options *
 		goto failed;
 	}
 	for (i = 0; i < job->count; i++) {
-		status = check_gpu(&job->sc->gpus[job->visible[i]], &live, opt->mem_mib);
+		status = check_gpu(job->visible[i], &live, opt->mem_mib);
 		if (status)
 			goto done;
 	}
 	for (i = 0; i < job->count; i++) {
 		memset(&uses[i], 0, sizeof uses[i]);
 		uses[i].pid = (unsigned)getpid();
-		snprintf(uses[i].uuid, sizeof uses[i].uuid, "%s",
-		         job->sc->gpus[job->visible[i]].uuid);
+		snprintf(uses[i].uuid, sizeof uses[i].uuid, "%s", job->visible[i]->uuid);
 		uses[i].used_mib = opt->mem_mib;
 		uses[i].utilization = opt->util_pct;
 	}
@@ -372,8 +401,8 @@ int main(int argc, char **argv)
 		status = EXIT_CUDA_INIT;
 		goto done;
 	}
-	job.count = scenario_cuda_visible(sc, getenv("CUDA_VISIBLE_DEVICES"),
-	                                  order && !strcmp(order, "PCI_BUS_ID"), job.visible);
+	job.count = visible_devices(sc, getenv("CUDA_VISIBLE_DEVICES"),
+	                            order && !strcmp(order, "PCI_BUS_ID"), job.visible);
 	if (!job.count) {
 		fprintf(stderr, "simload: CUDA error: no CUDA-capable device is detected\n");
 		status = EXIT_CUDA_NODEV;
@@ -412,7 +441,7 @@ int main(int argc, char **argv)
 		goto done;
 	record(&job, "start");
 	for (i = 0; i < job.count; i++) {
-		const struct scenario_gpu *gpu = &sc->gpus[job.visible[i]];
+		const struct scenario_gpu *gpu = job.visible[i];
 
 		printf("simload: pid %ld on %s (cuda device %zu): %llu MiB, %u%%\n", (long)getpid(),
 		       gpu->uuid, i, (unsigned long long)opt.mem_mib, opt.util_pct);

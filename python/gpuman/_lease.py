@@ -209,7 +209,7 @@ def _gpu_list(value):
     return ",".join(str(v) for v in value)
 
 
-def _options(n, by, min_free, max_util, mem, wait, only, exclude, idle):
+def _options(n, by, min_free, max_util, mem, wait, only, exclude, idle, mig=None):
     opts = [("n", _number(n)), ("by", str(by))]
     if min_free is not None:
         opts.append(("min-free", _number(min_free)))
@@ -223,6 +223,8 @@ def _options(n, by, min_free, max_util, mem, wait, only, exclude, idle):
         opts.append(("exclude", _gpu_list(exclude)))
     if idle:
         opts.append(("idle", None))
+    if mig is not None:
+        opts.append(("mig", str(mig)))
     if wait is True:
         opts.append(("wait", None))  # forever
     elif wait is not None and wait is not False:
@@ -356,7 +358,7 @@ def select(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
            max_util: Optional[Union[int, float, str]] = None, mem: Optional[Size] = None,
            wait: Optional[Duration] = None, fallback: Optional[str] = None,
            only: Optional[GpuList] = None, exclude: Optional[GpuList] = None,
-           idle: bool = False) -> Lease:
+           idle: bool = False, mig: Optional[str] = None) -> Lease:
     """Lease GPUs for this process and point os.environ at them.
 
     n: GPUs; by: "memory" (most free first), "memory-rate", "power", "util"
@@ -366,7 +368,9 @@ def select(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
     (forever), seconds, or a duration such as "15m" -- queue first come,
     first served until GPUs fit (Ctrl-C leaves the line at once); only /
     exclude: NVML indices or UUID prefixes (list or "0,3"); idle: only GPUs
-    with no process at all; fallback="cpu": instead of raising Unavailable
+    with no process at all; mig: one MIG slice of this profile ("1g.10gb",
+    or "any") instead of a GPU, CUDA_VISIBLE_DEVICES=MIG-<uuid> (a GPU in
+    MIG mode is never leased whole); fallback="cpu": instead of raising Unavailable
     or NoDriver, warn and return a CPU lease (CUDA_VISIBLE_DEVICES="").
 
     Sets CUDA_VISIBLE_DEVICES (full UUIDs), GPUMAN_GPUS, GPUMAN_LEASE and,
@@ -380,7 +384,7 @@ def select(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
     InvalidArgument (a ValueError; the message names the argument), or
     GpumanError.
     """
-    return _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle)
+    return _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle, mig)
 
 
 # Warnings name the line that called select() or entered auto_choice(): two
@@ -388,11 +392,12 @@ def select(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
 _STACKLEVEL = 3
 
 
-def _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle):
+def _select(n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle, mig=None):
     if fallback not in (None, "cpu"):
         raise InvalidArgument("fallback %r: unknown value (use 'cpu' or None)" % (fallback,),
                               _native.ERR_INVALID)
-    req = _native.request(_options(n, by, min_free, max_util, mem, wait, only, exclude, idle))
+    req = _native.request(_options(n, by, min_free, max_util, mem, wait, only, exclude, idle,
+                                   mig))
     cuda_ready = _cuda_initialised()
     try:
         ctx = _native.open_context()
@@ -471,8 +476,8 @@ class auto_choice:
                  max_util: Optional[Union[int, float, str]] = None, mem: Optional[Size] = None,
                  wait: Optional[Duration] = None, fallback: Optional[str] = None,
                  only: Optional[GpuList] = None, exclude: Optional[GpuList] = None,
-                 idle: bool = False):
-        self._args = (n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle)
+                 idle: bool = False, mig: Optional[str] = None):
+        self._args = (n, by, min_free, max_util, mem, wait, fallback, only, exclude, idle, mig)
         self.lease = None
 
     def __enter__(self) -> Device:

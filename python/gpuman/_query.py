@@ -7,22 +7,24 @@ from . import _lease, _native
 from ._lease import CVD, Duration, GpuList, Size, _options
 
 
-def _request(n, by, min_free, max_util, mem, wait, only, exclude, idle):
-    return _native.request(_options(n, by, min_free, max_util, mem, wait, only, exclude, idle))
+def _request(n, by, min_free, max_util, mem, wait, only, exclude, idle, mig=None):
+    return _native.request(_options(n, by, min_free, max_util, mem, wait, only, exclude, idle,
+                                    mig))
 
 
 def pick(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
          max_util: Optional[Union[int, float, str]] = None, mem: Optional[Size] = None,
          only: Optional[GpuList] = None, exclude: Optional[GpuList] = None,
-         idle: bool = False) -> List[int]:
+         idle: bool = False, mig: Optional[str] = None) -> List[int]:
     """The GPUs select() would lease now (same arguments, no wait), as NVML
-    indices in policy order, without leasing them: another process may take
-    them first, so use select() to hold them.
+    indices in policy order (with mig, the index of the slice's GPU),
+    without leasing them: another process may take them first, so use
+    select() to hold them.
 
     Raises Unavailable, whose message says per GPU why it was not chosen
     (.code 6: not now; 12: never on this machine), InvalidArgument, NoDriver.
     """
-    req = _request(n, by, min_free, max_util, mem, None, only, exclude, idle)
+    req = _request(n, by, min_free, max_util, mem, None, only, exclude, idle, mig)
     try:
         with _native.context() as ctx:
             # Choose within what bounds this process, as select() does: the
@@ -62,11 +64,12 @@ def request_text(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = N
                  max_util: Optional[Union[int, float, str]] = None,
                  mem: Optional[Size] = None, wait: Optional[Duration] = None,
                  only: Optional[GpuList] = None,
-                 exclude: Optional[GpuList] = None, idle: bool = False) -> str:
+                 exclude: Optional[GpuList] = None, idle: bool = False,
+                 mig: Optional[str] = None) -> str:
     """select()'s arguments as gpuman's command-line options, defaults left
     out, as the library reads them: request_text(n=2, mem=8192, wait="90")
     is "-n 2 --mem 8G --wait=1m30s".  Raises InvalidArgument."""
-    req = _request(n, by, min_free, max_util, mem, wait, only, exclude, idle)
+    req = _request(n, by, min_free, max_util, mem, wait, only, exclude, idle, mig)
     try:
         return _native.request_text(req)
     finally:

@@ -21,7 +21,7 @@ listed() { gpuman --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 	run -0 complete_bash gpuman ""
 	[ "$(sort <<<"$output")" = "$( (listed; echo help) | sort)" ]
 	run -0 complete_bash gpuman run --m
-	[ "$(sort <<<"$output" | tr '\n' ' ')" = "--max-util --mem --min-free " ]
+	[ "$(sort <<<"$output" | tr '\n' ' ')" = "--max-util --mem --mig --min-free " ]
 	run -0 complete_bash gpuman pick --by po
 	[ "$output" = power ]
 	run -0 complete_bash gpuman --sim "$LAB" info ""

@@ -352,6 +352,30 @@ class BindingTest(unittest.TestCase):
         lease = gpuman.select(mem="1.5G")
         self.assertEqual(lease.request, "--mem 1536M")
 
+    def test_select_mig_leases_one_slice_never_the_whole_gpu(self):
+        """select(mig=...) leases a MIG slice; a plain select() skips a GPU in MIG mode"""
+        with open(os.path.join(ROOT, "examples", "mig-a100.json")) as f:
+            self.scenario(json.load(f))
+        lease = gpuman.select(mig="1g.10gb")
+        slice_1d = "MIG-1d000000-1111-4000-8000-000000000004"
+        self.assertEqual(os.environ["CUDA_VISIBLE_DEVICES"], slice_1d)
+        self.assertEqual(lease.uuids, [slice_1d])
+        self.assertEqual(lease.indices, [0])
+        self.assertEqual(lease.request, "--mig 1g.10gb")
+        held = self.leases()
+        self.assertEqual([g["mig_uuid"] for g in held[0]["gpus"]], [slice_1d])
+        with self.assertRaises(gpuman.Unavailable) as caught:
+            gpuman.select(mig="1g.10gb")
+        self.assertIn("MIG-1d000000 leased by", str(caught.exception))
+        lease.release()
+        with self.assertRaises(ValueError):
+            gpuman.request_text(mig="1g.10gb", mem="1G")
+        # GPU 0 is split: a whole GPU is GPU 1
+        self.assertEqual(gpuman.pick(), [1])
+        with self.assertRaises(gpuman.Unavailable) as caught:
+            gpuman.pick(only=[0])
+        self.assertIn("in MIG mode: never handed out whole", str(caught.exception))
+
     def test_pick_chooses_without_leasing(self):
         """pick() names the GPUs select() would take, and leases nothing"""
         self.assertEqual(gpuman.pick(), [1])

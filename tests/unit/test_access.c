@@ -160,6 +160,50 @@ static void test_processes_and_counts(void **state)
 	fake_snapshot_release(&snap);
 }
 
+static void test_mig_slices_and_their_processes(void **state)
+{
+	struct gm_snapshot snap;
+	const struct gm_mig *m;
+	struct gm_mig *raw;
+	int64_t v = -7;
+
+	(void)state;
+	fake_snapshot_init(&snap);
+	fake_gpu_mem(&snap, 0, 81920, 40000);
+	fake_gpu_mem(&snap, 1, 81920, 80000);
+	fake_mig(&snap, 0, "3g.40gb", "3a", 40192, 10000, 700);
+	raw = fake_mig(&snap, 0, "1g.10gb", "1d", 9728, 9700, 0);
+	raw->valid &= ~GM_MIG_HAS_MEMORY;
+	fake_proc(&snap, 0, 700, 30000);
+	fake_proc(&snap, 0, 800, 100);  /* on GPU 0, in no slice we know */
+	fake_proc(&snap, 1, 700, 100);  /* the same pid on another GPU */
+
+	assert_int_equal(gm_snapshot_mig_count(&snap), 2);
+	assert_null(gm_snapshot_mig(&snap, 2));
+	m = gm_snapshot_mig(&snap, 0);
+	assert_int_equal(gm_mig_gpu(m), 0);
+	assert_string_equal(gm_mig_uuid(m), "MIG-3a");
+	assert_string_equal(gm_mig_profile(m), "3g.40gb");
+	assert_string_equal(gm_mig_name(m), "Test GPU MIG 3g.40gb");
+	assert_true(gm_mig_value(m, GM_MIG_MEM_FREE_MIB, &v));
+	assert_int_equal(v, 10000);
+	assert_true(gm_mig_value(m, GM_MIG_MEM_USED_MIB, &v));
+	assert_int_equal(v, 30192);
+	/* instance ids not reported, nor a value of a newer header */
+	v = -7;
+	assert_false(gm_mig_value(m, GM_MIG_GPU_INSTANCE_ID, &v));
+	assert_false(gm_mig_value(m, (enum gm_mig_value)99, &v));
+	assert_int_equal(v, -7);
+	/* the second slice reports no memory: 0, never a zero */
+	assert_false(gm_mig_value(gm_snapshot_mig(&snap, 1), GM_MIG_MEM_TOTAL_MIB, &v));
+	assert_int_equal(v, -7);
+
+	assert_ptr_equal(gm_proc_mig(&snap, gm_snapshot_proc(&snap, 0)), m);
+	assert_null(gm_proc_mig(&snap, gm_snapshot_proc(&snap, 1)));
+	assert_null(gm_proc_mig(&snap, gm_snapshot_proc(&snap, 2)));
+	fake_snapshot_release(&snap);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -167,6 +211,7 @@ int main(void)
 		cmocka_unit_test(test_a_value_without_its_bit_is_not_reported),
 		cmocka_unit_test(test_a_lost_gpu_reports_nothing_but_why),
 		cmocka_unit_test(test_processes_and_counts),
+		cmocka_unit_test(test_mig_slices_and_their_processes),
 	};
 
 	return cmocka_run_group_tests_name("access", tests, NULL, NULL);

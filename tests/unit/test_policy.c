@@ -942,6 +942,175 @@ static void test_policy_names(void **state)
 	assert_int_equal(policy_from_name(NULL), -1);
 }
 
+/* ---- MIG slices --------------------------------------------------------- */
+
+/* GPU 0 whole and nearly full; GPU 1 split (and looking idle as a whole). */
+static void mig_machine(struct gm_snapshot *snap)
+{
+	fake_snapshot_init(snap);
+	fake_gpu_mem(snap, 0, 24576, 1000);
+	fake_gpu_mem(snap, 1, 81920, 60000);
+	fake_mig(snap, 1, "3g.40gb", "3a", 40192, 40000, 0);
+	fake_mig(snap, 1, "1g.10gb", "1c", 9728, 7000, 4242);
+	fake_mig(snap, 1, "1g.10gb", "1d", 9728, 9700, 0);
+}
+
+static void test_mig_gpu_never_handed_out_whole(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned want[] = {0};
+
+	(void)state;
+	mig_machine(&snap);
+	in = input(&snap);
+	/* by memory GPU 1 would win by far: it is split, so GPU 0 */
+	choose(&in, &req, &res);
+	assert_chosen(&snap, &res, want, 1);
+	assert_why(&res, 1, "in MIG mode: never handed out whole", "--mig 3g.40gb|1g.10gb");
+	policy_result_release(&res);
+	/* nor shared, nor for -n 2: never, not "later" */
+	set_size(&req.mem, "1G");
+	req.share = 1;
+	req.count = 2;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_why(&res, 1, "in MIG mode", NULL);
+	assert_false(policy_candidate(&in, &req, 1));
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_mig_request_gets_a_free_slice_of_its_profile(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+
+	(void)state;
+	mig_machine(&snap);
+	in = input(&snap);
+	strcpy(req.mig, "1g.10gb");
+	choose(&in, &req, &res);
+	/* 1c runs pid 4242: 1d */
+	assert_int_equal(res.outcome, POLICY_OK);
+	assert_int_equal(res.mig, 1);
+	assert_int_equal(res.count, 1);
+	assert_string_equal(snap.migs[res.chosen[0]].uuid, "MIG-1d");
+	assert_why(&res, 0, "not in MIG mode", NULL);
+	policy_result_release(&res);
+
+	/* any profile, by memory: the slice with most free */
+	strcpy(req.mig, "any");
+	choose(&in, &req, &res);
+	assert_string_equal(snap.migs[res.chosen[0]].uuid, "MIG-3a");
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_mig_leased_slice_is_not_now_with_its_holder(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	struct policy_lease l;
+
+	(void)state;
+	mig_machine(&snap);
+	l = lease(&snap, 1, 1, 0, 0, "alice (pid 77)");
+	l.mig = "MIG-1d";
+	in = input(&snap);
+	in.leases = &l;
+	in.lease_count = 1;
+	strcpy(req.mig, "1g.10gb");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 1, "1g.10gb MIG-1c running pid 4242", "1g.10gb MIG-1d leased by alice (pid 77)");
+	policy_result_release(&res);
+
+	/* a slice lease leaves the other slices free: not the whole GPU's */
+	strcpy(req.mig, "3g.40gb");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_OK);
+	assert_string_equal(snap.migs[res.chosen[0]].uuid, "MIG-3a");
+	policy_result_release(&res);
+
+	/* a lease of the whole GPU (a gpuman before slices) holds every slice */
+	l.mig = NULL;
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 1, "leased whole by alice (pid 77)", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_mig_unknown_profile_is_never_and_lists_what_exists(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+
+	(void)state;
+	mig_machine(&snap);
+	in = input(&snap);
+	strcpy(req.mig, "2g.20gb");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_why(&res, 1, "no 2g.20gb slice (it has 3g.40gb|1g.10gb)", NULL);
+	assert_why(&res, 0, "not in MIG mode", NULL);
+	policy_result_release(&res);
+
+	/* --min-free counts against the slice, statically and now */
+	strcpy(req.mig, "1g.10gb");
+	req.has_min_free = 1;
+	set_size(&req.min_free, "12G");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_why(&res, 1, "no 1g.10gb slice has --min-free 12 GiB in total", NULL);
+	policy_result_release(&res);
+	set_size(&req.min_free, "9700M");
+	choose(&in, &req, &res);
+	assert_string_equal(snap.migs[res.chosen[0]].uuid, "MIG-1d");
+	policy_result_release(&res);
+	set_size(&req.min_free, "9701M");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NOT_NOW);
+	assert_why(&res, 1, "MIG-1d has only 9700 MiB free", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
+static void test_mig_slices_outside_inherited_allocation(void **state)
+{
+	struct gm_snapshot snap;
+	struct policy_input in;
+	struct gm_request req = request();
+	struct policy_result res = POLICY_RESULT_INIT;
+	static const unsigned char gpus[] = {1, 0};      /* GPU 1 not in it as a whole */
+	static const unsigned char slices[] = {0, 0, 1}; /* but its slice 1d is */
+
+	(void)state;
+	mig_machine(&snap);
+	in = input(&snap);
+	in.usable = gpus;
+	in.mig_usable = slices;
+	strcpy(req.mig, "any");
+	choose(&in, &req, &res);
+	assert_string_equal(snap.migs[res.chosen[0]].uuid, "MIG-1d");
+	policy_result_release(&res);
+	strcpy(req.mig, "3g.40gb");
+	choose(&in, &req, &res);
+	assert_int_equal(res.outcome, POLICY_NEVER);
+	assert_why(&res, 1, "3g.40gb slices are outside CUDA_VISIBLE_DEVICES", NULL);
+	policy_result_release(&res);
+	fake_snapshot_release(&snap);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -973,6 +1142,11 @@ int main(void)
 		cmocka_unit_test(test_no_gpus_at_all),
 		cmocka_unit_test(test_candidate_is_what_waiting_could_get),
 		cmocka_unit_test(test_policy_names),
+		cmocka_unit_test(test_mig_gpu_never_handed_out_whole),
+		cmocka_unit_test(test_mig_request_gets_a_free_slice_of_its_profile),
+		cmocka_unit_test(test_mig_leased_slice_is_not_now_with_its_holder),
+		cmocka_unit_test(test_mig_unknown_profile_is_never_and_lists_what_exists),
+		cmocka_unit_test(test_mig_slices_outside_inherited_allocation),
 	};
 
 	return cmocka_run_group_tests_name("policy", tests, NULL, NULL);

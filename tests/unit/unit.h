@@ -50,9 +50,51 @@ static inline void fake_snapshot_release(struct gm_snapshot *snap)
 	for (i = 0; i < snap->note_count; i++)
 		free(snap->notes[i]);
 	free(snap->notes);
+	for (i = 0; i < snap->mig_count; i++)
+		free(snap->migs[i].pids);
+	free(snap->migs);
 	free(snap->gpus);
 	free(snap->procs);
 	memset(snap, 0, sizeof *snap);
+}
+
+/*
+ * Put the GPU with this NVML index in MIG mode (if it is not yet) and
+ * append a slice of it: profile "1g.10gb", UUID "MIG-<uuid_tail>", memory,
+ * and pid (0: none) running in it.  Add slices in GPU order.
+ */
+static inline struct gm_mig *fake_mig(struct gm_snapshot *snap, unsigned index,
+				      const char *profile, const char *uuid_tail,
+				      uint64_t total_mib, uint64_t free_mib, unsigned pid)
+{
+	struct gm_mig *m;
+	size_t i;
+
+	for (i = 0; i < snap->gpu_count; i++)
+		if (snap->gpus[i].index == index) {
+			snap->gpus[i].valid |= GM_HAS_MIG;
+			snap->gpus[i].mig_mode = 1;
+		}
+	snap->migs = realloc(snap->migs, (snap->mig_count + 1) * sizeof *snap->migs);
+	assert_true(snap->migs != NULL);
+	m = &snap->migs[snap->mig_count++];
+	memset(m, 0, sizeof *m);
+	m->gpu = index;
+	snprintf(m->uuid, sizeof m->uuid, "MIG-%s", uuid_tail);
+	snprintf(m->profile, sizeof m->profile, "%s", profile);
+	snprintf(m->name, sizeof m->name, "Test GPU MIG %s", profile);
+	m->valid = GM_MIG_HAS_MEMORY | GM_MIG_HAS_PROCESSES;
+	m->mem_total_mib = total_mib;
+	m->mem_free_mib = free_mib;
+	m->mem_used_mib = total_mib - free_mib;
+	m->gpu_instance_id = (unsigned)snap->mig_count;
+	if (pid) {
+		m->pids = calloc(1, sizeof *m->pids);
+		assert_true(m->pids != NULL);
+		m->pids[0] = pid;
+		m->pid_count = 1;
+	}
+	return m;
 }
 
 /* A UUID of the usual shape that differs from GPU to GPU in its first hex
