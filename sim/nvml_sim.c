@@ -229,6 +229,19 @@ static uint64_t live_mig_mib(const struct scenario_gpu *mig)
 	return mib;
 }
 
+/* The scenario's timeline phase of this moment into sim->gpus.  Call with
+ * sim_mutex held: readers of a GPU's processes, memory and utilization
+ * hold it too. */
+static void timeline_refresh(void)
+{
+	struct timespec ts;
+
+	if (!sim->phase_count)
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	scenario_apply_time(sim, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
 /* Call with sim_mutex held. */
 static void live_refresh(void)
 {
@@ -236,6 +249,7 @@ static void live_refresh(void)
 	size_t i;
 	long gpu;
 
+	timeline_refresh();
 	if (live_read_ns >= 0 && now - live_read_ns < LIVE_TTL_NS)
 		return;
 	simstate_read(&sim_state, &sim_live); /* on failure: no live processes */
@@ -902,6 +916,8 @@ static enum nvml_return list_processes(enum scenario_fn fn, struct scenario_gpu 
 	pthread_mutex_lock(&sim_mutex);
 	if (kind & SCENARIO_PROC_COMPUTE)
 		live_refresh();
+	else
+		timeline_refresh();
 	for (s = 0; (src = proc_source(device, s)); s++)
 		n += source_procs(src, kind, NULL, v1, 0);
 	if (*count < n) {

@@ -245,6 +245,21 @@ struct scenario_gpu {
 	unsigned procs_util_pct;     /* sum of the processes' utilization */
 };
 
+/* What a timeline phase makes of one GPU (see struct scenario). */
+struct scenario_gpu_state {
+	unsigned util_gpu_pct;
+	uint64_t mem_used_mib;
+	size_t proc_count;
+	struct scenario_proc *procs; /* owned by the state */
+	uint64_t procs_used_mib;
+	unsigned procs_util_pct;
+};
+
+struct scenario_phase {
+	double at_s;                      /* from this many seconds into the timeline */
+	struct scenario_gpu_state *gpus;  /* [gpu_count], owned */
+};
+
 struct scenario {
 	char *path;     /* as given, for messages */
 	char *realpath; /* canonical, keys the default state dir */
@@ -256,6 +271,20 @@ struct scenario {
 	unsigned char missing[FN_COUNT]; /* 1: the function answers FUNCTION_NOT_FOUND */
 	size_t gpu_count;
 	struct scenario_gpu *gpus; /* owned */
+	/*
+	 * "timeline": phases that change GPUs' utilization, driver memory and
+	 * processes as time passes, counted from the scenario file's
+	 * modification time (touch it to start over), every repeat_s seconds
+	 * again when repeat_s > 0.  base[] holds the "gpus" values themselves,
+	 * which apply before the first phase.  scenario_apply_time() copies
+	 * the current phase into gpus[].
+	 */
+	size_t phase_count;
+	struct scenario_phase *phases;    /* owned; at_s increasing */
+	struct scenario_gpu_state *base;  /* [gpu_count], owned; NULL without a timeline */
+	double repeat_s;
+	int64_t epoch_ms;                 /* the file's modification time */
+	long applied;                     /* phase in gpus[]: -1 base */
 };
 
 /*
@@ -267,6 +296,15 @@ struct scenario {
  */
 int scenario_load(const char *path, struct scenario **out, char *err, size_t errlen);
 void scenario_free(struct scenario *sc);
+
+/*
+ * The timeline's phase at now_ms (wall clock, milliseconds): -1 before the
+ * first phase or without a timeline.  scenario_apply_time() puts that
+ * phase's values into sc->gpus (not thread-safe: callers serialise it with
+ * their readers) and returns it.
+ */
+long scenario_phase_at(const struct scenario *sc, int64_t now_ms);
+long scenario_apply_time(struct scenario *sc, int64_t now_ms);
 
 /* NVML error code for a scenario error name ("gpu_is_lost"), or -1. */
 int scenario_error_code(const char *name);

@@ -73,7 +73,7 @@ struct options {
 
 /* A running job: what it holds and where it reports. */
 struct job {
-	const struct scenario *sc;
+	struct scenario *sc; /* its timeline moves on */
 	/* in CUDA device order: GPUs, or the one MIG slice CUDA enumerates */
 	const struct scenario_gpu *visible[SCENARIO_MAX_GPUS];
 	size_t count;
@@ -338,6 +338,8 @@ static int allocate(struct job *job, struct simstate *st, const struct options *
 		snprintf(err, sizeof err, "out of memory");
 		goto failed;
 	}
+	/* The GPUs as the scenario's timeline has them now. */
+	scenario_apply_time(job->sc, clock_ns(CLOCK_REALTIME) / 1000000);
 	for (i = 0; i < job->count; i++) {
 		status = check_gpu(job->visible[i], &live, opt->mem_mib);
 		if (status)

@@ -4,6 +4,8 @@
 # client), how simload sees and takes GPUs as CUDA would, and the live state
 # that joins them.  Every test has its own GPUMAN_SIM_STATE.
 
+bats_require_minimum_version 1.5.0
+
 setup() {
 	: "${GM_BUILD:=$BATS_TEST_DIRNAME/../../build}"
 	export GM_BUILD
@@ -513,4 +515,49 @@ uuid_lines() {
 	run "$SIMLOAD" --mem 1 --util 0 --seconds 0
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"is not private to you"* ]]
+}
+
+# aged FILE SECONDS - FILE as if written SECONDS ago: its timeline is there.
+aged() {
+	touch -d "@$(($(date +%s) - $2))" "$1"
+}
+
+@test "timeline: phases change processes, utilization and memory as time passes, and repeat" {
+	local f="$BATS_TEST_TMPDIR/timeline.json"
+	cp "$ROOT/examples/timeline.json" "$f"
+	export GPUMAN_SIM=$f
+	aged "$f" 5 # 0-20 s: the training job computes on GPUs 0 and 1
+	run -0 nvmlq dump
+	has gpu1.util.gpu=88 gpu1.memory.used_mib=9002 gpu2.util.gpu=35
+	aged "$f" 25 # 20-40 s: it keeps GPU 1's memory without computing there
+	run -0 nvmlq dump
+	has gpu0.util.gpu=92 gpu1.util.gpu=0 gpu1.memory.used_mib=9002 gpu2.util.gpu=0
+	aged "$f" 45 # 40-60 s: it has ended
+	run -0 nvmlq dump
+	has gpu0.util.gpu=0 gpu0.memory.used_mib=2 gpu1.memory.used_mib=2 gpu2.memory.used_mib=3002
+	aged "$f" 65 # repeat_s 60: from the start again
+	run -0 nvmlq dump
+	has gpu1.util.gpu=88
+	# simload sees the phase's memory: 15000 MiB fit on GPU 1 only once the job has gone
+	aged "$f" 25
+	CUDA_VISIBLE_DEVICES=1 run "$SIMLOAD" --mem 16000 --util 10 --seconds 0
+	[ "$status" -eq 2 ]
+	aged "$f" 45
+	CUDA_VISIBLE_DEVICES=1 run -0 "$SIMLOAD" --mem 16000 --util 10 --seconds 0
+}
+
+@test "timeline: mistakes name the phase and key" {
+	local f="$BATS_TEST_TMPDIR/bad.json" gpus='"gpus": [ { "name": "x", "memory_total_mib": 1000 } ]'
+	printf '{%s, "timeline": {"phases": [{"at_s": 5, "gpus": []}, {"at_s": 5, "gpus": []}]}}' "$gpus" >"$f"
+	GPUMAN_SIM="$f" run nvmlq init
+	has "sim_error=$f: timeline.phases[1].at_s: 5 is not after the phase before (5)"
+	printf '{%s, "timeline": {"phases": [{"at_s": 1, "gpus": [{"gpu": 1}]}]}}' "$gpus" >"$f"
+	GPUMAN_SIM="$f" run nvmlq init
+	has "sim_error=$f: timeline.phases[0].gpus[0].gpu: 1: the scenario has 1 GPUs"
+	printf '{%s, "timeline": {"phases": [{"at_s": 1, "gpus": [{"gpu": 0, "processes": [{"pid": 9, "used_mib": 2000}]}]}]}}' "$gpus" >"$f"
+	GPUMAN_SIM="$f" run nvmlq init
+	[[ "$output" == *"sim_error=$f: timeline.phases[0].gpus[0]: memory in use (2000 MiB with the processes') exceeds GPU 0's memory_total_mib (1000 MiB)"* ]]
+	printf '{%s, "timeline": {"repeat_s": 10, "phases": [{"at_s": 10, "gpus": [], "utilisation": 1}]}}' "$gpus" >"$f"
+	GPUMAN_SIM="$f" run nvmlq init
+	[[ "$output" == *"sim_error=$f: timeline.phases[0]: unknown key 'utilisation'"* ]]
 }
