@@ -98,6 +98,72 @@ void cli_waste_print(const struct cli *cli, const struct cli_look *look,
 	}
 }
 
+static const struct csv_column waste_columns[] = {
+	{ "kind", "hog, idle-lease, unleased" }, { "user", "" }, { "pid", "" }, { "command", "" },
+	{ "lease", "id" }, { "gpus", "" }, { "compute_gpus", "" }, { "held_mib", "" },
+	{ "held_s", "" }, { "on_lease_of", "user" }, { "what", "" }, { "advice", "" },
+};
+#define WASTE_COLUMNS (sizeof waste_columns / sizeof waste_columns[0])
+
+/* "0 1 5": GPU indices, space separated; NULL for none. */
+static const char *gpu_cell(uint64_t gpus, char *buf, size_t len)
+{
+	if (!gpus)
+		return NULL;
+	waste_gpu_list(gpus, buf, len);
+	for (char *c = buf; *c; c++)
+		if (*c == ',')
+			*c = ' ';
+	return buf;
+}
+
+/* One line per finding, as --json has them; a field a finding lacks is empty. */
+static void print_csv(const struct cli_look *look, const struct waste_opts *opts,
+		      const struct waste_report *rep, const size_t *idx, size_t n)
+{
+	char buf[1024];
+
+	csv_header(waste_columns, idx, n);
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+		const struct lease_info *l = it->lease >= 0 ? &look->view->leases[it->lease] : NULL;
+
+		for (size_t c = 0; c < n; c++) {
+			const char *v = buf;
+
+			switch (idx[c]) {
+			case 0: v = waste_kind_name(it->kind); break;
+			case 1: v = it->has_user ? it->user : NULL; break;
+			case 2: snprintf(buf, sizeof buf, "%u", it->pid); break;
+			case 3: v = it->command[0] ? it->command : NULL; break;
+			case 4: v = l ? l->id : NULL; break;
+			case 5:
+				v = gpu_cell(it->kind == WASTE_UNLEASED ? it->gpus : it->idle_gpus, buf,
+					     sizeof buf);
+				break;
+			case 6: v = it->kind == WASTE_HOG ? gpu_cell(it->busy_gpus, buf, sizeof buf) : NULL; break;
+			case 7:
+				snprintf(buf, sizeof buf, "%llu", (unsigned long long)it->held_mib);
+				v = it->kind != WASTE_IDLE_LEASE ? buf : NULL;
+				break;
+			case 8:
+				snprintf(buf, sizeof buf, "%lld", (long long)(it->age_ms / 1000));
+				v = it->kind == WASTE_IDLE_LEASE ? buf : NULL;
+				break;
+			case 9:
+				v = it->kind == WASTE_UNLEASED && it->on_lease >= 0
+					    ? look->view->leases[it->on_lease].user
+					    : NULL;
+				break;
+			case 10: v = waste_what(look->snap, look->view, opts, it, buf, sizeof buf); break;
+			default: v = waste_advice(look->snap, look->view, it, buf, sizeof buf); break;
+			}
+			csv_field(c == 0, v);
+		}
+		putchar('\n');
+	}
+}
+
 /* -i and -u: keep the findings that touch those GPUs and users. */
 static void keep_selected(const struct cli_select *sel, struct waste_report *rep)
 {
@@ -123,7 +189,8 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 	struct waste_opts opts;
 	struct waste_report rep = WASTE_REPORT_INIT;
 	struct cli_look look;
-	int rc;
+	size_t idx[WASTE_COLUMNS];
+	int rc, ncols = 0;
 
 	rc = cli_look_with(cli, &cmd_waste, argc, argv, CLI_SELECT_SHORTOPTS, own, waste_option,
 			   &args, &look);
@@ -133,8 +200,9 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 	rc = cli_select_resolve(cli, &args.sel, look.snap);
 	if (rc != EXIT_OK)
 		goto done;
-	if (args.sel.csv) {
-		rc = cli_usage(cli, "--format: waste prints text or --json");
+	if (args.sel.csv &&
+	    (ncols = csv_choose(cli, waste_columns, WASTE_COLUMNS, &args.sel, idx)) < 0) {
+		rc = EXIT_USAGE;
 		goto done;
 	}
 	if (cli_waste(cli, &look, &opts, &rep) < 0) {
@@ -149,6 +217,8 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 		json_object_set_new(o, "grace_s", json_integer(opts.lease_grace_ms / 1000));
 		json_object_set_new(o, "waste", cli_waste_json(&look, &opts, &rep));
 		rc = cli_print_json(o);
+	} else if (args.sel.csv) {
+		print_csv(&look, &opts, &rep, idx, (size_t)ncols);
 	} else if (rep.count == 0) {
 		printf("no waste found on %zu GPU%s (per-process utilization over the last %us; "
 		       "leases older than %llds)\n",
@@ -161,7 +231,7 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 		       look.snap->gpu_count, opts.window_s, (long long)(opts.lease_grace_ms / 1000));
 		cli_waste_print(cli, &look, &opts, &rep);
 	}
-	for (size_t i = 0; !cli->json && i < look.snap->note_count; i++)
+	for (size_t i = 0; !cli->json && !args.sel.csv && i < look.snap->note_count; i++)
 		if (strstr(look.snap->notes[i], "utilization"))
 			printf("%snote: %s%s\n", c_dim(cli), look.snap->notes[i], c_reset(cli));
 	if (rc == EXIT_OK && rep.count)
@@ -174,8 +244,8 @@ done:
 
 const struct cmd_entry cmd_waste = {
 	"waste", "what holds GPUs without using them, per user, with advice",
-	"usage: gpuman waste [--grace DURATION] [-i GPU[,GPU]] [-u USER[,USER]] [--json]\n"
-	"                    [--sim FILE]\n"
+	"usage: gpuman waste [--grace DURATION] [-i GPU[,GPU]] [-u USER[,USER]]\n"
+	"                    [--format csv[=COLUMNS]] [--json] [--sim FILE]\n"
 	"\n"
 	"Finds, per user:\n"
 	"  hog         a process holding memory on GPUs where it computes nothing\n"
@@ -190,6 +260,10 @@ const struct cmd_entry cmd_waste = {
 	"  --grace DURATION  leases younger than this are still starting (default 10m)\n"
 	"  -i, --id GPU[,GPU]      only findings on these GPUs (indices or UUID prefixes)\n"
 	"  -u, --user USER[,USER]  only these users' findings\n"
+	"  --format csv[=COLUMNS]  one CSV line per finding with a header; COLUMNS from\n"
+	"                    kind, user, pid, command, lease, gpus, compute_gpus,\n"
+	"                    held_mib, held_s, on_lease_of, what, advice (a field a\n"
+	"                    finding lacks is empty; GPU lists are space separated)\n"
 	"  --json            the findings as JSON (schema in the README)\n"
 	"  --sim FILE        use the NVML simulator with this scenario\n"
 	"\n"

@@ -161,3 +161,33 @@ JSON
 	run -0 gpuman ps --json
 	[ "$(jqr '.[0].command | startswith("x\u001b]0;pwned")')" = true ]
 }
+
+@test "timeline: hogs develop as the machine changes, and go; --format csv has each finding" {
+	cp "$GM_ROOT/examples/timeline.json" "$BATS_TEST_TMPDIR/timeline.json"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/timeline.json
+	aged() { touch -d "@$(($(date +%s) - $1))" "$GPUMAN_SIM"; }
+	aged 5 # everyone computes: only 'outside gpuman'
+	run -3 gpuman waste --format csv=kind,pid,gpus
+	[ "$output" = $'kind,pid,gpus\nunleased,4100001,0 1\nunleased,4100002,2' ]
+	aged 25 # the training job idles on GPU 1, the notebook on GPU 2
+	run -3 gpuman waste --format csv=kind,pid,gpus,compute_gpus,held_mib
+	[[ "${lines[1]}" == hog,4100001,1,0,9000 && "${lines[2]}" == hog,4100002,2,,3000 ]]
+	run -3 gpuman waste --format csv
+	[ "${lines[0]}" = kind,user,pid,command,lease,gpus,compute_gpus,held_mib,held_s,on_lease_of,what,advice ]
+	[[ "${lines[1]}" == hog,,4100001,,,1,0,9000,,,"pid 4100001 (user unknown) holds 8.8G on GPU 1 but computes only on 0,"* ]]
+	[[ "${lines[1]}" == *'"give it only the GPU it uses: gpuman run --only 0 -- CMD, '* ]]
+	aged 45 # the training job has ended; the notebook still idles
+	run -3 gpuman waste --format csv=kind,pid
+	[ "$output" = $'kind,pid\nhog,4100002\nunleased,4100002' ]
+	# an idle lease develops as it ages past the grace period
+	gpuman run --only 3 -- sleep 60 3>&- >/dev/null 2>&1 &
+	BG_PIDS=$!
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	run -3 gpuman waste --grace 1h --format csv=kind,gpus
+	[[ "$output" != *idle-lease* ]]
+	wait_for 'gpuman waste --grace 2s --format csv=kind | grep -qx idle-lease'
+	run -3 gpuman waste --grace 2s --format csv=kind,gpus,held_s
+	[[ "$output" == *$'\nidle-lease,3,'[2-9]* ]]
+	run -2 gpuman waste --format csv=kind,nope
+	[[ "$output" == *"unknown column 'nope' (columns: kind,user,pid,"* ]]
+}
