@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "jobs.h"
 #include "registry.h"
 #include "select.h"
 #include "waste.h"
@@ -40,7 +41,13 @@ struct top {
 	struct waste_report waste;
 	size_t *rows;           /* shown processes, sorted */
 	size_t row_count;
+	/* The user's own queue (gpuman submit): others' are private to them. */
+	size_t queue_counts[JOB_STATE_COUNT];
+	struct job *queued;     /* the next few, oldest first */
+	size_t queued_count;
+	char queue_err[128];    /* why it could not be read, "" if it could */
 };
+#define TOP_QUEUED_SHOWN 2
 
 static const struct gm_snapshot *sort_snap;
 static enum sort_key sort_by;
@@ -85,6 +92,9 @@ static void release_look(struct top *t)
 	if (!t->have_look)
 		return;
 	waste_report_release(&t->waste);
+	jobstore_free_list(t->queued, t->queued_count);
+	t->queued = NULL;
+	t->queued_count = 0;
 	free(t->leases);
 	free(t->rows);
 	t->leases = NULL;
@@ -116,6 +126,11 @@ static void refresh_look(struct top *t)
 		return;
 	}
 	t->have_look = 1;
+	t->queue_err[0] = '\0';
+	if (queue_peek(t->queue_counts, &t->queued, &t->queued_count, TOP_QUEUED_SHOWN,
+		       t->queue_err, sizeof t->queue_err) < 0 &&
+	    !t->queue_err[0])
+		snprintf(t->queue_err, sizeof t->queue_err, "cannot read your queue");
 	t->leases = cli_proc_leases(&t->look);
 	if (t->leases)
 		cli_waste(t->cli, &t->look, &wopts, &t->waste);
@@ -259,12 +274,32 @@ static void draw_procs(const struct top *t, int *y, int bottom)
 		mvprintw((*y)++, 0, "  (no process%s)", t->filter[0] || t->mine ? " matches" : "");
 }
 
+/* "your queue: 3 queued, 1 running", then the next jobs to run. */
+static void draw_queue(const struct top *t, int *y)
+{
+	char cmd[CLI_SAFE_SIZE];
+
+	if (t->queue_err[0]) {
+		mvprintw((*y)++, 0, "your queue: %s", t->queue_err);
+		return;
+	}
+	if (!t->queue_counts[JOB_QUEUED] && !t->queue_counts[JOB_RUNNING])
+		return;
+	mvprintw((*y)++, 0, "your queue: %zu queued, %zu running  (gpuman queue lists it)",
+		 t->queue_counts[JOB_QUEUED], t->queue_counts[JOB_RUNNING]);
+	for (size_t i = 0; i < t->queued_count; i++)
+		mvprintw((*y)++, 0, "  next %zu. job %lld: %.*s", i + 1, (long long)t->queued[i].id,
+			 COLS > 30 ? COLS - 30 : 0,
+			 cli_safe(cmd, t->queued[i].command ? t->queued[i].command : "?"));
+}
+
 static void draw(struct top *t)
 {
 	const struct registry_view *view;
 	char user[CLI_SAFE_SIZE], what[CLI_SAFE_SIZE], filt[CLI_SAFE_SIZE];
-	size_t hogs = 0, idle = 0, out = 0;
-	int y = 0, bottom;
+	size_t hogs = 0, idle = 0, out = 0,
+	       queue_active = t->queue_counts[JOB_QUEUED] + t->queue_counts[JOB_RUNNING];
+	int y = 0, bottom, queue_lines;
 
 	erase();
 	attron(COLOR_PAIR(PAIR_TITLE) | A_BOLD);
@@ -283,8 +318,9 @@ static void draw(struct top *t)
 	view = t->look.view;
 	draw_gpus(t, &y);
 	y++;
-	/* The bottom lines: waiting requests, waste, the message. */
-	bottom = LINES - 3 - (int)(view->waiter_count > 3 ? 3 : view->waiter_count);
+	/* The bottom lines: waiting requests, your queue, waste, the message. */
+	queue_lines = t->queue_err[0] ? 1 : (int)t->queued_count + (queue_active > 0);
+	bottom = LINES - 3 - (int)(view->waiter_count > 3 ? 3 : view->waiter_count) - queue_lines;
 	draw_procs(t, &y, bottom);
 	y = bottom;
 	for (size_t i = 0; i < view->waiter_count && i < 3; i++, y++) {
@@ -293,6 +329,7 @@ static void draw(struct top *t)
 		mvprintw(y, 0, "waiting %zu. %s, %s, pid %d: %s", i + 1, cli_safe(user, w->user),
 			 w->summary, w->pid, cli_safe(what, w->command));
 	}
+	draw_queue(t, &y);
 	for (size_t i = 0; i < t->waste.count; i++) {
 		hogs += t->waste.items[i].kind == WASTE_HOG;
 		idle += t->waste.items[i].kind == WASTE_IDLE_LEASE;
@@ -513,7 +550,9 @@ const struct cmd_entry cmd_top = {
 	"A live terminal view: each GPU with bars for memory and utilization, then\n"
 	"the processes with user, their own utilization, memory, gpuman lease and a\n"
 	"waste mark (hog: holds memory here without computing; out: outside any\n"
-	"gpuman lease), the waiting line and a count of the waste.  Keys: q quits,\n"
+	"gpuman lease), the waiting line, your own queue (gpuman submit: how many\n"
+	"jobs wait and run, and the next two; other users' queues are private to\n"
+	"them) and a count of the waste.  Keys: q quits,\n"
 	"up/down select, k signals the selected process (your own), s sorts, / or f\n"
 	"filters, u shows only yours, c clears, + and - change the interval, h helps.\n"
 	"Without a terminal it prints `gpuman status --watch` instead.\n"

@@ -60,20 +60,64 @@ static int make_parents(char *path)
 	return 0;
 }
 
-int queue_open(struct cli *cli, struct queue *q)
+/* The queue directory's path (jobs.h); -1 when there is no home for it. */
+static int queue_dir(char *buf, size_t len)
 {
 	const char *env = getenv("GPUMAN_QUEUE_DIR"), *xdg = getenv("XDG_STATE_HOME"),
 		   *home = getenv("HOME");
+
+	if (env && *env)
+		snprintf(buf, len, "%s", env);
+	else if (xdg && *xdg == '/')
+		snprintf(buf, len, "%s/gpuman", xdg);
+	else if (home && *home == '/')
+		snprintf(buf, len, "%s/.local/state/gpuman", home);
+	else
+		return -1;
+	return 0;
+}
+
+int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, char *err,
+	       size_t len)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 32];
+	struct jobstore *st = NULL;
+	struct stat sb;
+	int rc = -1;
+
+	memset(counts, 0, JOB_STATE_COUNT * sizeof *counts);
+	*next = NULL;
+	*nnext = 0;
+	if (queue_dir(dir, sizeof dir) < 0)
+		return 0; /* no home, so no queue */
+	snprintf(path, sizeof path, "%s/jobs.db", dir);
+	if (lstat(dir, &sb) < 0 || lstat(path, &sb) < 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
+		snprintf(err, len, "'%s': %s", path, strerror(errno));
+		return -1;
+	}
+	/* Only a store of our own, as queue_open insists. */
+	if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
+		snprintf(err, len, "'%s' is not a job store of yours", path);
+		return -1;
+	}
+	if (jobstore_open(&st, path, err, len) != GM_OK ||
+	    jobstore_counts(st, counts, err, len) != GM_OK ||
+	    (max && jobstore_list(st, JOB_QUEUED, 0, max, next, nnext, err, len) != GM_OK))
+		goto done;
+	rc = 0;
+done:
+	jobstore_close(st);
+	return rc;
+}
+
+int queue_open(struct cli *cli, struct queue *q)
+{
 	char err[GM_ERRBUF_SIZE], path[PATH_MAX + 32];
 
 	memset(q, 0, sizeof *q);
-	if (env && *env)
-		snprintf(q->dir, sizeof q->dir, "%s", env);
-	else if (xdg && *xdg == '/')
-		snprintf(q->dir, sizeof q->dir, "%s/gpuman", xdg);
-	else if (home && *home == '/')
-		snprintf(q->dir, sizeof q->dir, "%s/.local/state/gpuman", home);
-	else
+	if (queue_dir(q->dir, sizeof q->dir) < 0)
 		return cli_error(cli, EXIT_FAIL,
 				 "no home directory for the queue: set GPUMAN_QUEUE_DIR");
 	if (make_parents(q->dir) < 0 || make_private_dir(q->dir, err, sizeof err) < 0)

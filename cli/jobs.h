@@ -36,6 +36,15 @@ void queue_close(struct queue *q);
 char *queue_path(const struct queue *q, const char *name, char *buf, size_t len);
 /* The log file of a job. */
 char *queue_log_path(const struct queue *q, const struct job *job, char *buf, size_t len);
+/*
+ * The queue of the user running gpuman, read without creating anything (for
+ * views: top, serve): jobs per enum job_state into counts[JOB_STATE_COUNT]
+ * and the first max queued jobs, oldest first, into *next
+ * (free with jobstore_free_list).  0 with zero counts when the user has no
+ * queue; -1 with a message in err when it cannot be read.
+ */
+int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, char *err,
+	       size_t len);
 /* Tell a running dispatcher to look at the queue again. */
 void queue_wake(const struct queue *q);
 

@@ -21,8 +21,9 @@ teardown() {
 top_start() {
 	tmux -L "$TMUX_SOCK" new-session -d -x 120 -y 30 \
 		"env PATH='$PATH' GPUMAN_SIM='$GPUMAN_SIM' GPUMAN_STATE_DIR='$GPUMAN_STATE_DIR' \
-		 GPUMAN_SIM_STATE='$GPUMAN_SIM_STATE' gpuman top $*; echo EXITED \$?; stty -a; sleep 60"
-	wait_screen 'Test GPU D'
+		 GPUMAN_SIM_STATE='$GPUMAN_SIM_STATE' GPUMAN_QUEUE_DIR='$GPUMAN_QUEUE_DIR' \
+		 gpuman top $*; echo EXITED \$?; stty -a; sleep 60"
+	wait_screen "${TOP_READY:-Test GPU D}"
 }
 screen() { tmux -L "$TMUX_SOCK" capture-pane -p; }
 keys() { tmux -L "$TMUX_SOCK" send-keys "$@"; }
@@ -102,4 +103,39 @@ wait_screen() {
 	[ "$(grep -c '^---- ' <<<"$output")" -ge 2 ]
 	run -2 gpuman top -d 0
 	[[ "$output" == *"--delay '0'"* ]]
+}
+
+@test "timeline: top shows hogs develop live as the simulated machine changes" {
+	cp "$GM_ROOT/examples/timeline.json" "$BATS_TEST_TMPDIR/timeline.json"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/timeline.json
+	# 17 s into the minute: everyone computes, the training job stops on GPU 1 at 20 s
+	touch -d "@$(($(date +%s) - 17))" "$GPUMAN_SIM"
+	TOP_READY='RTX A5000' top_start -d 0.3
+	run screen
+	[[ "$output" == *"waste: 0 hogs, 0 idle leases, 2 outside gpuman"* ]]
+	[[ "$output" =~ "  1  4100001 ?  "[^$'\n']*" 88% " ]]
+	wait_screen 'waste: 2 hogs, 0 idle leases, 2 outside gpuman'
+	run screen
+	[[ "$output" =~ "  1  4100001 ?  "[^$'\n']*" 0% "[^$'\n']*"hog" ]]
+	[[ "$output" =~ "  2  4100002 ?  "[^$'\n']*"hog" ]]
+	# GPU 0's process computes: marked only as outside gpuman
+	[[ "$output" =~ "  0  4100001 ?  "[^$'\n']*" 92% "[^$'\n']*"out " ]]
+}
+
+@test "top shows your queue: how many wait and run, and the next jobs" {
+	# every GPU leased: submitted jobs wait
+	gpuman run -n 4 -- sleep 60 3>&- >/dev/null 2>&1 &
+	BG_PIDS=$!
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	gpuman submit --only 2 -- gpuman-simload --mem 1G --util 10 --seconds 1 >/dev/null
+	gpuman submit -n 2 -- python3 train.py --epochs 3 >/dev/null
+	gpuman submit -- true >/dev/null
+	top_start -d 0.3
+	wait_screen 'your queue: 3 queued, 0 running'
+	run screen
+	[[ "$output" == *"next 1. job 1: gpuman-simload --mem 1G --util 10 --seconds 1"* ]]
+	[[ "$output" == *"next 2. job 2: python3 train.py --epochs 3"* ]]
+	[[ "$output" != *"next 3."* ]]
+	gpuman cancel 1 2 3 >/dev/null
+	wait_for '! screen | grep -q "your queue"'
 }
