@@ -139,12 +139,17 @@ $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
 # The HTTP server behind `gpuman serve`, a program of its own: libmicrohttpd
 # pulls in GnuTLS and p11-kit, whose loading would cost every gpuman command
 # about 10 ms.  Its page is compiled in (.incbin), so its object depends on it.
-$(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h $(wildcard lib/*.h) include/gpuman.h
+$(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h cli/jobs.h $(wildcard lib/*.h engine/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Icli $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Icli -Iengine $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/serve/page.o: serve/page.html
-$(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve.o $(BUILD)/libgpuman.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson -lmicrohttpd -ldl -lpthread -lm
+# It reads the queue of the user it runs as (cli/jobs.c, the job store):
+# SQLite as the command has it.
+SERVE_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -Wl$(comma)-Bdynamic,-lsqlite3) \
+	-ljansson -lmicrohttpd -ldl -lpthread -lm
+$(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve.o $(BUILD)/cli/jobs.o \
+		       $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVE_LIBS)
 
 # The supervisor of each batch task and queued job, started by the
 # dispatcher: static, so that starting it costs no dynamic linking (it is

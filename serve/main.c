@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
+#include "jobs.h"
 #include "registry.h"
 #include "serve.h"
 #include "snapshot.h"
@@ -110,7 +112,8 @@ static char *dump(json_t *doc, size_t *len)
 /* Render every document from the latest snapshot and hand them over. */
 static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot *snap,
 		    struct registry_view *view, const struct serve_history *hist,
-		    const struct serve_health *health, const char *host)
+		    const struct serve_queue *queue, const struct serve_health *health,
+		    const char *host)
 {
 	struct cli_look look = { NULL, snap, view };
 	struct waste_opts wopts = WASTE_OPTS_INIT;
@@ -122,7 +125,7 @@ static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot
 	/* What the finder says quotes commands: cut them first. */
 	for (size_t i = 0; have_waste && i < waste.count; i++)
 		serve_cut_program(waste.items[i].command);
-	metrics = serve_metrics(snap, view, have_waste ? &waste : NULL, health, host, &ml);
+	metrics = serve_metrics(snap, view, have_waste ? &waste : NULL, queue, health, host, &ml);
 	status = dump(serve_status_json(snap, view,
 					have_waste ? cli_waste_json(&look, &wopts, &waste) : NULL),
 		      &sl);
@@ -156,13 +159,37 @@ static void read_view(struct registry_view *view, struct serve_health *health, c
 	str_copy(last_err, len, err);
 }
 
+/* The queue of serve's own user (struct serve_queue); a warning only when
+ * its reason changes. */
+static void read_queue(struct serve_queue *q, char *last_err, size_t len)
+{
+	size_t counts[JOB_STATE_COUNT];
+	struct passwd *pw = getpwuid(geteuid());
+	struct job *next = NULL;
+	char err[GM_ERRBUF_SIZE] = "";
+	size_t n = 0;
+
+	q->ok = queue_peek(counts, &next, &n, 0, err, sizeof err) == 0;
+	jobstore_free_list(next, n);
+	if (pw)
+		str_copy(q->user, sizeof q->user, pw->pw_name);
+	else
+		snprintf(q->user, sizeof q->user, "%u", (unsigned)geteuid());
+	q->queued = q->ok ? counts[JOB_QUEUED] : 0;
+	q->running = q->ok ? counts[JOB_RUNNING] : 0;
+	if (!q->ok && strcmp(err, last_err))
+		fprintf(stderr, "gpuman serve: warning: queue not shown: %s\n", err);
+	str_copy(last_err, len, q->ok ? "" : err);
+}
+
 static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapshot *snap,
 		      struct serve_http *http, struct serve_health *health, const sigset_t *stop)
 {
 	struct serve_history hist;
 	struct registry_view view = REGISTRY_VIEW_INIT;
 	char host[256] = "", err[GM_ERRBUF_SIZE], last_nvml[GM_ERRBUF_SIZE] = "";
-	char last_reg[GM_ERRBUF_SIZE] = "";
+	char last_reg[GM_ERRBUF_SIZE] = "", last_queue[GM_ERRBUF_SIZE] = "";
+	struct serve_queue queue;
 	size_t cap = (size_t)(HISTORY_MS / health->interval_ms);
 	int sig = 0;
 
@@ -175,7 +202,8 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 		struct timespec ts;
 
 		read_view(&view, health, last_reg, sizeof last_reg);
-		publish(cli, http, snap, &view, &hist, health, host);
+		read_queue(&queue, last_queue, sizeof last_queue);
+		publish(cli, http, snap, &view, &hist, &queue, health, host);
 		registry_view_release(&view);
 		do {
 			left = next - monotonic_ms();

@@ -291,6 +291,21 @@ static void line(struct out *o, const struct registry_view *view, int64_t now)
 	}
 }
 
+static void queue(struct out *o, const struct serve_queue *q)
+{
+	head(o, "gpuman_queue_jobs", "gauge",
+	     "Jobs in the queue (gpuman submit) of the user serve runs as, by state.");
+	if (!q || !q->ok)
+		return;
+	for (int running = 0; running < 2; running++) {
+		fputs("gpuman_queue_jobs{", o->f);
+		label(o, 1, "user", q->user);
+		label(o, 0, "state", running ? "running" : "queued");
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %zu\n", running ? q->running : q->queued);
+	}
+}
+
 static void health(struct out *o, const struct gm_snapshot *snap, const struct serve_health *h)
 {
 	size_t bad = 0;
@@ -391,8 +406,8 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 }
 
 char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
-		    const struct waste_report *rep, const struct serve_health *h,
-		    const char *hostname, size_t *len)
+		    const struct waste_report *rep, const struct serve_queue *q,
+		    const struct serve_health *h, const char *hostname, size_t *len)
 {
 	char *buf = NULL;
 	struct out o = { NULL, hostname };
@@ -405,6 +420,7 @@ char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *
 	processes(&o, snap);
 	leases(&o, snap, view, now);
 	line(&o, view, now);
+	queue(&o, q);
 	waste(&o, view, rep);
 	health(&o, snap, h);
 	if (ferror(o.f)) {

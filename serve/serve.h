@@ -32,12 +32,20 @@ struct serve_health {
 	int interval_ms;
 };
 
+/* The queue (gpuman submit) of the user serve runs as: each user's queue
+ * is a private file of theirs, so it is the only one serve may read. */
+struct serve_queue {
+	int ok;             /* 0: unreadable (the reason went to stderr): no series */
+	char user[33];
+	size_t queued, running;
+};
+
 /* The Prometheus text exposition (format 0.0.4) of one sample and the
  * waste finder's report on it; malloc'd, *len bytes.  NULL when out of
  * memory. */
 char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
-		    const struct waste_report *waste, const struct serve_health *health,
-		    const char *hostname, size_t *len);
+		    const struct waste_report *waste, const struct serve_queue *queue,
+		    const struct serve_health *health, const char *hostname, size_t *len);
 
 /*
  * The last hour of every GPU's utilization, memory and power: a ring of

@@ -106,6 +106,23 @@ hold_lease() {
 	[[ "$output" == *'gpuman_line_wait_seconds{position="1",user="root",'* ]]
 }
 
+@test "serve: the queue of the user it runs as, by state" {
+	four_gpus
+	# every GPU leased: submitted jobs wait
+	gpuman run -n 4 -- sleep 60 3>&- >/dev/null 2>&1 &
+	JOB_PIDS=$!
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	serve_start
+	run -0 curl -sf "$URL/metrics"
+	[[ "$output" == *'gpuman_queue_jobs{user="'"$(id -un)"'",state="queued",hostname="'*'"} 0'* ]]
+	gpuman submit -- true >/dev/null
+	gpuman submit -n 2 -- true >/dev/null
+	wait_for "curl -sf '$URL/metrics' | grep -q '^gpuman_queue_jobs{.*state=\"queued\".*} 2$'"
+	run -0 curl -sf "$URL/metrics"
+	[[ "$output" == *'gpuman_queue_jobs{user="'"$(id -un)"'",state="running",hostname="'*'"} 0'* ]]
+	gpuman cancel 1 2 >/dev/null
+}
+
 @test "serve: every metric the Grafana dashboard queries is served" {
 	four_gpus_clocked
 	hold_lease 2 sleep 60
