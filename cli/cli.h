@@ -170,6 +170,9 @@ int cli_print_json(struct json_t *value);
 
 /* Human sizes: "812M", "23.9G". */
 char *fmt_mib(char *buf, size_t len, uint64_t mib);
+/* The width tables must fit: $COLUMNS if it is a number, else the
+ * terminal's when stdout is one; 0 (no limit) otherwise. */
+int cli_term_width(void);
 
 /* Colours, empty when cli->color is off. */
 const char *c_bold(const struct cli *cli);

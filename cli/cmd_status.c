@@ -15,14 +15,140 @@
 /* Findings shown at the end of status; `gpuman waste` shows them all. */
 #define STATUS_WASTE_LINES 5
 
-/* " [leased: alice]", " [shares: alice 8G, bob 4G]": the leases of the
- * whole GPU g (mig NULL), or of its slice mig. */
-static void print_leases(const struct cli *cli, const struct cli_select *sel,
-			 const struct registry_view *view, const struct gm_gpu *g,
-			 const struct gm_mig *mig)
+/*
+ * The table's layout for the terminal's width (cli_term_width; 0 in a
+ * pipe: one line per GPU however long).  Nothing is cut to fit: the NAME
+ * column is as wide as the longest name (or MIG slice label) shown, a GPU's
+ * processes and leases continue on lines of their own under PROCESSES, and
+ * where even one of them would not fit beside the readings, each GPU is
+ * stacked: name, then readings, then its processes, each on lines of their
+ * own.
+ */
+struct layout {
+	int width;    /* 0: unlimited */
+	int name_w;   /* NAME column */
+	int fixed_w;  /* index to power, before PROCESSES */
+	int stacked;
+};
+#define STATUS_MIN_NAME 26
+#define STATUS_STACK_INDENT 5
+/* The readings after the name: "%4uC %4u%% " + " %6s / %-6s %3u%% " + "%4u / %-4uW ". */
+#define STATUS_READINGS_W 47
+/* A process entry, "alice 2028329 10.4G", needs about this much room. */
+#define STATUS_ITEM_ROOM 20
+
+/* Where the next character goes, for wrapping. */
+struct cursor {
+	int col;
+	int width;  /* 0: never wrap */
+	int indent; /* continuation lines start here */
+};
+
+/* Columns text takes on a terminal: colour sequences take none. */
+static int visible_len(const char *s)
 {
 	int n = 0;
-	char size[16], user[CLI_SAFE_SIZE];
+
+	while (*s) {
+		if (*s == '\033') {
+			while (*s && *s != 'm')
+				s++;
+			if (*s)
+				s++;
+			continue;
+		}
+		n += ((unsigned char)*s & 0xc0) != 0x80; /* UTF-8: count lead bytes */
+		s++;
+	}
+	return n;
+}
+
+static void newline_indent(struct cursor *c)
+{
+	printf("\n%*s", c->indent, "");
+	c->col = c->indent;
+}
+
+/* One entry of a list: sep (", " or " ") then item, on a new line when it
+ * would run past the width; a comma stays at the end of the line. */
+static void put_item(struct cursor *c, const char *sep, const char *item)
+{
+	int len = visible_len(item), comma = sep[0] == ',';
+
+	if (c->width && c->col > c->indent && c->col + (int)strlen(sep) + len > c->width) {
+		if (comma)
+			putchar(',');
+		newline_indent(c);
+	} else {
+		fputs(sep, stdout);
+		c->col += (int)strlen(sep);
+	}
+	fputs(item, stdout);
+	c->col += len;
+}
+
+/* Text of people, word by word: long lines go on under indent. */
+static void put_words(struct cursor *c, const char *text)
+{
+	char word[CLI_SAFE_SIZE];
+
+	while (*text) {
+		size_t n = strcspn(text, " ");
+
+		if (n >= sizeof word)
+			n = sizeof word - 1;
+		memcpy(word, text, n);
+		word[n] = '\0';
+		put_item(c, c->col > c->indent ? " " : "", word);
+		text += n;
+		while (*text == ' ')
+			text++;
+	}
+}
+
+/* "MIG 1g.10gb MIG-4f2a8c1d": a slice's NAME cell, the UUID shortened to
+ * what CUDA_VISIBLE_DEVICES takes as a unique prefix. */
+static const char *mig_label(const struct gm_mig *m, char *buf, size_t len)
+{
+	snprintf(buf, len, "MIG %s %.12s", m->profile[0] ? m->profile : "?",
+		 m->uuid[0] ? m->uuid : "?");
+	return buf;
+}
+
+static void layout_init(struct layout *l, const struct cli_select *sel,
+			const struct cli_look *look, int (*shown)(const struct cli_select *,
+								  const struct cli_look *,
+								  const struct gm_gpu *))
+{
+	const struct gm_snapshot *snap = look->snap;
+	char label[64];
+
+	l->width = cli_term_width();
+	l->name_w = STATUS_MIN_NAME;
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		int n = visible_len(snap->gpus[i].name[0] ? snap->gpus[i].name : "?");
+
+		if (shown(sel, look, &snap->gpus[i]) && n > l->name_w)
+			l->name_w = n;
+	}
+	for (size_t i = 0; i < snap->mig_count; i++) {
+		int n = visible_len(mig_label(&snap->migs[i], label, sizeof label));
+
+		if (n > l->name_w)
+			l->name_w = n;
+	}
+	l->fixed_w = 3 + 2 + l->name_w + 1 + STATUS_READINGS_W;
+	l->stacked = l->width && l->width < l->fixed_w + 1 + STATUS_ITEM_ROOM;
+}
+
+/* " [leased: alice]", ", [share: bob 8.0G]": the leases of the whole GPU g
+ * (mig NULL), or of its slice mig. */
+static void put_leases(const struct cli *cli, const struct cli_select *sel,
+		       const struct registry_view *view, const struct gm_gpu *g,
+		       const struct gm_mig *mig, struct cursor *c)
+{
+	char size[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 64];
+	int n = 0;
 
 	for (size_t i = 0; i < view->lease_count; i++) {
 		const struct lease_info *l = &view->leases[i];
@@ -33,15 +159,60 @@ static void print_leases(const struct cli *cli, const struct cli_select *sel,
 			if (mig ? strcmp(l->migs[k], mig->uuid) != 0 : l->migs[k][0] != '\0')
 				continue;
 			if (l->exclusive)
-				printf("%s %s[leased: %s]", n ? "," : "", c_yellow(cli),
-				       cli_safe(user, l->user));
+				snprintf(item, sizeof item, "%s[leased: %s]%s", c_yellow(cli),
+					 cli_safe(user, l->user), c_reset(cli));
 			else
-				printf("%s %s[share: %s %s]", n ? "," : "", c_yellow(cli),
-				       cli_safe(user, l->user),
-				       fmt_mib(size, sizeof size, l->share_mib));
-			printf("%s", c_reset(cli));
-			n++;
+				snprintf(item, sizeof item, "%s[share: %s %s]%s", c_yellow(cli),
+					 cli_safe(user, l->user),
+					 fmt_mib(size, sizeof size, l->share_mib), c_reset(cli));
+			put_item(c, n++ ? ", " : " ", item);
 		}
+	}
+}
+
+/* The processes of a row ("alice 2028329 10.4G, pid 3141592 485M", "-" for
+ * none), then its leases; of the slice mig, else of the whole GPU g. */
+static void put_processes(const struct cli *cli, const struct cli_select *sel,
+			  const struct gm_snapshot *snap, const struct registry_view *view,
+			  const struct gm_gpu *g, const struct gm_mig *mig,
+			  const struct layout *l, struct cursor *c)
+{
+	char a[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 32];
+	int printed = 0;
+
+	for (size_t i = 0; i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+		int o;
+
+		if ((mig ? gm_proc_mig(snap, p) != mig : p->gpu != g->index) ||
+		    !cli_select_proc(sel, p))
+			continue;
+		o = snprintf(item, sizeof item, "%s %u", p->has_user ? cli_safe(user, p->user) : "pid",
+			     p->pid);
+		if (p->has_mem && o > 0 && (size_t)o < sizeof item)
+			snprintf(item + o, sizeof item - (size_t)o, " %s",
+				 fmt_mib(a, sizeof a, p->used_mib));
+		put_item(c, printed ? ", " : l->stacked ? "" : " ", item);
+		printed = 1;
+	}
+	if (!printed) {
+		snprintf(item, sizeof item, "%s-%s", c_dim(cli), c_reset(cli));
+		put_item(c, l->stacked ? "" : " ", item);
+	}
+	put_leases(cli, sel, view, g, mig, c);
+	putchar('\n');
+}
+
+/* Where a row's PROCESSES start: beside the readings, or stacked on a line
+ * of their own. */
+static void start_processes(const struct layout *l, struct cursor *c)
+{
+	if (l->stacked) {
+		printf("\n%*s", STATUS_STACK_INDENT, "");
+		*c = (struct cursor){ STATUS_STACK_INDENT, l->width, STATUS_STACK_INDENT };
+	} else {
+		putchar(' ');
+		*c = (struct cursor){ l->fixed_w, l->width, l->fixed_w + 1 };
 	}
 }
 
@@ -49,46 +220,39 @@ static void print_leases(const struct cli *cli, const struct cli_select *sel,
  * takes (shortened), memory, its processes and lease. */
 static void print_mig_row(const struct cli *cli, const struct cli_select *sel,
 			  const struct gm_snapshot *snap, const struct registry_view *view,
-			  const struct gm_gpu *g, const struct gm_mig *m)
+			  const struct gm_gpu *g, const struct gm_mig *m, const struct layout *l)
 {
-	char a[16], b[16], label[64], user[CLI_SAFE_SIZE];
-	int printed = 0;
+	char a[16], b[16], label[64];
+	struct cursor c;
 
-	snprintf(label, sizeof label, "MIG %s %.12s", m->profile[0] ? m->profile : "?",
-		 m->uuid[0] ? m->uuid : "?");
-	printf("%3s  %-26.26s %5s %5s ", "", label, "", "");
+	mig_label(m, label, sizeof label);
+	if (l->stacked)
+		printf("%3s  %s\n%*s%5s %5s ", "", label, STATUS_STACK_INDENT, "", "", "");
+	else
+		printf("%3s  %-*s %5s %5s ", "", l->name_w, label, "", "");
 	if (m->valid & GM_MIG_HAS_MEMORY)
 		printf(" %6s / %-6s %3u%% ", fmt_mib(a, sizeof a, m->mem_used_mib),
 		       fmt_mib(b, sizeof b, m->mem_total_mib),
 		       m->mem_total_mib ? (unsigned)(m->mem_used_mib * 100 / m->mem_total_mib) : 0);
 	else
 		printf(" %-19s ", "      - / -");
-	printf("%12s ", "");
-	for (size_t i = 0; i < snap->proc_count; i++) {
-		const struct gm_proc *p = &snap->procs[i];
-
-		if (gm_proc_mig(snap, p) != m || !cli_select_proc(sel, p))
-			continue;
-		printf("%s%s %u", printed ? ", " : " ", p->has_user ? cli_safe(user, p->user) : "pid",
-		       p->pid);
-		if (p->has_mem)
-			printf(" %s", fmt_mib(a, sizeof a, p->used_mib));
-		printed = 1;
-	}
-	if (!printed)
-		printf(" %s-%s", c_dim(cli), c_reset(cli));
-	print_leases(cli, sel, view, g, m);
-	putchar('\n');
+	if (!l->stacked)
+		printf("%12s", ""); /* no power of its own */
+	start_processes(l, &c);
+	put_processes(cli, sel, snap, view, g, m, l, &c);
 }
 
 static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 			  const struct gm_snapshot *snap, const struct registry_view *view,
-			  const struct gm_gpu *g)
+			  const struct gm_gpu *g, const struct layout *l)
 {
-	char a[16], b[16], user[CLI_SAFE_SIZE];
-	int printed = 0;
+	char a[16], b[16];
+	struct cursor c;
 
-	printf("%3u  %-26.26s ", g->index, g->name[0] ? g->name : "?");
+	if (l->stacked)
+		printf("%3u  %s\n%*s", g->index, g->name[0] ? g->name : "?", STATUS_STACK_INDENT, "");
+	else
+		printf("%3u  %-*s ", g->index, l->name_w, g->name[0] ? g->name : "?");
 	if (g->state != GM_GPU_OK) {
 		printf("%s%s: %s%s\n", c_red(cli), g->state == GM_GPU_LOST ? "lost" : "error",
 		       g->note, c_reset(cli));
@@ -112,35 +276,22 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 	else
 		printf(" %-19s ", "      - / -");
 	if ((g->valid & GM_HAS_POWER) && (g->valid & GM_HAS_POWER_LIMIT))
-		printf("%4u / %-4uW ", g->power_mw / 1000, g->power_limit_mw / 1000);
+		printf("%4u / %-4uW", g->power_mw / 1000, g->power_limit_mw / 1000);
 	else if (g->valid & GM_HAS_POWER)
-		printf("%4u / -   W ", g->power_mw / 1000);
+		printf("%4u / -   W", g->power_mw / 1000);
 	else
-		printf("%12s ", "-");
-	for (size_t i = 0; i < snap->proc_count; i++) {
-		const struct gm_proc *p = &snap->procs[i];
-
-		if (p->gpu != g->index || !cli_select_proc(sel, p))
-			continue;
-		printf("%s%s %u", printed ? ", " : " ", p->has_user ? cli_safe(user, p->user) : "pid",
-		       p->pid);
-		if (p->has_mem)
-			printf(" %s", fmt_mib(a, sizeof a, p->used_mib));
-		printed = 1;
-	}
-	if (!printed)
-		printf(" %s-%s", c_dim(cli), c_reset(cli));
-	print_leases(cli, sel, view, g, NULL);
-	putchar('\n');
+		printf("%12s", "-");
+	start_processes(l, &c);
+	put_processes(cli, sel, snap, view, g, NULL, l, &c);
 	for (size_t i = 0; i < snap->mig_count; i++)
 		if (snap->migs[i].gpu == g->index)
-			print_mig_row(cli, sel, snap, view, g, &snap->migs[i]);
+			print_mig_row(cli, sel, snap, view, g, &snap->migs[i], l);
 }
 
 /* The hogs and idle leases, then one line for the processes outside gpuman. */
 static void print_waste(const struct cli *cli, const struct cli_select *sel,
 			const struct cli_look *look, const struct waste_opts *wopts,
-			const struct waste_report *waste)
+			const struct waste_report *waste, int width)
 {
 	char what[CLI_SAFE_SIZE];
 	size_t shown = 0, unleased = 0;
@@ -159,8 +310,14 @@ static void print_waste(const struct cli *cli, const struct cli_select *sel,
 			printf("%swaste (gpuman waste for advice):%s\n", c_bold(cli), c_reset(cli));
 		if (++shown > STATUS_WASTE_LINES)
 			continue;
-		printf("  %s%-10s%s %s\n", c_yellow(cli), waste_kind_name(it->kind), c_reset(cli),
-		       waste_what(look->snap, look->view, wopts, it, what, sizeof what));
+		{
+			struct cursor c = { 13, width, 13 };
+
+			printf("  %s%-10s%s ", c_yellow(cli), waste_kind_name(it->kind), c_reset(cli));
+			put_words(&c, waste_what(look->snap, look->view, wopts, it, what,
+						 sizeof what));
+			putchar('\n');
+		}
 	}
 	if (shown > STATUS_WASTE_LINES)
 		printf("  ... and %zu more\n", shown - STATUS_WASTE_LINES);
@@ -304,21 +461,47 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 	const char *sim = getenv("GPUMAN_SIM");
 	char age[32], user[CLI_SAFE_SIZE], cmd[CLI_SAFE_SIZE], what[CLI_SAFE_SIZE];
 	size_t shown = 0;
+	struct layout l;
+
+	layout_init(&l, sel, look, gpu_shown);
 
 	if (sim && strrchr(sim, '/'))
 		sim = strrchr(sim, '/') + 1;
-	printf("%sgpuman%s  %zu GPU%s  driver %s  CUDA %d.%d%s%s%s\n", c_bold(cli), c_reset(cli),
-	       snap->gpu_count, snap->gpu_count == 1 ? "" : "s",
-	       snap->driver_version[0] ? snap->driver_version : "?",
-	       snap->cuda_driver_version / 1000, snap->cuda_driver_version % 1000 / 10,
-	       sim ? "  (simulated: " : "", sim ? sim : "", sim ? ")" : "");
+	{
+		struct cursor c = { 0, l.width, 0 };
+		char item[PATH_MAX + 32];
+
+		snprintf(item, sizeof item, "%sgpuman%s", c_bold(cli), c_reset(cli));
+		put_item(&c, "", item);
+		snprintf(item, sizeof item, "%zu GPU%s", snap->gpu_count,
+			 snap->gpu_count == 1 ? "" : "s");
+		put_item(&c, "  ", item);
+		snprintf(item, sizeof item, "driver %s",
+			 snap->driver_version[0] ? snap->driver_version : "?");
+		put_item(&c, "  ", item);
+		snprintf(item, sizeof item, "CUDA %d.%d", snap->cuda_driver_version / 1000,
+			 snap->cuda_driver_version % 1000 / 10);
+		put_item(&c, "  ", item);
+		if (sim) {
+			snprintf(item, sizeof item, "(simulated: %s)", sim);
+			put_item(&c, "  ", item);
+		}
+		putchar('\n');
+	}
 	if (snap->gpu_count) {
-		printf("%s%3s  %-26s %5s %5s  %-20s %-12s %s%s\n", c_bold(cli), "GPU", "NAME", "TEMP",
-		       "UTIL", "MEMORY USED / TOTAL", "POWER", " PROCESSES (user pid memory)",
-		       c_reset(cli));
+		if (l.stacked)
+			printf("%s%3s  %s\n%*s%5s %5s  %-20s %s\n%*s%s%s\n", c_bold(cli), "GPU", "NAME",
+			       STATUS_STACK_INDENT, "", "TEMP", "UTIL", "MEMORY USED / TOTAL", "POWER",
+			       STATUS_STACK_INDENT, "", "PROCESSES (user pid memory)", c_reset(cli));
+		else
+			printf("%s%3s  %-*s %5s %5s  %-20s %-12s %s%s\n", c_bold(cli), "GPU", l.name_w,
+			       "NAME", "TEMP", "UTIL", "MEMORY USED / TOTAL", "POWER",
+			       l.width && l.width < l.fixed_w + 29 ? " PROCESSES"
+								   : " PROCESSES (user pid memory)",
+			       c_reset(cli));
 		for (size_t i = 0; i < snap->gpu_count; i++)
 			if (gpu_shown(sel, look, &snap->gpus[i])) {
-				print_gpu_row(cli, sel, snap, view, &snap->gpus[i]);
+				print_gpu_row(cli, sel, snap, view, &snap->gpus[i], &l);
 				shown++;
 			}
 		if (!shown)
@@ -335,11 +518,25 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 			continue;
 		if (shown++ == 0)
 			printf("%swaiting (served in this order):%s\n", c_bold(cli), c_reset(cli));
-		printf("%3zu. %s, %s, pid %d, for %s: %.60s\n", i + 1, cli_safe(user, w->user),
-		       cli_safe(what, w->summary), w->pid, fmt_age(age, sizeof age, w->since_ms),
-		       cli_safe(cmd, w->command));
+		if (!l.width) { /* a pipe: one line each, as scripts read it */
+			printf("%3zu. %s, %s, pid %d, for %s: %.60s\n", i + 1, cli_safe(user, w->user),
+			       cli_safe(what, w->summary), w->pid,
+			       fmt_age(age, sizeof age, w->since_ms), cli_safe(cmd, w->command));
+			continue;
+		}
+		{
+			struct cursor c = { 0, l.width, STATUS_STACK_INDENT };
+			char head[CLI_SAFE_SIZE * 2 + 128];
+
+			snprintf(head, sizeof head, "%3zu. %s, %s, pid %d, for %s:", i + 1,
+				 cli_safe(user, w->user), cli_safe(what, w->summary), w->pid,
+				 fmt_age(age, sizeof age, w->since_ms));
+			put_words(&c, head);
+			put_words(&c, cli_safe(cmd, w->command));
+			putchar('\n');
+		}
 	}
-	print_waste(cli, sel, look, wopts, waste);
+	print_waste(cli, sel, look, wopts, waste, l.width);
 	for (size_t i = 0; i < snap->note_count; i++)
 		printf("%snote: %s%s\n", c_dim(cli), cli_safe(what, snap->notes[i]), c_reset(cli));
 }
@@ -494,6 +691,10 @@ const struct cmd_entry cmd_status = {
 	"served, and the waste that 'gpuman waste' explains.\n"
 	"Inside a Slurm job only the GPUs of its allocation are shown.\n"
 	"A field the GPU does not report shows as '-' (null in --json, empty in CSV).\n"
+	"On a terminal, or with COLUMNS set, the table fits the width without cutting\n"
+	"anything (processes continue on lines of their own; narrow terminals get\n"
+	"name, readings and processes on separate lines); in a pipe each GPU is one\n"
+	"line.\n"
 	"\n"
 	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
 	"  -u, --user USER[,USER] only GPUs where these users have a process or lease,\n"

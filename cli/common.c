@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 #include <time.h>
 #include "cli.h"
@@ -246,6 +247,24 @@ int cli_print_json(json_t *value)
 	json_decref(value);
 	fputc('\n', stdout);
 	return rc == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
+int cli_term_width(void)
+{
+	const char *env = getenv("COLUMNS");
+	struct winsize ws;
+	char *end;
+	long n;
+
+	if (env && *env) {
+		errno = 0;
+		n = strtol(env, &end, 10);
+		if (!*end && !errno && n > 0 && n <= 10000)
+			return (int)n;
+	}
+	if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return 0;
 }
 
 char *fmt_mib(char *buf, size_t len, uint64_t mib)

@@ -154,3 +154,45 @@ JSON
 	[ "$(jqr '.gpus | length')" = 0 ]
 	run -75 gpuman pick
 }
+
+# every_pid_in OUTPUT - each process of the lab scenario appears in it
+lab_pids_in() {
+	local pid
+	for pid in 2028329 2031002 2201234 2999871 2450012 3141592; do
+		[[ "$1" == *"pid $pid"* ]] || { echo "pid $pid is missing"; return 1; }
+	done
+}
+
+@test "status fits the terminal's width (COLUMNS): processes continue under PROCESSES, narrower stacks, nothing is cut" {
+	export GPUMAN_SIM=$GM_ROOT/examples/lab-8gpu.json
+	# a pipe: one line per GPU, as scripts read it
+	run -0 gpuman status
+	[ "${lines[2]}" = "  0  NVIDIA GeForce GTX 1080 Ti   83C   97%   10.9G / 11.0G   98%  231 / 250 W  pid 2028329 10.4G, pid 3141592 485M" ]
+	for w in 100 80 60; do
+		COLUMNS=$w run -0 gpuman status
+		long=$(printf '%s\n' "$output" | awk -v w="$w" 'length($0) > w')
+		[ -z "$long" ] || { echo "COLUMNS=$w, longer lines: $long"; false; }
+		lab_pids_in "$output"
+		[[ "$output" == *"NVIDIA GeForce GTX 1080 Ti"* ]]
+	done
+	# 100: the second process goes on under the first
+	COLUMNS=100 run -0 gpuman status
+	[ "${lines[2]}" = "  0  NVIDIA GeForce GTX 1080 Ti   83C   97%   10.9G / 11.0G   98%  231 / 250 W  pid 2028329 10.4G," ]
+	[ "${lines[3]}" = "$(printf '%80s' '')pid 3141592 485M" ]
+	# 60: name, readings and processes each on their own lines; waste sentences wrap
+	COLUMNS=60 run -0 gpuman status
+	[ "${lines[1]}" = "(simulated: lab-8gpu.json)" ]
+	[ "${lines[5]}" = "  0  NVIDIA GeForce GTX 1080 Ti" ]
+	[ "${lines[6]}" = "       83C   97%   10.9G / 11.0G   98%  231 / 250 W" ]
+	[ "${lines[7]}" = "     pid 2028329 10.4G, pid 3141592 485M" ]
+	[[ "$output" == *$'holds 2.4G on GPUs\n             0,1,5,6,7 but computes only on 3'* ]]
+	# COLUMNS that is not a number is ignored
+	COLUMNS=wide run -0 gpuman status
+	[ "${lines[2]}" = "  0  NVIDIA GeForce GTX 1080 Ti   83C   97%   10.9G / 11.0G   98%  231 / 250 W  pid 2028329 10.4G, pid 3141592 485M" ]
+}
+
+@test "a GPU name longer than the usual column is shown whole" {
+	export GPUMAN_SIM=$GM_ROOT/examples/laptop.json
+	run -0 gpuman status
+	[[ "${lines[2]}" == "  0  NVIDIA GeForce RTX 3050 Laptop GPU   "* ]]
+}
