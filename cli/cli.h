@@ -29,6 +29,7 @@ struct cli {
 	int no_framework_env;       /* --no-framework-env */
 	const char *format;         /* --format, for pick */
 	int proc_util;              /* snapshots read per-process utilization */
+	int clocks;                 /* and clocks (status, info, top, serve) */
 };
 
 struct cmd_entry {

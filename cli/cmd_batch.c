@@ -27,6 +27,7 @@
 #include "registry.h"
 #include "safedir.h"
 #include "select_help.h"
+#include "snapshot.h"
 #include "util.h"
 
 int batch_option(struct cli *cli, int opt, const char *arg, void *data)
@@ -593,7 +594,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	if (gm_snapshot_take(ctx, &snap, err, sizeof err) != GM_OK)
+	if (snapshot_take(ctx, 0, 0, &snap, err, sizeof err) != GM_OK)
 		snap = NULL;
 	tally(jobs, njobs, snap, &t, &nt);
 	snprintf(path, sizeof path, "%s/summary.json", dir);

@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "jobs.h"
 #include "engine.h"
+#include "snapshot.h"
 
 /* Operands by command; one row per command that takes any. */
 static const char *const operand_kinds[][2] = {
@@ -94,7 +95,7 @@ static int print_gpus(struct cli *cli)
 	(void)cli;
 	if (gm_open(&ctx, err, sizeof err) != GM_OK)
 		return EXIT_FAIL;
-	if (gm_snapshot_take(ctx, &snap, err, sizeof err) == GM_OK) {
+	if (snapshot_take(ctx, 0, 0, &snap, err, sizeof err) == GM_OK) {
 		for (size_t i = 0; i < snap->gpu_count; i++)
 			printf("%u\t%s\n", snap->gpus[i].index, snap->gpus[i].name);
 		for (size_t i = 0; i < snap->gpu_count; i++)

@@ -121,6 +121,7 @@ static int info_exec(struct cli *cli, int argc, char **argv)
 	rc = cli_parse(cli, &cmd_info, argc, argv, "", longopts, NULL, NULL);
 	if (rc != CLI_CONTINUE)
 		return rc;
+	cli->clocks = 1;
 	rc = cli_snapshot(cli, &ctx, &snap);
 	if (rc != EXIT_OK)
 		return rc;

@@ -664,6 +664,8 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 		       &sel);
 	if (rc != CLI_CONTINUE)
 		return rc;
+	/* The table shows no clocks; JSON and CSV have them. */
+	cli->clocks = cli->json || sel.csv;
 	/* --watch SEC as well as --watch=SEC, like nvidia-smi -l SEC */
 	if (sel.watch && sel.watch_arg_missing && optind == argc - 1 &&
 	    strspn(argv[optind], "0123456789.") == strlen(argv[optind])) {

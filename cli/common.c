@@ -229,7 +229,7 @@ int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **
 				 cli->cmd ? cli->cmd : "status");
 	if (rc != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
-	rc = snapshot_take(*ctx, cli->proc_util ? CLI_UTIL_WINDOW_S * 1000 : 0, snap, err,
+	rc = snapshot_take(*ctx, cli->proc_util ? CLI_UTIL_WINDOW_S * 1000 : 0, cli->clocks, snap, err,
 			   sizeof err);
 	if (rc != GM_OK) {
 		gm_close(*ctx);

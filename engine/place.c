@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "util.h"
 #include "internal.h"
+#include "snapshot.h"
 
 static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 			     const char *explain)
@@ -343,7 +344,7 @@ static int local_init(struct engine *e, char *err, size_t len)
 		gm_fail(GM_ERR_IO, err, len, "cannot watch for events: %s", strerror(errno));
 		return -1;
 	}
-	if (gm_snapshot_take(e->cfg->ctx, &e->snap, err, len) != GM_OK)
+	if (snapshot_take(e->cfg->ctx, 0, 0, &e->snap, err, len) != GM_OK) /* no clocks */
 		return -1;
 	if (!e->cfg->batch)
 		return 0;

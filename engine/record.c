@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include "util.h"
 #include "internal.h"
+#include "snapshot.h"
 
 
 /* ---- results ---------------------------------------------------------- */
@@ -164,7 +165,7 @@ void engine_refresh_snapshot(struct engine *e)
 	struct gm_snapshot *snap;
 	struct proctree tree = PROCTREE_INIT;
 
-	if (gm_snapshot_take(e->cfg->ctx, &snap, e->err, sizeof e->err) != GM_OK) {
+	if (snapshot_take(e->cfg->ctx, 0, 0, &snap, e->err, sizeof e->err) != GM_OK) {
 		engine_say(e, "warning: cannot read the GPUs: %s", e->err);
 		return;
 	}

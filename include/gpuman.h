@@ -165,9 +165,11 @@ struct gm_proc;
 
 enum gm_proc_kind { GM_PROC_COMPUTE = 1, GM_PROC_GRAPHICS = 2 };
 
-/* Read every GPU and its processes now.  Free with gm_snapshot_free().
- * A GPU that answers an error is kept with its state and note; only a whole
- * failure of NVML fails the call. */
+/* Read every GPU, its clocks and its processes now.  Free with
+ * gm_snapshot_free().  A GPU that answers an error is kept with its state and
+ * note; only a whole failure of NVML fails the call.  (gm_pick and
+ * gm_acquire take their own snapshots without the clocks, which cost six NVML
+ * calls per GPU.) */
 GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
 				    char *errbuf, size_t errlen);
 GM_API void gm_snapshot_free(struct gm_snapshot *snap);

@@ -740,29 +740,17 @@ static enum answer query_fields(struct gpu_query *q)
 			gpu->valid |= GM_HAS_MIG;
 		}
 	}
-	for (int c = 0; c < GM_CLOCK_COUNT; c++) {
-		if (nv->clock) {
-			ASK(clocks[c].what, nv->clock(q->dev, clocks[c].type, &u1));
-			if (a == ANSWER_OK) {
-				gpu->clock_mhz[c] = u1;
-				gpu->valid |= clocks[c].has;
-			}
-		}
-		if (nv->max_clock) {
-			ASK(clocks[c].what_max, nv->max_clock(q->dev, clocks[c].type, &u1));
-			if (a == ANSWER_OK) {
-				gpu->clock_max_mhz[c] = u1;
-				gpu->valid |= clocks[c].has_max;
-			}
-		}
-	}
 	/* CUDA's FASTEST_FIRST order ranks by cores x max SM clock: both or
-	 * nothing. */
-	if (nv->cores && (gpu->valid & GM_HAS_MAX_CLOCK_SM)) {
+	 * nothing.  (The other clocks are nvml_clocks()'s.) */
+	if (nv->cores && nv->max_clock) {
 		ASK("core count", nv->cores(q->dev, &u1));
 		if (a == ANSWER_OK) {
-			gpu->cuda_rank = (uint64_t)u1 * gpu->clock_max_mhz[GM_CLOCK_SM];
-			gpu->valid |= GM_HAS_CUDA_RANK;
+			ASK("max SM clock", nv->max_clock(q->dev, NVML_CLOCK_SM, &u2));
+			if (a == ANSWER_OK) {
+				gpu->cuda_rank = (uint64_t)u1 * u2;
+				gpu->clock_max_mhz[GM_CLOCK_SM] = u2;
+				gpu->valid |= GM_HAS_CUDA_RANK | GM_HAS_MAX_CLOCK_SM;
+			}
 		}
 	}
 #undef ASK
@@ -1264,6 +1252,60 @@ static int read_proc_samples(struct nvml *nv, nvml_dev dev, unsigned long long s
 	}
 	*count = rc == NVML_SUCCESS ? (n < cap ? n : cap) : 0;
 	return rc;
+}
+
+/* One clock reading into gpu: 0, or -1 when the GPU is lost. */
+static int read_clock(struct nvml *nv, nvml_dev dev, struct gm_snapshot *snap, struct gm_gpu *gpu,
+		      int c, int max)
+{
+	fn_dev_sel_uint fn = max ? nv->max_clock : nv->clock;
+	char text[160];
+	unsigned mhz = 0;
+	int rc;
+
+	if (!fn || (max && (gpu->valid & clocks[c].has_max)))
+		return 0;
+	rc = fn(dev, clocks[c].type, &mhz);
+	switch (rc) {
+	case NVML_SUCCESS:
+		if (max)
+			gpu->clock_max_mhz[c] = mhz;
+		else
+			gpu->clock_mhz[c] = mhz;
+		gpu->valid |= max ? clocks[c].has_max : clocks[c].has;
+		return 0;
+	case NVML_ERROR_GPU_IS_LOST:
+		return -1;
+	case NVML_ERROR_NOT_SUPPORTED:
+	case NVML_ERROR_FUNCTION_NOT_FOUND:
+		return 0;
+	default:
+		err_text(nv, rc, text, sizeof text);
+		snapshot_add_note(snap, "GPU %u: %s: %s", gpu->index,
+		                  max ? clocks[c].what_max : clocks[c].what, text);
+		return 0;
+	}
+}
+
+void nvml_clocks(struct nvml *nv, struct gm_snapshot *snap)
+{
+	nvml_dev dev;
+	int rc;
+
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		struct gm_gpu *gpu = &snap->gpus[i];
+
+		if (gpu->state != GM_GPU_OK)
+			continue;
+		dev = NULL;
+		CALL_VERSIONED(rc, nv, OP_HANDLE, nv->handle, gpu->index, &dev);
+		if (rc != NVML_SUCCESS)
+			continue; /* the snapshot itself said why */
+		for (int c = 0; c < GM_CLOCK_COUNT; c++)
+			if (read_clock(nv, dev, snap, gpu, c, 0) < 0 ||
+			    read_clock(nv, dev, snap, gpu, c, 1) < 0)
+				break; /* fell off the bus since: the next snapshot says so */
+	}
 }
 
 void nvml_proc_util(struct nvml *nv, struct gm_snapshot *snap, unsigned window_ms)

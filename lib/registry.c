@@ -463,7 +463,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 		a->snap = (struct gm_snapshot *)given;
 		a->snap_given = 1;
 	} else {
-		rc = gm_snapshot_take(ctx, &a->snap, err, len);
+		rc = snapshot_take(ctx, 0, 0, &a->snap, err, len); /* no clocks: placing is hot */
 		if (rc != GM_OK)
 			return rc;
 	}

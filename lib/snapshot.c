@@ -80,10 +80,10 @@ static int proc_cmp(const void *a, const void *b)
 GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
 				    char *errbuf, size_t errlen)
 {
-	return snapshot_take(ctx, 0, out, errbuf, errlen);
+	return snapshot_take(ctx, 0, 1, out, errbuf, errlen);
 }
 
-enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms,
+enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
 			  struct gm_snapshot **out, char *errbuf, size_t errlen)
 {
 	struct gm_snapshot *snap;
@@ -108,6 +108,8 @@ enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms,
 		qsort(snap->procs, snap->proc_count, sizeof *snap->procs, proc_cmp);
 	if (proc_util_window_ms)
 		nvml_proc_util(ctx->nvml, snap, proc_util_window_ms);
+	if (clocks)
+		nvml_clocks(ctx->nvml, snap);
 	for (size_t i = 0; i < snap->proc_count; i++)
 		proc_fill_from_procfs(&snap->procs[i], &last_uid, last_user);
 	*out = snap;

@@ -9,9 +9,11 @@
 #include "gpuman.h"
 #include "snapshot_types.h"
 
-/* gm_snapshot_take, and with proc_util_window_ms > 0 also each process's
- * utilization over that window (nvml_proc_util). */
-enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms,
+/* The snapshot without what costs NVML calls that choosing GPUs never
+ * needs: with proc_util_window_ms > 0 also each process's utilization over
+ * that window (nvml_proc_util), with clocks the GPUs' clocks (nvml_clocks).
+ * gm_snapshot_take is (ctx, 0, 1, ...); leases and the engine take (0, 0). */
+enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
 			  struct gm_snapshot **out, char *errbuf, size_t errlen);
 
 /* One GPU / one process / the whole snapshot as JSON objects (new refs). */

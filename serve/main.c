@@ -220,7 +220,7 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 			int64_t t0 = monotonic_ms();
 			/* Per-process utilization too, as status reads it: the
 			 * waste finder judges hogs by it. */
-			enum gm_err rc = snapshot_take(ctx, CLI_UTIL_WINDOW_S * 1000, &fresh, err,
+			enum gm_err rc = snapshot_take(ctx, CLI_UTIL_WINDOW_S * 1000, 1, &fresh, err,
 						       sizeof err);
 
 			health->snapshots++;
@@ -277,6 +277,7 @@ static int serve_run(struct cli *cli, int argc, char **argv)
 	 * now, not as an empty page. */
 	t0 = monotonic_ms();
 	cli->proc_util = 1;
+	cli->clocks = 1;
 	rc = cli_snapshot(cli, &ctx, &snap);
 	if (rc != EXIT_OK)
 		return rc;

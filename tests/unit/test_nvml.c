@@ -409,6 +409,11 @@ static void test_clocks(void **state)
 	                sim_lib);
 	take(nv, &snap);
 	assert_int_equal(snap.gpu_count, 2);
+	/* A snapshot as pick and leases take it reads no clock but the max SM
+	 * one CUDA's order needs. */
+	assert_int_equal(snap.gpus[0].valid & all, GM_HAS_MAX_CLOCK_SM);
+	assert_int_equal(snap.gpus[1].valid & all, 0);
+	nvml_clocks(nv, &snap);
 	g = &snap.gpus[0];
 	assert_int_equal(g->valid & all, all);
 	assert_int_equal(g->clock_mhz[GM_CLOCK_SM], 1410);
