@@ -12,7 +12,7 @@
  *   wake             rewritten by submit and cancel: "look at the queue"
  *   events           rewritten by the dispatcher when jobs end
  *   logs/<id>.log    each job's stdout and stderr
- *   runs/<id>.run    each running job's run file (see engine.h)
+ *   runs/slot-<n>.run  the run files of running jobs, reused (protocol.h)
  */
 #ifndef GM_JOBS_H
 #define GM_JOBS_H
