@@ -1,13 +1,15 @@
 /*
- * engine.h - the dispatch engine shared by `gpuman batch` and the queue's
- * dispatcher: it starts queued jobs of a job store as GPUs that fit free up,
- * each under its own runner, records their results, and accounts what they
+ * engine.h - the dispatch engine shared by `gpuman batch`, `gpuman batch
+ * --slurm` and the queue's dispatcher: it starts queued jobs of a job store
+ * as GPUs that fit free up, records their results, and accounts what they
  * used.  The one header of the engine module (engine/, built into
  * libgmengine.a with the job store, jobstore.h, and the pure rules of a
- * job's end, outcome.h) that the commands include;
- * engine/internal.h is the engine's own.
+ * job's end, outcome.h) that the commands include; engine/internal.h is
+ * the engine's own.  Where jobs run is a placement (internal.h): this
+ * machine's GPUs, each job under its own runner, as below; or, with
+ * engine_config.slurm, srun steps in a Slurm allocation (engine/slurm.c).
  *
- * A job's life, and who writes what:
+ * A job's life on this machine, and who writes what:
  *
  *   queued   --(engine: lease GPUs, start the runner, commit "running")-->
  *   running  --(runner: run the job, write the result into its run file,
