@@ -102,6 +102,10 @@ int cli_usage(struct cli *cli, const char *fmt, ...) __attribute__((format(print
 /* Open a context and take a snapshot, reporting failure (NVML missing,
  * scenario malformed) in one line with a hint.  Returns EXIT_OK or 1. */
 int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **snap);
+/* For a whole-GPU request (no --mig): on stderr, "gpuman CMD: note: GPU 0 is
+ * in MIG mode: never handed out whole (...)" for each such GPU of snap, so
+ * that a GPU that looks idle is not passed over without a word. */
+void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap);
 
 /* The live leases and waiters, for display.  An unusable registry gives an
  * empty view and a warning on stderr (the GPUs are still worth showing). */

@@ -596,6 +596,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (snapshot_take(ctx, 0, 0, &snap, err, sizeof err) != GM_OK)
 		snap = NULL;
+	cli_note_mig_gpus(cli, "batch", snap);
 	tally(jobs, njobs, snap, &t, &nt);
 	snprintf(path, sizeof path, "%s/summary.json", dir);
 	if (write_summary(path, strcmp(file, "-") ? file : "-", dir, jobs, njobs, t, nt, started,

@@ -52,12 +52,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		rc = cli_error(cli, EXIT_FAIL, "%s", gm_strerror(err));
 		goto done;
 	}
-	/* Say why a GPU that looks idle was passed over. */
-	for (size_t i = 0; i < snap->gpu_count && !cli->req->mig[0]; i++)
-		if ((snap->gpus[i].valid & GM_HAS_MIG) && snap->gpus[i].mig_mode == 1)
-			fprintf(stderr, "gpuman pick: note: GPU %u is in MIG mode: never handed out "
-					"whole (ask for a slice with --mig PROFILE)\n",
-				snap->gpus[i].index);
+	cli_note_mig_gpus(cli, "pick", snap);
 	pos = calloc(n ? n : 1, sizeof *pos);
 	if (!pos || pick_env_init(&env, snap) < 0) {
 		rc = cli_error(cli, EXIT_FAIL, "out of memory");

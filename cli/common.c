@@ -12,6 +12,7 @@
 #include <time.h>
 #include "cli.h"
 #include "listing.h"
+#include "policy.h"
 #include "parse.h"
 #include "proctree.h"
 #include "registry.h"
@@ -308,6 +309,17 @@ json_t *cli_leases_json(const struct registry_view *view)
 json_t *cli_waiters_json(const struct registry_view *view)
 {
 	return listing_waiters_json(view);
+}
+
+void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap)
+{
+	if (!snap || cli->req->mig[0])
+		return;
+	for (size_t i = 0; i < snap->gpu_count; i++)
+		if ((snap->gpus[i].valid & GM_HAS_MIG) && snap->gpus[i].mig_mode == 1)
+			fprintf(stderr, "gpuman %s: note: GPU %u is in MIG mode: never handed out "
+					"whole (ask for a slice with --mig PROFILE)\n",
+				cmd, snap->gpus[i].index);
 }
 
 json_t *cli_status_json(const struct gm_snapshot *snap, const struct registry_view *view)

@@ -85,6 +85,11 @@ setup() {
 	[[ "$output" == *"in MIG mode"* ]]
 	run -75 gpuman run --only 0 -- true
 	[[ "$output" == *"in MIG mode: never handed out whole"* ]]
+	cd "$BATS_TEST_TMPDIR"
+	echo 'echo $GPUMAN_GPUS >>gpus.txt' >tasks.txt
+	run -0 gpuman batch tasks.txt
+	[[ "$output" == *"gpuman batch: note: GPU 0 is in MIG mode: never handed out whole"* ]]
+	[ "$(cat gpus.txt)" = 1 ]
 
 	# two whole-GPU jobs: the second waits for GPU 1, never takes GPU 0
 	gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 30 --record "$BATS_TEST_TMPDIR/rec" 3>&- &
