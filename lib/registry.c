@@ -134,6 +134,9 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 		rc = gm_fail(GM_ERR_STATE, err, len, "registry lock '%s' is not a plain file", lock);
 		goto failed;
 	}
+	/* Made under our umask: open it to all, or nobody else gets in. */
+	if (st.st_uid == geteuid() && (st.st_mode & 0444) != 0444)
+		fchmod(reg->lock_fd, 0644);
 	*out = reg;
 	return GM_OK;
 failed:
@@ -214,6 +217,151 @@ static void user_name(unsigned uid, char *out, size_t len)
 	next = (next + 1) % ARRAY_SIZE(cache);
 }
 
+/* ---- who may be believed ------------------------------------------------ */
+
+/*
+ * The pid namespace we live in (the inode of /proc/self/ns/pid), written in
+ * every lease and ticket: a pid of another namespace (a container sharing
+ * the state directory) cannot be looked up here, only trusted.
+ */
+static json_int_t own_pidns(void)
+{
+	static json_int_t ns = -1;
+	struct stat st;
+
+	if (ns < 0)
+		ns = stat("/proc/self/ns/pid", &st) == 0 ? (json_int_t)st.st_ino : 0;
+	return ns;
+}
+
+enum holder {
+	HOLDER_GONE,        /* no such process, a zombie, or one of another user */
+	HOLDER_UNKNOWN,     /* cannot be looked up here: trust the lock alone */
+	HOLDER_RUNNING,
+	HOLDER_STOPPED,     /* Ctrl-Z or a debugger: alive, but makes no progress */
+};
+
+/* Whether pid's real or effective uid is uid, as its status says. */
+static int uid_in_status(int pid, unsigned uid)
+{
+	char path[64], buf[2048], *p;
+	unsigned ruid, euid;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return (p = strstr(buf, "\nUid:\t")) && sscanf(p + 6, "%u %u", &ruid, &euid) == 2 &&
+	       (ruid == uid || euid == uid);
+}
+
+/*
+ * Holders found running, remembered for a second: a waiter reads every
+ * ticket ahead of it at each attempt, and /proc/PID/stat is most of the
+ * cost.  A death is still seen at once (kill), a stop or a zombie within
+ * HOLDER_CACHE_MS.
+ */
+#define HOLDER_CACHE_MS 1000
+
+static _Thread_local struct {
+	int pid;
+	unsigned uid;
+	int64_t at_ms;
+} holder_cache[256];
+
+/*
+ * What the kernel says of process pid, which must belong to uid.  A file's
+ * lock proves only that somebody holds it (anyone who can read a file can
+ * flock it); that its writer still lives is proved by the process itself.
+ */
+static enum holder holder_state(int pid, unsigned uid, json_int_t pidns)
+{
+	char path[64], buf[512], *p;
+	struct stat st;
+	ssize_t n;
+	int fd, state = 0, slot = pid & 255;
+	int64_t now;
+
+	if (pid <= 0)
+		return HOLDER_GONE;
+	if (pidns != own_pidns() || !own_pidns())
+		return HOLDER_UNKNOWN;
+	/* kill() sees through hidepid; ESRCH is final, EPERM means alive. */
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return HOLDER_GONE;
+	now = monotonic_ms();
+	if (holder_cache[slot].pid == pid && holder_cache[slot].uid == uid &&
+	    now - holder_cache[slot].at_ms < HOLDER_CACHE_MS)
+		return HOLDER_RUNNING;
+	/* The owner of /proc/PID is the process's effective uid (root for one
+	 * that is not dumpable: then its status says).  stat() is cheap, and
+	 * every read of the registry looks at every holder. */
+	snprintf(path, sizeof path, "/proc/%d", pid);
+	if (stat(path, &st) < 0)
+		return errno == ENOENT && kill(pid, 0) < 0 && errno == ESRCH ? HOLDER_GONE
+									  : HOLDER_UNKNOWN;
+	if (st.st_uid != uid && !(st.st_uid == 0 && uid_in_status(pid, uid)))
+		return HOLDER_GONE;
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return HOLDER_UNKNOWN;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return HOLDER_GONE;
+	buf[n] = '\0';
+	/* "pid (comm) S ...": the command may hold anything, ')' too */
+	if ((p = strrchr(buf, ')')) && p[1] == ' ')
+		state = p[2];
+	if (!state || state == 'Z' || state == 'X' || state == 'x')
+		return HOLDER_GONE;
+	if (state == 'T' || state == 't')
+		return HOLDER_STOPPED;
+	holder_cache[slot].pid = pid;
+	holder_cache[slot].uid = uid;
+	holder_cache[slot].at_ms = now;
+	return HOLDER_RUNNING;
+}
+
+/* The uid a file claims must be its owner's: nobody writes in another's
+ * name, and a file without one (an older gpuman's) is its owner's too. */
+static int uid_matches(json_t *o, const struct stat *st)
+{
+	json_t *u = json_object_get(o, "uid");
+
+	return !u || (json_is_integer(u) && json_integer_value(u) == (json_int_t)st->st_uid);
+}
+
+static json_int_t file_pidns(json_t *o)
+{
+	json_t *ns = json_object_get(o, "pidns");
+
+	return ns ? json_integer_value(ns) : own_pidns();
+}
+
+/*
+ * A ticket names the instant it was queued; one whose name claims a time
+ * well before the file existed (its ctime, which nobody can set back) is
+ * trying to jump the line.
+ */
+#define TICKET_SKEW_NS (30LL * 1000000000LL)
+
+static int ticket_time_honest(const char *name, const struct stat *st)
+{
+	long long claimed;
+	int64_t ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+
+	if (sscanf(name, WAIT_PREFIX "%20lld.", &claimed) != 1)
+		return 0;
+	return claimed >= ctime_ns - TICKET_SKEW_NS;
+}
+
 static const char *jstr(json_t *o, const char *key)
 {
 	const char *s = json_string_value(json_object_get(o, key));
@@ -229,11 +377,20 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	if (!o)
 		return -1;
 	memset(li, 0, sizeof *li);
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	/* Alive while its holder or its job lives (the job keeps the lease's
+	 * descriptor when gpuman run is killed), never on the lock alone: a
+	 * dead lease that someone else flocks is revived for nobody. */
+	if (!uid_matches(o, st) ||
+	    (holder_state(li->pid, st->st_uid, file_pidns(o)) == HOLDER_GONE &&
+	     holder_state(li->job_pid, st->st_uid, file_pidns(o)) == HOLDER_GONE)) {
+		json_decref(o);
+		return 1;
+	}
 	snprintf(li->id, sizeof li->id, "%s", jstr(o, "id"));
 	li->uid = st->st_uid;
 	user_name(st->st_uid, li->user, sizeof li->user);
-	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
-	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
 	snprintf(li->command, sizeof li->command, "%s", jstr(o, "command"));
 	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
 	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
@@ -260,15 +417,24 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 			struct waiter_info *wi)
 {
 	json_t *o = json_loads(text, 0, NULL), *cand, *c;
+	enum holder h;
 	size_t i;
 
 	if (!o)
 		return -1;
 	memset(wi, 0, sizeof *wi);
+	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	/* A stopped waiter would hold its GPUs back from everyone behind it
+	 * while taking none: it keeps its place, and counts again once it runs. */
+	h = holder_state(wi->pid, st->st_uid, file_pidns(o));
+	if (!uid_matches(o, st) || h == HOLDER_GONE || h == HOLDER_STOPPED ||
+	    !ticket_time_honest(name, st)) {
+		json_decref(o);
+		return 1;
+	}
 	str_copy(wi->name, sizeof wi->name, name);
 	wi->uid = st->st_uid;
 	user_name(st->st_uid, wi->user, sizeof wi->user);
-	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
 	snprintf(wi->command, sizeof wi->command, "%s", jstr(o, "command"));
 	snprintf(wi->summary, sizeof wi->summary, "%s", jstr(o, "summary"));
 	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
@@ -305,8 +471,13 @@ static void clean_tmp(int dirfd, const char *name)
 		unlinkat(dirfd, name, 0);
 }
 
-enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err,
-			  size_t len)
+/*
+ * registry_read, skipping the tickets that sort after `upto` (NULL: none):
+ * a waiter is held back only by those ahead of it, and leaving the rest
+ * unopened halves the work of a read in a long line.
+ */
+static enum gm_err read_upto(struct registry *reg, struct registry_view *view, const char *upto,
+			     char *err, size_t len)
 {
 	DIR *d;
 	struct dirent *de;
@@ -326,7 +497,7 @@ enum gm_err registry_read(struct registry *reg, struct registry_view *view, char
 
 		if (starts_with(de->d_name, TMP_PREFIX))
 			clean_tmp(dirfd(d), de->d_name);
-		if (!is_lease && !is_wait)
+		if ((!is_lease && !is_wait) || (is_wait && upto && strcmp(de->d_name, upto) > 0))
 			continue;
 		live = read_live_file(dirfd(d), de->d_name, &text, &st);
 		if (live < 0) {
@@ -340,7 +511,7 @@ enum gm_err registry_read(struct registry *reg, struct registry_view *view, char
 
 			if (l) {
 				view->leases = l;
-				if (parse_lease(text, &st, &l[view->lease_count]) == 0)
+				if (parse_lease(text, &st, &l[view->lease_count]) == 0) /* 1: untrusted */
 					view->lease_count++;
 			}
 		} else {
@@ -362,6 +533,12 @@ enum gm_err registry_read(struct registry *reg, struct registry_view *view, char
 		return gm_fail(rc, err, len, "out of memory");
 	}
 	return GM_OK;
+}
+
+enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err,
+			  size_t len)
+{
+	return read_upto(reg, view, NULL, err, len);
 }
 
 void registry_view_release(struct registry_view *view)
@@ -456,7 +633,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	int need_tree = 0;
 
 	memset(a, 0, sizeof *a);
-	rc = registry_read(reg, &a->view, err, len);
+	rc = read_upto(reg, &a->view, mine, err, len);
 	if (rc != GM_OK)
 		return rc;
 	if (given) {
@@ -564,7 +741,10 @@ static int publish_locked_file(const char *dir, const char *name, const char *te
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -1;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+	/* Readable by every user whatever the umask (the queue's dispatcher
+	 * runs under 077): a lease others cannot open they would take for
+	 * dead, and give its GPUs away. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0 || fchmod(fd, 0644) < 0)
 		goto failed;
 	if (before_rename && before_rename(data, fd) < 0)
 		goto failed;
@@ -628,7 +808,9 @@ static enum gm_err write_ticket(struct registry *reg, struct attempt *a,
 			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
 	if (!opts || !opts->command)
 		cmd = self_command();
+	json_object_set_new(o, "uid", json_integer((json_int_t)geteuid()));
 	json_object_set_new(o, "pid", json_integer(getpid()));
+	json_object_set_new(o, "pidns", json_integer(own_pidns()));
 	json_object_set_new(o, "command", json_string(opts && opts->command ? opts->command
 									  : (cmd ? cmd : "?")));
 	json_object_set_new(o, "since_ms", json_integer(now_ms()));
@@ -745,7 +927,9 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	if (!opts || !opts->command)
 		cmd = self_command();
 	json_object_set_new(doc, "id", json_string(l->id));
+	json_object_set_new(doc, "uid", json_integer((json_int_t)geteuid()));
 	json_object_set_new(doc, "pid", json_integer(getpid()));
+	json_object_set_new(doc, "pidns", json_integer(own_pidns()));
 	json_object_set_new(doc, "command", json_string(opts && opts->command ? opts->command
 									    : (cmd ? cmd : "?")));
 	json_object_set_new(doc, "start_ms", json_integer(now_ms()));
@@ -881,7 +1065,7 @@ static void ahead_refresh(struct waiting *w)
 {
 	struct registry_view view;
 
-	if (registry_read(w->reg, &view, NULL, 0) == GM_OK) {
+	if (read_upto(w->reg, &view, w->mine, NULL, 0) == GM_OK) {
 		ahead_build(&w->ah, &view, w->mine);
 		registry_view_release(&view);
 	}

@@ -11,12 +11,20 @@
  *   wait.<ns>.<id>  one per waiting request (its ticket), flock'd likewise;
  *                   names sort in arrival order, which is the serving order
  *
- * Files are created under a temporary name, locked, written, then renamed
- * into place, so a reader never sees an unlocked live file.  The kernel
- * drops a dead holder's flock, so a killed holder's lease is dead at once;
- * readers try the lock to tell, and unlink dead files where the sticky
- * directory lets them.  The owner of a file (st_uid), never its content,
- * names its user, so leases cannot be forged for somebody else.
+ * Files are created under a temporary name, locked, made 0644 whatever the
+ * umask (others must read them), written, then renamed into place, so a
+ * reader never sees an unlocked live file.  The kernel drops a dead
+ * holder's flock, so a killed holder's lease is dead at once; readers try
+ * the lock to tell, and unlink dead files where the sticky directory lets
+ * them.  The owner of a file (st_uid), never its content, names its user.
+ *
+ * Anyone who can read a file can flock it, so the lock alone proves
+ * nothing: a lease or ticket counts only if the uid it names is its
+ * owner's, and its holder (pid; for a lease, or its job_pid) is a live,
+ * non-zombie process of that owner -- someone else's lock on a dead lease
+ * revives nothing.  A ticket whose holder is stopped holds nothing back
+ * until it runs again, and one whose name claims a time more than 30 s
+ * before the file's ctime is ignored: it cannot jump the line.
  *
  * Waiters sleep on inotify: a lease's last close (release or holder death)
  * and a ticket's removal wake them, and only waiters that an earlier waiter
