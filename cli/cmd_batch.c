@@ -459,6 +459,35 @@ static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct
 	return EXIT_OK;
 }
 
+/* EXIT_UNAVAILABLE with the reason when no GPU of the machine could ever
+ * take the batch's request; EXIT_OK otherwise (also when NVML cannot tell
+ * now: the engine then says why each task waits). */
+static int never_fits(struct cli *cli, struct gm_context *ctx)
+{
+	struct gm_snapshot *snap = NULL;
+	unsigned *indices = NULL;
+	size_t count = 0;
+	char *explain = NULL, err[GM_ERRBUF_SIZE];
+	int status = EXIT_OK;
+
+	if (gm_snapshot_take(ctx, &snap, err, sizeof err) != GM_OK)
+		return EXIT_OK;
+	if (gm_pick(ctx, snap, cli->req, &indices, &count, &explain) == GM_ERR_NEVER) {
+		size_t n = explain ? strlen(explain) : 0;
+
+		while (n && explain[n - 1] == '\n')
+			explain[--n] = '\0';
+		status = cli_error(cli, EXIT_UNAVAILABLE,
+				   "no GPU of this machine can ever meet the request; no task "
+				   "was run%s%s",
+				   n ? "\n" : "", n ? explain : "");
+	}
+	free(indices);
+	free(explain);
+	gm_snapshot_free(snap);
+	return status;
+}
+
 static int batch_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -526,6 +555,15 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 		status = EXIT_OK;
 		goto done;
 	}
+	/* Before any directory is made: a request that no GPU of this machine
+	 * can ever meet ends here, as run's does, rather than wait for ever. */
+	if (gm_open(&ctx, err, sizeof err) != GM_OK || registry_open(&reg, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	status = never_fits(cli, ctx);
+	if (status != EXIT_OK)
+		goto done;
 	dir_fd = safedir_open(path, o.log_dir ? 1 : 2, dir, sizeof dir, err, sizeof err);
 	if (dir_fd < 0) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
@@ -557,10 +595,6 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	status = prepare_store(cli, st, tasks, ntasks, &o, dir, dir_fd, &skipped);
 	if (status != EXIT_OK)
 		goto done;
-	if (gm_open(&ctx, err, sizeof err) != GM_OK || registry_open(&reg, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
 	if (skipped)
 		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n", skipped,
 			ntasks);
@@ -700,7 +734,9 @@ const struct cmd_entry cmd_batch = {
 	"recorded as interrupted; a second Ctrl-C kills them.  A task ends whole:\n"
 	"whatever it left running is killed before it is recorded.\n"
 	"\n"
-	"Exit status: 0 every task succeeded, 1 some did not, 2 usage, 130 Ctrl-C.\n"
+	"Exit status: 0 every task succeeded, 1 some did not, 2 usage, 75 no GPU of\n"
+	"this machine can ever meet the request (before any log directory is made),\n"
+	"130 Ctrl-C.\n"
 	"\n"
 	"Slurm (see the README): --slurm runs the tasks as srun steps in a Slurm\n"
 	"allocation, which gpuman makes with salloc (-N N, -p PARTITION, -A ACCOUNT,\n"

@@ -132,6 +132,18 @@ EOF
 	[ "$(jq -r '.tasks[0].oom_requeues' gpuman-logs/big.txt/summary.json)" = 1 ]
 }
 
+@test "a request no GPU of the machine can ever meet: exit 75 at once, no task run, no log directory" {
+	gpus "$BATS_TEST_TMPDIR/one.json" 1.0
+	printf 'touch ran\n' >tasks.txt
+	run -75 timeout 20 gpuman batch -n 2 tasks.txt
+	[[ "$output" == *"no GPU of this machine can ever meet the request; no task was run"* ]]
+	[[ "$output" == *"1 GPU fits, the request needs 2 (-n)"* ]]
+	run -75 timeout 20 gpuman batch --min-free 20G tasks.txt
+	printf '{ "gpus": [] }\n' >none.json
+	run -75 env GPUMAN_SIM=none.json timeout 20 gpuman batch tasks.txt
+	[ ! -e ran ] && [ ! -e gpuman-logs ]
+}
+
 @test "--resume skips the tasks that succeeded, same number and same line" {
 	gpus four.json 1.0 1.0 1.0 1.0
 	for i in 1 2 3 4 5 6; do
