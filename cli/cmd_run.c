@@ -133,6 +133,12 @@ static void tell_waiting(void *data, const char *why)
 	fprintf(stderr, "gpuman run: waiting for GPUs for '%s' (Ctrl-C to give up)\n", r->argv[0]);
 }
 
+static void tell_lock_wait(void *data, const char *who)
+{
+	(void)data;
+	fprintf(stderr, "gpuman run: waiting: %s\n", who);
+}
+
 /* Wait for the job; its status becomes ours (128+N if killed by signal N). */
 static int wait_child(struct run *r)
 {
@@ -224,6 +230,7 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	opts.interrupted = &interrupted;
 	opts.on_wait = tell_waiting;
 	opts.on_wait_data = &r;
+	opts.on_lock_wait = tell_lock_wait;
 	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
 	switch (rc) {
 	case GM_OK:

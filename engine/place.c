@@ -111,6 +111,14 @@ static int run_file_prepare(int fd)
 	return 0;
 }
 
+/* Someone has held the registry lock for seconds: say who. */
+static void tell_lock_wait(void *data, const char *who)
+{
+	struct launch *L = data;
+
+	engine_say(L->e, "job %lld: waiting: %s", (long long)L->job->id, who);
+}
+
 static enum place try_place(struct engine *e, int64_t id)
 {
 	struct job job;
@@ -199,6 +207,8 @@ static enum place try_place(struct engine *e, int64_t id)
 	opts.spawn = engine_spawn_runner;
 	opts.spawn_data = &L;
 	opts.snapshot = e->snap;
+	opts.on_lock_wait = tell_lock_wait;
+	opts.on_wait_data = &L;
 	rc = registry_acquire(e->cfg->reg, e->cfg->ctx, req, &opts, &lease, &explain, err,
 			      sizeof err);
 	if (rc == GM_OK) {

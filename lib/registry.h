@@ -4,8 +4,10 @@
  * The registry is a directory (GPUMAN_STATE_DIR, else /run/gpuman if it
  * exists, else /tmp/gpuman) holding:
  *
- *   lock            flock'd exclusively while a caller chooses and leases,
- *                   so that choosing and leasing are one atomic step
+ *   .               the directory itself is flock'd exclusively while a
+ *                   caller chooses and leases, so that choosing and leasing
+ *                   are one atomic step (a file could be renamed away by
+ *                   its creator; the directory only by its owner, root)
  *   lease.<id>      one per lease: JSON naming its GPUs, kind and holder;
  *                   alive exactly while some process holds an flock on it
  *   wait.<ns>.<id>  one per waiting request (its ticket), flock'd likewise;
@@ -26,6 +28,13 @@
  * until it runs again, and one whose name claims a time more than 30 s
  * before the file's ctime is ignored: it cannot jump the line.
  *
+ * Anyone who can open the directory can flock it, so a caller waiting for
+ * the lock waits in the kernel's queue (a thread blocks in flock) while
+ * the holder gets on with it, names a holder that keeps it for seconds,
+ * and gives up (GM_ERR_TIMEOUT, naming pid, user and command) only at its
+ * deadline or when the holder is provably stuck: stopped or ended for
+ * 5 s, asleep without CPU time for 10 s, or holding it for a minute.
+ *
  * Waiters sleep on inotify: a lease's last close (release or holder death)
  * and a ticket's removal wake them, and only waiters that an earlier waiter
  * does not block try again, so a release reaches the next waiter in
@@ -42,7 +51,8 @@
 
 struct registry {
 	char dir[PATH_MAX];
-	int lock_fd;    /* the directory's lock file, read-only */
+	int lock_fd;    /* the directory, read-only: the registry lock */
+	int held_fd;    /* the descriptor holding the lock now, or -1 */
 };
 
 /* Resolve, create if needed and check the state directory: refused if it is
@@ -122,6 +132,9 @@ struct acquire_opts {
 	/* Called once when the request starts waiting (to tell the user). */
 	void (*on_wait)(void *data, const char *why);
 	void *on_wait_data;
+	/* Called (with on_wait_data) when one holder of the registry lock has
+	 * kept us waiting for seconds: who it is, what it runs. */
+	void (*on_lock_wait)(void *data, const char *who);
 };
 
 /*

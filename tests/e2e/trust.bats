@@ -79,7 +79,7 @@ tickets() {
 # hold USER NAME PATH - USER's process takes an exclusive flock on PATH (a
 # file or a directory, opened read-only) and keeps it until the test ends
 hold() {
-	bg "$1" "$2" python3 -c 'import fcntl, os, sys, time
+	bg "$1" "$2" /usr/bin/python3 -c 'import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDONLY)
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("locked", flush=True)
@@ -200,4 +200,78 @@ ticket_name() {
 	forge mallory l2 lease.forged2 "$(pid_of m-sleep)" "$(id -u gmtest-mallory)"
 	run -75 as_user bob gpuman run -- true
 	[[ "$output" == *"gmtest-mallory"* ]]
+}
+
+# The registry lock is the state directory itself: anyone can flock it, so
+# a waiter waits as long as the holder gets on with it and gives up,
+# naming the holder, only when the holder is stuck or the wait is over.
+
+@test "a user who flocks the registry and stops: others give up after seconds, naming her pid, user and command" {
+	shared
+	hold mallory lock "$STATE"
+	kill -STOP "$(pid_of lock)"
+	SECONDS=0
+	run -75 as_user bob gpuman run -- true
+	[ "$SECONDS" -ge 4 ] && [ "$SECONDS" -le 20 ]
+	[[ "$output" == *"waiting: the registry lock ('$STATE') is held by pid $(pid_of lock) (user gmtest-mallory: /usr/bin/python3 -c import fcntl"* ]]
+	[[ "$output" == *"held by pid $(pid_of lock) (user gmtest-mallory: "*"), which is stopped; not waiting for it"* ]]
+	# --wait and --fallback cpu keep their promises
+	SECONDS=0
+	run -75 as_user bob gpuman run --wait=2s -- true
+	[ "$SECONDS" -le 4 ]
+	[[ "$output" == *"no GPU met the request within the wait: the registry lock ('$STATE') was held by pid $(pid_of lock) (user gmtest-mallory"* ]]
+	run -0 as_user bob gpuman run --fallback cpu -- sh -c 'echo "on [$CUDA_VISIBLE_DEVICES]"'
+	[[ "$output" == *"on []"* ]]
+	# once she lets go, everything works at once
+	kill_tree lock
+	run -0 as_user bob gpuman run -- true
+}
+
+@test "a holder asleep on the registry lock is given up after seconds; one that works is waited for" {
+	shared
+	hold mallory lock "$STATE"
+	SECONDS=0
+	run -75 as_user bob gpuman run -- true
+	[ "$SECONDS" -ge 9 ] && [ "$SECONDS" -le 25 ]
+	[[ "$output" == *"held by pid $(pid_of lock) (user gmtest-mallory: "*"), which sleeps without using the CPU; not waiting for it"* ]]
+	kill_tree lock
+	# A slow holder -- busy for 7 s, longer than a stopped one is given --
+	# is waited for: slow is not stuck.
+	bg alice busy /usr/bin/python3 -c 'import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+end = time.time() + 7
+while time.time() < end:
+    pass' "$STATE"
+	wait_for "grep -q locked '$SHARED/out/busy'"
+	SECONDS=0
+	run -0 as_user bob gpuman run -- true
+	[ "$SECONDS" -ge 5 ]
+	[[ "$output" == *"waiting: the registry lock ('$STATE') is held by pid $(pid_of busy) (user gmtest-alice"* ]]
+}
+
+@test "a lock file planted and renamed away by another user changes nothing: no GPU is given twice" {
+	GPUS=8 shared
+	# mallory plants 'lock' as older gpumans used it, and keeps putting a
+	# new one in its place, so that each launch would lock an inode of its own
+	as_user mallory touch "$STATE/lock"
+	bg mallory renamer /usr/bin/python3 -c 'import os, sys
+lock = sys.argv[1] + "/lock"
+while True:
+    os.rename(lock, lock + ".away")
+    os.close(os.open(lock, os.O_CREAT | os.O_RDONLY, 0o644))' "$STATE"
+	rec=$SHARED/out/rec
+	touch "$rec" && chmod 666 "$rec"
+	for i in $(seq 60); do
+		user=alice
+		[ $((i % 2)) = 0 ] && user=bob
+		as_user $user gpuman run --wait -- gpuman-simload --mem 1G --util 50 --seconds 0.2 \
+			--init-delay 0.05 --record "$rec" >/dev/null 2>&1 3>&- &
+		pids="${pids:-} $!"
+	done
+	wait $pids
+	[ "$(grep -c '^end' "$rec")" -eq 60 ]
+	run -0 python3 "$BATS_TEST_DIRNAME/helpers/overlaps.py" "$rec"
+	[ "$output" = "jobs 60 overlaps 0" ]
 }
