@@ -1,6 +1,6 @@
 /*
- * batch.h - what the two ways of running a task file share: the local
- * engine (cmd_batch.c) and Slurm (cmd_batch_slurm.c).  The task file, its
+ * batch.h - what the two ways of running a task file share (batch.c): on
+ * this machine (cmd_batch.c) and on Slurm (cmd_batch_slurm.c).  The task file, its
  * placeholders, the log directory and its task store (what --resume reads),
  * the progress line and the summary are one code for both, so that a task
  * file reads and reports the same wherever it runs.
@@ -51,6 +51,10 @@ void tasks_free(struct task *t, size_t n);
  * *skipped counts those kept.  The logs of tasks that run again move to
  * run-<time>/ in dir (dir_fd: dir opened, or -1).  Reports failures;
  * EXIT_OK or EXIT_FAIL. */
+/* A file or directory of ours in the log directory (dir_fd), not a link;
+ * a directory is created (0700) if missing, a missing file is fine.  -1
+ * with errno otherwise. */
+int batch_private_entry(int dir_fd, const char *name, mode_t type);
 int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
 		  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped);
 
@@ -89,6 +93,6 @@ int write_summary(const char *path, const char *file, const char *log_dir, const
  * it. */
 int batch_in_allocation(void);
 int batch_wants_slurm(int argc, char **argv);
-int batch_slurm_exec(struct cli *cli, int argc, char **argv);
+int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv);
 
 #endif

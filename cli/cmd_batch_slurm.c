@@ -229,7 +229,7 @@ static unsigned request_gpus(struct cli *cli)
 	return n ? n : 1;
 }
 
-int batch_slurm_exec(struct cli *cli, int argc, char **argv)
+int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, BATCH_OPTIONS,
@@ -273,7 +273,7 @@ int batch_slurm_exec(struct cli *cli, int argc, char **argv)
 	 * ignored signal never reaches the signalfd: Ctrl-C (kill -INT) must
 	 * still stop the batch and cancel what it submitted. */
 	signal(SIGINT, SIG_DFL);
-	status = cli_parse(cli, &cmd_batch, argc, argv, CLI_SELECT_SHORT "j:N:p:A:t:C:", longopts,
+	status = cli_parse(cli, cmd, argc, argv, CLI_SELECT_SHORT "j:N:p:A:t:C:", longopts,
 			   slurm_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
