@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/syscall.h>
@@ -46,7 +47,8 @@ done:
 	return rc;
 }
 
-static int cancel_one(struct cli *cli, struct queue *q, int64_t id)
+/* ended_ok: a job that has already ended is no error (cancel --all). */
+static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok)
 {
 	char err[GM_ERRBUF_SIZE];
 	struct job job;
@@ -91,31 +93,105 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id)
 		const char *state = job_state_name(job.state);
 
 		job_release(&job);
+		if (ended_ok)
+			return EXIT_OK;
 		return cli_error(cli, EXIT_FAIL, "job %lld has already ended (%s)", (long long)id,
 				 state);
 	}
 	return cli_error(cli, EXIT_FAIL, "job %lld: could not cancel it, try again", (long long)id);
 }
 
+enum { OPT_ALL = OPT_CMD_BASE };
+
+static int cancel_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	(void)cli;
+	(void)arg;
+	if (opt != 'a' && opt != OPT_ALL)
+		return -1;
+	*(int *)data = 1;
+	return CLI_CONTINUE;
+}
+
+struct live_ids {
+	int64_t *ids;
+	size_t n, cap;
+};
+
+static int note_live(void *data, const struct job *job)
+{
+	struct live_ids *l = data;
+
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 64;
+		int64_t *grown = realloc(l->ids, ncap * sizeof *grown);
+
+		if (!grown)
+			return 1;
+		l->ids = grown;
+		l->cap = ncap;
+	}
+	l->ids[l->n++] = job->id;
+	return 0;
+}
+
+/* Every queued job, then every running one: the queued are gone before
+ * the end of a running job could let the dispatcher start one of them. */
+static int cancel_all(struct cli *cli, struct queue *q)
+{
+	static const unsigned passes[] = { JOB_STATES(JOB_QUEUED), JOB_STATES(JOB_RUNNING) };
+	char err[GM_ERRBUF_SIZE];
+	int worst = EXIT_OK, stopped = 0, any = 0;
+
+	for (size_t p = 0; p < sizeof passes / sizeof *passes; p++) {
+		struct live_ids l = { NULL, 0, 0 };
+
+		if (jobstore_each(q->store, passes[p], note_live, &l, &stopped, err, sizeof err) !=
+			    GM_OK ||
+		    stopped) {
+			free(l.ids);
+			return cli_error(cli, EXIT_FAIL, "%s", stopped ? "out of memory" : err);
+		}
+		for (size_t i = 0; i < l.n; i++) {
+			/* One that ends meanwhile is no failure of --all. */
+			int status = cancel_one(cli, q, l.ids[i], 1);
+
+			if (status != EXIT_OK)
+				worst = status;
+		}
+		any += l.n > 0;
+		free(l.ids);
+	}
+	if (!any)
+		printf("no queued or running jobs to cancel\n");
+	return worst;
+}
+
 static int cancel_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
+	static const struct option longopts[] = {
+		CLI_COMMON_OPTIONS, { "all", no_argument, NULL, OPT_ALL }, { 0 }
+	};
 	struct queue q;
 	char err[GM_ERRBUF_SIZE];
-	int status, worst = EXIT_OK;
+	int status, worst = EXIT_OK, all = 0;
 
-	status = cli_parse(cli, &cmd_cancel, argc, argv, "", longopts, NULL, NULL);
+	status = cli_parse(cli, &cmd_cancel, argc, argv, "a", longopts, cancel_option, &all);
 	if (status != CLI_CONTINUE)
 		return status;
-	if (optind >= argc)
-		return cli_usage(cli, "which jobs? (gpuman cancel ID...)");
+	if (all && optind < argc)
+		return cli_usage(cli, "--all or job ids, not both ('%s')", argv[optind]);
+	if (!all && optind >= argc)
+		return cli_usage(cli, "which jobs? (gpuman cancel ID... or --all)");
 	for (int i = optind; i < argc; i++)
 		if (parse_job_id(argv[i]) < 0)
 			return cli_usage(cli, "'%s' is not a job id", argv[i]);
 	if (queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
+	if (all)
+		worst = cancel_all(cli, &q);
 	for (int i = optind; i < argc; i++) {
-		status = cancel_one(cli, &q, parse_job_id(argv[i]));
+		status = cancel_one(cli, &q, parse_job_id(argv[i]), 0);
 		if (status == EXIT_USAGE || (status != EXIT_OK && worst != EXIT_USAGE))
 			worst = status;
 	}
@@ -134,10 +210,13 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 const struct cmd_entry cmd_cancel = {
 	"cancel", "cancel queued or running jobs",
 	"usage: gpuman cancel ID...\n"
+	"       gpuman cancel --all\n"
 	"\n"
 	"A queued job is removed from the queue (state cancelled).  A running job's\n"
 	"processes get SIGTERM, and SIGKILL " GRACE_TEXT " seconds later if they are still there;\n"
 	"it is recorded as cancelled with its exit status.\n"
+	"\n"
+	"  -a, --all   every queued job, then every running one\n"
 	"\n"
 	"Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
 	cancel_exec,

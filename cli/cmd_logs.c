@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -13,16 +14,73 @@
 #include "cli.h"
 #include "jobs.h"
 
-enum { OPT_FOLLOW = OPT_CMD_BASE };
+enum { OPT_FOLLOW = OPT_CMD_BASE, OPT_TAIL };
+
+struct logs_opts {
+	int follow;
+	long tail; /* last lines only; -1: the whole log */
+};
 
 static int logs_option(struct cli *cli, int opt, const char *arg, void *data)
 {
-	(void)cli;
-	(void)arg;
-	if (opt != 'f' && opt != OPT_FOLLOW)
+	struct logs_opts *o = data;
+	char *end;
+
+	switch (opt) {
+	case 'f':
+	case OPT_FOLLOW:
+		o->follow = 1;
+		return CLI_CONTINUE;
+	case OPT_TAIL:
+		errno = 0;
+		o->tail = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || o->tail < 0)
+			return cli_usage(cli, "--tail '%s': give a number of lines (0 or more)", arg);
+		return CLI_CONTINUE;
+	default:
 		return -1;
-	*(int *)data = 1;
-	return CLI_CONTINUE;
+	}
+}
+
+/* Where the last `lines` lines of the file begin (a final line without a
+ * newline counts), reading backwards from the end: a long log costs what
+ * is printed. */
+static off_t tail_offset(const char *path, long lines)
+{
+	char buf[65536];
+	struct stat st;
+	off_t pos, start = 0;
+	long seen = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) < 0 || st.st_size == 0)
+		goto done;
+	pos = st.st_size;
+	start = pos;
+	if (lines == 0)
+		goto done;
+	/* A trailing newline ends the last line, it does not start one. */
+	if (pread(fd, buf, 1, pos - 1) == 1 && buf[0] == '\n')
+		pos--;
+	while (pos > 0) {
+		size_t chunk = pos < (off_t)sizeof buf ? (size_t)pos : sizeof buf;
+		ssize_t n = pread(fd, buf, chunk, pos - (off_t)chunk);
+
+		if (n != (ssize_t)chunk)
+			break;
+		for (ssize_t i = n - 1; i >= 0; i--)
+			if (buf[i] == '\n' && ++seen == lines) {
+				start = pos - (off_t)chunk + i + 1;
+				goto done;
+			}
+		pos -= (off_t)chunk;
+	}
+	start = 0; /* fewer lines than asked: all of it */
+done:
+	close(fd);
+	return start;
 }
 
 /* Copy what the log holds beyond *off to stdout. */
@@ -49,20 +107,24 @@ static void copy_new(const char *path, off_t *off)
 static int logs_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, { "follow", no_argument, NULL, OPT_FOLLOW }, { 0 }
+		CLI_COMMON_OPTIONS,
+		{ "follow", no_argument, NULL, OPT_FOLLOW },
+		{ "tail", required_argument, NULL, OPT_TAIL },
+		{ 0 }
 	};
+	struct logs_opts o = { 0, -1 };
 	struct queue q;
 	struct job job = JOB_INIT;
 	char err[GM_ERRBUF_SIZE], path[PATH_MAX + 64], dir[PATH_MAX + 32];
-	int follow = 0, status, ifd = -1;
+	int status, ifd = -1;
 	int64_t id;
 	off_t off = 0;
 
-	status = cli_parse(cli, &cmd_logs, argc, argv, "f", longopts, logs_option, &follow);
+	status = cli_parse(cli, &cmd_logs, argc, argv, "f", longopts, logs_option, &o);
 	if (status != CLI_CONTINUE)
 		return status;
 	if (optind + 1 != argc)
-		return cli_usage(cli, "which job? (gpuman logs [-f] ID)");
+		return cli_usage(cli, "which job? (gpuman logs [-f] [--tail N] ID)");
 	id = parse_job_id(argv[optind]);
 	if (id < 0)
 		return cli_usage(cli, "'%s' is not a job id", argv[optind]);
@@ -75,7 +137,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 	queue_log_path(&q, &job, path, sizeof path);
 	if (!job_state_final(job.state) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot start the dispatcher: %s", err);
-	if (follow) {
+	if (o.follow) {
 		ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 		if (ifd < 0 ||
 		    inotify_add_watch(ifd, queue_path(&q, "logs", dir, sizeof dir),
@@ -88,8 +150,10 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 	} else if (job.state == JOB_QUEUED && access(path, F_OK) < 0) {
 		cli_error(cli, 0, "job %lld has not started yet", (long long)id);
 	}
+	if (o.tail >= 0)
+		off = tail_offset(path, o.tail);
 	copy_new(path, &off);
-	while (follow && !job_state_final(job.state)) {
+	while (o.follow && !job_state_final(job.state)) {
 		struct pollfd pfd = { ifd, POLLIN, 0 };
 		char buf[4096];
 
@@ -103,7 +167,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		if (!job_state_final(job.state) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 			break;
 	}
-	if (follow)
+	if (o.follow)
 		copy_new(path, &off);
 	status = EXIT_OK;
 done:
@@ -116,12 +180,13 @@ done:
 
 const struct cmd_entry cmd_logs = {
 	"logs", "a queued job's output",
-	"usage: gpuman logs [-f] ID\n"
+	"usage: gpuman logs [-f] [--tail N] ID\n"
 	"\n"
 	"Print the output (stdout and stderr together) of job ID.  A job run more\n"
 	"than once (--retries, out-of-memory requeues) has each attempt after a\n"
 	"'--- gpuman: attempt N' line.\n"
 	"\n"
-	"  -f, --follow   keep printing as the job writes, until it ends\n",
+	"  -f, --follow       keep printing as the job writes, until it ends\n"
+	"  --tail N           only the last N lines (then, with -f, what follows)\n",
 	logs_exec,
 };

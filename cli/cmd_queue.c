@@ -1,124 +1,222 @@
 /*
- * cmd_queue.c - `gpuman queue [--all] [--json]`: the user's queued and
- * running jobs (with --all, finished ones too), with where they run and
- * what they used.
+ * cmd_queue.c - `gpuman queue [--all | --state S] [--clear] [--json]`: the
+ * user's queued and running jobs (with --all, finished ones too), with where
+ * they run and what they used; --clear forgets finished jobs.
+ *
+ * Jobs are streamed from the store one row at a time, and the default
+ * listing asks the store only for live states (an index): its cost is what
+ * is queued and running, not the history.
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
 #include "util.h"
 
-enum { OPT_ALL = OPT_CMD_BASE };
+enum { OPT_ALL = OPT_CMD_BASE, OPT_STATE, OPT_CLEAR };
+
+struct queue_opts {
+	unsigned states; /* JOB_STATES set; 0: every job */
+	int clear;
+};
+
+/* "queued,running" into a set of states; -1 naming the culprit if bad. */
+static int parse_states(struct cli *cli, const char *arg, unsigned *states)
+{
+	char *copy = strdup(arg), *save = NULL;
+	int rc = 0;
+
+	if (!copy)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	*states = 0;
+	for (char *w = strtok_r(copy, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		int s = job_state_parse(w);
+
+		if (s < 0) {
+			rc = cli_usage(cli,
+				       "--state '%s': no such state (use queued, running, done, "
+				       "failed, cancelled or interrupted)",
+				       w);
+			break;
+		}
+		*states |= JOB_STATES(s);
+	}
+	if (!rc && !*states)
+		rc = cli_usage(cli, "--state '%s': name a state", arg);
+	free(copy);
+	return rc ? rc : CLI_CONTINUE;
+}
 
 static int queue_option(struct cli *cli, int opt, const char *arg, void *data)
 {
-	(void)cli;
-	(void)arg;
-	if (opt != OPT_ALL)
+	struct queue_opts *o = data;
+
+	switch (opt) {
+	case 'a':
+	case OPT_ALL:
+		o->states = 0;
+		return CLI_CONTINUE;
+	case OPT_STATE:
+		return parse_states(cli, arg, &o->states);
+	case OPT_CLEAR:
+		o->clear = 1;
+		return CLI_CONTINUE;
+	default:
 		return -1;
-	*(int *)data = 1;
-	return CLI_CONTINUE;
+	}
 }
 
-static void print_table(struct cli *cli, const struct job *jobs, size_t n, int all)
+struct lister {
+	struct cli *cli;
+	struct queue *q;
+	int64_t now;
+	size_t shown;
+};
+
+static int print_row(void *data, const struct job *j)
 {
-	int64_t now = now_ms();
-	size_t shown = 0;
+	struct lister *l = data;
+	struct cli *cli = l->cli;
+	char dur[32], peak[32], util[16], cmd[CLI_SAFE_SIZE], why[CLI_SAFE_SIZE],
+		name[CLI_SAFE_SIZE];
+	const char *color = j->state == JOB_FAILED	? c_red(cli)
+			    : j->state == JOB_RUNNING ? c_green(cli)
+			    : j->state == JOB_DONE	? ""
+						: c_yellow(cli);
 
-	for (size_t i = 0; i < n; i++) {
-		const struct job *j = &jobs[i];
-		char dur[32], peak[32], util[16], cmd[CLI_SAFE_SIZE], why[CLI_SAFE_SIZE];
-		const char *color = j->state == JOB_FAILED ? c_red(cli)
-				    : j->state == JOB_RUNNING ? c_green(cli)
-				    : j->state == JOB_DONE ? ""
-							  : c_yellow(cli);
+	if (!l->shown++)
+		printf("%s%6s  %-11s %-5s %9s %6s %5s  %-12s %s%s\n", c_bold(cli), "ID", "STATE", "GPU",
+		       "TIME", "PEAK", "UTIL", "NAME", "COMMAND", c_reset(cli));
+	if (j->state == JOB_QUEUED)
+		fmt_duration(dur, sizeof dur, l->now - j->submit_ms);
+	else if (j->state == JOB_RUNNING)
+		fmt_duration(dur, sizeof dur, l->now - j->start_ms);
+	else
+		fmt_duration(dur, sizeof dur, j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1);
+	printf("%6lld  %s%-11s%s %-5s %9s %6s %5s  %-12s %s\n", (long long)j->id, color,
+	       job_state_name(j->state), c_reset(cli),
+	       j->state == JOB_QUEUED || !j->gpus ? "-" : j->gpus, dur, fmt_peak(peak, sizeof peak, j),
+	       fmt_util(util, sizeof util, j), j->name ? cli_safe(name, j->name) : "-",
+	       cli_safe(cmd, j->command));
+	if (j->reason && (j->state != JOB_DONE || j->ooms))
+		printf("%6s  %s%s%s\n", "", c_dim(cli), cli_safe(why, j->reason), c_reset(cli));
+	return 0;
+}
 
-		if (!all && job_state_final(j->state))
-			continue;
-		if (!shown++)
-			printf("%s%6s  %-11s %-5s %9s %6s %5s  %s%s\n", c_bold(cli), "ID", "STATE", "GPU",
-			       "TIME", "PEAK", "UTIL", "COMMAND", c_reset(cli));
-		if (j->state == JOB_QUEUED)
-			fmt_duration(dur, sizeof dur, now - j->submit_ms);
-		else if (j->state == JOB_RUNNING)
-			fmt_duration(dur, sizeof dur, now - j->start_ms);
-		else
-			fmt_duration(dur, sizeof dur,
-				     j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1);
-		printf("%6lld  %s%-11s%s %-5s %9s %6s %5s  %s\n", (long long)j->id, color,
-		       job_state_name(j->state), c_reset(cli),
-		       j->state == JOB_QUEUED || !j->gpus ? "-" : j->gpus, dur,
-		       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j),
-		       cli_safe(cmd, j->command));
-		if (j->reason && (j->state != JOB_DONE || j->ooms))
-			printf("%6s  %s%s%s\n", "", c_dim(cli), cli_safe(why, j->reason), c_reset(cli));
+/* One element of the --json array, indented as one dump of the whole array
+ * would be, so that the output is the same while memory stays flat. */
+static int print_json_row(void *data, const struct job *j)
+{
+	struct lister *l = data;
+	char log[PATH_MAX + 64];
+	json_t *o = job_json(j, queue_log_path(l->q, j, log, sizeof log), 0);
+	char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
+	json_decref(o);
+	if (!text)
+		return -1;
+	fputs(l->shown++ ? ",\n  " : "\n  ", stdout);
+	for (const char *p = text; *p; p++) {
+		putchar(*p);
+		if (*p == '\n')
+			fputs("  ", stdout);
 	}
-	if (!shown)
-		printf(all ? "no jobs\n" : "no queued or running jobs (gpuman queue --all shows "
-					   "finished ones)\n");
+	free(text);
+	return 0;
+}
+
+static int clear_history(struct cli *cli, struct queue *q)
+{
+	char err[GM_ERRBUF_SIZE];
+	size_t n = 0;
+
+	if (queue_prune(q, INT64_MAX, &n, err, sizeof err) < 0)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	if (cli->json)
+		return cli_print_json(json_pack("{s:I}", "cleared", (json_int_t)n));
+	printf("%zu finished job%s cleared\n", n, n == 1 ? "" : "s");
+	return EXIT_OK;
 }
 
 static int queue_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, { "all", no_argument, NULL, OPT_ALL }, { 0 }
+		CLI_COMMON_OPTIONS,
+		{ "all", no_argument, NULL, OPT_ALL },
+		{ "state", required_argument, NULL, OPT_STATE },
+		{ "clear", no_argument, NULL, OPT_CLEAR },
+		{ 0 }
 	};
+	struct queue_opts o = { JOB_STATES_LIVE, 0 };
 	struct queue q;
-	struct job *jobs = NULL;
-	size_t n = 0;
-	char err[GM_ERRBUF_SIZE], log[PATH_MAX + 64];
-	int all = 0, status;
+	struct lister l;
+	char err[GM_ERRBUF_SIZE];
+	int status, stopped = 0;
+	enum gm_err rc;
 
-	status = cli_parse(cli, &cmd_queue, argc, argv, "a", longopts, queue_option, &all);
+	status = cli_parse(cli, &cmd_queue, argc, argv, "a", longopts, queue_option, &o);
 	if (status != CLI_CONTINUE)
 		return status;
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
 	if (queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
-	if (jobstore_list(q.store, -1, 0, 0, &jobs, &n, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
+	if (o.clear) {
+		status = clear_history(cli, &q);
 		goto done;
 	}
 	if (queue_has_work(&q) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot start the dispatcher: %s", err);
+	l = (struct lister){ cli, &q, now_ms(), 0 };
 	if (cli->json) {
-		json_t *arr = json_array();
-
-		for (size_t i = 0; i < n; i++)
-			if (all || !job_state_final(jobs[i].state))
-				json_array_append_new(
-					arr, job_json(&jobs[i],
-						      queue_log_path(&q, &jobs[i], log, sizeof log), 0));
-		status = cli_print_json(arr);
+		fputs("[", stdout);
+		rc = jobstore_each(q.store, o.states, print_json_row, &l, &stopped, err, sizeof err);
+		fputs(l.shown ? "\n]\n" : "]\n", stdout);
 	} else {
-		print_table(cli, jobs, n, all);
-		status = EXIT_OK;
+		rc = jobstore_each(q.store, o.states, print_row, &l, &stopped, err, sizeof err);
+		if (rc == GM_OK && !l.shown)
+			printf(o.states == JOB_STATES_LIVE
+				       ? "no queued or running jobs (gpuman queue --all shows "
+					 "finished ones)\n"
+				       : "no jobs\n");
 	}
+	if (rc != GM_OK)
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+	else if (stopped)
+		status = cli_error(cli, EXIT_FAIL, "out of memory");
+	else
+		status = EXIT_OK;
 done:
-	jobstore_free_list(jobs, n);
 	queue_close(&q);
 	return status;
 }
 
 const struct cmd_entry cmd_queue = {
 	"queue", "your queued and running jobs",
-	"usage: gpuman queue [--all] [--json]\n"
+	"usage: gpuman queue [--all | --state STATE[,STATE]] [--json]\n"
+	"       gpuman queue --clear\n"
 	"\n"
 	"List your queued and running jobs: id, state, GPUs (NVML indices), time\n"
 	"waiting or running, peak GPU memory and mean utilization of its GPUs\n"
 	"(sampled about once a second from NVML, for the job's own processes; '-'\n"
-	"when it was never sampled), and the command.\n"
+	"when it was never sampled), its name (submit --name) and the command.\n"
 	"\n"
-	"  -a, --all   finished jobs too (done, failed, cancelled), with the reason\n"
-	"  --json      a JSON array of jobs, oldest first; each has id, state, command,\n"
-	"              argv, cwd, gpus ([{index, uuid}]), submit_ms, start_ms, end_ms,\n"
-	"              duration_ms, exit_status, reason, attempts, oom_requeues,\n"
-	"              peak_mem_mib, mean_util_pct, util_samples, log (null: unknown)\n"
+	"  -a, --all       finished jobs too (done, failed, cancelled), with the reason\n"
+	"  --state LIST    only jobs in these states: queued, running, done, failed,\n"
+	"                  cancelled, interrupted (comma-separated)\n"
+	"  --clear         forget every finished job and delete its log; queued and\n"
+	"                  running jobs stay\n"
+	"  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"
+	"                  command, argv, cwd, gpus ([{index, uuid}]), submit_ms,\n"
+	"                  start_ms, end_ms, duration_ms, exit_status, reason, attempts,\n"
+	"                  oom_requeues, peak_mem_mib, mean_util_pct, util_samples, log\n"
+	"                  (null: unknown); with --clear {\"cleared\": N}\n"
 	"\n"
-	"Starts the dispatcher if jobs wait and none runs.\n",
+	"Listing costs what is listed: the default view reads only queued and\n"
+	"running jobs, however long the history.  Starts the dispatcher if jobs\n"
+	"wait and none runs.\n",
 	queue_exec,
 };

@@ -18,22 +18,53 @@
 
 extern char **environ;
 
-enum { OPT_RETRIES = OPT_CMD_BASE };
+enum { OPT_RETRIES = OPT_CMD_BASE, OPT_NAME };
+
+#define NAME_MAX_LEN 64
+
+struct submit_opts {
+	unsigned retries;
+	const char *name;
+};
+
+/* A name is for people and for `queue`: printable, no blanks, short. */
+static int check_name(struct cli *cli, const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!len)
+		return cli_usage(cli, "--name '': give the job a name, or leave --name out");
+	if (len > NAME_MAX_LEN)
+		return cli_usage(cli, "--name '%.20s...': too long (%zu bytes; at most %d)", name, len,
+				 NAME_MAX_LEN);
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		if (*p <= ' ' || *p == 0x7f)
+			return cli_usage(cli,
+					 "--name '%s': no spaces or control characters (use - or _)",
+					 name);
+	return CLI_CONTINUE;
+}
 
 static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 {
-	unsigned *retries = data;
+	struct submit_opts *o = data;
 	char err[256];
 
-	if (opt != OPT_RETRIES)
-		return -1;
-	if (!strcmp(arg, "0")) {
-		*retries = 0;
+	switch (opt) {
+	case OPT_RETRIES:
+		if (!strcmp(arg, "0")) {
+			o->retries = 0;
+			return CLI_CONTINUE;
+		}
+		if (parse_count(arg, &o->retries, err, sizeof err) < 0)
+			return cli_usage(cli, "--retries '%s': %s", arg, err);
 		return CLI_CONTINUE;
+	case OPT_NAME:
+		o->name = arg;
+		return check_name(cli, arg);
+	default:
+		return -1;
 	}
-	if (parse_count(arg, retries, err, sizeof err) < 0)
-		return cli_usage(cli, "--retries '%s': %s", arg, err);
-	return CLI_CONTINUE;
 }
 
 /* The command for people: words joined, quoted where a shell would need it. */
@@ -93,19 +124,19 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS,
-		{ "retries", required_argument, NULL, OPT_RETRIES }, { 0 }
+		{ "retries", required_argument, NULL, OPT_RETRIES },
+		{ "name", required_argument, NULL, OPT_NAME }, { 0 }
 	};
+	struct submit_opts o = { 0, NULL };
 	struct job job = JOB_INIT;
 	struct queue q = { .store = NULL };
 	json_t *jargv = json_array();
 	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
 					   *request = NULL, *env = NULL;
-	unsigned retries = 0;
 	size_t env_len = 0;
 	int status;
 
-	status = cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option,
-			   &retries);
+	status = cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
 	if (optind >= argc) {
@@ -152,7 +183,8 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	job.env_len = env_len;
 	job.request = request;
 	job.submit_ms = now_ms();
-	job.retries = (int)retries;
+	job.retries = (int)o.retries;
+	job.name = (char *)o.name;
 	if (jobstore_insert(q.store, &job, err, sizeof err) != GM_OK) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
@@ -179,7 +211,7 @@ done:
 
 const struct cmd_entry cmd_submit = {
 	"submit", "queue a command; a dispatcher runs it when GPUs fit",
-	"usage: gpuman submit [SELECT] [RESERVE] [--retries N] -- CMD [ARG...]\n"
+	"usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--retries N] -- CMD [ARG...]\n"
 	"\n"
 	"Put CMD in your persistent queue and print its job id.  The working\n"
 	"directory and the environment are recorded now; CMD runs with them, without\n"
@@ -195,6 +227,8 @@ const struct cmd_entry cmd_submit = {
 	"A job that fails with a CUDA out-of-memory error is requeued for a GPU with\n"
 	"more free memory (up to 3 times).\n"
 	"\n"
+	"  --name NAME        a name to know it by in 'gpuman queue' (up to 64 bytes,\n"
+	"                     no spaces)\n"
 	"  --retries N        run it again up to N times if it fails (default 0)\n"
 	"  --json             print {\"id\": N} instead of the bare id\n"
 	"\n" SELECT_HELP
@@ -210,7 +244,7 @@ const struct cmd_entry cmd_submit = {
 	"(yours alone: mode 0700).\n"
 	"\n"
 	"examples:\n"
-	"  gpuman submit -- python train.py --lr 3e-4\n"
+	"  gpuman submit --name lr3e-4 -- python train.py --lr 3e-4\n"
 	"  gpuman submit -n 2 --min-free 20G -- torchrun --nproc-per-node 2 train.py\n"
 	"  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n",
 	submit_exec,

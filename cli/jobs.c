@@ -167,13 +167,68 @@ void queue_wake(const struct queue *q)
 	close(fd);
 }
 
+struct pruned {
+	const struct queue *q;
+	int64_t *ids;
+	char **logs;
+	size_t n, cap;
+	int nomem;
+};
+
+static void note_pruned(void *data, int64_t id, const char *log)
+{
+	struct pruned *p = data;
+
+	if (p->n == p->cap) {
+		size_t ncap = p->cap ? p->cap * 2 : 64;
+		int64_t *ids = realloc(p->ids, ncap * sizeof *ids);
+		char **logs = ids ? realloc(p->logs, ncap * sizeof *logs) : NULL;
+
+		if (ids)
+			p->ids = ids;
+		if (!logs) {
+			p->nomem = 1; /* the rows go; a log file may stay behind */
+			return;
+		}
+		p->logs = logs;
+		p->cap = ncap;
+	}
+	p->ids[p->n] = id;
+	p->logs[p->n++] = log ? strdup(log) : NULL;
+}
+
+int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *err, size_t len)
+{
+	struct pruned p = { q, NULL, NULL, 0, 0, 0 };
+	enum gm_err rc = jobstore_prune(q->store, ended_before_ms, note_pruned, &p, count, err, len);
+
+	/* Logs only once the rows are gone for good: a failed prune keeps
+	 * both. */
+	for (size_t i = 0; i < p.n; i++) {
+		struct job j = JOB_INIT;
+		char path[PATH_MAX + 64];
+
+		j.id = p.ids[i];
+		j.log = p.logs[i];
+		if (rc == GM_OK) {
+			unlink(queue_log_path(q, &j, path, sizeof path));
+			snprintf(path, sizeof path, "%s/logs/%lld.json", q->dir, (long long)j.id);
+			unlink(path);
+		}
+		free(p.logs[i]);
+	}
+	free(p.ids);
+	free(p.logs);
+	return rc == GM_OK ? 0 : -1;
+}
+
 int queue_has_work(struct queue *q)
 {
-	size_t counts[JOB_STATE_COUNT];
+	int live = 1;
 
-	if (jobstore_counts(q->store, counts, NULL, 0) != GM_OK)
+	if (jobstore_has_live(q->store, &live, NULL, 0) != GM_OK)
 		return 1;
-	return counts[JOB_QUEUED] + counts[JOB_RUNNING] > 0;
+	return live;
 }
 
 int queue_dispatcher_pid(const struct queue *q)

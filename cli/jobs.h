@@ -56,6 +56,11 @@ void queue_wake(const struct queue *q);
  * (it looks again after dropping the lock).  Returns 0, -1 with a message.
  */
 int queue_ensure_dispatcher(const struct queue *q, char *errbuf, size_t errlen);
+/* Forget the jobs that ended before ended_before_ms (INT64_MAX: all that
+ * ended) and delete their logs; *count gets how many.  0, or -1 with a
+ * message. */
+int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *errbuf,
+		size_t errlen);
 /* Does any job wait or run?  (Then a dispatcher must live.) */
 int queue_has_work(struct queue *q);
 /* The dispatcher's pid from its lock file, 0 if none holds it. */

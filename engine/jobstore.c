@@ -14,7 +14,7 @@
 #include "jobstore.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 #define BUSY_TIMEOUT_MS 10000
 
 static const char *const state_names[JOB_STATE_COUNT] = {
@@ -52,6 +52,7 @@ void job_release(struct job *job)
 	free(job->gpus);
 	free(job->uuids);
 	free(job->reason);
+	free(job->name);
 	*job = (struct job)JOB_INIT;
 }
 
@@ -59,17 +60,17 @@ void job_release(struct job *job)
 #define COLUMNS \
 	"id, state, command, argv, cwd, request, log, submit_ms, start_ms, end_ms, gpus, " \
 	"uuids, exit_status, reason, attempts, retries, ooms, min_free_mib, placed_free_mib, " \
-	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot"
+	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name"
 
 enum stmt_id {
-	ST_INSERT, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_BEGIN,
+	ST_INSERT, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_HAS_LIVE, ST_BEGIN,
 	ST_COMMIT, ST_ROLLBACK, ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_INSERT] = "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
-		      "submit_ms, attempts, retries, min_free_mib) "
-		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+		      "submit_ms, attempts, retries, min_free_mib, name) "
+		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
 	[ST_GET] = "SELECT " COLUMNS " FROM jobs WHERE id = ?1",
 	[ST_GET_ENV] = "SELECT " COLUMNS ", env FROM jobs WHERE id = ?1",
 	[ST_UPDATE] = "UPDATE jobs SET state = ?2, start_ms = ?3, end_ms = ?4, gpus = ?5, "
@@ -81,6 +82,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 		       "WHERE id = ?1 AND state = 'running'",
 	[ST_IDS] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
 	[ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
+	[ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
@@ -134,6 +136,14 @@ static const char schema[] =
 	" util_samples INTEGER NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,"
 	" runner_pid INTEGER, run_slot INTEGER);"
 	"CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, id);";
+
+/* Schema 1 to 2: job names, and an index on the end time so that pruning
+ * old jobs costs what it deletes. */
+static const char schema2[] =
+	"ALTER TABLE jobs ADD COLUMN name TEXT;"
+	"CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs (end_ms) WHERE end_ms IS NOT NULL;";
+
+static const char *const migrations[SCHEMA_VERSION] = { schema, schema2 };
 
 /* Run sql, retrying while another connection holds a lock that the busy
  * handler does not wait for (switching to WAL, a fresh database's first
@@ -222,17 +232,24 @@ enum gm_err jobstore_open(struct jobstore **out, const char *path, char *err, si
 	if (version < SCHEMA_VERSION) {
 		/* Several first users at once: one creates, under the write
 		 * lock, the others find it done. */
-		if (exec_retry(st->db, "BEGIN IMMEDIATE") != SQLITE_OK ||
-		    int_pragma(st->db, "PRAGMA user_version", &version) != SQLITE_OK ||
-		    (version < SCHEMA_VERSION &&
-		     (sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK ||
-		      sqlite3_exec(st->db, "PRAGMA user_version = 1", NULL, NULL, NULL) != SQLITE_OK)) ||
+		int ok = exec_retry(st->db, "BEGIN IMMEDIATE") == SQLITE_OK &&
+			 int_pragma(st->db, "PRAGMA user_version", &version) == SQLITE_OK;
+		char set[48];
+
+		/* An older store is brought up to date in the same
+		 * transaction: all of it or nothing. */
+		for (int v = version; ok && v < SCHEMA_VERSION; v++)
+			ok = sqlite3_exec(st->db, migrations[v], NULL, NULL, NULL) == SQLITE_OK;
+		snprintf(set, sizeof set, "PRAGMA user_version = %d", SCHEMA_VERSION);
+		if (!ok || (version < SCHEMA_VERSION &&
+			    sqlite3_exec(st->db, set, NULL, NULL, NULL) != SQLITE_OK) ||
 		    sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-			db_fail(st, err, len, "creating its tables");
+			db_fail(st, err, len, version > 0 ? "upgrading its tables" : "creating its tables");
 			sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
 			goto failed;
 		}
-		version = SCHEMA_VERSION;
+		if (version < SCHEMA_VERSION)
+			version = SCHEMA_VERSION;
 	}
 	if (version > SCHEMA_VERSION) {
 		gm_fail(rc, err, len,
@@ -319,6 +336,7 @@ enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *err, siz
 	sqlite3_bind_int(s, 10, job->attempts);
 	sqlite3_bind_int(s, 11, job->retries);
 	sqlite3_bind_int64(s, 12, job->min_free_mib);
+	bind_text(s, 13, job->name);
 	if (step_done(s) < 0)
 		return db_fail(st, err, len, "insert");
 	job->id = sqlite3_last_insert_rowid(st->db);
@@ -332,7 +350,7 @@ static char *col_text(sqlite3_stmt *s, int col)
 	return t ? strdup((const char *)t) : NULL;
 }
 
-/* One row of COLUMNS (and env at column 24 if with_env) into a job. */
+/* One row of COLUMNS (and env at column 25 if with_env) into a job. */
 static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 {
 	int state;
@@ -366,9 +384,10 @@ static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 	j->util_sum = sqlite3_column_double(s, 21);
 	j->runner_pid = sqlite3_column_int(s, 22);
 	j->run_slot = sqlite3_column_type(s, 23) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 23);
-	if (with_env && sqlite3_column_type(s, 24) != SQLITE_NULL) {
-		int n = sqlite3_column_bytes(s, 24);
-		const void *blob = sqlite3_column_blob(s, 24);
+	j->name = col_text(s, 24);
+	if (with_env && sqlite3_column_type(s, 25) != SQLITE_NULL) {
+		int n = sqlite3_column_bytes(s, 25);
+		const void *blob = sqlite3_column_blob(s, 25);
 
 		j->env = malloc((size_t)n + 1);
 		if (!j->env)
@@ -584,4 +603,155 @@ enum gm_err jobstore_delete(struct jobstore *st, int64_t id, char *err, size_t l
 	rc = step_done(s);
 	sqlite3_finalize(s);
 	return rc < 0 ? db_fail(st, err, len, "delete") : GM_OK;
+}
+
+enum gm_err jobstore_each(struct jobstore *st, unsigned states,
+			  int (*fn)(void *data, const struct job *job), void *data, int *stopped,
+			  char *err, size_t len)
+{
+	char sql[2048], in[256] = "";
+	size_t used = 0;
+	sqlite3_stmt *s = NULL;
+	enum gm_err rc = GM_OK;
+	int step, stop = 0;
+
+	if (stopped)
+		*stopped = 0;
+	/* The state names are ours, not the caller's: no binding needed.  An
+	 * IN list on the indexed state reads only those jobs. */
+	for (int i = 0; i < JOB_STATE_COUNT; i++)
+		if (states & JOB_STATES(i))
+			used += (size_t)snprintf(in + used, sizeof in - used, "%s'%s'", used ? ", " : "",
+						 state_names[i]);
+	snprintf(sql, sizeof sql, "SELECT " COLUMNS " FROM jobs %s%s%s ORDER BY id",
+		 used ? "WHERE state IN (" : "", in, used ? ")" : "");
+	if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+		return db_fail(st, err, len, "list");
+	while (!stop && (step = sqlite3_step(s)) == SQLITE_ROW) {
+		struct job j;
+
+		if (read_row(s, &j, 0) < 0) {
+			job_release(&j);
+			rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			break;
+		}
+		stop = fn(data, &j);
+		job_release(&j);
+	}
+	if (rc == GM_OK && !stop && step != SQLITE_DONE)
+		rc = db_fail(st, err, len, "list");
+	sqlite3_finalize(s);
+	if (stopped)
+		*stopped = stop;
+	return rc;
+}
+
+enum gm_err jobstore_has_live(struct jobstore *st, int *live, char *err, size_t len)
+{
+	sqlite3_stmt *s = stmt(st, ST_HAS_LIVE);
+	int step;
+
+	*live = 0;
+	if (!s)
+		return db_fail(st, err, len, "count");
+	step = sqlite3_step(s);
+	if (step == SQLITE_ROW)
+		*live = sqlite3_column_int(s, 0) != 0;
+	sqlite3_reset(s);
+	return step == SQLITE_ROW ? GM_OK : db_fail(st, err, len, "count");
+}
+
+enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
+			   struct job_end **ended, size_t *count, char *err, size_t len)
+{
+	sqlite3_stmt *get = stmt(st, ST_GET);
+	struct job_end *out;
+	size_t k = 0;
+	enum gm_err rc = GM_OK;
+	int own_tx = sqlite3_get_autocommit(st->db);
+
+	*ended = NULL;
+	*count = 0;
+	out = calloc(n ? n : 1, sizeof *out);
+	if (!out)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	/* One read transaction: a consistent view, and the WAL index is
+	 * looked at once rather than once per id. */
+	if (!get || (own_tx && sqlite3_exec(st->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)) {
+		free(out);
+		return db_fail(st, err, len, "read");
+	}
+	for (size_t i = 0; i < n && rc == GM_OK; i++) {
+		int step, state;
+
+		sqlite3_reset(get);
+		sqlite3_bind_int64(get, 1, ids[i]);
+		step = sqlite3_step(get);
+		if (step == SQLITE_DONE) {
+			rc = gm_fail(GM_ERR_NOT_FOUND, err, len, "no job %lld", (long long)ids[i]);
+		} else if (step != SQLITE_ROW) {
+			rc = db_fail(st, err, len, "read");
+		} else {
+			state = job_state_parse((const char *)sqlite3_column_text(get, 1));
+			if (state < 0)
+				state = JOB_FAILED;
+			if (job_state_final((enum job_state)state)) {
+				out[k].id = ids[i];
+				out[k++].state = (enum job_state)state;
+			}
+		}
+	}
+	sqlite3_reset(get);
+	if (own_tx)
+		sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL);
+	if (rc != GM_OK) {
+		free(out);
+		return rc;
+	}
+	*ended = out;
+	*count = k;
+	return GM_OK;
+}
+
+enum gm_err jobstore_prune(struct jobstore *st, int64_t ended_before_ms,
+			   void (*fn)(void *data, int64_t id, const char *log), void *data,
+			   size_t *deleted, char *err, size_t len)
+{
+	sqlite3_stmt *s = NULL;
+	enum gm_err rc = GM_OK;
+	size_t n = 0;
+	int step;
+
+	if (deleted)
+		*deleted = 0;
+	if (jobstore_begin(st, err, len) != GM_OK)
+		return GM_ERR_IO;
+	/* end_ms is set for ended jobs; the state test keeps a job that is
+	 * queued again (a retry) whatever its last end. */
+	if (sqlite3_prepare_v2(st->db,
+			       "DELETE FROM jobs WHERE end_ms < ?1 AND state NOT IN ('queued', "
+			       "'running') RETURNING id, log",
+			       -1, &s, NULL) != SQLITE_OK) {
+		rc = db_fail(st, err, len, "prune");
+		goto done;
+	}
+	sqlite3_bind_int64(s, 1, ended_before_ms);
+	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+		if (fn)
+			fn(data, sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1));
+		n++;
+	}
+	if (step != SQLITE_DONE)
+		rc = db_fail(st, err, len, "prune");
+	sqlite3_finalize(s);
+	s = NULL;
+	if (rc == GM_OK)
+		rc = jobstore_commit(st, err, len);
+done:
+	sqlite3_finalize(s);
+	if (rc != GM_OK)
+		jobstore_rollback(st);
+	else if (deleted)
+		*deleted = n;
+	return rc;
 }

@@ -75,9 +75,10 @@ struct job {
 	double util_sum;        /* sum of those samples' mean GPU utilization, % */
 	int runner_pid;         /* the runner that supervises it while running */
 	int run_slot;           /* its run file while running (engine.h); -1 none */
+	char *name;             /* submit --name (schema 2); NULL: none */
 };
 #define JOB_INIT { 0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, \
-		   0, 0, NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1 }
+		   0, 0, NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL }
 
 /* Free the strings of a job read from the store; keep the struct. */
 void job_release(struct job *job);
@@ -115,6 +116,48 @@ enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct j
 enum gm_err jobstore_list(struct jobstore *st, int state, int64_t after_id, size_t limit,
 			  struct job **jobs, size_t *count, char *errbuf, size_t errlen);
 void jobstore_free_list(struct job *jobs, size_t count);
+
+/* A set of states for jobstore_each: JOB_STATES(JOB_QUEUED) | ... */
+#define JOB_STATES(s) (1u << (s))
+#define JOB_STATES_LIVE (JOB_STATES(JOB_QUEUED) | JOB_STATES(JOB_RUNNING))
+
+/*
+ * Call fn for each job whose state is in the set states (0: every job), in
+ * id order, without env, one row at a time: memory does not grow with the
+ * store, and a set of live states reads only those jobs (an index on the
+ * state), however many finished jobs the store holds.  The job passed to fn
+ * is valid during the call only.  A non-zero return from fn stops the walk
+ * and is returned in *stopped (may be NULL).
+ */
+enum gm_err jobstore_each(struct jobstore *st, unsigned states,
+			  int (*fn)(void *data, const struct job *job), void *data, int *stopped,
+			  char *errbuf, size_t errlen);
+
+/* Is any job queued or running?  One index probe. */
+enum gm_err jobstore_has_live(struct jobstore *st, int *live, char *errbuf, size_t errlen);
+
+/*
+ * Ended jobs among ids[0..n): *final (caller frees) gets the subset whose
+ * state is final, with their states, in one read; for `gpuman wait`.
+ */
+struct job_end {
+	int64_t id;
+	enum job_state state;
+};
+enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
+			   struct job_end **ended, size_t *count, char *errbuf, size_t errlen);
+
+/*
+ * Delete the jobs that ended (a final state) before ended_before_ms
+ * (INT64_MAX: every ended job), in one transaction.  For each one, before
+ * the commit, fn (may be NULL) gets its id and log column (may be NULL) so
+ * the caller can remove its files once the call has returned GM_OK.
+ * *deleted (may be NULL) gets how many.  Costs what it deletes: an index
+ * on the end time.
+ */
+enum gm_err jobstore_prune(struct jobstore *st, int64_t ended_before_ms,
+			   void (*fn)(void *data, int64_t id, const char *log), void *data,
+			   size_t *deleted, char *errbuf, size_t errlen);
 
 /* Ids of the jobs in a state, in id order (caller frees *ids). */
 enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids,

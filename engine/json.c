@@ -196,6 +196,8 @@ json_t *job_json(const struct job *job, const char *log_path, int batch)
 		argv = json_loads(job->argv, 0, NULL);
 	json_object_set_new(o, batch ? "task" : "id", json_integer(job->id));
 	json_object_set_new(o, "state", json_string(job_state_name(job->state)));
+	if (!batch)
+		json_object_set_new(o, "name", job->name ? json_string(job->name) : json_null());
 	json_object_set_new(o, "command", json_string(job->command ? job->command : ""));
 	if (!batch) {
 		json_object_set_new(o, "argv", argv ? argv : json_null());

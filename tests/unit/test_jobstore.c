@@ -178,6 +178,148 @@ static void test_lists_counts_and_transactions(void **state)
 	jobstore_free_list(jobs, n);
 }
 
+/* End job id in state at end_ms. */
+static void finish(struct jobstore *st, int64_t id, enum job_state state, int64_t end_ms)
+{
+	char err[GM_ERRBUF_SIZE];
+	struct job j;
+	int changed = 0;
+
+	assert_int_equal(jobstore_get(st, id, 0, &j, err, sizeof err), GM_OK);
+	j.state = state;
+	j.end_ms = end_ms;
+	assert_int_equal(jobstore_update(st, &j, JOB_QUEUED, 0, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(changed, 1);
+	job_release(&j);
+}
+
+struct seen {
+	int64_t ids[16];
+	size_t n;
+	int stop_at;
+};
+
+static int note(void *data, const struct job *job)
+{
+	struct seen *s = data;
+
+	s->ids[s->n++] = job->id;
+	return (int)s->n == s->stop_at ? 7 : 0;
+}
+
+static void test_each_streams_a_set_of_states(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct seen s = { { 0 }, 0, 0 };
+	int stopped = -1, live = -1;
+
+	for (int i = 0; i < 5; i++)
+		add(f->st, 0, "j");
+	finish(f->st, 2, JOB_DONE, 5000);
+	finish(f->st, 4, JOB_FAILED, 6000);
+	assert_int_equal(jobstore_each(f->st, JOB_STATES_LIVE, note, &s, &stopped, err, sizeof err),
+			 GM_OK);
+	assert_int_equal(stopped, 0);
+	assert_int_equal(s.n, 3);
+	assert_int_equal(s.ids[0], 1);
+	assert_int_equal(s.ids[1], 3);
+	assert_int_equal(s.ids[2], 5);
+	s.n = 0;
+	assert_int_equal(jobstore_each(f->st, JOB_STATES(JOB_FAILED) | JOB_STATES(JOB_DONE), note,
+				       &s, NULL, err, sizeof err),
+			 GM_OK);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.ids[1], 4);
+	s.n = 0;
+	s.stop_at = 2;
+	assert_int_equal(jobstore_each(f->st, 0, note, &s, &stopped, err, sizeof err), GM_OK);
+	assert_int_equal(stopped, 7);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(jobstore_has_live(f->st, &live, err, sizeof err), GM_OK);
+	assert_int_equal(live, 1);
+	for (int64_t id = 1; id <= 5; id += 2)
+		finish(f->st, id, JOB_CANCELLED, 7000);
+	assert_int_equal(jobstore_has_live(f->st, &live, err, sizeof err), GM_OK);
+	assert_int_equal(live, 0);
+}
+
+static void test_ended_reads_only_final_states_and_names_unknown_ids(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct job_end *ended;
+	size_t n;
+	int64_t ids[] = { 3, 1, 2 }, bad[] = { 1, 99 };
+
+	for (int i = 0; i < 3; i++)
+		add(f->st, 0, "j");
+	finish(f->st, 1, JOB_DONE, 5000);
+	finish(f->st, 3, JOB_CANCELLED, 5000);
+	assert_int_equal(jobstore_ended(f->st, ids, 3, &ended, &n, err, sizeof err), GM_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(ended[0].id, 3);
+	assert_int_equal(ended[0].state, JOB_CANCELLED);
+	assert_int_equal(ended[1].id, 1);
+	assert_int_equal(ended[1].state, JOB_DONE);
+	free(ended);
+	assert_int_equal(jobstore_ended(f->st, bad, 2, &ended, &n, err, sizeof err),
+			 GM_ERR_NOT_FOUND);
+	assert_non_null(strstr(err, "no job 99"));
+}
+
+static void pruned(void *data, int64_t id, const char *log)
+{
+	struct seen *s = data;
+
+	(void)log;
+	s->ids[s->n++] = id;
+}
+
+static void test_prune_deletes_only_jobs_that_ended_before(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct seen s = { { 0 }, 0, 0 };
+	struct job j;
+	size_t n = 0;
+
+	for (int i = 0; i < 4; i++)
+		add(f->st, 0, "j");
+	finish(f->st, 1, JOB_DONE, 1000);
+	finish(f->st, 2, JOB_FAILED, 9000);
+	finish(f->st, 3, JOB_CANCELLED, 2000);
+	assert_int_equal(jobstore_prune(f->st, 5000, pruned, &s, &n, err, sizeof err), GM_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(jobstore_get(f->st, 1, 0, &j, err, sizeof err), GM_ERR_NOT_FOUND);
+	assert_int_equal(jobstore_get(f->st, 2, 0, &j, err, sizeof err), GM_OK);
+	job_release(&j);
+	/* everything that ended; the queued job stays */
+	assert_int_equal(jobstore_prune(f->st, INT64_MAX, NULL, NULL, &n, err, sizeof err), GM_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(jobstore_get(f->st, 4, 0, &j, err, sizeof err), GM_OK);
+	assert_int_equal(j.state, JOB_QUEUED);
+	job_release(&j);
+}
+
+static void test_name_roundtrip(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct job j = JOB_INIT;
+
+	j.command = (char *)"train";
+	j.name = (char *)"lr3e-4";
+	assert_int_equal(jobstore_insert(f->st, &j, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_get(f->st, j.id, 0, &j, err, sizeof err), GM_OK);
+	assert_string_equal(j.name, "lr3e-4");
+	job_release(&j);
+	assert_int_equal(jobstore_get(f->st, add(f->st, 0, "x"), 0, &j, err, sizeof err), GM_OK);
+	assert_null(j.name);
+	job_release(&j);
+}
+
 static void test_state_names(void **state)
 {
 	(void)state;
@@ -213,6 +355,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_update_only_from_the_expected_state_and_attempt,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lists_counts_and_transactions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_each_streams_a_set_of_states, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ended_reads_only_final_states_and_names_unknown_ids,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prune_deletes_only_jobs_that_ended_before, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
 	};

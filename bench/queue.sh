@@ -1,0 +1,89 @@
+#!/bin/sh
+# queue.sh BUILD - what the queue's commands cost when the store holds a
+# long history, as ratios against an empty store (issue 12: "queue is as
+# fast on day 300 as on day 1"):
+#
+#   queue        `gpuman queue` (nothing queued or running) and
+#                `gpuman queue --all --json`: wall time (median of 15) and
+#                peak RSS, empty store against 100 000 finished jobs, each
+#                with a 2.5 KB environment as submit records it.  Before
+#                issue 12: 0.15-0.3 s and 50 MB for `queue`, 1.5-5 s and
+#                400 MB for `queue --all --json`.
+#   submit       `gpuman submit -- true`, median of 10, same two stores.
+#
+# Peak RSS needs GNU time (/usr/bin/time); without it the column says so.
+set -u
+build=$(cd "${1:?usage: queue.sh BUILD}" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
+base=/dev/shm
+[ -d "$base" ] && [ -w "$base" ] || base=${TMPDIR:-/tmp}
+work=$(mktemp -d "$base/gpuman-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM HUP PIPE
+export PATH="$build:$PATH"
+export GPUMAN_STATE_DIR=$work/state GPUMAN_SIM_STATE=$work/sim GPUMAN_QUEUE_DIR=$work/queue
+export GPUMAN_SIM=$root/examples/lab-8gpu.json
+unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML
+mkdir -p "$GPUMAN_SIM_STATE"
+cd "$work"
+
+# median_ms N CMD... - median wall time of N runs, in ms (output discarded)
+median_ms() {
+	python3 - "$@" <<'PY'
+import statistics, subprocess, sys, time
+n, cmd = int(sys.argv[1]), sys.argv[2:]
+t = []
+for _ in range(n):
+    s = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    t.append((time.perf_counter() - s) * 1000)
+print("%.1f" % statistics.median(t))
+PY
+}
+
+# rss_kib CMD... - peak RSS in KiB of one run, or "n/a"
+rss_kib() {
+	if [ -x /usr/bin/time ]; then
+		/usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -n 1
+	else
+		echo n/a
+	fi
+}
+
+history() {
+	python3 - "$GPUMAN_QUEUE_DIR/jobs.db" "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+env = ("\0".join("VAR%d=%s" % (i, "x" * 40) for i in range(55))).encode()
+rows = (("python train.py --seed %d" % i, '["python","train.py","--seed","%d"]' % i, env,
+         1795000000000 + i) for i in range(int(sys.argv[2])))
+db.executemany("INSERT INTO jobs (state, command, argv, cwd, env, request, submit_ms, "
+               "start_ms, end_ms, gpus, uuids, exit_status, attempts) VALUES ('done', ?, ?, "
+               "'/home/alice', ?, '{}', ?, 1, 2, '0', 'GPU-0', 0, 1)", rows)
+db.commit()
+PY
+}
+
+measure() {
+	q_ms=$(median_ms 15 gpuman queue)
+	q_kib=$(rss_kib gpuman queue)
+	a_ms=$(median_ms 3 gpuman queue --all --json)
+	a_kib=$(rss_kib gpuman queue --all --json)
+	s_ms=$(median_ms 10 gpuman submit -- true)
+	gpuman wait $(seq "$1" $(($1 + 9))) >/dev/null
+}
+
+gpuman queue >/dev/null
+measure 1
+e_q_ms=$q_ms e_q_kib=$q_kib e_a_ms=$a_ms e_a_kib=$a_kib e_s_ms=$s_ms
+gpuman queue --clear >/dev/null
+history 100000
+measure 100011
+ratio() { python3 -c 'import sys; a, b = sys.argv[1:]; print("%.2f" % (float(b) / float(a)) if a != "n/a" else "n/a")' "$1" "$2"; }
+printf '%-28s %12s %14s %8s\n' "" "empty store" "100000 ended" "ratio"
+printf '%-28s %9s ms %11s ms %7sx\n' "queue, time" "$e_q_ms" "$q_ms" "$(ratio "$e_q_ms" "$q_ms")"
+printf '%-28s %8s KiB %10s KiB %7sx\n' "queue, peak RSS" "$e_q_kib" "$q_kib" "$(ratio "$e_q_kib" "$q_kib")"
+printf '%-28s %9s ms %11s ms %8s\n' "queue --all --json, time" "$e_a_ms" "$a_ms" "(lists all)"
+printf '%-28s %8s KiB %10s KiB %7sx\n' "queue --all --json, RSS" "$e_a_kib" "$a_kib" "$(ratio "$e_a_kib" "$a_kib")"
+printf '%-28s %9s ms %11s ms %7sx\n' "submit, time" "$e_s_ms" "$s_ms" "$(ratio "$e_s_ms" "$s_ms")"
+echo "before issue 12, at 100000 ended jobs: queue 150-300 ms and 50 MB; --all --json 1.5-5 s and 400 MB"
