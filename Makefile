@@ -36,7 +36,7 @@ endif
 DATADIR ?= $(PREFIX)/share/gpuman
 CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
-LIBS    := -ljansson -ldl -lpthread
+LIBS    := -ljansson -linih -ldl -lpthread
 
 # engine/ is the dispatch engine of batch and the queue, its job store
 # (SQLite) and the protocol its runners share with it and with `run`: a
@@ -131,8 +131,9 @@ $(BUILD)/libgpuman.so: $(LIB_OBJ) Makefile
 # ncurses goes the same way: only `top` uses it, no other command should pay
 # for loading it.
 STATIC_SQLITE ?= 1
-CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo \
-	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo) -ljansson -ldl -lpthread -lm
+# libinih (gpuman.conf) likewise: every command that leases reads it.
+CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo -linih \
+	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo -linih) -ljansson -ldl -lpthread -lm
 $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(CLI_LIBS)
 
@@ -144,8 +145,8 @@ $(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h cli/jobs.h $(wildcard lib/
 	$(CC) $(CPPFLAGS) -Icli -Iengine $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/serve/page.o: serve/page.html
 # It reads the queue of the user it runs as (cli/jobs.c, the job store):
-# SQLite as the command has it.
-SERVE_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -Wl$(comma)-Bdynamic,-lsqlite3) \
+# SQLite as the command has it; libinih for gpuman.conf (the registry).
+SERVE_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -linih -Wl$(comma)-Bdynamic,-lsqlite3 -linih) \
 	-ljansson -lmicrohttpd -ldl -lpthread -lm
 $(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve.o $(BUILD)/cli/jobs.o \
 		       $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a

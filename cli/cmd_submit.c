@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "config.h"
 #include "engine.h"
 #include "jobs.h"
 #include "parse.h"
@@ -128,6 +129,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		{ "name", required_argument, NULL, OPT_NAME }, { 0 }
 	};
 	struct submit_opts o = { 0, NULL };
+	struct config cfg = CONFIG_INIT;
 	struct job job = JOB_INIT;
 	struct queue q = { .store = NULL };
 	json_t *jargv = json_array();
@@ -173,6 +175,10 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		if (status != EXIT_OK)
 			goto done;
 	}
+	if (config_load(&cfg, 1, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
 	status = queue_open(cli, &q);
 	if (status != EXIT_OK)
 		goto done;
@@ -190,6 +196,10 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		goto done;
 	}
 	queue_wake(&q);
+	/* The history is pruned here, by its owner, as it grows: an index on
+	 * the end time makes this cost what it deletes. */
+	if (cfg.keep_ms > 0 && queue_prune(&q, now_ms() - cfg.keep_ms, NULL, err, sizeof err) < 0)
+		cli_error(cli, 0, "warning: cannot forget old jobs: %s", err);
 	if (queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot start the dispatcher: %s (job %lld stays queued)",
 			  err, (long long)job.id);
@@ -201,6 +211,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	}
 done:
 	queue_close(&q);
+	config_release(&cfg);
 	json_decref(jargv);
 	free(argv_text);
 	free(command);
@@ -241,7 +252,9 @@ const struct cmd_entry cmd_submit = {
 	"Queued jobs always wait; --wait is accepted and changes nothing.\n"
 	"\n"
 	"The queue lives in $GPUMAN_QUEUE_DIR, else ${XDG_STATE_HOME:-~/.local/state}/gpuman\n"
-	"(yours alone: mode 0700).\n"
+	"(yours alone: mode 0700).  Each submit forgets the finished jobs older than\n"
+	"[queue] keep in gpuman.conf (default 90d; ~/.config/gpuman/gpuman.conf, else\n"
+	"/etc/gpuman/gpuman.conf), with their logs.\n"
 	"\n"
 	"examples:\n"
 	"  gpuman submit --name lr3e-4 -- python train.py --lr 3e-4\n"

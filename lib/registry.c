@@ -142,6 +142,9 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 			     reg->dir);
 		goto failed;
 	}
+	rc = config_load(&reg->cfg, 0, err, len);
+	if (rc != GM_OK)
+		goto failed;
 	*out = reg;
 	return GM_OK;
 failed:
@@ -157,6 +160,7 @@ void registry_close(struct registry *reg)
 		close(reg->held_fd);
 	if (reg->lock_fd >= 0)
 		close(reg->lock_fd);
+	config_release(&reg->cfg);
 	free(reg);
 }
 
@@ -581,6 +585,57 @@ static uint64_t job_used_mib(const struct gm_snapshot *snap, const struct proctr
 	return used;
 }
 
+/* ---- caps: the admin's max_gpus (config.h) ------------------------------ */
+
+/* GPUs that uid's live leases hold. */
+static unsigned held_by(const struct registry_view *view, unsigned uid)
+{
+	unsigned held = 0;
+
+	for (size_t i = 0; i < view->lease_count; i++)
+		if (view->leases[i].uid == uid)
+			held += (unsigned)view->leases[i].gpu_count;
+	return held;
+}
+
+/*
+ * Would count more GPUs take uid beyond its cap?  0 no; 1 not now (what it
+ * holds must end first); 2 never (count alone is beyond it).  why (may be
+ * NULL) gets a line for people.
+ */
+static int over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
+		    unsigned count, char *why, size_t len)
+{
+	char from[96];
+	unsigned cap = config_max_gpus(&reg->cfg, uid, from, sizeof from), held;
+
+	if (!cap)
+		return 0;
+	if (count > cap) {
+		if (why)
+			snprintf(why, len, "max_gpus: asks %u GPUs, the limit is %u (%s in %s)", count,
+				 cap, from, reg->cfg.system_path);
+		return 2;
+	}
+	held = held_by(view, uid);
+	if (held + count <= cap)
+		return 0;
+	if (why)
+		snprintf(why, len, "max_gpus: holds %u GPU%s already, the limit is %u (%s in %s)", held,
+			 held == 1 ? "" : "s", cap, from, reg->cfg.system_path);
+	return 1;
+}
+
+/* A waiter that its own user's cap keeps waiting holds nothing back from
+ * the users behind it: first come, first served within what each may have. */
+static int waiter_capped(const struct registry *reg, const struct registry_view *view,
+			 const struct waiter_info *wi)
+{
+	unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
+
+	return over_cap(reg, view, wi->uid, count ? count : 1, NULL, 0) != 0;
+}
+
 /* ---- one attempt: read everything, ask the policy ---------------------- */
 
 struct attempt {
@@ -693,6 +748,8 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 
 		if (mine && strcmp(wi->name, mine) >= 0)
 			break;
+		if (waiter_capped(reg, &a->view, wi))
+			continue;
 		for (size_t c = 0; c < wi->cand_count; c++) {
 			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, wi->cand[c]);
 			size_t pos;
@@ -717,6 +774,19 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	a->in.mig_usable = a->env.mig_usable;
 	if (policy_choose(&a->in, req, &a->res) < 0)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	if (a->res.outcome != POLICY_NEVER) {
+		char why[sizeof a->res.why[0]];
+		int over = over_cap(reg, &a->view, (unsigned)geteuid(), req->count, why, sizeof why);
+
+		/* The cap is why on every GPU that would otherwise do. */
+		if (over) {
+			a->res.outcome = over == 2 ? POLICY_NEVER : POLICY_NOT_NOW;
+			a->res.count = 0;
+			for (size_t g = 0; g < a->res.gpu_count; g++)
+				if (!a->res.why[g][0] || over == 2)
+					snprintf(a->res.why[g], sizeof a->res.why[g], "%s", why);
+		}
+	}
 	return GM_OK;
 }
 
@@ -992,7 +1062,8 @@ static void ahead_release(struct ahead *ah)
 	memset(ah, 0, sizeof *ah);
 }
 
-static void ahead_build(struct ahead *ah, const struct registry_view *view, const char *mine)
+static void ahead_build(struct ahead *ah, const struct registry *reg,
+			const struct registry_view *view, const char *mine)
 {
 	const struct waiter_info *me = NULL;
 
@@ -1011,7 +1082,9 @@ static void ahead_build(struct ahead *ah, const struct registry_view *view, cons
 
 		if (strcmp(wi->name, mine) >= 0)
 			break;
-		for (size_t i = 0; i < ah->mine_count; i++)
+		/* Capped now, it blocks nothing; when its user's lease ends, that
+		 * close wakes us and the attempt sees it again. */
+		for (size_t i = 0; i < ah->mine_count && !waiter_capped(reg, view, wi); i++)
 			for (size_t c = 0; c < wi->cand_count; c++)
 				if (!strcmp(me->cand[i], wi->cand[c]))
 					mask |= 1ull << i;
@@ -1073,7 +1146,7 @@ static void ahead_refresh(struct waiting *w)
 	struct registry_view view;
 
 	if (read_upto(w->reg, &view, w->mine, NULL, 0) == GM_OK) {
-		ahead_build(&w->ah, &view, w->mine);
+		ahead_build(&w->ah, w->reg, &view, w->mine);
 		registry_view_release(&view);
 	}
 }

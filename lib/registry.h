@@ -47,17 +47,21 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "config.h"
 #include "gpuman.h"
 
 struct registry {
 	char dir[PATH_MAX];
 	int lock_fd;    /* the directory, read-only: the registry lock */
 	int held_fd;    /* the descriptor holding the lock now, or -1 */
+	struct config cfg; /* the admin's gpuman.conf, read at open: its caps bind every grant */
 };
 
 /* Resolve, create if needed and check the state directory: refused if it is
  * a symlink, not a directory, owned by another non-root user, or writable by
- * others without the sticky bit.  GM_ERR_STATE says what to do. */
+ * others without the sticky bit.  GM_ERR_STATE says what to do.  Also reads
+ * the admin's gpuman.conf (config.h); one that does not parse fails the
+ * open, naming the file and line. */
 enum gm_err registry_open(struct registry **out, char *errbuf, size_t errlen);
 void registry_close(struct registry *reg);
 

@@ -12,6 +12,11 @@ gm_setup() {
 	export GPUMAN_STATE_DIR="$BATS_TEST_TMPDIR/state"
 	export GPUMAN_SIM_STATE="$BATS_TEST_TMPDIR/simstate"
 	export GPUMAN_QUEUE_DIR="$BATS_TEST_TMPDIR/queue"
+	# no gpuman.conf, the admin's or the user's, unless a test writes one
+	# (a path under /dev/null exists for no user; /nonexistent, the home of
+	# system users, may exist, unreadable, and a file gpuman cannot read is
+	# an error).  as_user's users have their own (HOME=/tmp: none).
+	export GPUMAN_CONFIG=/dev/null/gpuman.conf XDG_CONFIG_HOME="$BATS_TEST_TMPDIR/config"
 	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML GPUMAN_SIM NO_COLOR
 	mkdir -p "$GPUMAN_SIM_STATE"
 }
@@ -97,5 +102,5 @@ gm_user() {
 as_user() {
 	local u="gmtest-$1"; shift
 	setpriv --reuid="$u" --regid="$u" --clear-groups \
-		env HOME=/tmp PATH="$PATH" "$@"
+		env -u XDG_CONFIG_HOME HOME=/tmp PATH="$PATH" "$@"
 }

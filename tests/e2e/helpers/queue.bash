@@ -48,10 +48,10 @@ dispatcher_gone() {
 }
 
 # history N [END_MS] - add N finished jobs (done, ended at END_MS, default
-# long ago) to the queue's store, as months of use would leave them: each
-# with a 2.5 KB environment, as submit records it.  The store must exist.
+# now) to the queue's store, as months of use would leave them: each with a
+# 2.5 KB environment, as submit records it.  The store must exist.
 history() {
-	python3 - "$GPUMAN_QUEUE_DIR/jobs.db" "$1" "${2:-1000000000000}" <<'PY'
+	python3 - "$GPUMAN_QUEUE_DIR/jobs.db" "$1" "${2:-$(($(date +%s) * 1000))}" <<'PY'
 import os, sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 n, end = int(sys.argv[2]), int(sys.argv[3])

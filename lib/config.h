@@ -1,0 +1,64 @@
+/*
+ * config.h - gpuman.conf: the admin's policy and the user's defaults, in INI
+ * (parsed by libinih, Debian's libinih-dev).
+ *
+ *   /etc/gpuman/gpuman.conf     the admin's (GPUMAN_CONFIG names another):
+ *                               [limits], [user NAME], [group NAME], [queue]
+ *   ${XDG_CONFIG_HOME:-~/.config}/gpuman/gpuman.conf
+ *                               the user's own: [queue] only (limits are
+ *                               the admin's)
+ *
+ *   [queue]
+ *   keep = 30d          finished jobs older than this are forgotten (and
+ *                       their logs deleted); "forever" keeps them; default 90d
+ *   [limits]
+ *   max_gpus = 2        GPUs one user may hold at once (leases of run,
+ *                       batch, the queue); default: no limit
+ *   [group students]
+ *   max_gpus = 1        for members of the group (the most generous of a
+ *                       user's groups applies)
+ *   [user alice]
+ *   max_gpus = 4        for this user (wins over groups and [limits])
+ *
+ * Unknown sections and keys, and bad values, are errors naming the file and
+ * line: a typo in a limit must not silently lift it.
+ */
+#ifndef GM_CONFIG_H
+#define GM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "gpuman.h"
+
+#define CONFIG_SYSTEM_PATH "/etc/gpuman/gpuman.conf"
+#define CONFIG_KEEP_DEFAULT_MS (90LL * 86400 * 1000)
+
+struct config_cap {
+	char name[64];      /* user or group name */
+	unsigned max_gpus;  /* 0: not set here */
+};
+
+struct config {
+	char system_path[4096];  /* the admin's file (read or not) */
+	int64_t keep_ms;         /* [queue] keep; 0: forever */
+	unsigned max_gpus;       /* [limits]; 0: no limit */
+	struct config_cap *users, *groups;
+	size_t user_count, group_count;
+};
+#define CONFIG_INIT { "", CONFIG_KEEP_DEFAULT_MS, 0, NULL, NULL, 0, 0 }
+
+/*
+ * Read the admin's file, then (with_user) the user's.  A file that does not
+ * exist is no error.  GM_ERR_STATE with "FILE:LINE: what" in errbuf for a
+ * file that cannot be read or parsed.  Release with config_release.
+ */
+enum gm_err config_load(struct config *cfg, int with_user, char *errbuf, size_t errlen);
+void config_release(struct config *cfg);
+
+/*
+ * The most GPUs uid may hold at once (0: no limit), and where that comes
+ * from ("[user alice]", "[group students]", "[limits]") into from.
+ */
+unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
+
+#endif
