@@ -10,6 +10,11 @@
 #                issue 12: 0.15-0.3 s and 50 MB for `queue`, 1.5-5 s and
 #                400 MB for `queue --all --json`.
 #   submit       `gpuman submit -- true`, median of 10, same two stores.
+#   wait         1000 trivial jobs (true) queued at once, timed to the end
+#                by `gpuman wait` on the last id alone, then (a new queue)
+#                on all 1000 ids: the queue's throughput and the waiter's
+#                CPU time.  Before issue 12 the 1000-id waiter re-read all
+#                1000 jobs at every event and halved the throughput.
 #
 # Peak RSS needs GNU time (/usr/bin/time); without it the column says so.
 set -u
@@ -87,3 +92,33 @@ printf '%-28s %9s ms %11s ms %8s\n' "queue --all --json, time" "$e_a_ms" "$a_ms"
 printf '%-28s %8s KiB %10s KiB %7sx\n' "queue --all --json, RSS" "$e_a_kib" "$a_kib" "$(ratio "$e_a_kib" "$a_kib")"
 printf '%-28s %9s ms %11s ms %7sx\n' "submit, time" "$e_s_ms" "$s_ms" "$(ratio "$e_s_ms" "$s_ms")"
 echo "before issue 12, at 100000 ended jobs: queue 150-300 ms and 50 MB; --all --json 1.5-5 s and 400 MB"
+
+# wait_run one|all - "jobs/s waiter-cpu-s" for 1000 queued trivial jobs
+wait_run() {
+	rm -rf "$GPUMAN_QUEUE_DIR"
+	gpuman queue >/dev/null
+	python3 - "$GPUMAN_QUEUE_DIR/jobs.db" <<'PY'
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1])
+now = int(time.time() * 1000)
+db.executemany("INSERT INTO jobs (state, command, argv, request, submit_ms) "
+               "VALUES ('queued', 'true', '[\"true\"]', '{}', ?)", ((now,) for _ in range(1000)))
+db.commit()
+PY
+	if [ "$1" = all ]; then set -- $(seq 1 1000); else set -- 1000; fi
+	python3 - "$@" <<'PY'
+import os, sys, time
+s = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp("gpuman", ["gpuman", "wait"] + sys.argv[1:])
+_, status, ru = os.wait4(pid, 0)
+print("%.0f %.2f" % (1000 / (time.perf_counter() - s), ru.ru_utime + ru.ru_stime))
+PY
+}
+one=$(wait_run one)
+all=$(wait_run all)
+printf '%-28s %12s %14s %8s\n' "1000 queued jobs" "wait 1 id" "wait 1000 ids" "ratio"
+printf '%-28s %7s jobs/s %7s jobs/s %7sx\n' "queue throughput" "${one% *}" "${all% *}" "$(ratio "${one% *}" "${all% *}")"
+printf '%-28s %10s s %12s s\n' "the waiter's CPU" "${one#* }" "${all#* }"
+echo "before issue 12: wait on 1000 ids halved the queue's throughput (ratio 0.5)"

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "jobs.h"
+#include "notify.h"
 #include "registry.h"
 
 static void stamp(char *buf, size_t len)
@@ -51,6 +52,37 @@ static void trim_code_pages(void)
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 	}
 	fclose(maps);
+}
+
+/* After each round: tell the ends that --notify asked for.  A job is
+ * marked told even when its program could not start (said in the log):
+ * a missing notify-send must not keep the dispatcher alive for ever. */
+static void tell_ends(void *data)
+{
+	struct queue *q = data;
+	int64_t *ids = NULL;
+	size_t n = 0;
+	char err[GM_ERRBUF_SIZE], when[32];
+
+	if (jobstore_notify_due(q->store, &ids, &n, err, sizeof err) != GM_OK) {
+		stamp(when, sizeof when);
+		fprintf(stderr, "%s dispatcher %d: %s\n", when, (int)getpid(), err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct job job;
+
+		if (jobstore_get(q->store, ids[i], 1, &job, err, sizeof err) == GM_OK) {
+			if (notify_send(&job, err, sizeof err) < 0) {
+				stamp(when, sizeof when);
+				fprintf(stderr, "%s dispatcher %d: job %lld: cannot tell its end: %s\n",
+					when, (int)getpid(), (long long)ids[i], err);
+			}
+			job_release(&job);
+		}
+		jobstore_set_notified(q->store, ids[i], NULL, 0);
+	}
+	free(ids);
 }
 
 static int dispatcher_exec(struct cli *cli, int argc, char **argv)
@@ -95,6 +127,8 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	cfg.wake_name = "wake";
 	cfg.events_path = queue_path(&q, "events", events, sizeof events);
 	cfg.log = stderr;
+	cfg.round_done = tell_ends;
+	cfg.round_data = &q;
 	res = engine_run(&cfg, err, sizeof err);
 	stamp(when, sizeof when);
 	if (res == ENGINE_ERROR)

@@ -103,6 +103,9 @@ static int print_row(void *data, const struct job *j)
 	       cli_safe(cmd, j->command));
 	if (j->reason && (j->state != JOB_DONE || j->ooms))
 		printf("%6s  %s%s%s\n", "", c_dim(cli), cli_safe(why, j->reason), c_reset(cli));
+	else if (j->state == JOB_QUEUED && j->after)
+		printf("%6s  %sstarts after job%s %s has succeeded%s\n", "", c_dim(cli),
+		       strchr(j->after, ',') ? "s" : "", j->after, c_reset(cli));
 	return 0;
 }
 
@@ -210,7 +213,8 @@ const struct cmd_entry cmd_queue = {
 	"  --clear         forget every finished job and delete its log; queued and\n"
 	"                  running jobs stay\n"
 	"  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"
-	"                  command, argv, cwd, gpus ([{index, uuid}]), submit_ms,\n"
+	"                  priority, after ([ids]), notify, command, argv, cwd, gpus\n"
+	"                  ([{index, uuid}]), submit_ms,\n"
 	"                  start_ms, end_ms, duration_ms, exit_status, reason, attempts,\n"
 	"                  oom_requeues, peak_mem_mib, mean_util_pct, util_samples, log\n"
 	"                  (null: unknown); with --clear {\"cleared\": N}\n"

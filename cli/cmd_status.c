@@ -522,9 +522,7 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 			printf("%3zu. %s, %s, pid %d, for %s: %.60s\n", i + 1, cli_safe(user, w->user),
 			       cli_safe(what, w->summary), w->pid,
 			       fmt_age(age, sizeof age, w->since_ms), cli_safe(cmd, w->command));
-			continue;
-		}
-		{
+		} else {
 			struct cursor c = { 0, l.width, STATUS_STACK_INDENT };
 			char head[CLI_SAFE_SIZE * 2 + 128];
 
@@ -535,6 +533,9 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 			put_words(&c, cli_safe(cmd, w->command));
 			putchar('\n');
 		}
+		if (w->limit[0])
+			printf("     %swaits for its user's limit, not in the way of others: %s%s\n",
+			       c_dim(cli), w->limit, c_reset(cli));
 	}
 	print_waste(cli, sel, look, wopts, waste, l.width);
 	for (size_t i = 0; i < snap->note_count; i++)

@@ -13,20 +13,55 @@
 #include "config.h"
 #include "engine.h"
 #include "jobs.h"
+#include "notify.h"
 #include "parse.h"
 #include "select_help.h"
 #include "util.h"
 
 extern char **environ;
 
-enum { OPT_RETRIES = OPT_CMD_BASE, OPT_NAME };
+enum { OPT_RETRIES = OPT_CMD_BASE, OPT_NAME, OPT_AFTER, OPT_PRIORITY, OPT_NOTIFY };
 
 #define NAME_MAX_LEN 64
+
+#define PRIORITY_MAX 1000
+#define AFTER_MAX 64
 
 struct submit_opts {
 	unsigned retries;
 	const char *name;
+	int priority;
+	char after[AFTER_MAX * 21]; /* "3,4": the ids as given, checked */
+	int64_t after_ids[AFTER_MAX];
+	size_t nafter;
+	int notify;                 /* --notify given */
+	const char *notify_how;     /* its =HOW; NULL: the default */
 };
+
+/* --after ID[,ID]: job ids, at most AFTER_MAX; may be given more than once. */
+static int parse_after(struct cli *cli, const char *arg, struct submit_opts *o)
+{
+	const char *p = arg;
+
+	if (!*p)
+		return cli_usage(cli, "--after '': name the jobs to wait for (--after 3,4)");
+	while (*p) {
+		size_t l = strcspn(p, ",");
+		char word[32];
+		int64_t id;
+
+		snprintf(word, sizeof word, "%.*s", (int)(l < sizeof word - 1 ? l : sizeof word - 1), p);
+		id = parse_job_id(word);
+		if (id < 0 || l >= sizeof word - 1)
+			return cli_usage(cli, "--after '%s': '%s' is not a job id", arg, word);
+		if (o->nafter == AFTER_MAX)
+			return cli_usage(cli, "--after: at most %d jobs", AFTER_MAX);
+		o->after_ids[o->nafter++] = id;
+		p += l;
+		p += *p == ',';
+	}
+	return CLI_CONTINUE;
+}
 
 /* A name is for people and for `queue`: printable, no blanks, short. */
 static int check_name(struct cli *cli, const char *name)
@@ -46,6 +81,33 @@ static int check_name(struct cli *cli, const char *name)
 	return CLI_CONTINUE;
 }
 
+/* Each --after job exists and has not failed; its ids into o->after. */
+static int check_after(struct cli *cli, struct queue *q, struct submit_opts *o)
+{
+	char err[GM_ERRBUF_SIZE];
+	size_t used = 0;
+
+	for (size_t i = 0; i < o->nafter; i++) {
+		struct job dep;
+		enum gm_err rc = jobstore_get(q->store, o->after_ids[i], 0, &dep, err, sizeof err);
+		enum job_state state = dep.state;
+
+		if (rc == GM_ERR_NOT_FOUND)
+			return cli_usage(cli, "--after %lld: no job %lld in your queue",
+					 (long long)o->after_ids[i], (long long)o->after_ids[i]);
+		if (rc != GM_OK)
+			return cli_error(cli, EXIT_FAIL, "%s", err);
+		job_release(&dep);
+		if (job_state_final(state) && state != JOB_DONE)
+			return cli_usage(cli, "--after %lld: job %lld has %s; a job after it could never start",
+					 (long long)o->after_ids[i], (long long)o->after_ids[i],
+					 state == JOB_CANCELLED ? "been cancelled" : job_state_name(state));
+		used += (size_t)snprintf(o->after + used, sizeof o->after - used, "%s%lld",
+					 used ? "," : "", (long long)o->after_ids[i]);
+	}
+	return EXIT_OK;
+}
+
 static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 {
 	struct submit_opts *o = data;
@@ -63,6 +125,24 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 	case OPT_NAME:
 		o->name = arg;
 		return check_name(cli, arg);
+	case OPT_NOTIFY:
+		o->notify = 1;
+		o->notify_how = arg;
+		return CLI_CONTINUE;
+	case OPT_AFTER:
+		return parse_after(cli, arg, o);
+	case OPT_PRIORITY: {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || v < -PRIORITY_MAX || v > PRIORITY_MAX)
+			return cli_usage(cli, "--priority '%s': a whole number from -%d to %d", arg,
+					 PRIORITY_MAX, PRIORITY_MAX);
+		o->priority = (int)v;
+		return CLI_CONTINUE;
+	}
 	default:
 		return -1;
 	}
@@ -126,9 +206,13 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	static const struct option longopts[] = {
 		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS,
 		{ "retries", required_argument, NULL, OPT_RETRIES },
-		{ "name", required_argument, NULL, OPT_NAME }, { 0 }
+		{ "name", required_argument, NULL, OPT_NAME },
+		{ "after", required_argument, NULL, OPT_AFTER },
+		{ "priority", required_argument, NULL, OPT_PRIORITY },
+		{ "notify", optional_argument, NULL, OPT_NOTIFY }, { 0 }
 	};
-	struct submit_opts o = { 0, NULL };
+	char notify[4200];
+	struct submit_opts o;
 	struct config cfg = CONFIG_INIT;
 	struct job job = JOB_INIT;
 	struct queue q = { .store = NULL };
@@ -138,11 +222,23 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	size_t env_len = 0;
 	int status;
 
+	memset(&o, 0, sizeof o);
 	status = cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
 	if (optind >= argc) {
 		status = cli_usage(cli, "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...])");
+		goto done;
+	}
+	if (o.notify && !o.notify_how &&
+	    (!strcmp(argv[optind], "desktop") || !strcmp(argv[optind], "mail") ||
+	     !strncmp(argv[optind], "mail:", 5) || !strncmp(argv[optind], "exec:", 5))) {
+		status = cli_usage(cli, "--notify %s: write --notify=%s (else '%s' is the command)",
+				   argv[optind], argv[optind], argv[optind]);
+		goto done;
+	}
+	if (o.notify && notify_resolve(o.notify_how, notify, sizeof notify, err, sizeof err) < 0) {
+		status = cli_usage(cli, "%s", err);
 		goto done;
 	}
 	if (cli->fallback_cpu) {
@@ -191,8 +287,26 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	job.submit_ms = now_ms();
 	job.retries = (int)o.retries;
 	job.name = (char *)o.name;
-	if (jobstore_insert(q.store, &job, err, sizeof err) != GM_OK) {
+	job.priority = o.priority;
+	job.notify = o.notify ? notify : NULL;
+	/* The jobs waited for are checked and the job inserted in one
+	 * transaction: none of them can end unseen in between.  A job can
+	 * only wait for jobs that exist already, so --after never makes a
+	 * cycle. */
+	if (jobstore_begin(q.store, err, sizeof err) != GM_OK) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	status = check_after(cli, &q, &o);
+	if (status == EXIT_OK) {
+		job.after = o.after[0] ? o.after : NULL;
+		if (jobstore_insert(q.store, &job, err, sizeof err) != GM_OK ||
+		    jobstore_commit(q.store, err, sizeof err) != GM_OK)
+			status = cli_error(cli, EXIT_FAIL, "%s", err);
+		job.after = NULL;
+	}
+	if (status != EXIT_OK) {
+		jobstore_rollback(q.store);
 		goto done;
 	}
 	queue_wake(&q);
@@ -222,7 +336,8 @@ done:
 
 const struct cmd_entry cmd_submit = {
 	"submit", "queue a command; a dispatcher runs it when GPUs fit",
-	"usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--retries N] -- CMD [ARG...]\n"
+	"usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
+	"                     [--priority N] [--retries N] -- CMD [ARG...]\n"
 	"\n"
 	"Put CMD in your persistent queue and print its job id.  The working\n"
 	"directory and the environment are recorded now; CMD runs with them, without\n"
@@ -240,6 +355,17 @@ const struct cmd_entry cmd_submit = {
 	"\n"
 	"  --name NAME        a name to know it by in 'gpuman queue' (up to 64 bytes,\n"
 	"                     no spaces)\n"
+	"  --after ID[,ID]    start only once these jobs of yours have succeeded; if\n"
+	"                     one fails or is cancelled, this one is cancelled, with\n"
+	"                     that as its reason (and so are the jobs after it)\n"
+	"  --notify[=HOW]     tell me when it has ended: a desktop notification\n"
+	"                     (notify-send) when submitted from a desktop session,\n"
+	"                     else a mail to $USER through the system's sendmail;\n"
+	"                     HOW: desktop, mail, mail:ADDRESS, or exec:PROGRAM (run\n"
+	"                     as PROGRAM ID STATE, with GPUMAN_JOB, GPUMAN_JOB_STATE,\n"
+	"                     GPUMAN_JOB_NAME and GPUMAN_JOB_REASON set)\n"
+	"  --priority N       -1000..1000 (default 0): of your queued jobs, higher\n"
+	"                     ones start first; equal ones first come, first served\n"
 	"  --retries N        run it again up to N times if it fails (default 0)\n"
 	"  --json             print {\"id\": N} instead of the bare id\n"
 	"\n" SELECT_HELP
@@ -259,6 +385,8 @@ const struct cmd_entry cmd_submit = {
 	"examples:\n"
 	"  gpuman submit --name lr3e-4 -- python train.py --lr 3e-4\n"
 	"  gpuman submit -n 2 --min-free 20G -- torchrun --nproc-per-node 2 train.py\n"
-	"  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n",
+	"  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n"
+	"  p=$(gpuman submit -- python prep.py) && t=$(gpuman submit --after $p -- python train.py)\n"
+	"  gpuman submit --after $t --notify -- python evaluate.py\n",
 	submit_exec,
 };

@@ -94,6 +94,10 @@ struct engine_config {
 	FILE *log;                  /* messages for people (dispatcher.log); may be NULL */
 	void (*progress)(void *data, const struct engine_counts *counts);
 	void *progress_data;
+	/* Queue: called after each round has committed (the dispatcher tells
+	 * the ends that --notify asked for); may be NULL. */
+	void (*round_done)(void *data);
+	void *round_data;
 };
 
 enum engine_result {

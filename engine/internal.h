@@ -86,6 +86,7 @@ struct engine {
 	size_t nslots;
 	int64_t *queue;        /* queued ids in order; [qhead, qcount) live */
 	size_t qhead, qcount, qcap;
+	size_t deps_waiting;   /* queue: queued jobs still waiting for --after jobs */
 	struct gm_snapshot *snap;
 	int64_t tick_at;       /* monotonic: next NVML read */
 	int sfd, ifd, reg_wd, wake_wd;

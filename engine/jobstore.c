@@ -14,7 +14,7 @@
 #include "jobstore.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 #define BUSY_TIMEOUT_MS 10000
 
 static const char *const state_names[JOB_STATE_COUNT] = {
@@ -53,6 +53,8 @@ void job_release(struct job *job)
 	free(job->uuids);
 	free(job->reason);
 	free(job->name);
+	free(job->after);
+	free(job->notify);
 	*job = (struct job)JOB_INIT;
 }
 
@@ -60,17 +62,23 @@ void job_release(struct job *job)
 #define COLUMNS \
 	"id, state, command, argv, cwd, request, log, submit_ms, start_ms, end_ms, gpus, " \
 	"uuids, exit_status, reason, attempts, retries, ooms, min_free_mib, placed_free_mib, " \
-	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name"
+	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name, priority, notify, " \
+	"(SELECT group_concat(after) FROM (SELECT after FROM deps WHERE deps.job = jobs.id " \
+	"ORDER BY after))"
 
 enum stmt_id {
-	ST_INSERT, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_HAS_LIVE, ST_BEGIN,
+	ST_INSERT, ST_INSERT_DEP, ST_READY, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_HAS_LIVE, ST_NOTIFY_DUE, ST_NOTIFIED, ST_BEGIN,
 	ST_COMMIT, ST_ROLLBACK, ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_INSERT] = "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
-		      "submit_ms, attempts, retries, min_free_mib, name) "
-		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+		      "submit_ms, attempts, retries, min_free_mib, name, priority, notify) "
+		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+	[ST_INSERT_DEP] = "INSERT OR IGNORE INTO deps (job, after) VALUES (?1, ?2)",
+	[ST_READY] = "SELECT id, EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after "
+		     "WHERE d.job = j.id AND p.state != 'done') FROM jobs j "
+		     "WHERE state = 'queued' ORDER BY priority DESC, id",
 	[ST_GET] = "SELECT " COLUMNS " FROM jobs WHERE id = ?1",
 	[ST_GET_ENV] = "SELECT " COLUMNS ", env FROM jobs WHERE id = ?1",
 	[ST_UPDATE] = "UPDATE jobs SET state = ?2, start_ms = ?3, end_ms = ?4, gpus = ?5, "
@@ -82,7 +90,11 @@ static const char *const stmt_sql[ST_COUNT] = {
 		       "WHERE id = ?1 AND state = 'running'",
 	[ST_IDS] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
 	[ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
-	[ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))",
+	[ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running')) OR "
+			"EXISTS (SELECT 1 FROM jobs WHERE notify IS NOT NULL AND notified = 0)",
+	[ST_NOTIFY_DUE] = "SELECT id FROM jobs WHERE notify IS NOT NULL AND notified = 0 "
+			  "AND state NOT IN ('queued', 'running') ORDER BY id",
+	[ST_NOTIFIED] = "UPDATE jobs SET notified = 1 WHERE id = ?1",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
@@ -143,7 +155,34 @@ static const char schema2[] =
 	"ALTER TABLE jobs ADD COLUMN name TEXT;"
 	"CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs (end_ms) WHERE end_ms IS NOT NULL;";
 
-static const char *const migrations[SCHEMA_VERSION] = { schema, schema2 };
+/* Schema 2 to 3: priorities, dependencies and notifications (submit
+ * --priority, --after, --notify; the index holds only the jobs whose end
+ * has not been told yet).
+ * A job that ends without success cancels, in the same transaction, every
+ * queued job that waits for it, and theirs in turn (recursive_triggers):
+ * whoever records the end -- the dispatcher, cancel, a trigger -- cannot
+ * forget to.  Pruned jobs take their dependency rows with them. */
+static const char schema3[] =
+	"ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE jobs ADD COLUMN notify TEXT;"
+	"ALTER TABLE jobs ADD COLUMN notified INTEGER NOT NULL DEFAULT 0;"
+	"CREATE INDEX IF NOT EXISTS jobs_to_notify ON jobs (id) WHERE notify IS NOT NULL AND notified = 0;"
+	"CREATE TABLE IF NOT EXISTS deps (job INTEGER NOT NULL, after INTEGER NOT NULL,"
+	" PRIMARY KEY (job, after)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS deps_by_after ON deps (after);"
+	"CREATE TRIGGER IF NOT EXISTS deps_cancel AFTER UPDATE OF state ON jobs"
+	" WHEN NEW.state IN ('failed', 'cancelled', 'interrupted') AND OLD.state != NEW.state"
+	" BEGIN"
+	"  UPDATE jobs SET state = 'cancelled',"
+	"   end_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),"
+	"   reason = 'not started: job ' || NEW.id || ' (--after) ' ||"
+	"    CASE NEW.state WHEN 'cancelled' THEN 'was cancelled' ELSE NEW.state END"
+	"  WHERE state = 'queued' AND id IN (SELECT job FROM deps WHERE after = NEW.id);"
+	" END;"
+	"CREATE TRIGGER IF NOT EXISTS deps_forget AFTER DELETE ON jobs"
+	" BEGIN DELETE FROM deps WHERE job = OLD.id; END;";
+
+static const char *const migrations[SCHEMA_VERSION] = { schema, schema2, schema3 };
 
 /* Run sql, retrying while another connection holds a lock that the busy
  * handler does not wait for (switching to WAL, a fresh database's first
@@ -221,7 +260,8 @@ enum gm_err jobstore_open(struct jobstore **out, const char *path, char *err, si
 	 * small page cache: the dispatcher is meant to stay within a few MiB. */
 	if ((!is_wal(st->db) && exec_retry(st->db, "PRAGMA journal_mode = WAL") != SQLITE_OK) ||
 	    exec_retry(st->db, "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -256;"
-			       "PRAGMA temp_store = MEMORY") != SQLITE_OK) {
+			       "PRAGMA temp_store = MEMORY; PRAGMA recursive_triggers = ON") !=
+		    SQLITE_OK) {
 		db_fail(st, err, len, "setting it up");
 		goto failed;
 	}
@@ -337,9 +377,23 @@ enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *err, siz
 	sqlite3_bind_int(s, 11, job->retries);
 	sqlite3_bind_int64(s, 12, job->min_free_mib);
 	bind_text(s, 13, job->name);
+	sqlite3_bind_int(s, 14, job->priority);
+	bind_text(s, 15, job->notify);
 	if (step_done(s) < 0)
 		return db_fail(st, err, len, "insert");
 	job->id = sqlite3_last_insert_rowid(st->db);
+	for (const char *p = job->after; p && *p;) {
+		sqlite3_stmt *d = stmt(st, ST_INSERT_DEP);
+
+		if (!d)
+			return db_fail(st, err, len, "insert");
+		sqlite3_bind_int64(d, 1, job->id);
+		sqlite3_bind_int64(d, 2, strtoll(p, NULL, 10));
+		if (step_done(d) < 0)
+			return db_fail(st, err, len, "insert");
+		p += strcspn(p, ",");
+		p += *p == ',';
+	}
 	return GM_OK;
 }
 
@@ -350,7 +404,7 @@ static char *col_text(sqlite3_stmt *s, int col)
 	return t ? strdup((const char *)t) : NULL;
 }
 
-/* One row of COLUMNS (and env at column 25 if with_env) into a job. */
+/* One row of COLUMNS (and env at column 28 if with_env) into a job. */
 static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 {
 	int state;
@@ -385,9 +439,12 @@ static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 	j->runner_pid = sqlite3_column_int(s, 22);
 	j->run_slot = sqlite3_column_type(s, 23) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 23);
 	j->name = col_text(s, 24);
-	if (with_env && sqlite3_column_type(s, 25) != SQLITE_NULL) {
-		int n = sqlite3_column_bytes(s, 25);
-		const void *blob = sqlite3_column_blob(s, 25);
+	j->priority = sqlite3_column_int(s, 25);
+	j->notify = col_text(s, 26);
+	j->after = col_text(s, 27);
+	if (with_env && sqlite3_column_type(s, 28) != SQLITE_NULL) {
+		int n = sqlite3_column_bytes(s, 28);
+		const void *blob = sqlite3_column_blob(s, 28);
 
 		j->env = malloc((size_t)n + 1);
 		if (!j->env)
@@ -754,4 +811,92 @@ done:
 	else if (deleted)
 		*deleted = n;
 	return rc;
+}
+
+enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count,
+			       size_t *waiting, char *err, size_t len)
+{
+	sqlite3_stmt *s = stmt(st, ST_READY);
+	int64_t *list = NULL;
+	size_t n = 0, cap = 0;
+	int step;
+
+	*ids = NULL;
+	*count = *waiting = 0;
+	if (!s)
+		return db_fail(st, err, len, "list");
+	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+		if (sqlite3_column_int(s, 1)) {
+			(*waiting)++;
+			continue;
+		}
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			int64_t *grown = realloc(list, ncap * sizeof *grown);
+
+			if (!grown) {
+				free(list);
+				sqlite3_reset(s);
+				return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			}
+			list = grown;
+			cap = ncap;
+		}
+		list[n++] = sqlite3_column_int64(s, 0);
+	}
+	sqlite3_reset(s);
+	if (step != SQLITE_DONE) {
+		free(list);
+		return db_fail(st, err, len, "list");
+	}
+	*ids = list;
+	*count = n;
+	return GM_OK;
+}
+
+enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count, char *err,
+				size_t len)
+{
+	sqlite3_stmt *s = stmt(st, ST_NOTIFY_DUE);
+	int64_t *list = NULL;
+	size_t n = 0, cap = 0;
+	int step;
+
+	*ids = NULL;
+	*count = 0;
+	if (!s)
+		return db_fail(st, err, len, "list");
+	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 16;
+			int64_t *grown = realloc(list, ncap * sizeof *grown);
+
+			if (!grown) {
+				free(list);
+				sqlite3_reset(s);
+				return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			}
+			list = grown;
+			cap = ncap;
+		}
+		list[n++] = sqlite3_column_int64(s, 0);
+	}
+	sqlite3_reset(s);
+	if (step != SQLITE_DONE) {
+		free(list);
+		return db_fail(st, err, len, "list");
+	}
+	*ids = list;
+	*count = n;
+	return GM_OK;
+}
+
+enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *err, size_t len)
+{
+	sqlite3_stmt *s = stmt(st, ST_NOTIFIED);
+
+	if (!s)
+		return db_fail(st, err, len, "update");
+	sqlite3_bind_int64(s, 1, id);
+	return step_done(s) < 0 ? db_fail(st, err, len, "update") : GM_OK;
 }

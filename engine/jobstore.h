@@ -76,9 +76,12 @@ struct job {
 	int runner_pid;         /* the runner that supervises it while running */
 	int run_slot;           /* its run file while running (engine.h); -1 none */
 	char *name;             /* submit --name (schema 2); NULL: none */
+	int priority;           /* submit --priority (schema 3): higher starts first */
+	char *after;            /* submit --after: ids "3,4" it waits for; NULL: none */
+	char *notify;           /* submit --notify: how its end is told (notify.h); NULL: not */
 };
 #define JOB_INIT { 0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, \
-		   0, 0, NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL }
+		   0, 0, NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL, 0, NULL, NULL }
 
 /* Free the strings of a job read from the store; keep the struct. */
 void job_release(struct job *job);
@@ -101,7 +104,9 @@ enum gm_err jobstore_commit(struct jobstore *st, char *errbuf, size_t errlen);
 void jobstore_rollback(struct jobstore *st);
 
 /* Insert a job; its id is job->id when non-zero (batch: the task number),
- * else the next free one (never reused), written back to job->id. */
+ * else the next free one (never reused), written back to job->id.  Its
+ * job->after ids go in with it: call it inside jobstore_begin/commit so
+ * that they do atomically. */
 enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *errbuf, size_t errlen);
 
 /* Read one job (env only if with_env).  GM_ERR_NOT_FOUND if none. */
@@ -133,11 +138,19 @@ enum gm_err jobstore_each(struct jobstore *st, unsigned states,
 			  int (*fn)(void *data, const struct job *job), void *data, int *stopped,
 			  char *errbuf, size_t errlen);
 
-/* Is any job queued or running?  One index probe. */
+/* Ended jobs whose end is still to be told (--notify), in id order
+ * (caller frees *ids); then mark each one told.  An index holds only
+ * those: cheap to ask after every round. */
+enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count,
+				char *errbuf, size_t errlen);
+enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *errbuf, size_t errlen);
+
+/* Is any job queued or running, or an end still to be told?  (Then a
+ * dispatcher must live.)  Index probes. */
 enum gm_err jobstore_has_live(struct jobstore *st, int *live, char *errbuf, size_t errlen);
 
 /*
- * Ended jobs among ids[0..n): *final (caller frees) gets the subset whose
+ * Ended jobs among ids[0..n): *ended (caller frees) gets the subset whose
  * state is final, with their states, in one read; for `gpuman wait`.
  */
 struct job_end {
@@ -158,6 +171,14 @@ enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
 enum gm_err jobstore_prune(struct jobstore *st, int64_t ended_before_ms,
 			   void (*fn)(void *data, int64_t id, const char *log), void *data,
 			   size_t *deleted, char *errbuf, size_t errlen);
+
+/*
+ * The queue's serving order: queued jobs whose --after jobs have all
+ * succeeded (or been pruned), highest priority first, then by id (caller
+ * frees *ids).  *waiting gets how many queued jobs still wait for others.
+ */
+enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count,
+			       size_t *waiting, char *errbuf, size_t errlen);
 
 /* Ids of the jobs in a state, in id order (caller frees *ids). */
 enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids,

@@ -196,8 +196,19 @@ json_t *job_json(const struct job *job, const char *log_path, int batch)
 		argv = json_loads(job->argv, 0, NULL);
 	json_object_set_new(o, batch ? "task" : "id", json_integer(job->id));
 	json_object_set_new(o, "state", json_string(job_state_name(job->state)));
-	if (!batch)
+	if (!batch) {
+		json_t *after = json_array();
+
 		json_object_set_new(o, "name", job->name ? json_string(job->name) : json_null());
+		json_object_set_new(o, "priority", json_integer(job->priority));
+		for (const char *p = job->after; p && *p;) {
+			json_array_append_new(after, json_integer(strtoll(p, NULL, 10)));
+			p += strcspn(p, ",");
+			p += *p == ',';
+		}
+		json_object_set_new(o, "after", after);
+		json_object_set_new(o, "notify", job->notify ? json_string(job->notify) : json_null());
+	}
 	json_object_set_new(o, "command", json_string(job->command ? job->command : ""));
 	if (!batch) {
 		json_object_set_new(o, "argv", argv ? argv : json_null());

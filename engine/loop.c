@@ -54,6 +54,10 @@ static void commit_round(struct engine *e)
 	for (size_t i = 0; ok && i < e->nended; i++)
 		engine_write_job_record(e, e->ended[i]);
 	e->nended = 0;
+	/* Jobs that waited for the ones that ended may start now (or were
+	 * cancelled with them, by the store). */
+	if (ok && e->ended_any && !e->cfg->request && e->deps_waiting)
+		engine_queue_reload(e);
 	if (ok && e->ended_any && e->cfg->events_path) {
 		int fd = open(e->cfg->events_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
@@ -64,6 +68,8 @@ static void commit_round(struct engine *e)
 		}
 	}
 	e->ended_any = 0;
+	if (ok && e->cfg->round_done)
+		e->cfg->round_done(e->cfg->round_data);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -155,15 +161,15 @@ static int setup(struct engine *e)
  * that committed before our look found the lock held and counted on us. */
 static int may_exit(struct engine *e)
 {
-	size_t counts[JOB_STATE_COUNT];
+	int live = 0;
 
 	commit_round(e);
 	if (e->cfg->dispatcher_lock_fd < 0)
 		return 1;
 	flock(e->cfg->dispatcher_lock_fd, LOCK_UN);
-	if (jobstore_counts(e->cfg->store, counts, e->err, sizeof e->err) != GM_OK)
-		return 1;
-	if (!counts[JOB_QUEUED] && !counts[JOB_RUNNING])
+	/* One probe, however long the history (ends still to be told count
+	 * as work: the next dispatcher tells them). */
+	if (jobstore_has_live(e->cfg->store, &live, e->err, sizeof e->err) != GM_OK || !live)
 		return 1;
 	if (flock(e->cfg->dispatcher_lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		e->stop = 1; /* another dispatcher has started */

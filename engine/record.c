@@ -145,8 +145,12 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 	if (changed) {
 		engine_count_move(e, JOB_RUNNING, upd.state);
 		e->ended_any = 1;
-		if (upd.state == JOB_QUEUED)
+		/* Back in line: a batch's by task number; the queue's by its
+		 * serving order (priorities), which the store knows. */
+		if (upd.state == JOB_QUEUED && e->cfg->request)
 			engine_queue_insert(e, id);
+		else if (upd.state == JOB_QUEUED)
+			engine_queue_reload(e);
 		engine_batch_learn(e, s, &upd);
 		if (!e->cfg->batch && job_state_final(upd.state))
 			engine_note_ended(e, id);

@@ -156,8 +156,16 @@ int engine_queue_reload(struct engine *e)
 {
 	int64_t *ids;
 	size_t n;
+	enum gm_err rc;
 
-	if (jobstore_ids(e->cfg->store, JOB_QUEUED, &ids, &n, e->err, sizeof e->err) != GM_OK) {
+	/* The queue's jobs are served by priority and only once what they
+	 * wait for (--after) has succeeded; a batch's tasks in order. */
+	if (e->cfg->request)
+		rc = jobstore_ids(e->cfg->store, JOB_QUEUED, &ids, &n, e->err, sizeof e->err);
+	else
+		rc = jobstore_ready_ids(e->cfg->store, &ids, &n, &e->deps_waiting, e->err,
+					sizeof e->err);
+	if (rc != GM_OK) {
 		e->failed = 1;
 		return -1;
 	}

@@ -55,6 +55,7 @@ json_t *listing_waiters_json(const struct registry_view *view)
 		json_object_set_new(o, "command", json_string(w->command));
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
 		json_object_set_new(o, "request", json_string(w->summary));
+		json_object_set_new(o, "limit", w->limit[0] ? json_string(w->limit) : json_null());
 		json_array_append_new(arr, o);
 	}
 	return arr;

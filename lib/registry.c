@@ -462,6 +462,9 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 	return 0;
 }
 
+static int over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
+		    unsigned count, char *why, size_t len);
+
 static int waiter_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct waiter_info *)a)->name, ((const struct waiter_info *)b)->name);
@@ -539,6 +542,12 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 	closedir(d);
 	if (view->waiter_count > 1)
 		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		struct waiter_info *wi = &view->waiters[i];
+		unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
+
+		over_cap(reg, view, wi->uid, count ? count : 1, wi->limit, sizeof wi->limit);
+	}
 	if (rc != GM_OK) {
 		registry_view_release(view);
 		return gm_fail(rc, err, len, "out of memory");
@@ -609,6 +618,8 @@ static int over_cap(const struct registry *reg, const struct registry_view *view
 	char from[96];
 	unsigned cap = config_max_gpus(&reg->cfg, uid, from, sizeof from), held;
 
+	if (why && len)
+		why[0] = '\0';
 	if (!cap)
 		return 0;
 	if (count > cap) {

@@ -101,6 +101,9 @@ hold() {
 	[ -e "$SHARED/out/b1" ] && [ ! -e "$SHARED/out/a3" ]
 	run -0 gpuman status --json
 	[ "$(jqr '.waiters[0].user')" = gmtest-alice ]
+	[ "$(jqr '.waiters[0].limit')" = "max_gpus: holds 2 GPUs already, the limit is 2 ([limits] in $SHARED/gpuman.conf)" ]
+	run -0 gpuman status
+	[[ "$output" == *"1. gmtest-alice, 1 GPU exclusive"*"waits for its user's limit, not in the way of others: max_gpus: holds 2 GPUs"* ]]
 	touch "$SHARED/go"
 	wait_for '[ -e "$SHARED/out/a3" ]'
 }
