@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
+#include "util.h"
 
 enum { OPT_FOLLOW = OPT_CMD_BASE, OPT_TAIL };
 
@@ -153,19 +154,23 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 	if (o.tail >= 0)
 		off = tail_offset(path, o.tail);
 	copy_new(path, &off);
-	while (o.follow && !job_state_final(job.state)) {
+	for (int64_t checked = monotonic_ms(); o.follow && !job_state_final(job.state);) {
 		struct pollfd pfd = { ifd, POLLIN, 0 };
-		char buf[4096];
 
-		if (poll(&pfd, 1, 1000) > 0)
-			while (read(ifd, buf, sizeof buf) > 0)
-				;
+		if (poll(&pfd, 1, 1000) > 0 && !queue_drain_events(ifd) &&
+		    monotonic_ms() - checked < 1000)
+			continue; /* only a dispatcher probe's close */
 		copy_new(path, &off);
 		job_release(&job);
 		if (jobstore_get(q.store, id, 0, &job, err, sizeof err) != GM_OK)
 			break;
-		if (!job_state_final(job.state) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
-			break;
+		/* Once a second: the probe is itself an event on the directory. */
+		if (monotonic_ms() - checked >= 1000) {
+			checked = monotonic_ms();
+			if (!job_state_final(job.state) &&
+			    queue_ensure_dispatcher(&q, err, sizeof err) < 0)
+				break;
+		}
 	}
 	if (o.follow)
 		copy_new(path, &off);

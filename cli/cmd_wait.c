@@ -4,10 +4,11 @@
  * the dispatcher rewrites when jobs end, and looks once a second whether a
  * dispatcher still lives (starting one if not).
  *
- * Each look is one read transaction over the jobs still pending only
- * (jobstore_ended): waiting on a thousand jobs costs the dispatcher nothing
- * and this process less at every event, rather than a thousand separate
- * reads of whole rows every time any job ends.
+ * What it costs the queue: at each event, one read of the jobs that ended
+ * lately (an index on the end time), matched against the ids it still
+ * waits for (sorted, bsearch) -- not a read per id.  A job whose end was
+ * recorded late (a dispatcher restarted, a loaded machine) is caught by a
+ * full look at the pending ids at most once a second.
  */
 #include <errno.h>
 #include <poll.h>
@@ -19,22 +20,54 @@
 #include <jansson.h>
 #include "cli.h"
 #include "jobs.h"
+#include "util.h"
 
-/* Drop from pending[0..*n) the ids in ended[0..count); keeps the order. */
-static void drop_ended(int64_t *pending, size_t *n, const struct job_end *ended, size_t count)
+/* The ids still waited for: sorted, without repeats. */
+struct pending {
+	int64_t *ids;
+	size_t n;
+};
+
+static int cmp_id(const void *a, const void *b)
 {
-	size_t k = 0, e = 0;
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
 
-	/* Both are in pending's order: jobstore_ended keeps it. */
-	for (size_t i = 0; i < *n; i++) {
-		if (e < count && ended[e].id == pending[i]) {
-			e++;
-			continue;
-		}
-		pending[k++] = pending[i];
-	}
-	*n = k;
+	return (x > y) - (x < y);
 }
+
+static void pending_drop(struct pending *p, int64_t id)
+{
+	int64_t *at = bsearch(&id, p->ids, p->n, sizeof *p->ids, cmp_id);
+
+	if (!at)
+		return;
+	memmove(at, at + 1, (size_t)(p->ids + p->n - (at + 1)) * sizeof *at);
+	p->n--;
+}
+
+static void ended_lately(void *data, int64_t id, enum job_state state)
+{
+	(void)state;
+	pending_drop(data, id);
+}
+
+/* Every pending id, in one read transaction: also proves they exist. */
+static enum gm_err look_all(struct queue *q, struct pending *p, char *err, size_t len)
+{
+	struct job_end *ended = NULL;
+	size_t nended = 0;
+	enum gm_err rc = jobstore_ended(q->store, p->ids, p->n, &ended, &nended, err, len);
+
+	for (size_t i = 0; rc == GM_OK && i < nended; i++)
+		pending_drop(p, ended[i].id);
+	free(ended);
+	return rc;
+}
+
+#define FULL_LOOK_MS 1000
+/* Ends are recorded by the dispatcher shortly after they happen: ask for
+ * those since the last look less this, and leave the rest to the full look. */
+#define END_SLACK_MS 250
 
 static int report(struct cli *cli, struct queue *q, const int64_t *ids, size_t n)
 {
@@ -69,28 +102,34 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
 	struct queue q = { .store = NULL };
+	struct pending p = { NULL, 0 };
 	char err[GM_ERRBUF_SIZE];
 	int status, ifd = -1;
-	size_t n, npending;
-	int64_t *ids = NULL, *pending = NULL;
+	size_t n;
+	int64_t *ids = NULL, last_look, last_full;
+	enum gm_err rc;
 
 	status = cli_parse(cli, &cmd_wait, argc, argv, "", longopts, NULL, NULL);
 	if (status != CLI_CONTINUE)
 		return status;
 	if (optind >= argc)
 		return cli_usage(cli, "which jobs? (gpuman wait ID...)");
-	n = npending = (size_t)(argc - optind);
+	n = (size_t)(argc - optind);
 	ids = calloc(n, sizeof *ids);
-	pending = calloc(n, sizeof *pending);
-	if (!ids || !pending) {
+	p.ids = calloc(n, sizeof *p.ids);
+	if (!ids || !p.ids) {
 		status = cli_error(cli, EXIT_FAIL, "out of memory");
 		goto done;
 	}
 	for (size_t i = 0; i < n; i++)
-		if ((ids[i] = pending[i] = parse_job_id(argv[optind + (int)i])) < 0) {
+		if ((ids[i] = p.ids[i] = parse_job_id(argv[optind + (int)i])) < 0) {
 			status = cli_usage(cli, "'%s' is not a job id", argv[optind + (int)i]);
 			goto done;
 		}
+	qsort(p.ids, n, sizeof *p.ids, cmp_id);
+	for (size_t i = 0; i < n; i++)
+		if (!p.n || p.ids[p.n - 1] != p.ids[i])
+			p.ids[p.n++] = p.ids[i];
 	if (queue_open(cli, &q) != EXIT_OK) {
 		status = EXIT_FAIL;
 		goto done;
@@ -100,38 +139,50 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "cannot watch '%s': %s", q.dir, strerror(errno));
 		goto done;
 	}
-	for (;;) {
+	/* Watching first, then looking: no end slips in between. */
+	last_look = last_full = now_ms();
+	rc = look_all(&q, &p, err, sizeof err);
+	for (int check_dispatcher = 1;;) {
 		struct pollfd pfd = { ifd, POLLIN, 0 };
-		struct job_end *ended = NULL;
-		size_t nended = 0;
-		char buf[4096];
-		enum gm_err rc = jobstore_ended(q.store, pending, npending, &ended, &nended, err,
-						sizeof err);
+		int64_t now;
+		int news = 0;
 
 		if (rc != GM_OK) {
 			status = cli_error(cli, rc == GM_ERR_NOT_FOUND ? EXIT_USAGE : EXIT_FAIL, "%s%s",
 					   err, rc == GM_ERR_NOT_FOUND ? " in your queue" : "");
 			goto done;
 		}
-		drop_ended(pending, &npending, ended, nended);
-		free(ended);
-		if (!npending) {
+		if (!p.n) {
 			status = report(cli, &q, ids, n);
 			goto done;
 		}
-		if (queue_ensure_dispatcher(&q, err, sizeof err) < 0) {
+		/* At the start and once a second: no more, for the probe
+		 * itself is an event on the directory we watch. */
+		if (check_dispatcher && queue_ensure_dispatcher(&q, err, sizeof err) < 0) {
 			status = cli_error(cli, EXIT_FAIL, "cannot start the dispatcher: %s", err);
 			goto done;
 		}
-		if (poll(&pfd, 1, 1000) > 0)
-			while (read(ifd, buf, sizeof buf) > 0)
-				;
+		check_dispatcher = 0;
+		if (poll(&pfd, 1, FULL_LOOK_MS) > 0)
+			news = queue_drain_events(ifd);
+		now = now_ms();
+		if (now - last_full >= FULL_LOOK_MS) {
+			last_full = last_look = now;
+			rc = look_all(&q, &p, err, sizeof err);
+			check_dispatcher = 1;
+			continue;
+		}
+		if (!news)
+			continue;
+		rc = jobstore_ended_since(q.store, last_look - END_SLACK_MS, ended_lately, &p, err,
+					  sizeof err);
+		last_look = now;
 	}
 done:
 	if (ifd >= 0)
 		close(ifd);
 	free(ids);
-	free(pending);
+	free(p.ids);
 	queue_close(&q);
 	return status;
 }
@@ -142,8 +193,9 @@ const struct cmd_entry cmd_wait = {
 	"\n"
 	"Block until every job named has ended, then print one line per job (id,\n"
 	"state and, unless done, why).  Starts the dispatcher if it has died.  Each\n"
-	"time jobs end it reads, in one look at the store, only the jobs it still\n"
-	"waits for: waiting on thousands of jobs slows nothing down.\n"
+	"time jobs end it reads only the jobs that ended lately (and, once a second,\n"
+	"the ones it still waits for): waiting on thousands of jobs slows nothing\n"
+	"down.\n"
 	"\n"
 	"  --json       [{\"id\", \"state\", \"reason\"}] instead of the lines\n"
 	"\n"

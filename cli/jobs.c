@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -220,6 +221,24 @@ int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *e
 	free(p.ids);
 	free(p.logs);
 	return rc == GM_OK ? 0 : -1;
+}
+
+int queue_drain_events(int ifd)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	ssize_t got;
+	int news = 0;
+
+	while ((got = read(ifd, buf, sizeof buf)) > 0)
+		for (char *p = buf; p < buf + got;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+
+			if ((ev->mask & IN_Q_OVERFLOW) || !ev->len ||
+			    strcmp(ev->name, "dispatcher.lock"))
+				news = 1;
+			p += sizeof *ev + ev->len;
+		}
+	return news;
 }
 
 int queue_has_work(struct queue *q)

@@ -61,6 +61,13 @@ int queue_ensure_dispatcher(const struct queue *q, char *errbuf, size_t errlen);
  * message. */
 int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *errbuf,
 		size_t errlen);
+/*
+ * Read what an inotify descriptor watching the queue directory has (non-
+ * blocking); 1 if any of it may mean news -- anything but the closing of
+ * dispatcher.lock, which every queue_ensure_dispatcher() call (ours too)
+ * causes: a watcher that reacted to it would wake itself for ever.
+ */
+int queue_drain_events(int ifd);
 /* Does any job wait or run?  (Then a dispatcher must live.) */
 int queue_has_work(struct queue *q);
 /* The dispatcher's pid from its lock file, 0 if none holds it. */

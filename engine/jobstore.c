@@ -67,7 +67,7 @@ void job_release(struct job *job)
 	"ORDER BY after))"
 
 enum stmt_id {
-	ST_INSERT, ST_INSERT_DEP, ST_READY, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_HAS_LIVE, ST_NOTIFY_DUE, ST_NOTIFIED, ST_BEGIN,
+	ST_INSERT, ST_INSERT_DEP, ST_READY, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_HAS_LIVE, ST_NOTIFY_DUE, ST_NOTIFIED, ST_ENDED_SINCE, ST_BEGIN,
 	ST_COMMIT, ST_ROLLBACK, ST_COUNT
 };
 
@@ -95,6 +95,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_NOTIFY_DUE] = "SELECT id FROM jobs WHERE notify IS NOT NULL AND notified = 0 "
 			  "AND state NOT IN ('queued', 'running') ORDER BY id",
 	[ST_NOTIFIED] = "UPDATE jobs SET notified = 1 WHERE id = ?1",
+	[ST_ENDED_SINCE] = "SELECT id, state FROM jobs WHERE end_ms >= ?1 "
+			   "AND state NOT IN ('queued', 'running')",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
@@ -899,4 +901,23 @@ enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *err, si
 		return db_fail(st, err, len, "update");
 	sqlite3_bind_int64(s, 1, id);
 	return step_done(s) < 0 ? db_fail(st, err, len, "update") : GM_OK;
+}
+
+enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
+				 void (*fn)(void *data, int64_t id, enum job_state state),
+				 void *data, char *err, size_t len)
+{
+	sqlite3_stmt *s = stmt(st, ST_ENDED_SINCE);
+	int step;
+
+	if (!s)
+		return db_fail(st, err, len, "read");
+	sqlite3_bind_int64(s, 1, since_ms);
+	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+		int state = job_state_parse((const char *)sqlite3_column_text(s, 1));
+
+		fn(data, sqlite3_column_int64(s, 0), state < 0 ? JOB_FAILED : (enum job_state)state);
+	}
+	sqlite3_reset(s);
+	return step == SQLITE_DONE ? GM_OK : db_fail(st, err, len, "read");
 }

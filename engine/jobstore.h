@@ -161,6 +161,15 @@ enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
 			   struct job_end **ended, size_t *count, char *errbuf, size_t errlen);
 
 /*
+ * The jobs that ended at or after since_ms (by their end time, an index):
+ * fn gets each id and state.  What a waiter asks at each event: it costs
+ * what ended lately, not what it waits for.
+ */
+enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
+				 void (*fn)(void *data, int64_t id, enum job_state state),
+				 void *data, char *errbuf, size_t errlen);
+
+/*
  * Delete the jobs that ended (a final state) before ended_before_ms
  * (INT64_MAX: every ended job), in one transaction.  For each one, before
  * the commit, fn (may be NULL) gets its id and log column (may be NULL) so
