@@ -234,6 +234,8 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
 	switch (rc) {
 	case GM_OK:
+		if (lease->note[0])
+			fprintf(stderr, "gpuman run: note: %s\n", lease->note);
 		if (isatty(STDERR_FILENO) && cli->req->mig[0])
 			fprintf(stderr, "gpuman run: MIG slice %s of GPU %s leased\n",
 				gm_lease_cuda_visible(lease), gm_lease_indices(lease));

@@ -20,6 +20,9 @@ struct gm_lease {
 	int exclusive;
 	uint64_t share_mib;
 	double mem_fraction;
+	/* For people: "GPU 0 is in MIG mode: ..." when a whole-GPU request
+	 * passed over GPUs in MIG mode; "" otherwise. */
+	char note[160];
 };
 
 /*

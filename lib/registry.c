@@ -969,7 +969,8 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	struct gm_lease *l = calloc(1, sizeof *l);
 	json_t *doc = json_object(), *gpus = json_array();
 	struct spawn_call sc = { opts, l, getpid(), err, len, doc };
-	size_t n = a->res.count, ilen = 1;
+	size_t n = a->res.count, ilen = 1, mig_used = 0, mig_gpus = 0;
+	char mig_list[64] = "";
 	uint64_t min_total = 0;
 	char name[128], *cmd = NULL;
 	enum gm_err rc = GM_ERR_NOMEM;
@@ -1012,6 +1013,20 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 		json_array_append_new(gpus, jg);
 	}
 	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	/* Say why a GPU that looks idle was passed over. */
+	for (size_t i = 0; i < a->snap->gpu_count && !req->mig[0]; i++) {
+		const struct gm_gpu *g = &a->snap->gpus[i];
+
+		if (!(g->valid & GM_HAS_MIG) || g->mig_mode != 1 || mig_used + 12 >= sizeof mig_list)
+			continue;
+		mig_used += (size_t)snprintf(mig_list + mig_used, sizeof mig_list - mig_used, "%s%u",
+					     mig_gpus ? "," : "", g->index);
+		mig_gpus++;
+		snprintf(l->note, sizeof l->note,
+			 "GPU%s %s %s in MIG mode: never handed out whole (ask for a slice with "
+			 "--mig PROFILE)",
+			 mig_gpus > 1 ? "s" : "", mig_list, mig_gpus > 1 ? "are" : "is");
+	}
 	if (!opts || !opts->command)
 		cmd = self_command();
 	json_object_set_new(doc, "id", json_string(l->id));

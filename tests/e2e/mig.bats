@@ -85,6 +85,10 @@ setup() {
 	[[ "$output" == *"in MIG mode"* ]]
 	run -75 gpuman run --only 0 -- true
 	[[ "$output" == *"in MIG mode: never handed out whole"* ]]
+	run -0 gpuman run -- true
+	[ "$output" = "gpuman run: note: GPU 0 is in MIG mode: never handed out whole (ask for a slice with --mig PROFILE)" ]
+	run -0 gpuman run --mig any -- true
+	[ "$output" = "" ]
 	cd "$BATS_TEST_TMPDIR"
 	echo 'echo $GPUMAN_GPUS >>gpus.txt' >tasks.txt
 	run -0 gpuman batch tasks.txt
