@@ -13,7 +13,7 @@
 static const struct cmd_entry *const commands[] = {
 	&cmd_status, &cmd_info, &cmd_ps, &cmd_pick, &cmd_run,
 	&cmd_waste, &cmd_top, &cmd_batch, &cmd_submit, &cmd_queue, &cmd_cancel, &cmd_logs, &cmd_wait,
-	&cmd_serve,
+	&cmd_serve, &cmd_daemon,
 	&cmd_dispatcher, &cmd_complete, /* no summary: not listed */
 };
 

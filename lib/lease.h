@@ -9,7 +9,7 @@
 #include "gpuman.h"
 
 struct gm_lease {
-	int fd;                 /* flock'd; -1 once released */
+	int fd;                 /* flock'd (or the broker connection); -1 once released */
 	char path[PATH_MAX];    /* lease.<id> in the registry */
 	char id[64];
 	size_t gpu_count;
@@ -23,6 +23,11 @@ struct gm_lease {
 	/* For people: "GPU 0 is in MIG mode: ..." when a whole-GPU request
 	 * passed over GPUs in MIG mode; "" otherwise. */
 	char note[160];
+	/* Leases granted by the broker (broker.h): fd is the connection,
+	 * path is empty, broker names the socket, token proves the lease is
+	 * ours when the broker was restarted.  NULL for registry leases. */
+	char *broker;
+	char token[40];
 };
 
 /*

@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
+#include "broker.h"
 #include "context.h"
 #include "lease.h"
 #include "parse.h"
@@ -106,6 +107,7 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 	struct registry *reg;
 	struct stat st, fst;
 	enum gm_err rc;
+	char sock[PATH_MAX];
 
 	*out = NULL;
 	reg = calloc(1, sizeof *reg);
@@ -113,6 +115,15 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	reg->lock_fd = -1;
 	reg->held_fd = -1;
+	if (broker_wanted(sock, sizeof sock)) {
+		reg->broker = strdup(sock);
+		if (!reg->broker) {
+			rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			goto failed;
+		}
+		*out = reg;
+		return GM_OK;
+	}
 	if (env && *env)
 		snprintf(reg->dir, sizeof reg->dir, "%s", env);
 	else if (stat("/run/gpuman", &st) == 0 && S_ISDIR(st.st_mode))
@@ -161,6 +172,7 @@ void registry_close(struct registry *reg)
 	if (reg->lock_fd >= 0)
 		close(reg->lock_fd);
 	config_release(&reg->cfg);
+	free(reg->broker);
 	free(reg);
 }
 
@@ -497,6 +509,8 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 	struct dirent *de;
 	enum gm_err rc = GM_OK;
 
+	if (reg->broker)
+		return broker_read(reg->broker, view, err, len);
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 	d = opendir(reg->dir);
 	if (!d)
@@ -923,6 +937,7 @@ static void lease_free_fields(struct gm_lease *l)
 	free(l->uuids);
 	free(l->cuda_visible);
 	free(l->indices_text);
+	free(l->broker);
 	free(l);
 }
 
@@ -1667,6 +1682,8 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
 
+	if (reg->broker)
+		return broker_acquire(reg->broker, ctx, req, opts, out, explain, err, len);
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
@@ -1856,7 +1873,11 @@ GM_API void gm_lease_release(struct gm_lease *lease)
 {
 	if (!lease)
 		return;
-	if (lease->fd >= 0) {
+	if (lease->broker) {
+		broker_release(lease);
+		if (lease->fd >= 0)
+			close(lease->fd);
+	} else if (lease->fd >= 0) {
 		/* Remove first: a waiter woken by the close must not find it. */
 		unlink(lease->path);
 		close(lease->fd);

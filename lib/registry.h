@@ -55,9 +55,12 @@ struct registry {
 	int lock_fd;    /* the directory, read-only: the registry lock */
 	int held_fd;    /* the descriptor holding the lock now, or -1 */
 	struct config cfg; /* the admin's gpuman.conf, read at open: its caps bind every grant */
+	char *broker;   /* non-NULL: leases go through the broker at this
+			 * socket (broker.h) and dir is not used */
 };
 
-/* Resolve, create if needed and check the state directory: refused if it is
+/* With a lease broker (broker_wanted()), only remember its socket: reading
+ * and acquiring then go through it.  Otherwise resolve, create if needed and check the state directory: refused if it is
  * a symlink, not a directory, owned by another non-root user, or writable by
  * others without the sticky bit.  GM_ERR_STATE says what to do.  Also reads
  * the admin's gpuman.conf (config.h); one that does not parse fails the

@@ -18,6 +18,9 @@ gm_setup() {
 	# an error).  as_user's users have their own (HOME=/tmp: none).
 	export GPUMAN_CONFIG=/dev/null/gpuman.conf XDG_CONFIG_HOME="$BATS_TEST_TMPDIR/config"
 	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER GPUMAN_NVML GPUMAN_SIM NO_COLOR
+	# The daemonless registry, even on a machine whose broker (gpuman
+	# daemon) serves /run/gpuman/gpuman.sock; broker.bats starts its own.
+	export GPUMAN_BROKER=off
 	mkdir -p "$GPUMAN_SIM_STATE"
 }
 

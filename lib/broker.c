@@ -1,0 +1,632 @@
+/*
+ * broker.c - the client side of the lease broker: finding and trusting its
+ * socket, asking it for a lease and waiting in its line, reading its view
+ * of leases and waiters for status, and releasing.  The protocol is in
+ * broker.h; the broker itself is cli/cmd_daemon.c.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include "broker.h"
+#include "context.h"
+#include "lease.h"
+#include "pick.h"
+#include "policy.h"
+#include "registry.h"
+#include "util.h"
+
+/* A broker that is being restarted (systemd restarts it at once) is worth
+ * waiting for; one that stays away is an error to report, never a reason
+ * to fall back to the registry, which the others do not look at. */
+#define CONNECT_PATIENCE_MS 5000
+/* How often a waiter looks at its interrupt flag, which a signal can set
+ * between the check and poll(): the only wake-up of an idle waiter. */
+#define INTERRUPT_CHECK_MS 2000
+
+int broker_wanted(char *buf, size_t len)
+{
+	const char *env = getenv("GPUMAN_BROKER");
+	struct stat st;
+
+	if (env && !strcmp(env, "off"))
+		return 0;
+	if (env && *env) {
+		str_copy(buf, len, env);
+		return 1;
+	}
+	str_copy(buf, len, BROKER_DEFAULT_SOCKET);
+	return lstat(buf, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+int broker_connect(const char *path, char *err, size_t len)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int64_t give_up = monotonic_ms() + CONNECT_PATIENCE_MS;
+	struct ucred cred;
+	socklen_t cl = sizeof cred;
+	int fd = -1;
+
+	if (strlen(path) >= sizeof sa.sun_path) {
+		gm_fail(GM_ERR_STATE, err, len, "broker socket path '%s' is too long", path);
+		return -1;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			gm_fail(GM_ERR_STATE, err, len, "socket: %s", strerror(errno));
+			return -1;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+			break;
+		if ((errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN) ||
+		    monotonic_ms() >= give_up) {
+			gm_fail(GM_ERR_STATE, err, len,
+			        "the lease broker at '%s' does not answer: %s (is gpuman.service "
+			        "running? GPUMAN_BROKER=off uses the daemonless registry)",
+			        path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		close(fd);
+		nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 ||
+	    (cred.uid != 0 && cred.uid != geteuid())) {
+		gm_fail(GM_ERR_STATE, err, len,
+		        "the lease broker at '%s' is served by uid %u, not by root; refusing it "
+		        "(anybody could have put it there)",
+		        path, (unsigned)cred.uid);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int broker_send(int fd, json_t *msg)
+{
+	char *text;
+	size_t n, off = 0;
+	int rc = 0;
+
+	json_object_set_new(msg, "v", json_integer(BROKER_VERSION));
+	text = json_dumps(msg, JSON_COMPACT);
+	if (!text) {
+		errno = ENOMEM;
+		return -1;
+	}
+	n = strlen(text);
+	text[n++] = '\n'; /* replaces the terminator: json_dumps's buffer */
+	while (off < n) {
+		ssize_t w = send(fd, text + off, n - off, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			rc = -1;
+			break;
+		}
+		off += (size_t)w;
+	}
+	free(text);
+	return rc;
+}
+
+int broker_take_line(struct broker_buf *b, json_t **msg)
+{
+	char *nl = memchr(b->data, '\n', b->len);
+	size_t used;
+	json_t *v;
+
+	*msg = NULL;
+	if (!nl)
+		return b->len >= sizeof b->data ? -1 : 0;
+	*nl = '\0';
+	used = (size_t)(nl - b->data) + 1;
+	*msg = json_loads(b->data, JSON_REJECT_DUPLICATES, NULL);
+	memmove(b->data, b->data + used, b->len - used);
+	b->len -= used;
+	v = json_object_get(*msg, "v");
+	if (!json_is_object(*msg) || json_integer_value(v) != BROKER_VERSION ||
+	    !json_is_string(json_object_get(*msg, "op"))) {
+		json_decref(*msg);
+		*msg = NULL;
+		return -1;
+	}
+	return 1;
+}
+
+/* Block until the next message, the deadline (monotonic ms, -1 none), or
+ * an interruption.  1 with *msg, 0 on time-out, -1 on end or error,
+ * -2 when interrupted. */
+static int next_message(int fd, struct broker_buf *b, int cancel_fd,
+                        volatile sig_atomic_t *interrupted, int64_t deadline, json_t **msg)
+{
+	for (;;) {
+		struct pollfd pfd[2] = {{fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+		int rc = broker_take_line(b, msg), timeout = -1;
+		ssize_t n;
+
+		if (rc)
+			return rc;
+		if (interrupted && *interrupted)
+			return -2;
+		if (deadline >= 0) {
+			int64_t left = deadline - monotonic_ms();
+
+			if (left <= 0)
+				return 0;
+			timeout = left > INT32_MAX ? INT32_MAX : (int)left;
+		}
+		if (interrupted && (timeout < 0 || timeout > INTERRUPT_CHECK_MS))
+			timeout = INTERRUPT_CHECK_MS;
+		rc = poll(pfd, cancel_fd >= 0 ? 2 : 1, timeout);
+		if (rc < 0 && errno != EINTR)
+			return -1;
+		if (rc > 0 && pfd[1].revents)
+			return -2;
+		if (rc <= 0 || !pfd[0].revents)
+			continue;
+		n = recv(fd, b->data + b->len, sizeof b->data - b->len, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		b->len += (size_t)n;
+	}
+}
+
+/* Lists and sizes as gm_request_set() reads them. */
+static void set_list(json_t *o, const char *key, const struct gpu_list *list)
+{
+	size_t need = 1;
+	char *s;
+
+	if (!list->count)
+		return;
+	for (size_t i = 0; i < list->count; i++)
+		need += strlen(list->items[i]) + 1;
+	s = calloc(1, need);
+	if (!s)
+		return;
+	for (size_t i = 0; i < list->count; i++) {
+		if (i)
+			strcat(s, ",");
+		strcat(s, list->items[i]);
+	}
+	json_object_set_new(o, key, json_string(s));
+	free(s);
+}
+
+static void set_size(json_t *o, const char *key, const struct gm_size *size)
+{
+	char buf[32];
+
+	if (size->is_pct)
+		snprintf(buf, sizeof buf, "%u%%", size->pct);
+	else
+		snprintf(buf, sizeof buf, "%llu", (unsigned long long)size->mib);
+	json_object_set_new(o, key, json_string(buf));
+}
+
+static json_t *request_json(const struct gm_request *req)
+{
+	json_t *o = json_object();
+	char buf[32];
+
+	snprintf(buf, sizeof buf, "%u", req->count);
+	json_object_set_new(o, "n", json_string(buf));
+	json_object_set_new(o, "by", json_string(policy_name(req->by)));
+	if (req->has_min_free)
+		set_size(o, "min-free", &req->min_free);
+	if (req->has_max_util) {
+		snprintf(buf, sizeof buf, "%u", req->max_util);
+		json_object_set_new(o, "max-util", json_string(buf));
+	}
+	set_list(o, "only", &req->only);
+	set_list(o, "exclude", &req->exclude);
+	if (req->share)
+		set_size(o, "mem", &req->mem);
+	if (req->idle)
+		json_object_set_new(o, "idle", json_string(""));
+	return o;
+}
+
+/* The GPUs an inherited CUDA_VISIBLE_DEVICES lets us use, by UUID. */
+static json_t *usable_json(const struct pick_env *env, const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; i < snap->gpu_count; i++)
+		if (env->usable[i])
+			json_object_set_new(o, snap->gpus[i].uuid, json_integer(env->usable[i]));
+	return o;
+}
+
+/* The granted lease, told to us in msg, as the caller's gm_lease. */
+static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
+                                         const struct pick_env *env, const struct gm_snapshot *snap,
+                                         int exclusive)
+{
+	json_t *gpus = json_object_get(msg, "gpus"), *g;
+	struct gm_lease *l = calloc(1, sizeof *l);
+	size_t n = json_array_size(gpus), i, ilen = 1, *pos;
+	uint64_t min_total = 0;
+
+	if (!l)
+		return NULL;
+	l->fd = fd;
+	l->gpu_count = n;
+	l->indices = calloc(n + 1, sizeof *l->indices);
+	l->uuids = calloc(n + 1, sizeof *l->uuids);
+	l->indices_text = calloc(n + 1, 12);
+	l->broker = strdup(path);
+	pos = calloc(n + 1, sizeof *pos);
+	if (!l->indices || !l->uuids || !l->indices_text || !l->broker || !pos || !n)
+		goto failed;
+	str_copy(l->id, sizeof l->id, json_string_value(json_object_get(msg, "id")) ?: "");
+	str_copy(l->token, sizeof l->token, json_string_value(json_object_get(msg, "token")) ?: "");
+	l->exclusive = exclusive;
+	l->share_mib =
+	    exclusive ? 0 : (uint64_t)json_integer_value(json_object_get(msg, "share_mib"));
+	json_array_foreach(gpus, i, g)
+	{
+		const char *uuid = json_string_value(json_object_get(g, "uuid"));
+		const struct gm_gpu *gpu = uuid ? gm_snapshot_find(snap, uuid) : NULL;
+		uint64_t total = (uint64_t)json_integer_value(json_object_get(g, "total_mib"));
+
+		/* Both sides see the same machine; a GPU we do not see is one
+		 * we cannot tell a child how to reach. */
+		if (!gpu)
+			goto failed;
+		pos[i] = (size_t)(gpu - snap->gpus);
+		l->indices[i] = gpu->index;
+		str_copy(l->uuids[i], sizeof l->uuids[i], gpu->uuid);
+		ilen +=
+		    (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", gpu->index);
+		if (!min_total || total < min_total)
+			min_total = total;
+	}
+	l->cuda_visible = pick_env_cuda_visible(env, snap, pos, n);
+	if (!l->cuda_visible)
+		goto failed;
+	l->mem_fraction = !exclusive && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	free(pos);
+	return l;
+failed:
+	free(pos);
+	free(l->indices);
+	free(l->uuids);
+	free(l->indices_text);
+	free(l->broker);
+	free(l);
+	return NULL;
+}
+
+enum gm_err broker_acquire(const char *path, struct gm_context *ctx, const struct gm_request *req,
+                           const struct acquire_opts *opts, struct gm_lease **out, char **explain,
+                           char *err, size_t len)
+{
+	struct pick_env env = PICK_ENV_INIT;
+	struct gm_snapshot *snap = NULL;
+	struct broker_buf *buf = NULL;
+	const char *why = NULL;
+	json_t *msg = NULL, *last_queued = NULL;
+	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
+	enum gm_err rc;
+	int fd = -1, told = 0;
+
+	*out = NULL;
+	if (explain)
+		*explain = NULL;
+	/* Our own snapshot: the broker chooses, but only we know how a
+	 * child of ours must name the GPUs (an inherited allocation). */
+	if (opts && opts->snapshot) {
+		snap = (struct gm_snapshot *)opts->snapshot;
+	} else {
+		rc = gm_snapshot_take(ctx, &snap, err, len);
+		if (rc != GM_OK)
+			return rc;
+	}
+	buf = calloc(1, sizeof *buf);
+	msg = json_object();
+	if (!buf || !msg || pick_env_init(&env, snap) < 0) {
+		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		goto done;
+	}
+	fd = broker_connect(path, err, len);
+	if (fd < 0) {
+		rc = GM_ERR_STATE;
+		goto done;
+	}
+	json_object_set_new(msg, "op", json_string("acquire"));
+	json_object_set_new(msg, "request", request_json(req));
+	json_object_set_new(msg, "wait", json_boolean(req->has_wait));
+	if (opts && opts->command)
+		json_object_set_new(msg, "command", json_string(opts->command));
+	if (env.usable)
+		json_object_set_new(msg, "usable", usable_json(&env, snap));
+	if (broker_send(fd, msg) < 0) {
+		rc =
+		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
+		goto done;
+	}
+	json_decref(msg);
+	msg = NULL;
+	for (;;) {
+		const char *op;
+		int got = next_message(fd, buf, ctx->cancel_fd, opts ? opts->interrupted : NULL,
+		                       deadline, &msg);
+
+		if (got == 0) {
+			rc = gm_fail(GM_ERR_TIMEOUT, err, len,
+			             "no GPU met the request within the wait");
+			break;
+		}
+		if (got == -2) {
+			rc = gm_fail(GM_ERR_INTERRUPTED, err, len, "interrupted while waiting");
+			break;
+		}
+		if (got < 0) {
+			rc = gm_fail(
+			    GM_ERR_STATE, err, len,
+			    "the lease broker at '%s' went away while we waited (it restarts "
+			    "with its leases; try again)",
+			    path);
+			break;
+		}
+		op = json_string_value(json_object_get(msg, "op"));
+		if (!strcmp(op, "queued")) {
+			json_decref(last_queued);
+			last_queued = msg;
+			msg = NULL;
+			why = json_string_value(json_object_get(last_queued, "why"));
+			if (!told && opts && opts->on_wait)
+				opts->on_wait(opts->on_wait_data, why ? why : "");
+			told = 1;
+			continue;
+		}
+		if (!strcmp(op, "refused")) {
+			const char *e = json_string_value(json_object_get(msg, "error"));
+			const char *x = json_string_value(json_object_get(msg, "explain"));
+
+			rc = (enum gm_err)json_integer_value(json_object_get(msg, "code"));
+			if (rc == GM_OK)
+				rc = GM_ERR_STATE;
+			gm_fail(rc, err, len, "%s", e ? e : "refused by the lease broker");
+			if (explain && x && *x)
+				*explain = strdup(x);
+			break;
+		}
+		if (!strcmp(op, "granted")) {
+			struct gm_lease *l =
+			    lease_from_grant(msg, path, fd, &env, snap, !req->share);
+			pid_t job_pid = 0;
+
+			if (!l) {
+				rc =
+				    gm_fail(GM_ERR_NOMEM, err, len,
+				            "the lease broker granted GPUs this process cannot see "
+				            "or name (out of memory?)");
+				break;
+			}
+			fd = -1; /* the lease's now */
+			if (opts && opts->spawn &&
+			    opts->spawn(opts->spawn_data, l, &job_pid, err, len) < 0) {
+				gm_lease_release(l);
+				rc = GM_ERR_IO;
+				break;
+			}
+			if (job_pid > 0) {
+				json_t *job = json_object();
+
+				json_object_set_new(job, "op", json_string("job"));
+				json_object_set_new(job, "pid", json_integer(job_pid));
+				broker_send(l->fd, job);
+				json_decref(job);
+			}
+			*out = l;
+			rc = GM_OK;
+			break;
+		}
+		json_decref(msg);
+		msg = NULL;
+	}
+	if ((rc == GM_ERR_TIMEOUT) && explain && !*explain && why && *why)
+		*explain = strdup(why);
+done:
+	if (fd >= 0)
+		close(fd); /* leaves the line, or ends a lease granted meanwhile */
+	json_decref(msg);
+	json_decref(last_queued);
+	pick_env_release(&env);
+	if (!(opts && opts->snapshot))
+		gm_snapshot_free(snap);
+	free(buf);
+	return rc;
+}
+
+void broker_release(struct gm_lease *lease)
+{
+	json_t *msg = json_object();
+	int fd;
+
+	json_object_set_new(msg, "op", json_string("release"));
+	if (lease->fd >= 0 && broker_send(lease->fd, msg) == 0) {
+		/* Wait for the broker to take it: a waiter it wakes must not
+		 * find us still there, and our close alone would not end a
+		 * lease that a child of ours still holds. */
+		struct pollfd pfd = {lease->fd, POLLIN, 0};
+		char c;
+
+		if (poll(&pfd, 1, 1000) > 0 && recv(lease->fd, &c, 1, MSG_DONTWAIT) > 0) {
+			json_decref(msg);
+			return;
+		}
+	}
+	/* The connection is dead: the broker was restarted and restored our
+	 * lease.  Prove it is ours with the token. */
+	fd = broker_connect(lease->broker, NULL, 0);
+	if (fd >= 0) {
+		struct broker_buf *buf = calloc(1, sizeof *buf);
+		json_t *reply = NULL;
+
+		json_object_set_new(msg, "id", json_string(lease->id));
+		json_object_set_new(msg, "token", json_string(lease->token));
+		if (buf && broker_send(fd, msg) == 0)
+			next_message(fd, buf, -1, NULL, monotonic_ms() + 1000, &reply);
+		json_decref(reply);
+		free(buf);
+		close(fd);
+	}
+	json_decref(msg);
+}
+
+/* ---- the view, for status ---------------------------------------------- */
+
+static const char *jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "";
+}
+
+static int view_lease(json_t *o, struct lease_info *li)
+{
+	json_t *gpus = json_object_get(o, "gpus"), *g;
+	size_t i;
+
+	memset(li, 0, sizeof *li);
+	str_copy(li->id, sizeof li->id, jstr(o, "id"));
+	li->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	str_copy(li->user, sizeof li->user, jstr(o, "user"));
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	str_copy(li->command, sizeof li->command, jstr(o, "command"));
+	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
+	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
+	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	li->gpu_count = json_array_size(gpus);
+	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
+	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs); /* whole GPUs only */
+	if (!li->uuids || !li->indices || !li->migs)
+		return -1;
+	json_array_foreach(gpus, i, g)
+	{
+		str_copy(li->uuids[i], sizeof li->uuids[i], jstr(g, "uuid"));
+		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+	}
+	return 0;
+}
+
+static int view_waiter(json_t *o, struct waiter_info *wi)
+{
+	json_t *cand = json_object_get(o, "candidates"), *c;
+	size_t i;
+
+	memset(wi, 0, sizeof *wi);
+	str_copy(wi->name, sizeof wi->name, jstr(o, "name"));
+	wi->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	str_copy(wi->user, sizeof wi->user, jstr(o, "user"));
+	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	str_copy(wi->command, sizeof wi->command, jstr(o, "command"));
+	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
+	str_copy(wi->summary, sizeof wi->summary, jstr(o, "summary"));
+	wi->cand_count = json_array_size(cand);
+	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
+	if (!wi->cand)
+		return -1;
+	json_array_foreach(cand, i, c)
+	    str_copy(wi->cand[i], sizeof wi->cand[i], json_string_value(c) ?: "");
+	return 0;
+}
+
+enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len)
+{
+	struct broker_buf *buf = calloc(1, sizeof *buf);
+	json_t *msg = json_object(), *reply = NULL, *a, *o;
+	enum gm_err rc = GM_OK;
+	size_t i;
+	int fd = -1, got;
+
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	if (!buf || !msg) {
+		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		goto done;
+	}
+	fd = broker_connect(path, err, len);
+	if (fd < 0) {
+		rc = GM_ERR_STATE;
+		goto done;
+	}
+	json_object_set_new(msg, "op", json_string("view"));
+	/* The view can be long (a line of thousands): read until its line
+	 * ends, in a buffer that grows. */
+	if (broker_send(fd, msg) < 0) {
+		rc =
+		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
+		goto done;
+	}
+	{
+		size_t cap = 65536, used = 0;
+		char *text = malloc(cap);
+		ssize_t n;
+
+		while (text && (n = recv(fd, text + used, cap - used - 1, 0)) > 0) {
+			used += (size_t)n;
+			if (used + 1 >= cap) {
+				char *grown = cap < (64u << 20) ? realloc(text, cap * 2) : NULL;
+
+				if (!grown) {
+					free(text);
+					text = NULL;
+					break;
+				}
+				text = grown;
+				cap *= 2;
+			}
+		}
+		if (text) {
+			text[used] = '\0';
+			reply = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
+		}
+		free(text);
+	}
+	got = json_is_object(reply) && !strcmp(jstr(reply, "op"), "view");
+	if (!got) {
+		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' sent no view", path);
+		goto done;
+	}
+	a = json_object_get(reply, "leases");
+	view->leases = calloc(json_array_size(a) + 1, sizeof *view->leases);
+	json_array_foreach(a, i, o) if (view->leases &&
+	                                view_lease(o, &view->leases[view->lease_count++]) < 0) rc =
+	    GM_ERR_NOMEM;
+	a = json_object_get(reply, "waiters");
+	view->waiters = calloc(json_array_size(a) + 1, sizeof *view->waiters);
+	json_array_foreach(a, i, o) if (view->waiters &&
+	                                view_waiter(o, &view->waiters[view->waiter_count++]) < 0)
+	    rc = GM_ERR_NOMEM;
+	if (!view->leases || !view->waiters)
+		rc = GM_ERR_NOMEM;
+	if (rc != GM_OK) {
+		registry_view_release(view);
+		gm_fail(rc, err, len, "out of memory");
+	}
+done:
+	if (fd >= 0)
+		close(fd);
+	json_decref(msg);
+	json_decref(reply);
+	free(buf);
+	return rc;
+}

@@ -1,0 +1,87 @@
+/*
+ * broker.h - the client side of the lease broker (`gpuman daemon`) and the
+ * framing both sides share.
+ *
+ * The broker is one process started by root that owns the line and the
+ * leases of the machine.  A caller connects to its Unix socket; the kernel
+ * tells the broker who it is (SO_PEERCRED), so nothing a caller writes can
+ * make it somebody else.  One connection carries one request and, once
+ * granted, *is* the lease: the job inherits the descriptor, and the lease
+ * ends when the last process holding it closes it (release, exit, kill -9),
+ * which the broker sees as end-of-file at once.
+ *
+ * Messages are JSON objects, one per line, each with "v": BROKER_VERSION
+ * and "op"; no line is longer than BROKER_MAX_LINE bytes.
+ *
+ *   client -> broker
+ *     {"op":"acquire","request":{"n":"2","mem":"8G",...},"wait":true,
+ *      "command":"...","usable":{"GPU-...":1,...}}   the request, as
+ *                              gm_request_set() keys and values
+ *     {"op":"job","pid":N}      the lease's job was started (for restores)
+ *     {"op":"release"}          end the lease now, whoever else holds it
+ *     {"op":"release","id":ID,"token":T}   the same from a new connection
+ *                              (after the broker was restarted)
+ *     {"op":"view"}             every lease and waiter, for status
+ *   broker -> client
+ *     {"op":"queued","position":N,"why":"..."}
+ *     {"op":"granted","id":ID,"token":T,"share_mib":N,
+ *      "gpus":[{"index":I,"uuid":U,"total_mib":M}]}
+ *     {"op":"refused","code":N,"error":"...","explain":"..."}  (code: gm_err)
+ *     {"op":"view","leases":[...],"waiters":[...]}
+ */
+#ifndef GM_BROKER_H
+#define GM_BROKER_H
+
+#include <stddef.h>
+#include "gpuman.h"
+
+struct registry_view;
+struct acquire_opts;
+struct json_t;
+
+#define BROKER_VERSION 1
+#define BROKER_MAX_LINE 16384
+#define BROKER_DEFAULT_SOCKET "/run/gpuman/gpuman.sock"
+
+/*
+ * Should leases go through a broker, and which?  GPUMAN_BROKER=off: no;
+ * GPUMAN_BROKER=PATH: yes, that socket (an error later if nobody serves
+ * it); unset: yes if BROKER_DEFAULT_SOCKET exists.  Returns 1 with the
+ * path in buf, or 0.
+ */
+int broker_wanted(char *buf, size_t len);
+
+/*
+ * Connect to the broker at path and check that root or this very user
+ * serves it (a socket in a world-writable directory could be anybody's).
+ * A broker being restarted is waited for up to a few seconds.  Returns
+ * the connected descriptor (close-on-exec), or -1 with a message.
+ */
+int broker_connect(const char *path, char *err, size_t len);
+
+/* Send msg (a JSON object; "v" is added) as one line.  0, or -1 with errno. */
+int broker_send(int fd, struct json_t *msg);
+
+/*
+ * Bytes received on a connection, cut into lines.  broker_take_line()
+ * returns 1 with the next complete line's message in *msg (caller
+ * decrefs), 0 when no complete line is buffered, -1 when the buffered line
+ * is too long or not a JSON object of this version.
+ */
+struct broker_buf {
+	size_t len;
+	char data[BROKER_MAX_LINE];
+};
+int broker_take_line(struct broker_buf *b, struct json_t **msg);
+
+/* registry_acquire() and registry_read() through the broker at path. */
+enum gm_err broker_acquire(const char *path, struct gm_context *ctx, const struct gm_request *req,
+                           const struct acquire_opts *opts, struct gm_lease **out, char **explain,
+                           char *err, size_t len);
+enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len);
+
+/* End a broker lease: on its connection, or, when the broker was restarted
+ * since, on a new one with the lease's token.  Does not free the lease. */
+void broker_release(struct gm_lease *lease);
+
+#endif

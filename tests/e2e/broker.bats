@@ -1,0 +1,266 @@
+#!/usr/bin/env bats
+# The lease broker (gpuman daemon): one arbiter that users cannot touch.
+# Each test starts its own broker on a socket in a shared directory; the
+# multi-user tests run as real users (gmtest-*, root only, skipped
+# elsewhere) and judge by the jobs' own --record lines, not gpuman's word.
+
+load helpers
+
+setup() {
+	gm_setup
+	SHARED=$(mktemp -d /tmp/gpuman-broker.XXXXXX)
+	chmod 1777 "$SHARED"
+	mkdir -m 1777 "$SHARED/sim" "$SHARED/pids"
+	install -m 666 /dev/null "$SHARED/sim/lock"
+	install -m 666 /dev/null "$SHARED/rec"
+	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
+	STATE=$BATS_TEST_TMPDIR/broker/leases.json
+}
+
+teardown() {
+	for f in "$SHARED"/pids/*; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+	done
+	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$SHARED"
+}
+
+gpus() { # gpus N - a machine of N empty GPUs that every user can read
+	local i list=
+	for i in $(seq "$1"); do
+		list="$list${list:+,}{\"name\":\"g$i\",\"memory_total_mib\":16000}"
+	done
+	echo "{ \"gpus\": [ $list ] }" >"$SHARED/gpus.json"
+	chmod 644 "$SHARED/gpus.json"
+	export GPUMAN_SIM=$SHARED/gpus.json
+}
+
+start_daemon() {
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for '[ -S "$GPUMAN_BROKER" ]'
+}
+
+# bg NAME USER CMD... - run CMD as gmtest-USER (or as this user for "-") in
+# the background; its pid goes to $SHARED/pids/NAME.
+bg() {
+	local name=$1 user=$2; shift 2
+	if [ "$user" = - ]; then
+		sh -c 'echo $$ >"$0"; exec "$@"' "$SHARED/pids/$name" "$@" &
+	else
+		as_user "$user" sh -c 'echo $$ >"$0"; exec "$@"' "$SHARED/pids/$name" "$@" &
+	fi
+	wait_for "[ -s '$SHARED/pids/$name' ]"
+}
+
+job() { # job SECONDS - a stand-in training job that records where it ran
+	echo gpuman-simload --mem 1G --util 50 --seconds "$1" --record "$SHARED/rec"
+}
+
+leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
+
+@test "broker: run, status and pick go through it; a lease is shown in the kernel's name for its user" {
+	gpus 2
+	start_daemon
+	bg a - gpuman run -- $(job 30)
+	wait_for '[ "$(leases .user)" = root ] || [ -n "$(leases .user)" ]'
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 1 ]
+	[ "$(jqr '.leases[0].user')" = "$(id -un)" ]
+	[ "$(jqr '.leases[0].job_pid')" = "$(cat "$SHARED/pids/a")" ] ||
+		[ "$(jqr '.leases[0].pid')" = "$(cat "$SHARED/pids/a")" ]
+	# the other GPU is still free; the leased one is not offered
+	run -0 gpuman pick
+	[ "$output" != "$(leases '.gpus[0].index')" ]
+	run -0 gpuman run -- true
+	# both GPUs leased: no --wait answers 75 at once, with the holder named
+	bg b - gpuman run -- $(job 30)
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 2 ]'
+	run -75 gpuman run -- true
+	[[ "$output" == *"no GPU meets the request now"* ]]
+	[[ "$output" == *"leased"* ]]
+	# a request no GPU could ever meet ends at once
+	run -75 gpuman run -n 3 -- true
+	[[ "$output" == *"can ever meet"* ]]
+	# a waiter is in the line that status shows
+	bg w - gpuman run --wait -- true
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	run -0 gpuman status
+	[[ "$output" == *"waiting (served in this order):"*"1 GPU exclusive"* ]]
+}
+
+@test "broker: a lease ends the instant its job dies (kill -9), and the next in line gets the GPU" {
+	gpus 1
+	start_daemon
+	bg holder - gpuman run -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	bg next - gpuman run --wait -- $(job 0.1)
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	# kill -9 gpuman run and its job: nobody releases anything
+	job_pid=$(awk '/^start/ {print $2}' "$SHARED/rec")
+	kill -9 "$(cat "$SHARED/pids/holder")" "$job_pid"
+	killed=$(date +%s%N)
+	wait_for '[ "$(grep -c ^end "$SHARED/rec")" = 1 ]'
+	# the next job started after the kill, within a second of it
+	started=$(awk '/^start/ {ns=$4} END {print ns}' "$SHARED/rec")
+	[ "$started" -gt "$killed" ]
+	[ $(( (started - killed) / 1000000 )) -lt 1000 ]
+	# the job alone holds the lease too: gpuman run killed, job alive
+	bg holder2 - gpuman run -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 3 ]'
+	kill -9 "$(cat "$SHARED/pids/holder2")"
+	sleep 0.3
+	[ "$(leases .id | tr , '\n' | grep -c .)" = 1 ]
+	run -75 gpuman run -- true
+	kill -9 "$(awk '/^start/ {p=$2} END {print p}' "$SHARED/rec")"
+	wait_for '[ -z "$(leases .id)" ]'
+	run -0 gpuman run -- true
+}
+
+@test "broker: kill -9 of the daemon and a restart keep the live leases, and end them with their jobs" {
+	gpus 2
+	start_daemon
+	bg a - gpuman run -- $(job 60)
+	bg b - gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 1.5 --record "$SHARED/rec"
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 2 ]'
+	before=$(leases .id)
+	kill -9 "$DAEMON"
+	wait "$DAEMON" || true
+	start_daemon
+	grep -q "restored 2 leases" "$BATS_TEST_TMPDIR/daemon.log"
+	[ "$(leases .id | tr , '\n' | sort)" = "$(echo "$before" | tr , '\n' | sort)" ]
+	# while they live, nobody else gets their GPUs
+	run -75 gpuman run -- true
+	# b's job ends; its gpuman run releases with its token, and a waits on
+	wait_for '[ "$(grep -c ^end "$SHARED/rec")" = 1 ]'
+	wait_for '[ "$(leases .id | tr , "\n" | grep -c .)" = 1 ]'
+	run -0 gpuman run -- true
+	# a's job is killed with its gpuman run: the broker watched the job
+	kill -9 "$(cat "$SHARED/pids/a")" "$(awk '/^start/ {print $2; exit}' "$SHARED/rec")"
+	wait_for '[ -z "$(leases .id)" ]'
+	run -0 python3 "$BATS_TEST_DIRNAME/helpers/overlaps.py" "$SHARED/rec"
+	[ "$output" = "jobs 3 overlaps 0" ] || [ "$output" = "jobs 2 overlaps 0" ]
+}
+
+@test "broker: a user cannot release, revive or claim another user's lease" {
+	gm_user alice
+	gm_user mallory
+	gpus 1
+	start_daemon
+	bg a alice gpuman run -- $(job 60)
+	wait_for '[ "$(leases .user)" = gmtest-alice ]'
+	id=$(leases .id)
+	# the token is alice's secret; mallory guesses, then even uses the right one
+	token=$(jq -r '.leases[0].token' "$STATE")
+	[ -n "$token" ] && [ "$token" != null ]
+	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		"{\"v\":1,\"op\":\"release\",\"id\":\"$id\",\"token\":\"0000\"}"
+	[[ "$output" == *'"op":"refused"'*"no such lease of yours"* ]]
+	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		"{\"v\":1,\"op\":\"release\",\"id\":\"$id\",\"token\":\"$token\"}"
+	[[ "$output" == *"no such lease of yours"* ]]
+	[ "$(leases .id)" = "$id" ]
+	# the state file that holds the tokens is root's alone
+	run ! as_user mallory cat "$STATE"
+	# a request that claims to be alice's is mallory's: the kernel says who asks
+	bg m mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" --hold 30 "$GPUMAN_BROKER" \
+		'{"v":1,"op":"acquire","request":{"n":"1"},"wait":true,"command":"alice train.py","uid":0,"user":"gmtest-alice"}'
+	wait_for '[ "$(gpuman status --json | jq -r ".waiters[0].user")" = gmtest-mallory ]'
+	# mallory cannot keep alice's GPU through a job pid of alice's either:
+	# only the lease holder's connection may name its job
+	run -75 as_user mallory gpuman run -- true
+	[[ "$output" == *"no GPU meets the request now"* ]]
+	# alice's job ends: her lease ends, mallory's waiting request gets it
+	kill -9 "$(cat "$SHARED/pids/a")" "$(awk '/^start/ {print $2}' "$SHARED/rec")"
+	wait_for '[ "$(leases .user)" = gmtest-mallory ]'
+}
+
+@test "broker: two users' bursts never share a GPU, by the jobs' own records" {
+	gm_user alice
+	gm_user bob
+	gpus 2
+	start_daemon
+	for i in $(seq 15); do
+		as_user alice gpuman run --wait -- $(job 0.05) >/dev/null 2>&1 &
+		as_user bob gpuman run --wait -- $(job 0.05) >/dev/null 2>&1 &
+	done
+	wait_for '[ "$(grep -c ^end "$SHARED/rec")" = 30 ]'
+	run -0 python3 "$BATS_TEST_DIRNAME/helpers/overlaps.py" "$SHARED/rec"
+	[ "$output" = "jobs 30 overlaps 0" ]
+	wait_for '[ -z "$(leases .id)" ]'
+}
+
+@test "broker: first come, first served across users" {
+	gm_user alice
+	gm_user bob
+	gpus 1
+	start_daemon
+	install -m 666 /dev/null "$SHARED/order"
+	bg holder - gpuman run -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	n=1
+	for who in alice bob alice bob; do
+		bg "w$n" "$who" gpuman run --wait -- sh -c "echo $n-$who >>'$SHARED/order'"
+		wait_for "[ \"\$(gpuman status --json | jq '.waiters | length')\" = $n ]"
+		n=$((n + 1))
+	done
+	run -0 gpuman status --json
+	[ "$(jqr '[.waiters[].user] | join(",")')" = gmtest-alice,gmtest-bob,gmtest-alice,gmtest-bob ]
+	kill -9 "$(cat "$SHARED/pids/holder")" "$(awk '/^start/ {print $2}' "$SHARED/rec")"
+	wait_lines 4 "$SHARED/order"
+	[ "$(tr '\n' ' ' <"$SHARED/order")" = "1-alice 2-bob 3-alice 4-bob " ]
+}
+
+@test "broker: garbage, stalled and silent clients do not hold up anybody" {
+	gm_user mallory
+	gm_user alice
+	gpus 1
+	start_daemon
+	# garbage is answered and dropped
+	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		'GET / HTTP/1.0' '{"v":1,"op":"acquire"}'
+	[[ "$output" == *'"op":"refused"'*"malformed"* ]]
+	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		'{"v":1,"op":"acquire","request":{"n":"1","mem":"-5"},"wait":true}'
+	[[ "$output" == *'"op":"refused"'*"--mem '-5'"* ]]
+	head -c 100000 /dev/zero | tr '\0' x >"$SHARED/long"
+	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		"-partial:$(cat "$SHARED/long")"
+	[[ "$output" == *"malformed"* ]]
+	# 100 connections that never finish a line, one that sent half of one
+	for i in $(seq 100); do
+		as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" --hold 30 \
+			"$GPUMAN_BROKER" >/dev/null 2>&1 &
+	done
+	as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" --hold 30 \
+		"$GPUMAN_BROKER" '-partial:{"v":1,"op":"acq' >/dev/null 2>&1 &
+	sleep 1
+	start=$(date +%s%N)
+	run -0 as_user alice gpuman run -- true
+	run -0 as_user alice gpuman status
+	[ $(( ($(date +%s%N) - start) / 1000000 )) -lt 3000 ]
+	# silent ones are dropped after 5 s: the broker holds nothing for them
+	sleep 5
+	[ "$(ls /proc/"$DAEMON"/fd | wc -l)" -lt 20 ]
+}
+
+@test "broker: a socket served by another user is refused, with the reason" {
+	gm_user mallory
+	gpus 1
+	export GPUMAN_BROKER=$SHARED/squat.sock
+	as_user mallory sh -c 'echo $$ >"$0"; exec gpuman daemon --socket "$1" --state /tmp/gm-squat-$$/l.json' \
+		"$SHARED/pids/squat" "$GPUMAN_BROKER" 2>/dev/null &
+	wait_for '[ -S "$GPUMAN_BROKER" ]'
+	run -1 gpuman run -- true
+	[[ "$output" == *"served by uid $(id -u gmtest-mallory), not by root; refusing it"* ]]
+}
+
+@test "broker: nobody serving GPUMAN_BROKER is an error, never a silent fall-back" {
+	gpus 1
+	export GPUMAN_BROKER=$SHARED/nobody.sock
+	run -1 gpuman run -- true
+	[[ "$output" == *"does not answer"*"GPUMAN_BROKER=off"* ]]
+	run -0 gpuman status
+	[[ "$output" == *"warning: leases not shown"*"does not answer"* ]]
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""broker_raw.py SOCKET [LINE...] - talk to `gpuman daemon` as a hand-made
+(possibly hostile) client would: send each LINE as it is (a newline is added
+unless the line is "-partial:TEXT", sent without one), then print every
+line the broker sends back until it closes the connection or 2 s pass.
+--hold S keeps the connection open S seconds after sending, silently."""
+import socket
+import sys
+import time
+
+args = sys.argv[1:]
+hold = 0.0
+if args[:1] == ["--hold"]:
+    hold = float(args[1])
+    args = args[2:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(args[0])
+try:
+    for line in args[1:]:
+        if line.startswith("-partial:"):
+            s.sendall(line[len("-partial:"):].encode())
+        else:
+            s.sendall(line.encode() + b"\n")
+except OSError:
+    pass  # the broker hung up on us: read what it said before
+if hold:
+    time.sleep(hold)
+s.settimeout(2)
+data = b""
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+except (socket.timeout, OSError):
+    pass
+sys.stdout.write(data.decode(errors="replace"))
