@@ -116,11 +116,19 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 	reg->lock_fd = -1;
 	reg->held_fd = -1;
 	if (broker_wanted(sock, sizeof sock)) {
+		char *slash = strrchr(sock, '/');
+
 		reg->broker = strdup(sock);
 		if (!reg->broker) {
 			rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 			goto failed;
 		}
+		/* dir: the socket's, which exists, for callers that watch the
+		 * registry for changes (the engine): they then look again on
+		 * their own timer, as nothing is written there. */
+		if (slash && slash != sock)
+			*slash = '\0';
+		str_copy(reg->dir, sizeof reg->dir, slash && slash != sock ? sock : "/");
 		*out = reg;
 		return GM_OK;
 	}
