@@ -216,7 +216,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 
 	for (;;) {
 		int64_t now = monotonic_ms();
-		int timeout = -1, n;
+		int timeout = -1, n, wake;
 		size_t np = 0;
 
 		if (e->failed)
@@ -260,7 +260,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 			timeout = e->tick_at > now ? (int)(e->tick_at - now) : 0;
 		}
 		free(pfd);
-		pfd = calloc(e->nslots + 2, sizeof *pfd);
+		pfd = calloc(e->nslots + 3, sizeof *pfd);
 		if (!pfd) {
 			gm_fail(GM_ERR_NOMEM, e->err, sizeof e->err, "out of memory");
 			e->failed = 1;
@@ -271,7 +271,12 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 		for (size_t i = 0; i < e->nslots; i++)
 			if (e->slots[i]->pidfd >= 0)
 				pfd[np++] = (struct pollfd){ e->slots[i]->pidfd, POLLIN, 0 };
-		n = poll(pfd, np, timeout);
+		/* The broker answered the head job's place in its line. */
+		wake = e->qcount > e->qhead && !e->interrupt && !e->stop
+			       ? registry_wake_fd(e->cfg->reg)
+			       : -1;
+		pfd[np] = (struct pollfd){ wake, POLLIN, 0 };
+		n = poll(pfd, np + 1, timeout);
 		if (n < 0 && errno != EINTR) {
 			gm_fail(GM_ERR_IO, e->err, sizeof e->err, "poll: %s", strerror(errno));
 			e->failed = 1;
@@ -283,6 +288,8 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 			read_signals(e);
 		if (pfd[1].revents)
 			read_inotify(e);
+		if (pfd[np].revents)
+			e->dirty = 1;
 		for (size_t p = 2; p < np; p++) {
 			if (!pfd[p].revents)
 				continue;

@@ -209,6 +209,8 @@ static enum place try_place(struct engine *e, int64_t id)
 	opts.snapshot = e->snap;
 	opts.on_lock_wait = tell_lock_wait;
 	opts.on_wait_data = &L;
+	/* First come, first served with every other waiter of a broker. */
+	opts.keep_place = 1;
 	rc = registry_acquire(e->cfg->reg, e->cfg->ctx, req, &opts, &lease, &explain, err,
 			      sizeof err);
 	if (rc == GM_OK) {

@@ -150,6 +150,8 @@ int broker_take_line(struct broker_buf *b, json_t **msg)
 static int next_message(int fd, struct broker_buf *b, int cancel_fd,
                         volatile sig_atomic_t *interrupted, int64_t deadline, json_t **msg)
 {
+	int last = 0; /* past the deadline: one look without waiting */
+
 	for (;;) {
 		struct pollfd pfd[2] = {{fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
 		int rc = broker_take_line(b, msg), timeout = -1;
@@ -162,9 +164,10 @@ static int next_message(int fd, struct broker_buf *b, int cancel_fd,
 		if (deadline >= 0) {
 			int64_t left = deadline - monotonic_ms();
 
-			if (left <= 0)
+			if (left <= 0 && last)
 				return 0;
-			timeout = left > INT32_MAX ? INT32_MAX : (int)left;
+			last = left <= 0;
+			timeout = left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
 		}
 		if (interrupted && (timeout < 0 || timeout > INTERRUPT_CHECK_MS))
 			timeout = INTERRUPT_CHECK_MS;
@@ -311,90 +314,184 @@ failed:
 	return NULL;
 }
 
-enum gm_err broker_acquire(const char *path, struct gm_context *ctx, const struct gm_request *req,
-                           const struct acquire_opts *opts, struct gm_lease **out, char **explain,
-                           char *err, size_t len)
+/* A place kept in the broker's line for a request that did not fit. */
+struct broker_place {
+	int fd;
+	char *key;          /* the request and command it waits for */
+	char *why;          /* what the broker last said it waits for */
+	struct broker_buf buf;
+};
+
+int broker_place_fd(const struct broker_place *place)
+{
+	return place->fd;
+}
+
+void broker_place_free(struct broker_place *place)
+{
+	if (!place)
+		return;
+	if (place->fd >= 0)
+		close(place->fd);
+	free(place->key);
+	free(place->why);
+	free(place);
+}
+
+static char *place_key(const struct gm_request *req, const struct acquire_opts *opts)
+{
+	char *text = gm_request_text(req), *key = NULL;
+
+	if (text && asprintf(&key, "%s\n%s", text, opts->command ? opts->command : "") < 0)
+		key = NULL;
+	free(text);
+	return key;
+}
+
+enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
+			   const struct gm_request *req, const struct acquire_opts *opts,
+			   struct gm_lease **out, char **explain, char *err, size_t len)
 {
 	struct pick_env env = PICK_ENV_INIT;
 	struct gm_snapshot *snap = NULL;
+	struct broker_place *kept = NULL;
 	struct broker_buf *buf = NULL;
-	const char *why = NULL;
-	json_t *msg = NULL, *last_queued = NULL;
+	char *why = NULL;
+	json_t *msg = NULL;
+	int keep = !req->has_wait && opts && opts->keep_place && place;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
-	enum gm_err rc;
+	enum gm_err rc = GM_OK;
 	int fd = -1, told = 0;
 
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
+	if (keep) {
+		char *key = place_key(req, opts);
+
+		if (!key)
+			return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		/* Another request now heads the caller's line: give the place up. */
+		if (*place && strcmp((*place)->key, key)) {
+			broker_place_free(*place);
+			*place = NULL;
+		}
+		kept = *place;
+		*place = NULL;
+		if (!kept) {
+			kept = calloc(1, sizeof *kept);
+			if (!kept) {
+				free(key);
+				return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			}
+			kept->fd = -1;
+			kept->key = key;
+		} else {
+			free(key);
+		}
+		/* Until the broker answers a new place; a kept one only looks. */
+		deadline = kept->fd >= 0 ? monotonic_ms() : monotonic_ms() + CONNECT_PATIENCE_MS;
+	}
 	/* Our own snapshot: the broker chooses, but only we know how a
 	 * child of ours must name the GPUs (an inherited allocation). */
 	if (opts && opts->snapshot) {
 		snap = (struct gm_snapshot *)opts->snapshot;
 	} else {
 		rc = gm_snapshot_take(ctx, &snap, err, len);
-		if (rc != GM_OK)
-			return rc;
+		if (rc != GM_OK) {
+			snap = NULL;
+			goto done;
+		}
 	}
-	buf = calloc(1, sizeof *buf);
-	msg = json_object();
-	if (!buf || !msg || pick_env_init(&env, snap) < 0) {
+	if (pick_env_init(&env, snap) < 0) {
 		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 		goto done;
 	}
-	fd = broker_connect(path, err, len);
-	if (fd < 0) {
-		rc = GM_ERR_STATE;
-		goto done;
+	if (kept && kept->fd >= 0) {
+		fd = kept->fd;
+		buf = &kept->buf;
+		why = kept->why;
+		kept->why = NULL;
+		told = 1;
+	} else {
+		buf = kept ? &kept->buf : calloc(1, sizeof *buf);
+		msg = json_object();
+		if (!buf || !msg) {
+			rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+			goto done;
+		}
+		fd = broker_connect(path, err, len);
+		if (fd < 0) {
+			rc = GM_ERR_STATE;
+			goto done;
+		}
+		json_object_set_new(msg, "op", json_string("acquire"));
+		json_object_set_new(msg, "request", request_json(req));
+		json_object_set_new(msg, "wait", json_boolean(req->has_wait || keep));
+		if (opts && opts->command)
+			json_object_set_new(msg, "command", json_string(opts->command));
+		if (env.usable)
+			json_object_set_new(msg, "usable", usable_json(&env, snap));
+		if (broker_send(fd, msg) < 0) {
+			rc = gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path,
+				     strerror(errno));
+			goto done;
+		}
+		json_decref(msg);
+		msg = NULL;
 	}
-	json_object_set_new(msg, "op", json_string("acquire"));
-	json_object_set_new(msg, "request", request_json(req));
-	json_object_set_new(msg, "wait", json_boolean(req->has_wait));
-	if (opts && opts->command)
-		json_object_set_new(msg, "command", json_string(opts->command));
-	if (env.usable)
-		json_object_set_new(msg, "usable", usable_json(&env, snap));
-	if (broker_send(fd, msg) < 0) {
-		rc =
-		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
-		goto done;
-	}
-	json_decref(msg);
-	msg = NULL;
 	for (;;) {
 		const char *op;
 		int got = next_message(fd, buf, ctx->cancel_fd, opts ? opts->interrupted : NULL,
-		                       deadline, &msg);
+				       deadline, &msg);
 
+		if (got == 0 && keep && told) {
+			/* Still in line: keep the place for the next try. */
+			kept->fd = fd;
+			kept->why = why;
+			why = NULL;
+			*place = kept;
+			kept = NULL;
+			fd = -1;
+			rc = gm_fail(GM_ERR_UNAVAILABLE, err, len, "no GPU meets the request now");
+			if (explain && kept == NULL && (*place)->why)
+				*explain = strdup((*place)->why);
+			break;
+		}
 		if (got == 0) {
-			rc = gm_fail(GM_ERR_TIMEOUT, err, len,
-			             "no GPU met the request within the wait");
+			rc = gm_fail(GM_ERR_TIMEOUT, err, len, "no GPU met the request within the wait");
 			break;
 		}
 		if (got == -2) {
 			rc = gm_fail(GM_ERR_INTERRUPTED, err, len, "interrupted while waiting");
 			break;
 		}
+		if (got < 0 && keep) {
+			/* The broker went away (it restarts): the next try queues
+			 * again. */
+			rc = gm_fail(GM_ERR_UNAVAILABLE, err, len,
+				     "the lease broker at '%s' restarts", path);
+			break;
+		}
 		if (got < 0) {
-			rc = gm_fail(
-			    GM_ERR_STATE, err, len,
-			    "the lease broker at '%s' went away while we waited (it restarts "
-			    "with its leases; try again)",
-			    path);
+			rc = gm_fail(GM_ERR_STATE, err, len,
+				     "the lease broker at '%s' went away while we waited (it restarts "
+				     "with its leases; try again)",
+				     path);
 			break;
 		}
 		op = json_string_value(json_object_get(msg, "op"));
 		if (!strcmp(op, "queued")) {
-			json_decref(last_queued);
-			last_queued = msg;
-			msg = NULL;
-			why = json_string_value(json_object_get(last_queued, "why"));
-			if (!told && opts && opts->on_wait)
+			const char *w = json_string_value(json_object_get(msg, "why"));
+
+			free(why);
+			why = strdup(w ? w : "");
+			if (!told && opts && opts->on_wait && !keep)
 				opts->on_wait(opts->on_wait_data, why ? why : "");
 			told = 1;
-			continue;
-		}
-		if (!strcmp(op, "refused")) {
+			if (keep)
+				deadline = monotonic_ms();
+		} else if (!strcmp(op, "refused")) {
 			const char *e = json_string_value(json_object_get(msg, "error"));
 			const char *x = json_string_value(json_object_get(msg, "explain"));
 
@@ -405,20 +502,19 @@ enum gm_err broker_acquire(const char *path, struct gm_context *ctx, const struc
 			if (explain && x && *x)
 				*explain = strdup(x);
 			break;
-		}
-		if (!strcmp(op, "granted")) {
-			struct gm_lease *l =
-			    lease_from_grant(msg, path, fd, &env, snap, !req->share);
+		} else if (!strcmp(op, "granted")) {
+			struct gm_lease *l = lease_from_grant(msg, path, fd, &env, snap, !req->share);
 			pid_t job_pid = 0;
 
 			if (!l) {
-				rc =
-				    gm_fail(GM_ERR_NOMEM, err, len,
-				            "the lease broker granted GPUs this process cannot see "
-				            "or name (out of memory?)");
+				rc = gm_fail(GM_ERR_NOMEM, err, len,
+					     "the lease broker granted GPUs this process cannot see "
+					     "or name (out of memory?)");
 				break;
 			}
 			fd = -1; /* the lease's now */
+			if (kept)
+				kept->fd = -1;
 			if (opts && opts->spawn &&
 			    opts->spawn(opts->spawn_data, l, &job_pid, err, len) < 0) {
 				gm_lease_release(l);
@@ -440,17 +536,22 @@ enum gm_err broker_acquire(const char *path, struct gm_context *ctx, const struc
 		json_decref(msg);
 		msg = NULL;
 	}
-	if ((rc == GM_ERR_TIMEOUT) && explain && !*explain && why && *why)
+	if (rc == GM_ERR_TIMEOUT && explain && !*explain && why && *why)
 		*explain = strdup(why);
 done:
 	if (fd >= 0)
 		close(fd); /* leaves the line, or ends a lease granted meanwhile */
+	if (kept) {
+		kept->fd = -1;
+		broker_place_free(kept);
+	} else if (!keep) {
+		free(buf);
+	}
 	json_decref(msg);
-	json_decref(last_queued);
+	free(why);
 	pick_env_release(&env);
 	if (!(opts && opts->snapshot))
 		gm_snapshot_free(snap);
-	free(buf);
 	return rc;
 }
 

@@ -74,10 +74,19 @@ struct broker_buf {
 };
 int broker_take_line(struct broker_buf *b, struct json_t **msg);
 
-/* registry_acquire() and registry_read() through the broker at path. */
-enum gm_err broker_acquire(const char *path, struct gm_context *ctx, const struct gm_request *req,
-                           const struct acquire_opts *opts, struct gm_lease **out, char **explain,
-                           char *err, size_t len);
+/*
+ * registry_acquire() and registry_read() through the broker at path.
+ * *place is the place kept in the line for acquire_opts.keep_place (owned
+ * by the caller's registry; may be replaced or set to NULL).
+ */
+struct broker_place;
+enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
+			   const struct gm_request *req, const struct acquire_opts *opts,
+			   struct gm_lease **out, char **explain, char *err, size_t len);
+/* Its connection (readable when the broker says something), and its end:
+ * leaving the line, or giving up a lease granted meanwhile. */
+int broker_place_fd(const struct broker_place *place);
+void broker_place_free(struct broker_place *place);
 enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len);
 
 /* End a broker lease: on its connection, or, when the broker was restarted

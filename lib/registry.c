@@ -181,6 +181,7 @@ void registry_close(struct registry *reg)
 		close(reg->lock_fd);
 	config_release(&reg->cfg);
 	free(reg->broker);
+	broker_place_free(reg->place);
 	free(reg);
 }
 
@@ -1691,7 +1692,8 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 	enum gm_err rc;
 
 	if (reg->broker)
-		return broker_acquire(reg->broker, ctx, req, opts, out, explain, err, len);
+		return broker_acquire(reg->broker, &reg->place, ctx, req, opts, out, explain, err,
+				      len);
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
@@ -1769,6 +1771,11 @@ done:
 	ahead_release(&w.ah);
 	attempt_release(&a);
 	return rc;
+}
+
+int registry_wake_fd(const struct registry *reg)
+{
+	return reg->place ? broker_place_fd(reg->place) : -1;
 }
 
 /* ---- the public lease API ----------------------------------------------- */

@@ -57,6 +57,7 @@ struct registry {
 	struct config cfg; /* the admin's gpuman.conf, read at open: its caps bind every grant */
 	char *broker;   /* non-NULL: leases go through the broker at this
 			 * socket (broker.h) and dir is not used */
+	struct broker_place *place;  /* a kept place in its line, or NULL */
 };
 
 /* With a lease broker (broker_wanted()), only remember its socket: reading
@@ -143,6 +144,15 @@ struct acquire_opts {
 	/* Called (with on_wait_data) when one holder of the registry lock has
 	 * kept us waiting for seconds: who it is, what it runs. */
 	void (*on_lock_wait)(void *data, const char *who);
+	/*
+	 * With a broker, a request without --wait that does not fit keeps a
+	 * place in the broker's line, first come first served with every other
+	 * waiter, until the next registry_acquire() of this registry: the same
+	 * request then gets what the place was given (or still waits); another
+	 * one gives the place up.  For a dispatcher retrying its head job;
+	 * poll registry_wake_fd() to learn when to try again.
+	 */
+	int keep_place;
 };
 
 /*
@@ -163,5 +173,9 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			     const struct gm_request *req, const struct acquire_opts *opts,
 			     struct gm_lease **out, char **explain, char *errbuf, size_t errlen);
+
+/* Readable when the place that acquire_opts.keep_place kept may have been
+ * served: time to call registry_acquire() again.  -1 when there is none. */
+int registry_wake_fd(const struct registry *reg);
 
 #endif

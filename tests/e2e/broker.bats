@@ -99,8 +99,8 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
 	# kill -9 gpuman run and its job: nobody releases anything
 	job_pid=$(awk '/^start/ {print $2}' "$SHARED/rec")
-	kill -9 "$(cat "$SHARED/pids/holder")" "$job_pid"
 	killed=$(date +%s%N)
+	kill -9 "$(cat "$SHARED/pids/holder")" "$job_pid"
 	wait_for '[ "$(grep -c ^end "$SHARED/rec")" = 1 ]'
 	# the next job started after the kill, within a second of it
 	started=$(awk '/^start/ {ns=$4} END {print ns}' "$SHARED/rec")
@@ -210,6 +210,30 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	kill -9 "$(cat "$SHARED/pids/holder")" "$(awk '/^start/ {print $2}' "$SHARED/rec")"
 	wait_lines 4 "$SHARED/order"
 	[ "$(tr '\n' ' ' <"$SHARED/order")" = "1-alice 2-bob 3-alice 4-bob " ]
+}
+
+@test "broker: queued jobs wait in the same line as run --wait, and status shows them" {
+	gm_user alice
+	gm_user bob
+	gpus 1
+	start_daemon
+	install -m 666 /dev/null "$SHARED/order"
+	as_user alice mkdir -m 700 "$SHARED/aq"
+	bg holder - gpuman run -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	# alice submits first, bob's run --wait comes after, alice's second after that
+	GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman submit -- sh -c "echo 1-alice-queued >>'$SHARED/order'"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	bg w bob gpuman run --wait -- sh -c "echo 2-bob-run >>'$SHARED/order'"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 2 ]'
+	run -0 gpuman status --json
+	[ "$(jqr '[.waiters[].user] | join(",")')" = gmtest-alice,gmtest-bob ]
+	[[ "$(jqr '.waiters[0].command')" == *"1-alice-queued"* ]]
+	kill -9 "$(cat "$SHARED/pids/holder")" "$(awk '/^start/ {print $2}' "$SHARED/rec")"
+	wait_lines 2 "$SHARED/order"
+	[ "$(tr '\n' ' ' <"$SHARED/order")" = "1-alice-queued 2-bob-run " ]
+	run -0 env GPUMAN_QUEUE_DIR=$SHARED/aq setpriv --reuid=gmtest-alice --regid=gmtest-alice \
+		--clear-groups env HOME=/tmp PATH="$PATH" gpuman wait 1
 }
 
 @test "broker: garbage, stalled and silent clients do not hold up anybody" {
