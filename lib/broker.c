@@ -366,6 +366,10 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
+	if (req->mig[0])
+		return gm_fail(GM_ERR_INVALID, err, len,
+			       "--mig: MIG slices are not leased through the lease broker yet; "
+			       "GPUMAN_BROKER=off leases them in the registry");
 	if (keep) {
 		char *key = place_key(req, opts);
 
