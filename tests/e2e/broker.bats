@@ -122,7 +122,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	gpus 2
 	start_daemon
 	bg a - gpuman run -- $(job 60)
-	bg b - gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 1.5 --record "$SHARED/rec"
+	bg b - gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 4 --record "$SHARED/rec"
 	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 2 ]'
 	before=$(leases .id)
 	kill -9 "$DAEMON"
