@@ -36,10 +36,14 @@ gpus() { # gpus N - a machine of N empty GPUs that every user can read
 	export GPUMAN_SIM=$SHARED/gpus.json
 }
 
+# start_daemon - a broker of this test; returns once it serves (a killed
+# one's socket file is still there: wait for the new one's word).
 start_daemon() {
+	local n
+	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log" 2>/dev/null || true)
 	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
 	DAEMON=$!
-	wait_for '[ -S "$GPUMAN_BROKER" ]'
+	wait_for "[ \"\$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log' 2>/dev/null)\" -gt ${n:-0} ]"
 }
 
 # bg NAME USER CMD... - run CMD as gmtest-USER (or as this user for "-") in
