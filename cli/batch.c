@@ -42,10 +42,18 @@ int batch_option(struct cli *cli, int opt, const char *arg, void *data)
 		else if (parse_count(arg, &o->retries, err, sizeof err) < 0)
 			return cli_usage(cli, "--retries '%s': %s", arg, err);
 		return CLI_CONTINUE;
-	case OPT_LOG_DIR: o->log_dir = arg; return CLI_CONTINUE;
-	case OPT_DRY_RUN: o->dry_run = 1; return CLI_CONTINUE;
-	case OPT_RESUME: o->resume = 1; return CLI_CONTINUE;
-	case OPT_PROGRESS: o->progress = 1; return CLI_CONTINUE;
+	case OPT_LOG_DIR:
+		o->log_dir = arg;
+		return CLI_CONTINUE;
+	case OPT_DRY_RUN:
+		o->dry_run = 1;
+		return CLI_CONTINUE;
+	case OPT_RESUME:
+		o->resume = 1;
+		return CLI_CONTINUE;
+	case OPT_PROGRESS:
+		o->progress = 1;
+		return CLI_CONTINUE;
 	}
 	return -1;
 }
@@ -107,9 +115,11 @@ void draw(struct progress *p, const struct engine_counts *c, int force)
 
 	if (c->interrupting && !p->told_stop) {
 		p->told_stop = 1;
-		fprintf(stderr, "%sgpuman batch: stopping; %zu running task%s got SIGTERM (Ctrl-C "
-				"again to kill them)\n",
-			p->drawn && p->tty ? "\r\033[K" : "", c->running, c->running == 1 ? "" : "s");
+		fprintf(stderr,
+		        "%sgpuman batch: stopping; %zu running task%s got SIGTERM (Ctrl-C "
+		        "again to kill them)\n",
+		        p->drawn && p->tty ? "\r\033[K" : "", c->running,
+		        c->running == 1 ? "" : "s");
 	}
 	if (!p->on || (!force && now - p->last_ms < (p->tty ? 100 : 1000)))
 		return;
@@ -120,10 +130,11 @@ void draw(struct progress *p, const struct engine_counts *c, int force)
 
 		snprintf(eta, sizeof eta, ", ETA %s", fmt_duration(el, sizeof el, (int64_t)left));
 	}
-	snprintf(line, sizeof line, "gpuman batch: %zu/%zu done, %zu running, %zu failed, %zu queued, "
-				    "%s elapsed%s",
-		 c->done, p->total, c->running, c->failed + c->cancelled + c->interrupted, c->queued,
-		 fmt_duration(el, sizeof el, elapsed), eta);
+	snprintf(line, sizeof line,
+	         "gpuman batch: %zu/%zu done, %zu running, %zu failed, %zu queued, "
+	         "%s elapsed%s",
+	         c->done, p->total, c->running, c->failed + c->cancelled + c->interrupted,
+	         c->queued, fmt_duration(el, sizeof el, elapsed), eta);
 	if (p->tty)
 		fprintf(stderr, "\r\033[K%s", line);
 	else
@@ -139,7 +150,7 @@ void batch_progress(void *data, const struct engine_counts *c)
 void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed_ms)
 {
 	size_t c[JOB_STATE_COUNT];
-	struct engine_counts ec = { 0 };
+	struct engine_counts ec = {0};
 
 	if (!p->on || !p->drawn)
 		return;
@@ -159,8 +170,8 @@ void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed
 
 /* ---- the summary ------------------------------------------------------ */
 
-void print_summary(struct cli *cli, const struct job *jobs, size_t n,
-			  const struct gpu_tally *t, size_t nt)
+void print_summary(struct cli *cli, const struct job *jobs, size_t n, const struct gpu_tally *t,
+                   size_t nt)
 {
 	char dur[32], peak[32], util[16];
 
@@ -169,8 +180,9 @@ void print_summary(struct cli *cli, const struct job *jobs, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct job *j = &jobs[i];
 		const char *color = j->state == JOB_DONE ? c_green(cli)
-				    : j->state == JOB_QUEUED || j->state == JOB_RUNNING ? c_yellow(cli)
-											  : c_red(cli);
+		                    : j->state == JOB_QUEUED || j->state == JOB_RUNNING
+		                        ? c_yellow(cli)
+		                        : c_red(cli);
 
 		char *cmd = protocol_substitute(j->command, NULL, NULL, j->id);
 
@@ -178,7 +190,7 @@ void print_summary(struct cli *cli, const struct job *jobs, size_t n,
 		       job_state_name(j->state), c_reset(cli),
 		       j->gpus && j->state != JOB_QUEUED ? j->gpus : "-",
 		       fmt_duration(dur, sizeof dur,
-				    j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1),
+		                    j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1),
 		       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j), j->attempts,
 		       cmd ? cmd : j->command);
 		free(cmd);
@@ -194,12 +206,13 @@ void print_summary(struct cli *cli, const struct job *jobs, size_t n,
 		       fmt_duration(dur, sizeof dur, t[k].busy_ms));
 }
 
-int write_summary(const char *path, const char *file, const char *log_dir,
-			 const struct job *jobs, size_t n, const struct gpu_tally *t, size_t nt,
-			 int64_t started_ms, int64_t ended_ms)
+int write_summary(const char *path, const char *file, const char *log_dir, const struct job *jobs,
+                  size_t n, const struct gpu_tally *t, size_t nt, int64_t started_ms,
+                  int64_t ended_ms)
 {
-	json_t *o = json_object(), *tasks = json_array(), *gpus = json_array(), *counts = json_object();
-	size_t c[JOB_STATE_COUNT] = { 0 };
+	json_t *o = json_object(), *tasks = json_array(), *gpus = json_array(),
+	       *counts = json_object();
+	size_t c[JOB_STATE_COUNT] = {0};
 	char tmp[PATH_MAX + 80];
 	int rc;
 
@@ -219,7 +232,7 @@ int write_summary(const char *path, const char *file, const char *log_dir,
 	}
 	for (int s = 0; s < JOB_STATE_COUNT; s++)
 		json_object_set_new(counts, job_state_name((enum job_state)s),
-				    json_integer((json_int_t)c[s]));
+		                    json_integer((json_int_t)c[s]));
 	json_object_set_new(o, "file", json_string(file));
 	json_object_set_new(o, "log_dir", json_string(log_dir));
 	json_object_set_new(o, "start_ms", json_integer(started_ms));
@@ -295,7 +308,8 @@ static int aside_dir(int dir_fd, const struct job *old, size_t nold, char *name,
 		else
 			snprintf(name, len, "run-%s-%d", stamp, k);
 		if (mkdirat(dir_fd, name, 0700) == 0)
-			return openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			return openat(dir_fd, name,
+			              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (errno != EEXIST)
 			return -1;
 	}
@@ -306,7 +320,7 @@ static int aside_dir(int dir_fd, const struct job *old, size_t nold, char *name,
  * (same number, same line), and those still running; queue the rest.
  * Logs of tasks that run again, and the last summary, are set aside. */
 int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
-		  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped)
+                  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped)
 {
 	struct job *old = NULL;
 	size_t nold = 0;
@@ -330,7 +344,8 @@ int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, si
 	}
 	for (size_t i = 0; i < nold; i++) {
 		const struct job *j = &old[i];
-		int same = j->id >= 1 && (size_t)j->id <= n && !strcmp(j->command, t[j->id - 1].line);
+		int same =
+		    j->id >= 1 && (size_t)j->id <= n && !strcmp(j->command, t[j->id - 1].line);
 		const char *name = log_name(j->log, dir);
 		struct stat sb;
 
@@ -344,10 +359,11 @@ int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, si
 			if (aside_fd < 0)
 				aside_fd = aside_dir(dir_fd, old, nold, aside, sizeof aside);
 			if (aside_fd < 0 || renameat(dir_fd, name, aside_fd, name) < 0) {
-				snprintf(err, sizeof err,
-					 "cannot keep the last run's log '%.1500s' in '%.1500s/%s': "
-					 "%s (move it away yourself, or use another --log-dir)",
-					 j->log, dir, aside[0] ? aside : "run-*", strerror(errno));
+				snprintf(
+				    err, sizeof err,
+				    "cannot keep the last run's log '%.1500s' in '%.1500s/%s': "
+				    "%s (move it away yourself, or use another --log-dir)",
+				    j->log, dir, aside[0] ? aside : "run-*", strerror(errno));
 				goto failed;
 			}
 		}
@@ -355,10 +371,11 @@ int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, si
 			goto failed;
 	}
 	if (aside_fd >= 0) {
-		if (renameat(dir_fd, "summary.json", aside_fd, "summary.json") < 0 && errno != ENOENT)
+		if (renameat(dir_fd, "summary.json", aside_fd, "summary.json") < 0 &&
+		    errno != ENOENT)
 			unlinkat(dir_fd, "summary.json", 0);
 		fprintf(stderr, "gpuman batch: the last run's logs are kept in %s/%s\n", dir,
-			aside);
+		        aside);
 	} else {
 		unlinkat(dir_fd, "summary.json", 0);
 	}

@@ -18,18 +18,27 @@
 #include "safedir.h" /* make_dirs */
 
 /* The BATCH options; batch_option() handles them for cli_parse(). */
-enum { OPT_JOBS = OPT_CMD_BASE, OPT_RETRIES, OPT_LOG_DIR, OPT_DRY_RUN, OPT_RESUME, OPT_PROGRESS,
-       OPT_BATCH_END };
-#define BATCH_OPTIONS \
-	{ "jobs", required_argument, NULL, OPT_JOBS }, \
-	{ "retries", required_argument, NULL, OPT_RETRIES }, \
-	{ "log-dir", required_argument, NULL, OPT_LOG_DIR }, \
-	{ "dry-run", no_argument, NULL, OPT_DRY_RUN }, \
-	{ "resume", no_argument, NULL, OPT_RESUME }, \
-	{ "progress", no_argument, NULL, OPT_PROGRESS }
+enum {
+	OPT_JOBS = OPT_CMD_BASE,
+	OPT_RETRIES,
+	OPT_LOG_DIR,
+	OPT_DRY_RUN,
+	OPT_RESUME,
+	OPT_PROGRESS,
+	OPT_BATCH_END
+};
+#define BATCH_OPTIONS                                                                              \
+	{"jobs", required_argument, NULL, OPT_JOBS},                                               \
+	    {"retries", required_argument, NULL, OPT_RETRIES},                                     \
+	    {"log-dir", required_argument, NULL, OPT_LOG_DIR},                                     \
+	    {"dry-run", no_argument, NULL, OPT_DRY_RUN},                                           \
+	    {"resume", no_argument, NULL, OPT_RESUME},                                             \
+	{                                                                                          \
+		"progress", no_argument, NULL, OPT_PROGRESS                                        \
+	}
 
 struct batch_opts {
-	unsigned jobs;       /* -j; 0 no limit */
+	unsigned jobs; /* -j; 0 no limit */
 	unsigned retries;
 	const char *log_dir;
 	int dry_run, resume, progress;
@@ -40,7 +49,7 @@ int batch_option(struct cli *cli, int opt, const char *arg, void *data);
 
 /* The task file: each non-empty line that is not a comment is a task. */
 struct task {
-	int64_t n;        /* its number: 1, 2, ... over the non-comment lines */
+	int64_t n; /* its number: 1, 2, ... over the non-comment lines */
 	char *line;
 };
 int read_tasks(FILE *f, struct task **out, size_t *count);
@@ -56,13 +65,13 @@ void tasks_free(struct task *t, size_t n);
  * with errno otherwise. */
 int batch_private_entry(int dir_fd, const char *name, mode_t type);
 int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
-		  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped);
+                  const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped);
 
 /* The progress line on stderr. */
 struct progress {
 	int on, tty;
 	size_t total;
-	size_t done0, failed0;  /* already ended before this run */
+	size_t done0, failed0; /* already ended before this run */
 	int64_t last_ms;
 	int told_stop;
 	int drawn;
@@ -82,10 +91,10 @@ struct gpu_tally {
 	int64_t busy_ms;
 };
 void print_summary(struct cli *cli, const struct job *jobs, size_t n, const struct gpu_tally *t,
-		   size_t nt);
+                   size_t nt);
 int write_summary(const char *path, const char *file, const char *log_dir, const struct job *jobs,
-		  size_t n, const struct gpu_tally *t, size_t nt, int64_t started_ms,
-		  int64_t ended_ms);
+                  size_t n, const struct gpu_tally *t, size_t nt, int64_t started_ms,
+                  int64_t ended_ms);
 
 /* Slurm (cmd_batch_slurm.c): does this command line go to Slurm (--slurm,
  * or plain batch inside a multi-node allocation, or in salloc's shell on a

@@ -21,27 +21,27 @@ enum {
 };
 
 struct cli {
-	const char *cmd;            /* "pick", for messages */
+	const char *cmd; /* "pick", for messages */
 	int json;
-	int color;                  /* stdout is a terminal and NO_COLOR unset */
-	struct gm_request *req;     /* SELECT and RESERVE options */
-	int fallback_cpu;           /* --fallback cpu */
-	int no_framework_env;       /* --no-framework-env */
-	const char *format;         /* --format, for pick */
-	int proc_util;              /* snapshots read per-process utilization */
-	int clocks;                 /* and clocks (status, info, top, serve) */
+	int color;              /* stdout is a terminal and NO_COLOR unset */
+	struct gm_request *req; /* SELECT and RESERVE options */
+	int fallback_cpu;       /* --fallback cpu */
+	int no_framework_env;   /* --no-framework-env */
+	const char *format;     /* --format, for pick */
+	int proc_util;          /* snapshots read per-process utilization */
+	int clocks;             /* and clocks (status, info, top, serve) */
 };
 
 struct cmd_entry {
 	const char *name;
-	const char *summary;        /* one line for `gpuman --help` */
-	const char *usage;          /* full text for `gpuman NAME --help` */
+	const char *summary; /* one line for `gpuman --help` */
+	const char *usage;   /* full text for `gpuman NAME --help` */
 	int (*exec)(struct cli *cli, int argc, char **argv);
 };
 
 extern const struct cmd_entry cmd_status, cmd_info, cmd_ps, cmd_pick, cmd_run;
 extern const struct cmd_entry cmd_batch, cmd_submit, cmd_queue, cmd_cancel, cmd_logs, cmd_wait,
-	cmd_dispatcher, cmd_serve, cmd_waste, cmd_top;
+    cmd_dispatcher, cmd_serve, cmd_waste, cmd_top;
 extern const struct cmd_entry cmd_complete, cmd_daemon;
 /* The command table of cli/gpuman.c (completion and man pages read it). */
 const struct cmd_entry *const *cli_commands(size_t *count);
@@ -52,28 +52,46 @@ const struct cmd_entry *const *cli_commands(size_t *count);
  * not handle itself to cli_common_option().
  */
 enum {
-	OPT_JSON = 1000, OPT_SIM, OPT_HELP, OPT_BY, OPT_MIN_FREE, OPT_MAX_UTIL, OPT_ONLY,
-	OPT_EXCLUDE, OPT_EXCLUSIVE, OPT_MEM, OPT_IDLE, OPT_WAIT, OPT_FALLBACK, OPT_FORMAT,
-	OPT_NO_FRAMEWORK_ENV, OPT_MIG, OPT_CMD_BASE = 1100
+	OPT_JSON = 1000,
+	OPT_SIM,
+	OPT_HELP,
+	OPT_BY,
+	OPT_MIN_FREE,
+	OPT_MAX_UTIL,
+	OPT_ONLY,
+	OPT_EXCLUDE,
+	OPT_EXCLUSIVE,
+	OPT_MEM,
+	OPT_IDLE,
+	OPT_WAIT,
+	OPT_FALLBACK,
+	OPT_FORMAT,
+	OPT_NO_FRAMEWORK_ENV,
+	OPT_MIG,
+	OPT_CMD_BASE = 1100
 };
-#define CLI_COMMON_OPTIONS \
-	{ "json", no_argument, NULL, OPT_JSON }, \
-	{ "sim", required_argument, NULL, OPT_SIM }, \
-	{ "help", no_argument, NULL, OPT_HELP }
-#define CLI_SELECT_OPTIONS \
-	{ "by", required_argument, NULL, OPT_BY }, \
-	{ "min-free", required_argument, NULL, OPT_MIN_FREE }, \
-	{ "max-util", required_argument, NULL, OPT_MAX_UTIL }, \
-	{ "only", required_argument, NULL, OPT_ONLY }, \
-	{ "exclude", required_argument, NULL, OPT_EXCLUDE }, \
-	{ "mig", required_argument, NULL, OPT_MIG }
-#define CLI_RESERVE_OPTIONS \
-	{ "exclusive", no_argument, NULL, OPT_EXCLUSIVE }, \
-	{ "mem", required_argument, NULL, OPT_MEM }, \
-	{ "idle", no_argument, NULL, OPT_IDLE }, \
-	{ "wait", optional_argument, NULL, OPT_WAIT }, \
-	{ "fallback", required_argument, NULL, OPT_FALLBACK }, \
-	{ "no-framework-env", no_argument, NULL, OPT_NO_FRAMEWORK_ENV }
+#define CLI_COMMON_OPTIONS                                                                         \
+	{"json", no_argument, NULL, OPT_JSON}, {"sim", required_argument, NULL, OPT_SIM},          \
+	{                                                                                          \
+		"help", no_argument, NULL, OPT_HELP                                                \
+	}
+#define CLI_SELECT_OPTIONS                                                                         \
+	{"by", required_argument, NULL, OPT_BY},                                                   \
+	    {"min-free", required_argument, NULL, OPT_MIN_FREE},                                   \
+	    {"max-util", required_argument, NULL, OPT_MAX_UTIL},                                   \
+	    {"only", required_argument, NULL, OPT_ONLY},                                           \
+	    {"exclude", required_argument, NULL, OPT_EXCLUDE},                                     \
+	{                                                                                          \
+		"mig", required_argument, NULL, OPT_MIG                                            \
+	}
+#define CLI_RESERVE_OPTIONS                                                                        \
+	{"exclusive", no_argument, NULL, OPT_EXCLUSIVE},                                           \
+	    {"mem", required_argument, NULL, OPT_MEM}, {"idle", no_argument, NULL, OPT_IDLE},      \
+	    {"wait", optional_argument, NULL, OPT_WAIT},                                           \
+	    {"fallback", required_argument, NULL, OPT_FALLBACK},                                   \
+	{                                                                                          \
+		"no-framework-env", no_argument, NULL, OPT_NO_FRAMEWORK_ENV                        \
+	}
 /* Short options of SELECT: -n N. */
 #define CLI_SELECT_SHORT "n:"
 
@@ -90,12 +108,12 @@ enum {
  * exit with (0 after --help, 2 after a usage error, already reported).
  */
 int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
-	      const char *shortopts, const struct option *longopts,
-	      int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data);
+              const char *shortopts, const struct option *longopts,
+              int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data);
 
 /* "gpuman CMD: message" on stderr; returns status. */
 int cli_error(struct cli *cli, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* A usage error: the message, then where to read more; returns 2. */
 int cli_usage(struct cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -135,9 +153,9 @@ struct cli_look {
 };
 void cli_look_release(struct cli_look *look);
 int cli_look_with(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
-		  const char *shortopts, const struct option *own_opts,
-		  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,
-		  struct cli_look *look);
+                  const char *shortopts, const struct option *own_opts,
+                  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,
+                  struct cli_look *look);
 /* Only the snapshot and leases, options already parsed (a refresh). */
 int cli_look_take(struct cli *cli, struct cli_look *look);
 
@@ -155,14 +173,14 @@ long *cli_proc_leases(const struct cli_look *look);
 struct waste_report;
 struct waste_opts;
 int cli_waste(struct cli *cli, const struct cli_look *look, struct waste_opts *opts,
-	      struct waste_report *rep);
+              struct waste_report *rep);
 /* The report as a JSON array of findings (new reference). */
 struct json_t *cli_waste_json(const struct cli_look *look, const struct waste_opts *opts,
-			      const struct waste_report *rep);
+                              const struct waste_report *rep);
 
 /* The findings for people, grouped per user (cmd_waste.c). */
 void cli_waste_print(const struct cli *cli, const struct cli_look *look,
-		     const struct waste_opts *opts, const struct waste_report *rep);
+                     const struct waste_opts *opts, const struct waste_report *rep);
 
 /* Another user's text, escaped for the terminal (text_printable) into a
  * buffer of CLI_SAFE_SIZE; for printf arguments. */

@@ -32,7 +32,7 @@
 #include "util.h"
 
 static void tally(const struct job *jobs, size_t n, const struct gm_snapshot *snap,
-		  struct gpu_tally **out, size_t *count)
+                  struct gpu_tally **out, size_t *count)
 {
 	struct gpu_tally *t = calloc(snap ? snap->gpu_count + 1 : 1, sizeof *t);
 	size_t nt = 0;
@@ -68,7 +68,7 @@ static void tally(const struct job *jobs, size_t n, const struct gm_snapshot *sn
 }
 
 static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct batch_opts *o,
-		   const char *dir)
+                   const char *dir)
 {
 	char req[256], *json = engine_request_json(cli->req, cli->no_framework_env);
 
@@ -111,9 +111,9 @@ static int never_fits(struct cli *cli, struct gm_context *ctx)
 		while (n && explain[n - 1] == '\n')
 			explain[--n] = '\0';
 		status = cli_error(cli, EXIT_UNAVAILABLE,
-				   "no GPU of this machine can ever meet the request; no task "
-				   "was run%s%s",
-				   n ? "\n" : "", n ? explain : "");
+		                   "no GPU of this machine can ever meet the request; no task "
+		                   "was run%s%s",
+		                   n ? "\n" : "", n ? explain : "");
 	}
 	free(indices);
 	free(explain);
@@ -124,10 +124,8 @@ static int never_fits(struct cli *cli, struct gm_context *ctx)
 static int batch_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, BATCH_OPTIONS,
-		{ 0 }
-	};
-	struct batch_opts o = { 0 };
+	    CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, BATCH_OPTIONS, {0}};
+	struct batch_opts o = {0};
 	struct task *tasks = NULL;
 	size_t ntasks = 0, skipped = 0, njobs = 0, nt = 0;
 	struct job *jobs = NULL;
@@ -137,7 +135,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	struct registry *reg = NULL;
 	struct gm_snapshot *snap = NULL;
 	struct engine_config cfg;
-	struct progress prog = { 0 };
+	struct progress prog = {0};
 	enum engine_result res = ENGINE_ERROR;
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE];
 	const char *file;
@@ -148,14 +146,15 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	if (batch_wants_slurm(argc, argv))
 		return batch_slurm_exec(cli, &cmd_batch, argc, argv);
 	status = cli_parse(cli, &cmd_batch, argc, argv, CLI_SELECT_SHORT "j:", longopts,
-			   batch_option, &o);
+	                   batch_option, &o);
 	if (status != CLI_CONTINUE)
 		return status;
 	if (optind + 1 != argc)
-		return cli_usage(cli, optind >= argc ? "which task file? (gpuman batch FILE, or - for "
-						       "stdin)"
-						     : "one task file only ('%s' is extra)",
-				 optind < argc ? argv[optind + 1] : "");
+		return cli_usage(cli,
+		                 optind >= argc ? "which task file? (gpuman batch FILE, or - for "
+		                                  "stdin)"
+		                                : "one task file only ('%s' is extra)",
+		                 optind < argc ? argv[optind + 1] : "");
 	if (cli->fallback_cpu)
 		return cli_usage(cli, "--fallback cpu does not apply to batch");
 	file = argv[optind];
@@ -175,8 +174,8 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 		char copy[PATH_MAX];
 
 		snprintf(copy, sizeof copy, "%s", file);
-		snprintf(path, sizeof path, "gpuman-logs/%s", strcmp(file, "-") ? basename(copy)
-										 : "stdin");
+		snprintf(path, sizeof path, "gpuman-logs/%s",
+		         strcmp(file, "-") ? basename(copy) : "stdin");
 	}
 	if (o.dry_run) {
 		status = dry_run(cli, tasks, ntasks, &o, path);
@@ -184,13 +183,14 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (!ntasks) {
 		cli_error(cli, 0, "'%s' has no tasks (one command per line; # starts a comment)",
-			  file);
+		          file);
 		status = EXIT_OK;
 		goto done;
 	}
 	/* Before any directory is made: a request that no GPU of this machine
 	 * can ever meet ends here, as run's does, rather than wait for ever. */
-	if (gm_open(&ctx, err, sizeof err) != GM_OK || registry_open(&reg, err, sizeof err) != GM_OK) {
+	if (gm_open(&ctx, err, sizeof err) != GM_OK ||
+	    registry_open(&reg, err, sizeof err) != GM_OK) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
@@ -210,10 +210,10 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	lock_fd = openat(dir_fd, "batch.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		status = cli_error(cli, EXIT_FAIL,
-				   lock_fd < 0 ? "'%s': cannot open its lock"
-					       : "another gpuman batch is running in '%s' (use "
-						 "--log-dir for a second one)",
-				   dir);
+		                   lock_fd < 0 ? "'%s': cannot open its lock"
+		                               : "another gpuman batch is running in '%s' (use "
+		                                 "--log-dir for a second one)",
+		                   dir);
 		goto done;
 	}
 	if (batch_private_entry(dir_fd, "jobs.db", S_IFREG) < 0) {
@@ -229,8 +229,8 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	if (status != EXIT_OK)
 		goto done;
 	if (skipped)
-		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n", skipped,
-			ntasks);
+		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n",
+		        skipped, ntasks);
 
 	prog.tty = isatty(STDERR_FILENO);
 	prog.on = prog.tty || o.progress;
@@ -267,7 +267,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	tally(jobs, njobs, snap, &t, &nt);
 	snprintf(path, sizeof path, "%s/summary.json", dir);
 	if (write_summary(path, strcmp(file, "-") ? file : "-", dir, jobs, njobs, t, nt, started,
-			  ended) < 0)
+	                  ended) < 0)
 		cli_error(cli, 0, "warning: cannot write '%s'", path);
 	if (cli->json) {
 		json_t *sum = json_load_file(path, 0, NULL);
@@ -278,14 +278,14 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 		print_summary(cli, jobs, njobs, t, nt);
 	}
 	{
-		size_t c[JOB_STATE_COUNT] = { 0 };
+		size_t c[JOB_STATE_COUNT] = {0};
 
 		for (size_t i = 0; i < njobs; i++)
 			c[jobs[i].state]++;
 		FILE *out = cli->json ? stderr : stdout;
 
 		fprintf(out, "%s%zu task%s: %zu done", cli->json ? "gpuman batch: " : "\n", njobs,
-			njobs == 1 ? "" : "s", c[JOB_DONE]);
+		        njobs == 1 ? "" : "s", c[JOB_DONE]);
 		if (c[JOB_FAILED])
 			fprintf(out, ", %s%zu failed%s", c_red(cli), c[JOB_FAILED], c_reset(cli));
 		if (c[JOB_INTERRUPTED])
@@ -318,72 +318,72 @@ done:
 }
 
 const struct cmd_entry cmd_batch = {
-	"batch", "run the lines of a file as tasks on GPUs as they free up",
-	"usage: gpuman batch [SELECT] [RESERVE] [BATCH] FILE|-\n"
-	"\n"
-	"Each non-empty line of FILE (- reads stdin) that does not start with # is a\n"
-	"task: a command line, run by /bin/sh when it uses shell syntax, directly\n"
-	"otherwise.  Tasks start in file order as soon as GPUs that fit are free:\n"
-	"GPUs are leased as 'gpuman run' leases them, so other users and their jobs\n"
-	"are respected, and a fast GPU simply takes more tasks than a slow one.  Near\n"
-	"the end, a slow GPU is left idle when a faster one, by the durations measured\n"
-	"so far, will finish the task sooner.\n"
-	"\n"
-	"In a line, {gpu} becomes the task's GPUs (NVML indices, comma separated),\n"
-	"{uuid} their UUIDs, {task} the task's number (1 for the first task).  Each\n"
-	"task also gets CUDA_VISIBLE_DEVICES, GPUMAN_GPUS, GPUMAN_LEASE and GPUMAN_TASK.\n"
-	"\n"
-	"A task that fails with a CUDA out-of-memory error is requeued (up to 3 times)\n"
-	"for a GPU with more free memory than the one it ran out of, and that GPU\n"
-	"gets no further task of the batch until it has more free memory than then.\n"
-	"\n"
-	"batch:\n"
-	"  -j, --jobs N       at most N tasks at once (default: as many as GPUs allow)\n"
-	"  --retries N        run a failed task again, up to N times (default 0)\n"
-	"  --log-dir DIR      task-N.log (stdout and stderr), summary.json and the\n"
-	"                     task store (default gpuman-logs/<FILE's name or stdin>);\n"
-	"                     private (0700, logs 0600), refused if another user owns\n"
-	"                     or can write it or a directory on the way; the logs of\n"
-	"                     tasks that run again are kept in DIR/run-<time>/\n"
-	"  --resume           run only the tasks that have not succeeded yet (same\n"
-	"                     number, same line) in an earlier run with this log dir\n"
-	"  --dry-run          print the tasks and what they ask; run nothing\n"
-	"  --progress         the progress line even when stderr is not a terminal\n"
-	"  --json             the summary as JSON (as summary.json) instead of the table\n"
-	"\n" SELECT_HELP
-	"\n"
-	"reserve (per task):\n"
-	"  --exclusive        nobody else is placed on the GPU (default)\n"
-	"  --mem SIZE         share the GPU: SIZE counts against its free memory\n"
-	"  --idle             only GPUs with no process at all\n"
-	"  --no-framework-env with --mem: no framework memory variables\n"
-	"Tasks always wait for their GPUs; --wait is accepted and changes nothing.\n"
-	"\n"
-	"On a terminal a progress line shows done, running, failed and queued tasks\n"
-	"and an ETA.  At the end, a summary: per task its state, GPUs, duration, peak\n"
-	"GPU memory and mean GPU utilization (sampled once a second from NVML; '-' for\n"
-	"tasks shorter than a sample), then per GPU the tasks it ran and its busy time.\n"
-	"Ctrl-C stops launching and sends SIGTERM to the running tasks, which are\n"
-	"recorded as interrupted; a second Ctrl-C kills them.  A task ends whole:\n"
-	"whatever it left running is killed before it is recorded.\n"
-	"\n"
-	"Exit status: 0 every task succeeded, 1 some did not, 2 usage, 75 no GPU of\n"
-	"this machine can ever meet the request (before any log directory is made),\n"
-	"130 Ctrl-C.\n"
-	"\n"
-	"Slurm (see the README): --slurm runs the tasks as srun steps in a Slurm\n"
-	"allocation, which gpuman makes with salloc (-N N, -p PARTITION, -A ACCOUNT,\n"
-	"-t TIME, -C CONSTRAINT, --qos Q, --gres gpu[:TYPE]:N per node, --salloc-arg\n"
-	"ARG) or, inside one (salloc's shell, an sbatch script), uses; plain batch\n"
-	"inside a multi-node allocation does the same.  --srun-arg ARG and\n"
-	"--task-time T go to every step.  A task out of memory is requeued for\n"
-	"another GPU type of the allocation; one killed by a node failure or\n"
-	"preemption runs again.\n"
-	"\n"
-	"examples:\n"
-	"  gpuman batch sweep.txt\n"
-	"  gpuman batch -n 2 --min-free 20G --retries 1 sweep.txt\n"
-	"  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n"
-	"  gpuman batch --slurm -N 4 --gres=gpu:a100:2,gpu:t4:2 -t 2:00:00 sweep.txt\n",
-	batch_exec,
+    "batch",
+    "run the lines of a file as tasks on GPUs as they free up",
+    "usage: gpuman batch [SELECT] [RESERVE] [BATCH] FILE|-\n"
+    "\n"
+    "Each non-empty line of FILE (- reads stdin) that does not start with # is a\n"
+    "task: a command line, run by /bin/sh when it uses shell syntax, directly\n"
+    "otherwise.  Tasks start in file order as soon as GPUs that fit are free:\n"
+    "GPUs are leased as 'gpuman run' leases them, so other users and their jobs\n"
+    "are respected, and a fast GPU simply takes more tasks than a slow one.  Near\n"
+    "the end, a slow GPU is left idle when a faster one, by the durations measured\n"
+    "so far, will finish the task sooner.\n"
+    "\n"
+    "In a line, {gpu} becomes the task's GPUs (NVML indices, comma separated),\n"
+    "{uuid} their UUIDs, {task} the task's number (1 for the first task).  Each\n"
+    "task also gets CUDA_VISIBLE_DEVICES, GPUMAN_GPUS, GPUMAN_LEASE and GPUMAN_TASK.\n"
+    "\n"
+    "A task that fails with a CUDA out-of-memory error is requeued (up to 3 times)\n"
+    "for a GPU with more free memory than the one it ran out of, and that GPU\n"
+    "gets no further task of the batch until it has more free memory than then.\n"
+    "\n"
+    "batch:\n"
+    "  -j, --jobs N       at most N tasks at once (default: as many as GPUs allow)\n"
+    "  --retries N        run a failed task again, up to N times (default 0)\n"
+    "  --log-dir DIR      task-N.log (stdout and stderr), summary.json and the\n"
+    "                     task store (default gpuman-logs/<FILE's name or stdin>);\n"
+    "                     private (0700, logs 0600), refused if another user owns\n"
+    "                     or can write it or a directory on the way; the logs of\n"
+    "                     tasks that run again are kept in DIR/run-<time>/\n"
+    "  --resume           run only the tasks that have not succeeded yet (same\n"
+    "                     number, same line) in an earlier run with this log dir\n"
+    "  --dry-run          print the tasks and what they ask; run nothing\n"
+    "  --progress         the progress line even when stderr is not a terminal\n"
+    "  --json             the summary as JSON (as summary.json) instead of the table\n"
+    "\n" SELECT_HELP "\n"
+    "reserve (per task):\n"
+    "  --exclusive        nobody else is placed on the GPU (default)\n"
+    "  --mem SIZE         share the GPU: SIZE counts against its free memory\n"
+    "  --idle             only GPUs with no process at all\n"
+    "  --no-framework-env with --mem: no framework memory variables\n"
+    "Tasks always wait for their GPUs; --wait is accepted and changes nothing.\n"
+    "\n"
+    "On a terminal a progress line shows done, running, failed and queued tasks\n"
+    "and an ETA.  At the end, a summary: per task its state, GPUs, duration, peak\n"
+    "GPU memory and mean GPU utilization (sampled once a second from NVML; '-' for\n"
+    "tasks shorter than a sample), then per GPU the tasks it ran and its busy time.\n"
+    "Ctrl-C stops launching and sends SIGTERM to the running tasks, which are\n"
+    "recorded as interrupted; a second Ctrl-C kills them.  A task ends whole:\n"
+    "whatever it left running is killed before it is recorded.\n"
+    "\n"
+    "Exit status: 0 every task succeeded, 1 some did not, 2 usage, 75 no GPU of\n"
+    "this machine can ever meet the request (before any log directory is made),\n"
+    "130 Ctrl-C.\n"
+    "\n"
+    "Slurm (see the README): --slurm runs the tasks as srun steps in a Slurm\n"
+    "allocation, which gpuman makes with salloc (-N N, -p PARTITION, -A ACCOUNT,\n"
+    "-t TIME, -C CONSTRAINT, --qos Q, --gres gpu[:TYPE]:N per node, --salloc-arg\n"
+    "ARG) or, inside one (salloc's shell, an sbatch script), uses; plain batch\n"
+    "inside a multi-node allocation does the same.  --srun-arg ARG and\n"
+    "--task-time T go to every step.  A task out of memory is requeued for\n"
+    "another GPU type of the allocation; one killed by a node failure or\n"
+    "preemption runs again.\n"
+    "\n"
+    "examples:\n"
+    "  gpuman batch sweep.txt\n"
+    "  gpuman batch -n 2 --min-free 20G --retries 1 sweep.txt\n"
+    "  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n"
+    "  gpuman batch --slurm -N 4 --gres=gpu:a100:2,gpu:t4:2 -t 2:00:00 sweep.txt\n",
+    batch_exec,
 };

@@ -37,18 +37,29 @@
 #include "slurm.h"
 #include "util.h"
 
-enum { OPT_SLURM = OPT_BATCH_END + 1, OPT_PARTITION, OPT_ACCOUNT, OPT_TIME, OPT_CONSTRAINT,
-       OPT_QOS, OPT_GRES, OPT_NODES, OPT_SALLOC_ARG, OPT_SRUN_ARG, OPT_TASK_TIME };
+enum {
+	OPT_SLURM = OPT_BATCH_END + 1,
+	OPT_PARTITION,
+	OPT_ACCOUNT,
+	OPT_TIME,
+	OPT_CONSTRAINT,
+	OPT_QOS,
+	OPT_GRES,
+	OPT_NODES,
+	OPT_SALLOC_ARG,
+	OPT_SRUN_ARG,
+	OPT_TASK_TIME
+};
 
 #define MAX_ARGS 48
 
 struct slurm_opts {
 	struct batch_opts b;
-	char *alloc[MAX_ARGS];  /* salloc options: -N, -p, ... (owned) */
+	char *alloc[MAX_ARGS]; /* salloc options: -N, -p, ... (owned) */
 	size_t nalloc;
-	char *step[MAX_ARGS];   /* extra srun options (owned) */
+	char *step[MAX_ARGS]; /* extra srun options (owned) */
 	size_t nstep;
-	const char *gres;       /* --gres per node, for --ntasks-per-node */
+	const char *gres; /* --gres per node, for --ntasks-per-node */
 	int nodes_given;
 };
 
@@ -72,29 +83,40 @@ static int slurm_option(struct cli *cli, int opt, const char *arg, void *data)
 	if (rc != -1)
 		return rc;
 	switch (opt) {
-	case OPT_SLURM: return CLI_CONTINUE;
+	case OPT_SLURM:
+		return CLI_CONTINUE;
 	case 'N':
 	case OPT_NODES:
 		o->nodes_given = 1;
 		return add_arg(cli, o->alloc, &o->nalloc, "--nodes=%s", arg);
 	case 'p':
-	case OPT_PARTITION: return add_arg(cli, o->alloc, &o->nalloc, "--partition=%s", arg);
+	case OPT_PARTITION:
+		return add_arg(cli, o->alloc, &o->nalloc, "--partition=%s", arg);
 	case 'A':
-	case OPT_ACCOUNT: return add_arg(cli, o->alloc, &o->nalloc, "--account=%s", arg);
+	case OPT_ACCOUNT:
+		return add_arg(cli, o->alloc, &o->nalloc, "--account=%s", arg);
 	case 't':
-	case OPT_TIME: return add_arg(cli, o->alloc, &o->nalloc, "--time=%s", arg);
+	case OPT_TIME:
+		return add_arg(cli, o->alloc, &o->nalloc, "--time=%s", arg);
 	case 'C':
-	case OPT_CONSTRAINT: return add_arg(cli, o->alloc, &o->nalloc, "--constraint=%s", arg);
-	case OPT_QOS: return add_arg(cli, o->alloc, &o->nalloc, "--qos=%s", arg);
+	case OPT_CONSTRAINT:
+		return add_arg(cli, o->alloc, &o->nalloc, "--constraint=%s", arg);
+	case OPT_QOS:
+		return add_arg(cli, o->alloc, &o->nalloc, "--qos=%s", arg);
 	case OPT_GRES:
 		if (strncmp(arg, "gpu", 3))
-			return cli_usage(cli, "--gres '%s': gpuman asks for GPUs (gpu:N or "
-					      "gpu:TYPE:N per node, several joined by commas)", arg);
+			return cli_usage(cli,
+			                 "--gres '%s': gpuman asks for GPUs (gpu:N or "
+			                 "gpu:TYPE:N per node, several joined by commas)",
+			                 arg);
 		o->gres = arg;
 		return add_arg(cli, o->alloc, &o->nalloc, "--gres=%s", arg);
-	case OPT_SALLOC_ARG: return add_arg(cli, o->alloc, &o->nalloc, "%s", arg);
-	case OPT_SRUN_ARG: return add_arg(cli, o->step, &o->nstep, "%s", arg);
-	case OPT_TASK_TIME: return add_arg(cli, o->step, &o->nstep, "--time=%s", arg);
+	case OPT_SALLOC_ARG:
+		return add_arg(cli, o->alloc, &o->nalloc, "%s", arg);
+	case OPT_SRUN_ARG:
+		return add_arg(cli, o->step, &o->nstep, "%s", arg);
+	case OPT_TASK_TIME:
+		return add_arg(cli, o->step, &o->nstep, "--time=%s", arg);
 	}
 	return -1;
 }
@@ -132,9 +154,10 @@ static void node_table(struct cli *cli, const struct job *jobs, size_t n, json_t
 			json_t *g = json_object();
 			char *colon = strrchr(rows[k].where, ':');
 
-			json_object_set_new(g, "node", json_stringn(rows[k].where,
-								    colon ? (size_t)(colon - rows[k].where)
-									  : strlen(rows[k].where)));
+			json_object_set_new(
+			    g, "node",
+			    json_stringn(rows[k].where, colon ? (size_t)(colon - rows[k].where)
+			                                      : strlen(rows[k].where)));
 			json_object_set_new(g, "gpus", json_string(colon ? colon + 1 : ""));
 			json_object_set_new(g, "tasks", json_integer((json_int_t)rows[k].tasks));
 			json_object_set_new(g, "busy_ms", json_integer(rows[k].busy_ms));
@@ -154,8 +177,8 @@ static void task_nodes(json_t *tasks, const struct job *jobs, size_t n)
 		json_t *t = json_array_get(tasks, i), *gpus = json_array();
 		const char *w = jobs[i].gpus, *colon = w ? strrchr(w, ':') : NULL;
 
-		json_object_set_new(t, "node", colon ? json_stringn(w, (size_t)(colon - w))
-						     : json_null());
+		json_object_set_new(t, "node",
+		                    colon ? json_stringn(w, (size_t)(colon - w)) : json_null());
 		for (const char *p = colon ? colon + 1 : ""; *p && *p != '-';) {
 			json_t *g = json_object();
 
@@ -202,17 +225,19 @@ static int usage_checks(struct cli *cli, const struct task *t, size_t n)
 		if (!strcmp(key, "n") ||
 		    (!strcmp(key, "by") && !strcmp(json_string_value(v), "memory")))
 			continue; /* -n, and the default policy */
-		rc = cli_usage(cli, "--%s does not apply under Slurm: Slurm chooses each task's GPUs "
-				    "(whole GPUs; ask for a type with --gres=gpu:TYPE:N)",
-			       key);
+		rc = cli_usage(cli,
+		               "--%s does not apply under Slurm: Slurm chooses each task's GPUs "
+		               "(whole GPUs; ask for a type with --gres=gpu:TYPE:N)",
+		               key);
 		break;
 	}
 	json_decref(o);
 	for (size_t i = 0; rc == CLI_CONTINUE && i < n; i++)
 		if (strstr(t[i].line, "{uuid}"))
-			rc = cli_usage(cli, "task %lld uses {uuid}, which Slurm does not tell a "
-					    "step; use {gpu} (the GPUs' indices on their node)",
-				       (long long)t[i].n);
+			rc = cli_usage(cli,
+			               "task %lld uses {uuid}, which Slurm does not tell a "
+			               "step; use {gpu} (the GPUs' indices on their node)",
+			               (long long)t[i].n);
 	return rc;
 }
 
@@ -232,20 +257,22 @@ static unsigned request_gpus(struct cli *cli)
 int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, BATCH_OPTIONS,
-		{ "slurm", no_argument, NULL, OPT_SLURM },
-		{ "nodes", required_argument, NULL, OPT_NODES },
-		{ "partition", required_argument, NULL, OPT_PARTITION },
-		{ "account", required_argument, NULL, OPT_ACCOUNT },
-		{ "time", required_argument, NULL, OPT_TIME },
-		{ "constraint", required_argument, NULL, OPT_CONSTRAINT },
-		{ "qos", required_argument, NULL, OPT_QOS },
-		{ "gres", required_argument, NULL, OPT_GRES },
-		{ "salloc-arg", required_argument, NULL, OPT_SALLOC_ARG },
-		{ "srun-arg", required_argument, NULL, OPT_SRUN_ARG },
-		{ "task-time", required_argument, NULL, OPT_TASK_TIME },
-		{ 0 }
-	};
+	    CLI_COMMON_OPTIONS,
+	    CLI_SELECT_OPTIONS,
+	    CLI_RESERVE_OPTIONS,
+	    BATCH_OPTIONS,
+	    {"slurm", no_argument, NULL, OPT_SLURM},
+	    {"nodes", required_argument, NULL, OPT_NODES},
+	    {"partition", required_argument, NULL, OPT_PARTITION},
+	    {"account", required_argument, NULL, OPT_ACCOUNT},
+	    {"time", required_argument, NULL, OPT_TIME},
+	    {"constraint", required_argument, NULL, OPT_CONSTRAINT},
+	    {"qos", required_argument, NULL, OPT_QOS},
+	    {"gres", required_argument, NULL, OPT_GRES},
+	    {"salloc-arg", required_argument, NULL, OPT_SALLOC_ARG},
+	    {"srun-arg", required_argument, NULL, OPT_SRUN_ARG},
+	    {"task-time", required_argument, NULL, OPT_TASK_TIME},
+	    {0}};
 	struct slurm_opts o;
 	struct slurm_alloc alloc = SLURM_ALLOC_INIT;
 	struct engine_slurm sl;
@@ -255,7 +282,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	unsigned per_task;
 	struct task *tasks = NULL;
 	size_t ntasks = 0, skipped = 0;
-	struct progress prog = { 0 };
+	struct progress prog = {0};
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE], tpn[48];
 	const char *file;
 	sigset_t mask, old;
@@ -274,11 +301,12 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	 * still stop the batch and cancel what it submitted. */
 	signal(SIGINT, SIG_DFL);
 	status = cli_parse(cli, cmd, argc, argv, CLI_SELECT_SHORT "j:N:p:A:t:C:", longopts,
-			   slurm_option, &o);
+	                   slurm_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
 	if (optind + 1 != argc) {
-		status = cli_usage(cli, "which task file? (gpuman batch --slurm [SLURM-OPTIONS] FILE)");
+		status =
+		    cli_usage(cli, "which task file? (gpuman batch --slurm [SLURM-OPTIONS] FILE)");
 		goto done;
 	}
 	if (cli->fallback_cpu) {
@@ -308,7 +336,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 
 		snprintf(copy, sizeof copy, "%s", file);
 		snprintf(path, sizeof path, "gpuman-logs/%s",
-			 strcmp(file, "-") ? basename(copy) : "stdin");
+		         strcmp(file, "-") ? basename(copy) : "stdin");
 	}
 	/* Our own allocation: as many task slots per node as GPUs, so that
 	 * every GPU can run a step at once (one CPU each). */
@@ -324,8 +352,8 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 			printf("%5lld  %s\n", (long long)tasks[i].n, line ? line : "?");
 			free(line);
 		}
-		printf("%zu task%s, %u GPU%s each, as srun steps in ", ntasks, ntasks == 1 ? "" : "s",
-		       per_task, per_task == 1 ? "" : "s");
+		printf("%zu task%s, %u GPU%s each, as srun steps in ", ntasks,
+		       ntasks == 1 ? "" : "s", per_task, per_task == 1 ? "" : "s");
 		if (batch_in_allocation() || (getenv("SLURM_JOB_ID") && o.nalloc == 2 && !o.gres))
 			printf("Slurm job %s\n", getenv("SLURM_JOB_ID"));
 		else
@@ -336,7 +364,8 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		goto done;
 	}
 	if (!ntasks) {
-		cli_error(cli, 0, "'%s' has no tasks (one command per line; # starts a comment)", file);
+		cli_error(cli, 0, "'%s' has no tasks (one command per line; # starts a comment)",
+		          file);
 		status = EXIT_OK;
 		goto done;
 	}
@@ -357,9 +386,9 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		status = cli_error(cli, EXIT_FAIL,
-				   "another gpuman batch is running in '%s' (use --log-dir for a "
-				   "second one)",
-				   dir);
+		                   "another gpuman batch is running in '%s' (use --log-dir for a "
+		                   "second one)",
+		                   dir);
 		goto done;
 	}
 	snprintf(path, sizeof path, "%s/jobs.db", dir);
@@ -373,8 +402,8 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	snprintf(path, sizeof path, "%s/summary.json", dir);
 	unlink(path);
 	if (skipped)
-		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n", skipped,
-			ntasks);
+		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n",
+		        skipped, ntasks);
 
 	/* The allocation: the one we run in, unless Slurm options ask for
 	 * another; else a new one (salloc waits while it is pending; Ctrl-C
@@ -394,7 +423,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 
 			sigpending(&pend);
 			status = sigismember(&pend, SIGINT) ? 128 + SIGINT
-							    : cli_error(cli, EXIT_FAIL, "%s", err);
+			                                    : cli_error(cli, EXIT_FAIL, "%s", err);
 			if (alloc.job_id[0])
 				slurm_release(&alloc);
 			goto done;
@@ -402,9 +431,9 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	}
 	have_alloc = 1;
 	fprintf(stderr, "gpuman batch: Slurm job %s: %u node%s (%s), %u GPU%s (%s)%s\n",
-		alloc.job_id, alloc.nodes, alloc.nodes == 1 ? "" : "s", alloc.node_list, alloc.gpus,
-		alloc.gpus == 1 ? "" : "s", alloc.gres,
-		alloc.types[0].name[0] ? "" : "; steps take any of them");
+	        alloc.job_id, alloc.nodes, alloc.nodes == 1 ? "" : "s", alloc.node_list, alloc.gpus,
+	        alloc.gpus == 1 ? "" : "s", alloc.gres,
+	        alloc.types[0].name[0] ? "" : "; steps take any of them");
 	/* The tasks go through the engine, as locally: srun steps for leases. */
 	o.step[o.nstep] = NULL;
 	memset(&sl, 0, sizeof sl);
@@ -435,7 +464,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	/* the summary, as the local batch writes it, with nodes for GPUs */
 	{
 		struct job *jobs = NULL;
-		size_t njobs = 0, c[JOB_STATE_COUNT] = { 0 };
+		size_t njobs = 0, c[JOB_STATE_COUNT] = {0};
 		FILE *out = cli->json ? stderr : stdout;
 		json_t *sum;
 
@@ -453,8 +482,8 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 			task_nodes(json_object_get(sum, "tasks"), jobs, njobs);
 			json_object_set_new(sj, "job_id", json_string(alloc.job_id));
 			json_object_set_new(sj, "nodes", json_string(alloc.node_list));
-			json_object_set_new(sj, "ended", sl.ended[0] ? json_string(sl.ended)
-									: json_null());
+			json_object_set_new(sj, "ended",
+			                    sl.ended[0] ? json_string(sl.ended) : json_null());
 			json_object_set_new(sum, "slurm", sj);
 			json_dump_file(sum, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 			if (cli->json)
@@ -471,17 +500,18 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		if (sl.ended[0])
 			fprintf(out, "%s%s", cli->json ? "gpuman batch: " : "\n", sl.ended);
 		fprintf(out, "%s%zu task%s: %zu done", cli->json ? "gpuman batch: " : "\n", njobs,
-			njobs == 1 ? "" : "s", c[JOB_DONE]);
+		        njobs == 1 ? "" : "s", c[JOB_DONE]);
 		if (c[JOB_FAILED])
 			fprintf(out, ", %s%zu failed%s", c_red(cli), c[JOB_FAILED], c_reset(cli));
 		if (c[JOB_INTERRUPTED])
 			fprintf(out, ", %zu interrupted", c[JOB_INTERRUPTED]);
 		if (c[JOB_QUEUED] + c[JOB_RUNNING])
-			fprintf(out, ", %zu not run (--resume runs them)", c[JOB_QUEUED] + c[JOB_RUNNING]);
+			fprintf(out, ", %zu not run (--resume runs them)",
+			        c[JOB_QUEUED] + c[JOB_RUNNING]);
 		if (skipped)
 			fprintf(out, " (%zu from an earlier run)", skipped);
 		fprintf(out, ", in %s on Slurm job %s; logs and summary.json in %s\n",
-			fmt_duration(path, sizeof path, ended - started), alloc.job_id, dir);
+		        fmt_duration(path, sizeof path, ended - started), alloc.job_id, dir);
 		if (status != EXIT_FAIL)
 			status = c[JOB_DONE] == njobs ? EXIT_OK : EXIT_FAIL;
 		if (res == ENGINE_INTERRUPTED)

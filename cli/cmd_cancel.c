@@ -57,7 +57,8 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok
 	for (int tries = 0; tries < 5; tries++) {
 		rc = jobstore_get(q->store, id, 0, &job, err, sizeof err);
 		if (rc == GM_ERR_NOT_FOUND)
-			return cli_error(cli, EXIT_USAGE, "no job %lld in your queue", (long long)id);
+			return cli_error(cli, EXIT_USAGE, "no job %lld in your queue",
+			                 (long long)id);
 		if (rc != GM_OK)
 			return cli_error(cli, EXIT_FAIL, "%s", err);
 		if (job.state == JOB_QUEUED) {
@@ -67,8 +68,8 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok
 			upd.state = JOB_CANCELLED;
 			upd.reason = (char *)"cancelled before it started";
 			upd.end_ms = now_ms();
-			rc = jobstore_update(q->store, &upd, JOB_QUEUED, job.attempts, &changed, err,
-					     sizeof err);
+			rc = jobstore_update(q->store, &upd, JOB_QUEUED, job.attempts, &changed,
+			                     err, sizeof err);
 			upd.reason = NULL;
 			job_release(&job);
 			if (rc != GM_OK)
@@ -96,7 +97,7 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok
 		if (ended_ok)
 			return EXIT_OK;
 		return cli_error(cli, EXIT_FAIL, "job %lld has already ended (%s)", (long long)id,
-				 state);
+		                 state);
 	}
 	return cli_error(cli, EXIT_FAIL, "job %lld: could not cancel it, try again", (long long)id);
 }
@@ -139,15 +140,15 @@ static int note_live(void *data, const struct job *job)
  * the end of a running job could let the dispatcher start one of them. */
 static int cancel_all(struct cli *cli, struct queue *q)
 {
-	static const unsigned passes[] = { JOB_STATES(JOB_QUEUED), JOB_STATES(JOB_RUNNING) };
+	static const unsigned passes[] = {JOB_STATES(JOB_QUEUED), JOB_STATES(JOB_RUNNING)};
 	char err[GM_ERRBUF_SIZE];
 	int worst = EXIT_OK, stopped = 0, any = 0;
 
 	for (size_t p = 0; p < sizeof passes / sizeof *passes; p++) {
-		struct live_ids l = { NULL, 0, 0 };
+		struct live_ids l = {NULL, 0, 0};
 
 		if (jobstore_each(q->store, passes[p], note_live, &l, &stopped, err, sizeof err) !=
-			    GM_OK ||
+		        GM_OK ||
 		    stopped) {
 			free(l.ids);
 			return cli_error(cli, EXIT_FAIL, "%s", stopped ? "out of memory" : err);
@@ -170,8 +171,7 @@ static int cancel_all(struct cli *cli, struct queue *q)
 static int cancel_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, { "all", no_argument, NULL, OPT_ALL }, { 0 }
-	};
+	    CLI_COMMON_OPTIONS, {"all", no_argument, NULL, OPT_ALL}, {0}};
 	struct queue q;
 	char err[GM_ERRBUF_SIZE];
 	int status, worst = EXIT_OK, all = 0;
@@ -208,16 +208,17 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 #define GRACE_TEXT TEXT(PROTOCOL_CANCEL_GRACE_S)
 
 const struct cmd_entry cmd_cancel = {
-	"cancel", "cancel queued or running jobs",
-	"usage: gpuman cancel ID...\n"
-	"       gpuman cancel --all\n"
-	"\n"
-	"A queued job is removed from the queue (state cancelled).  A running job's\n"
-	"processes get SIGTERM, and SIGKILL " GRACE_TEXT " seconds later if they are still there;\n"
-	"it is recorded as cancelled with its exit status.\n"
-	"\n"
-	"  -a, --all   every queued job, then every running one\n"
-	"\n"
-	"Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
-	cancel_exec,
+    "cancel",
+    "cancel queued or running jobs",
+    "usage: gpuman cancel ID...\n"
+    "       gpuman cancel --all\n"
+    "\n"
+    "A queued job is removed from the queue (state cancelled).  A running job's\n"
+    "processes get SIGTERM, and SIGKILL " GRACE_TEXT " seconds later if they are still there;\n"
+    "it is recorded as cancelled with its exit status.\n"
+    "\n"
+    "  -a, --all   every queued job, then every running one\n"
+    "\n"
+    "Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
+    cancel_exec,
 };

@@ -22,19 +22,19 @@
 
 /* Operands by command; one row per command that takes any. */
 static const char *const operand_kinds[][2] = {
-	{ "info", "@gpus" },   { "batch", "@files" }, { "run", "@command" }, { "submit", "@command" },
-	{ "cancel", "@jobs" }, { "logs", "@jobs" },   { "wait", "@jobs" },   { "help", "@commands" },
+    {"info", "@gpus"},   {"batch", "@files"}, {"run", "@command"}, {"submit", "@command"},
+    {"cancel", "@jobs"}, {"logs", "@jobs"},   {"wait", "@jobs"},   {"help", "@commands"},
 };
 
 /* Option values; options not listed take a free-form value or none. */
 static const char *const option_values[][2] = {
-	{ "--by", "memory memory-rate power util index" },
-	{ "--format", "index uuid cuda" },
-	{ "--fallback", "cpu" },
-	{ "--only", "@gpus" },
-	{ "--exclude", "@gpus" },
-	{ "--sim", "@files" },
-	{ "--log-dir", "@dirs" },
+    {"--by", "memory memory-rate power util index"},
+    {"--format", "index uuid cuda"},
+    {"--fallback", "cpu"},
+    {"--only", "@gpus"},
+    {"--exclude", "@gpus"},
+    {"--sim", "@files"},
+    {"--log-dir", "@dirs"},
 };
 
 static const struct cmd_entry *find(const char *name)
@@ -69,7 +69,8 @@ static void print_options(const char *text, char *seen, size_t seen_len)
 			if (*p != '-' || (p > text && !strchr(" [|,", p[-1])))
 				continue;
 			if (p[1] == '-' && islower((unsigned char)p[2]))
-				for (len = 2; isalnum((unsigned char)p[len]) || p[len] == '-'; len++)
+				for (len = 2; isalnum((unsigned char)p[len]) || p[len] == '-';
+				     len++)
 					;
 			else if (isalpha((unsigned char)p[1]) && !isalnum((unsigned char)p[2]))
 				len = 2;
@@ -118,7 +119,8 @@ static int print_jobs(struct cli *cli)
 		return EXIT_FAIL;
 	if (jobstore_list(q.store, -1, 0, 0, &jobs, &n, err, sizeof err) == GM_OK) {
 		for (size_t i = 0; i < n; i++)
-			printf("%lld\t%s: %s\n", (long long)jobs[i].id, job_state_name(jobs[i].state),
+			printf("%lld\t%s: %s\n", (long long)jobs[i].id,
+			       job_state_name(jobs[i].state),
 			       jobs[i].command ? jobs[i].command : "");
 		jobstore_free_list(jobs, n);
 	}
@@ -170,11 +172,12 @@ static int complete_exec(struct cli *cli, int argc, char **argv)
 }
 
 const struct cmd_entry cmd_complete = {
-	"complete", NULL,
-	"usage: gpuman complete commands | options [CMD] | values OPTION | operands CMD\n"
-	"                       | gpus | jobs\n"
-	"\n"
-	"The words shell completion offers, one a line (WORD<TAB>description where\n"
-	"there is one).  Used by the bash, zsh and fish completion scripts.\n",
-	complete_exec,
+    "complete",
+    NULL,
+    "usage: gpuman complete commands | options [CMD] | values OPTION | operands CMD\n"
+    "                       | gpus | jobs\n"
+    "\n"
+    "The words shell completion offers, one a line (WORD<TAB>description where\n"
+    "there is one).  Used by the bash, zsh and fish completion scripts.\n",
+    complete_exec,
 };

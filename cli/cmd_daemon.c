@@ -777,8 +777,10 @@ static void serve_line(struct daemon *d, int fresh)
 		goto done;
 	for (c = d->line_head; c; c = next) {
 		struct policy_result res = POLICY_RESULT_INIT;
-		struct policy_input in = {
-			.snap = snap, .leases = placed.pl, .lease_count = placed.count, .held_for = held_for};
+		struct policy_input in = {.snap = snap,
+		                          .leases = placed.pl,
+		                          .lease_count = placed.count,
+		                          .held_for = held_for};
 		unsigned char *usable = usable_for(c, snap);
 		char *why;
 

@@ -75,8 +75,9 @@ static void tell_ends(void *data)
 		if (jobstore_get(q->store, ids[i], 1, &job, err, sizeof err) == GM_OK) {
 			if (notify_send(&job, err, sizeof err) < 0) {
 				stamp(when, sizeof when);
-				fprintf(stderr, "%s dispatcher %d: job %lld: cannot tell its end: %s\n",
-					when, (int)getpid(), (long long)ids[i], err);
+				fprintf(stderr,
+				        "%s dispatcher %d: job %lld: cannot tell its end: %s\n",
+				        when, (int)getpid(), (long long)ids[i], err);
 			}
 			job_release(&job);
 		}
@@ -92,7 +93,7 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	struct gm_context *ctx = NULL;
 	struct registry *reg = NULL;
 	char err[GM_ERRBUF_SIZE], runs[PATH_MAX + 32], logs[PATH_MAX + 32], events[PATH_MAX + 32],
-		when[32], pid[24];
+	    when[32], pid[24];
 	enum engine_result res;
 	int lock_fd = -1, status = EXIT_FAIL;
 
@@ -144,7 +145,8 @@ done:
 
 /* No summary: `gpuman --help` does not list it. */
 const struct cmd_entry cmd_dispatcher = {
-	"dispatcher", NULL,
-	"usage: gpuman dispatcher (started by gpuman submit, queue, wait and logs)\n",
-	dispatcher_exec,
+    "dispatcher",
+    NULL,
+    "usage: gpuman dispatcher (started by gpuman submit, queue, wait and logs)\n",
+    dispatcher_exec,
 };

@@ -12,7 +12,7 @@
 
 /* "1503 MHz (max 1582 MHz)", or what of it the GPU reports. */
 static void print_clock(const char *label, const struct gm_gpu *g, enum gm_gpu_value now,
-			enum gm_gpu_value max)
+                        enum gm_gpu_value max)
 {
 	int64_t v, m;
 	int has_v = gm_gpu_value(g, now, &v), has_m = gm_gpu_value(g, max, &m);
@@ -43,11 +43,12 @@ static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, siz
 	ROW("uuid", "%s", uuid[0] ? uuid : "unknown");
 	ROW("pci bus id", "%s", (gm_gpu_valid(g) & GM_HAS_PCI) ? gm_gpu_pci_bus_id(g) : "unknown");
 	if (fastest >= 0)
-		ROW("cuda index", "%ld (default order), %ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)", fastest,
-		    pci);
+		ROW("cuda index", "%ld (default order), %ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)",
+		    fastest, pci);
 	else if (pci >= 0)
-		ROW("cuda index", "unknown in the default order (the driver does not reveal it), "
-				  "%ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)",
+		ROW("cuda index",
+		    "unknown in the default order (the driver does not reveal it), "
+		    "%ld (CUDA_DEVICE_ORDER=PCI_BUS_ID)",
 		    pci);
 	if (gm_gpu_value(g, GM_GPU_MEM_TOTAL_MIB, &v) && gm_gpu_value(g, GM_GPU_MEM_USED_MIB, &w) &&
 	    gm_gpu_value(g, GM_GPU_MEM_FREE_MIB, &x)) {
@@ -101,18 +102,20 @@ static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, siz
 			snprintf(mem, sizeof mem, "%lld / %lld MiB", (long long)v, (long long)w);
 		if (gm_mig_value(m, GM_MIG_GPU_INSTANCE_ID, &v) &&
 		    gm_mig_value(m, GM_MIG_COMPUTE_INSTANCE_ID, &w))
-			snprintf(inst, sizeof inst, ", instance %lld/%lld", (long long)v, (long long)w);
+			snprintf(inst, sizeof inst, ", instance %lld/%lld", (long long)v,
+			         (long long)w);
 		for (size_t k = 0; k < gm_snapshot_proc_count(snap); k++)
 			pids += gm_proc_mig(snap, gm_snapshot_proc(snap, k)) == m;
 		ROW("mig slice", "%s %s: %s%s, %zu process%s",
 		    gm_mig_profile(m)[0] ? gm_mig_profile(m) : "?",
-		    gm_mig_uuid(m)[0] ? gm_mig_uuid(m) : "?", mem, inst, pids, pids == 1 ? "" : "es");
+		    gm_mig_uuid(m)[0] ? gm_mig_uuid(m) : "?", mem, inst, pids,
+		    pids == 1 ? "" : "es");
 	}
 }
 
 static int info_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS, {0}};
 	struct gm_context *ctx = NULL;
 	struct gm_snapshot *snap = NULL;
 	size_t *chosen = NULL, nchosen = 0;
@@ -137,8 +140,9 @@ static int info_exec(struct cli *cli, int argc, char **argv)
 		const struct gm_gpu *g = gm_snapshot_find(snap, argv[a]);
 
 		if (!g) {
-			rc = cli_usage(cli, "'%s' names no GPU (use an index 0-%zu or a unique UUID prefix)",
-				       argv[a], snap->gpu_count ? snap->gpu_count - 1 : 0);
+			rc = cli_usage(
+			    cli, "'%s' names no GPU (use an index 0-%zu or a unique UUID prefix)",
+			    argv[a], snap->gpu_count ? snap->gpu_count - 1 : 0);
 			goto done;
 		}
 		chosen[nchosen++] = (size_t)(g - snap->gpus);
@@ -152,7 +156,8 @@ static int info_exec(struct cli *cli, int argc, char **argv)
 
 			for (size_t p = 0; p < snap->proc_count; p++)
 				if (snap->procs[p].gpu == snap->gpus[chosen[i]].index)
-					json_array_append_new(procs, snapshot_proc_json(snap, &snap->procs[p]));
+					json_array_append_new(
+					    procs, snapshot_proc_json(snap, &snap->procs[p]));
 			json_object_set_new(o, "processes", procs);
 			json_array_append_new(arr, o);
 		}
@@ -174,17 +179,18 @@ done:
 }
 
 const struct cmd_entry cmd_info = {
-	"info", "every attribute of each GPU",
-	"usage: gpuman info [GPU...] [--json] [--sim FILE]\n"
-	"\n"
-	"Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
-	"utilization, power, temperature, SM, memory and graphics clocks (now and\n"
-	"max, MHz), compute capability, compute and MIG mode (and each MIG slice:\n"
-	"profile, UUID for CUDA_VISIBLE_DEVICES, memory), and where CUDA numbers\n"
-	"it (its default order is fastest-first, not NVML's).\n"
-	"GPU: an NVML index (3) or a unique UUID prefix (GPU-b120, b120).\n"
-	"\n"
-	"  --json       a JSON array, one object per GPU\n"
-	"  --sim FILE   use the NVML simulator with this scenario\n",
-	info_exec,
+    "info",
+    "every attribute of each GPU",
+    "usage: gpuman info [GPU...] [--json] [--sim FILE]\n"
+    "\n"
+    "Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
+    "utilization, power, temperature, SM, memory and graphics clocks (now and\n"
+    "max, MHz), compute capability, compute and MIG mode (and each MIG slice:\n"
+    "profile, UUID for CUDA_VISIBLE_DEVICES, memory), and where CUDA numbers\n"
+    "it (its default order is fastest-first, not NVML's).\n"
+    "GPU: an NVML index (3) or a unique UUID prefix (GPU-b120, b120).\n"
+    "\n"
+    "  --json       a JSON array, one object per GPU\n"
+    "  --sim FILE   use the NVML simulator with this scenario\n",
+    info_exec,
 };

@@ -36,7 +36,8 @@ static int logs_option(struct cli *cli, int opt, const char *arg, void *data)
 		errno = 0;
 		o->tail = strtol(arg, &end, 10);
 		if (errno || end == arg || *end || o->tail < 0)
-			return cli_usage(cli, "--tail '%s': give a number of lines (0 or more)", arg);
+			return cli_usage(cli, "--tail '%s': give a number of lines (0 or more)",
+			                 arg);
 		return CLI_CONTINUE;
 	default:
 		return -1;
@@ -107,13 +108,11 @@ static void copy_new(const char *path, off_t *off)
 
 static int logs_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS,
-		{ "follow", no_argument, NULL, OPT_FOLLOW },
-		{ "tail", required_argument, NULL, OPT_TAIL },
-		{ 0 }
-	};
-	struct logs_opts o = { 0, -1 };
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         {"follow", no_argument, NULL, OPT_FOLLOW},
+	                                         {"tail", required_argument, NULL, OPT_TAIL},
+	                                         {0}};
+	struct logs_opts o = {0, -1};
 	struct queue q;
 	struct job job = JOB_INIT;
 	char err[GM_ERRBUF_SIZE], path[PATH_MAX + 64], dir[PATH_MAX + 32];
@@ -132,7 +131,8 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 	if (queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (jobstore_get(q.store, id, 0, &job, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, strncmp(err, "no job", 6) ? EXIT_FAIL : EXIT_USAGE, "%s", err);
+		status =
+		    cli_error(cli, strncmp(err, "no job", 6) ? EXIT_FAIL : EXIT_USAGE, "%s", err);
 		goto done;
 	}
 	queue_log_path(&q, &job, path, sizeof path);
@@ -142,10 +142,10 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 		if (ifd < 0 ||
 		    inotify_add_watch(ifd, queue_path(&q, "logs", dir, sizeof dir),
-				      IN_MODIFY | IN_CREATE | IN_CLOSE_WRITE) < 0 ||
+		                      IN_MODIFY | IN_CREATE | IN_CLOSE_WRITE) < 0 ||
 		    inotify_add_watch(ifd, q.dir, IN_CLOSE_WRITE) < 0) {
 			status = cli_error(cli, EXIT_FAIL, "cannot watch '%s': %s", q.dir,
-					   strerror(errno));
+			                   strerror(errno));
 			goto done;
 		}
 	} else if (job.state == JOB_QUEUED && access(path, F_OK) < 0) {
@@ -155,7 +155,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		off = tail_offset(path, o.tail);
 	copy_new(path, &off);
 	for (int64_t checked = monotonic_ms(); o.follow && !job_state_final(job.state);) {
-		struct pollfd pfd = { ifd, POLLIN, 0 };
+		struct pollfd pfd = {ifd, POLLIN, 0};
 
 		if (poll(&pfd, 1, 1000) > 0 && !queue_drain_events(ifd) &&
 		    monotonic_ms() - checked < 1000)
@@ -184,14 +184,15 @@ done:
 }
 
 const struct cmd_entry cmd_logs = {
-	"logs", "a queued job's output",
-	"usage: gpuman logs [-f] [--tail N] ID\n"
-	"\n"
-	"Print the output (stdout and stderr together) of job ID.  A job run more\n"
-	"than once (--retries, out-of-memory requeues) has each attempt after a\n"
-	"'--- gpuman: attempt N' line.\n"
-	"\n"
-	"  -f, --follow       keep printing as the job writes, until it ends\n"
-	"  --tail N           only the last N lines (then, with -f, what follows)\n",
-	logs_exec,
+    "logs",
+    "a queued job's output",
+    "usage: gpuman logs [-f] [--tail N] ID\n"
+    "\n"
+    "Print the output (stdout and stderr together) of job ID.  A job run more\n"
+    "than once (--retries, out-of-memory requeues) has each attempt after a\n"
+    "'--- gpuman: attempt N' line.\n"
+    "\n"
+    "  -f, --follow       keep printing as the job writes, until it ends\n"
+    "  --tail N           only the last N lines (then, with -f, what follows)\n",
+    logs_exec,
 };

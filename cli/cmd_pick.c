@@ -13,14 +13,13 @@
 
 static int pick_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS,
-		{ "exclusive", no_argument, NULL, OPT_EXCLUSIVE },
-		{ "mem", required_argument, NULL, OPT_MEM },
-		{ "idle", no_argument, NULL, OPT_IDLE },
-		{ "format", required_argument, NULL, OPT_FORMAT },
-		{ 0 }
-	};
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         CLI_SELECT_OPTIONS,
+	                                         {"exclusive", no_argument, NULL, OPT_EXCLUSIVE},
+	                                         {"mem", required_argument, NULL, OPT_MEM},
+	                                         {"idle", no_argument, NULL, OPT_IDLE},
+	                                         {"format", required_argument, NULL, OPT_FORMAT},
+	                                         {0}};
 	struct gm_context *ctx = NULL;
 	struct gm_snapshot *snap = NULL;
 	struct pick_env env = PICK_ENV_INIT;
@@ -42,11 +41,11 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		return rc;
 	err = registry_pick(ctx, snap, cli->req, &idx, &n, &mig_pos, &explain);
 	if (err == GM_ERR_UNAVAILABLE || err == GM_ERR_NEVER) {
-		rc = cli_error(cli, EXIT_UNAVAILABLE, "%s:\n%s%s",
-			       err == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
-						   : "no GPU meets the request now",
-			       explain ? explain : "",
-			       snap->gpu_count ? "" : "(no NVIDIA GPU found)\n");
+		rc = cli_error(
+		    cli, EXIT_UNAVAILABLE, "%s:\n%s%s",
+		    err == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
+		                        : "no GPU meets the request now",
+		    explain ? explain : "", snap->gpu_count ? "" : "(no NVIDIA GPU found)\n");
 		goto done;
 	} else if (err != GM_OK) {
 		rc = cli_error(cli, EXIT_FAIL, "%s", gm_strerror(err));
@@ -61,7 +60,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		pos[i] = (size_t)snapshot_position(snap, idx[i]);
 	cuda = mig_pos >= 0 ? strdup(snap->migs[mig_pos].uuid)
-			    : pick_env_cuda_visible(&env, snap, pos, n);
+	                    : pick_env_cuda_visible(&env, snap, pos, n);
 	if (cli->json) {
 		json_t *o = json_object(), *gpus = json_array();
 
@@ -75,7 +74,8 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		}
 		json_object_set_new(o, "gpus", gpus);
 		json_object_set_new(o, "mig_device",
-				    mig_pos >= 0 ? snapshot_mig_json(&snap->migs[mig_pos]) : json_null());
+		                    mig_pos >= 0 ? snapshot_mig_json(&snap->migs[mig_pos])
+		                                 : json_null());
 		json_object_set_new(o, "cuda_visible_devices", json_string(cuda ? cuda : ""));
 		rc = cli_print_json(o);
 		goto done;
@@ -104,22 +104,22 @@ done:
 }
 
 const struct cmd_entry cmd_pick = {
-	"pick", "print the GPUs a request would get now",
-	"usage: gpuman pick [SELECT] [--mem SIZE | --exclusive] [--idle]\n"
-	"                   [--format index|uuid|cuda] [--json] [--sim FILE]\n"
-	"\n"
-	"Print the chosen GPUs, comma separated, best first.  Nothing is reserved:\n"
-	"to run a job on them without racing other launches, use 'gpuman run'.\n"
-	"\n"
-	"  --format index     NVML indices (PCI bus order, as nvidia-smi): 0,3 (default)\n"
-	"  --format uuid      full UUIDs\n"
-	"  --format cuda      the value to put in CUDA_VISIBLE_DEVICES (CUDA's own order\n"
-	"                     differs from NVML's: never give it bare NVML indices unless\n"
-	"                     CUDA_DEVICE_ORDER=PCI_BUS_ID)\n"
-	"With --mig the slice's MIG-<uuid> is printed whatever the format.\n"
-	"  --json             the chosen GPUs and the CUDA_VISIBLE_DEVICES value\n"
-	"\n" SELECT_HELP
-	"\n"
-	"When no GPU fits, exit 75 and say, per GPU, which condition excluded it.\n",
-	pick_exec,
+    "pick",
+    "print the GPUs a request would get now",
+    "usage: gpuman pick [SELECT] [--mem SIZE | --exclusive] [--idle]\n"
+    "                   [--format index|uuid|cuda] [--json] [--sim FILE]\n"
+    "\n"
+    "Print the chosen GPUs, comma separated, best first.  Nothing is reserved:\n"
+    "to run a job on them without racing other launches, use 'gpuman run'.\n"
+    "\n"
+    "  --format index     NVML indices (PCI bus order, as nvidia-smi): 0,3 (default)\n"
+    "  --format uuid      full UUIDs\n"
+    "  --format cuda      the value to put in CUDA_VISIBLE_DEVICES (CUDA's own order\n"
+    "                     differs from NVML's: never give it bare NVML indices unless\n"
+    "                     CUDA_DEVICE_ORDER=PCI_BUS_ID)\n"
+    "With --mig the slice's MIG-<uuid> is printed whatever the format.\n"
+    "  --json             the chosen GPUs and the CUDA_VISIBLE_DEVICES value\n"
+    "\n" SELECT_HELP "\n"
+    "When no GPU fits, exit 75 and say, per GPU, which condition excluded it.\n",
+    pick_exec,
 };

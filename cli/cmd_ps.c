@@ -12,22 +12,27 @@
 #include "snapshot.h"
 
 static const struct csv_column ps_columns[] = {
-	{ "gpu", "NVML index" },      { "pid", "" },	   { "user", "" },
-	{ "memory_mib", "MiB" },     { "util_pct", "percent, over the last 10 s" },
-	{ "type", "C, G or C+G" },   { "lease", "gpuman lease id" },
-	{ "command", "command line" }, { "mig", "MIG slice UUID" },
+    {"gpu", "NVML index"},
+    {"pid", ""},
+    {"user", ""},
+    {"memory_mib", "MiB"},
+    {"util_pct", "percent, over the last 10 s"},
+    {"type", "C, G or C+G"},
+    {"lease", "gpuman lease id"},
+    {"command", "command line"},
+    {"mig", "MIG slice UUID"},
 };
 #define PS_COLUMNS (sizeof ps_columns / sizeof ps_columns[0])
 
 static const char *kind_name(const struct gm_proc *p)
 {
 	return p->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "C+G"
-	       : p->kind == GM_PROC_GRAPHICS		       ? "G"
-							       : "C";
+	       : p->kind == GM_PROC_GRAPHICS                   ? "G"
+	                                                       : "C";
 }
 
-static void print_csv(const struct cli_look *look, const struct cli_select *sel,
-		      const long *leases, const size_t *idx, size_t n)
+static void print_csv(const struct cli_look *look, const struct cli_select *sel, const long *leases,
+                      const size_t *idx, size_t n)
 {
 	const struct gm_snapshot *snap = look->snap;
 	const struct gm_mig *mig;
@@ -43,9 +48,17 @@ static void print_csv(const struct cli_look *look, const struct cli_select *sel,
 			const char *v = NULL;
 
 			switch (idx[c]) {
-			case 0: snprintf(num, sizeof num, "%u", p->gpu); v = num; break;
-			case 1: snprintf(num, sizeof num, "%u", p->pid); v = num; break;
-			case 2: v = p->has_user ? p->user : NULL; break;
+			case 0:
+				snprintf(num, sizeof num, "%u", p->gpu);
+				v = num;
+				break;
+			case 1:
+				snprintf(num, sizeof num, "%u", p->pid);
+				v = num;
+				break;
+			case 2:
+				v = p->has_user ? p->user : NULL;
+				break;
 			case 3:
 				snprintf(num, sizeof num, "%llu", (unsigned long long)p->used_mib);
 				v = p->has_mem ? num : NULL;
@@ -54,9 +67,15 @@ static void print_csv(const struct cli_look *look, const struct cli_select *sel,
 				snprintf(num, sizeof num, "%u", p->util_pct);
 				v = p->has_util ? num : NULL;
 				break;
-			case 5: v = kind_name(p); break;
-			case 6: v = leases[i] >= 0 ? look->view->leases[leases[i]].id : NULL; break;
-			case 7: v = p->command[0] ? p->command : NULL; break;
+			case 5:
+				v = kind_name(p);
+				break;
+			case 6:
+				v = leases[i] >= 0 ? look->view->leases[leases[i]].id : NULL;
+				break;
+			case 7:
+				v = p->command[0] ? p->command : NULL;
+				break;
 			case 8:
 				mig = gm_proc_mig(snap, p);
 				v = mig && mig->uuid[0] ? mig->uuid : NULL;
@@ -85,7 +104,7 @@ static int ps_option(struct cli *cli, int opt, const char *arg, void *data)
 
 static int ps_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option own[] = { CLI_SELECT_LONGOPTS, { 0 } };
+	static const struct option own[] = {CLI_SELECT_LONGOPTS, {0}};
 	struct cli_select sel = CLI_SELECT_INIT;
 	struct cli_look look;
 	const struct gm_snapshot *snap;
@@ -96,7 +115,7 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 	int rc, ncols = 0, width;
 
 	rc = cli_look_with(cli, &cmd_ps, argc, argv, CLI_SELECT_SHORTOPTS, own, ps_option, &sel,
-			   &look);
+	                   &look);
 	if (rc != CLI_CONTINUE)
 		return rc;
 	snap = look.snap;
@@ -123,9 +142,9 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 			if (!cli_select_proc(&sel, p))
 				continue;
 			o = snapshot_proc_json(snap, p);
-			json_object_set_new(o, "lease", leases[i] >= 0
-							  ? json_text(view->leases[leases[i]].id)
-							  : json_null());
+			json_object_set_new(o, "lease",
+			                    leases[i] >= 0 ? json_text(view->leases[leases[i]].id)
+			                                   : json_null());
 			json_array_append_new(arr, o);
 		}
 		rc = cli_print_json(arr);
@@ -164,7 +183,7 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 	if (!shown)
 		printf("%sno processes on %s%s\n", c_dim(cli),
 		       sel.gpus || sel.user_count ? "the selected GPUs of the selected users"
-						  : "any GPU",
+		                                  : "any GPU",
 		       c_reset(cli));
 done:
 	free(leases);
@@ -173,24 +192,25 @@ done:
 }
 
 const struct cmd_entry cmd_ps = {
-	"ps", "processes on the GPUs: gpu, pid, user, memory, utilization, command",
-	"usage: gpuman ps [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]] [--json]\n"
-	"                 [--sim FILE]\n"
-	"\n"
-	"Every process NVML reports on any GPU: its GPU (NVML index), pid, user,\n"
-	"memory, utilization (its own, averaged over the last 10 s; '-' where the\n"
-	"GPU does not report it), type (C compute, G graphics), the gpuman lease it\n"
-	"runs under and its command line; on a machine with MIG slices, the slice\n"
-	"(profile) each process runs in.  User and command show '?' where /proc\n"
-	"does not show the process (e.g. from a container).  On a terminal the\n"
-	"command is cut to its width.\n"
-	"\n"
-	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
-	"  -u, --user USER[,USER] only these users' processes (names or uids)\n"
-	"  --format csv[=COLUMNS] CSV with a header line; COLUMNS from gpu, pid,\n"
-	"                         user, memory_mib, util_pct, type, lease, command,\n"
-	"                         mig (the MIG slice's UUID)\n"
-	"  --json                 a JSON array of processes\n"
-	"  --sim FILE             use the NVML simulator with this scenario\n",
-	ps_exec,
+    "ps",
+    "processes on the GPUs: gpu, pid, user, memory, utilization, command",
+    "usage: gpuman ps [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]] [--json]\n"
+    "                 [--sim FILE]\n"
+    "\n"
+    "Every process NVML reports on any GPU: its GPU (NVML index), pid, user,\n"
+    "memory, utilization (its own, averaged over the last 10 s; '-' where the\n"
+    "GPU does not report it), type (C compute, G graphics), the gpuman lease it\n"
+    "runs under and its command line; on a machine with MIG slices, the slice\n"
+    "(profile) each process runs in.  User and command show '?' where /proc\n"
+    "does not show the process (e.g. from a container).  On a terminal the\n"
+    "command is cut to its width.\n"
+    "\n"
+    "  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
+    "  -u, --user USER[,USER] only these users' processes (names or uids)\n"
+    "  --format csv[=COLUMNS] CSV with a header line; COLUMNS from gpu, pid,\n"
+    "                         user, memory_mib, util_pct, type, lease, command,\n"
+    "                         mig (the MIG slice's UUID)\n"
+    "  --json                 a JSON array of processes\n"
+    "  --sim FILE             use the NVML simulator with this scenario\n",
+    ps_exec,
 };

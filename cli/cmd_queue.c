@@ -37,9 +37,9 @@ static int parse_states(struct cli *cli, const char *arg, unsigned *states)
 
 		if (s < 0) {
 			rc = cli_usage(cli,
-				       "--state '%s': no such state (use queued, running, done, "
-				       "failed, cancelled or interrupted)",
-				       w);
+			               "--state '%s': no such state (use queued, running, done, "
+			               "failed, cancelled or interrupted)",
+			               w);
 			break;
 		}
 		*states |= JOB_STATES(s);
@@ -81,26 +81,27 @@ static int print_row(void *data, const struct job *j)
 	struct lister *l = data;
 	struct cli *cli = l->cli;
 	char dur[32], peak[32], util[16], cmd[CLI_SAFE_SIZE], why[CLI_SAFE_SIZE],
-		name[CLI_SAFE_SIZE];
-	const char *color = j->state == JOB_FAILED	? c_red(cli)
-			    : j->state == JOB_RUNNING ? c_green(cli)
-			    : j->state == JOB_DONE	? ""
-						: c_yellow(cli);
+	    name[CLI_SAFE_SIZE];
+	const char *color = j->state == JOB_FAILED    ? c_red(cli)
+	                    : j->state == JOB_RUNNING ? c_green(cli)
+	                    : j->state == JOB_DONE    ? ""
+	                                              : c_yellow(cli);
 
 	if (!l->shown++)
-		printf("%s%6s  %-11s %-5s %9s %6s %5s  %-12s %s%s\n", c_bold(cli), "ID", "STATE", "GPU",
-		       "TIME", "PEAK", "UTIL", "NAME", "COMMAND", c_reset(cli));
+		printf("%s%6s  %-11s %-5s %9s %6s %5s  %-12s %s%s\n", c_bold(cli), "ID", "STATE",
+		       "GPU", "TIME", "PEAK", "UTIL", "NAME", "COMMAND", c_reset(cli));
 	if (j->state == JOB_QUEUED)
 		fmt_duration(dur, sizeof dur, l->now - j->submit_ms);
 	else if (j->state == JOB_RUNNING)
 		fmt_duration(dur, sizeof dur, l->now - j->start_ms);
 	else
-		fmt_duration(dur, sizeof dur, j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1);
+		fmt_duration(dur, sizeof dur,
+		             j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1);
 	printf("%6lld  %s%-11s%s %-5s %9s %6s %5s  %-12s %s\n", (long long)j->id, color,
 	       job_state_name(j->state), c_reset(cli),
-	       j->state == JOB_QUEUED || !j->gpus ? "-" : j->gpus, dur, fmt_peak(peak, sizeof peak, j),
-	       fmt_util(util, sizeof util, j), j->name ? cli_safe(name, j->name) : "-",
-	       cli_safe(cmd, j->command));
+	       j->state == JOB_QUEUED || !j->gpus ? "-" : j->gpus, dur,
+	       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j),
+	       j->name ? cli_safe(name, j->name) : "-", cli_safe(cmd, j->command));
 	if (j->reason && (j->state != JOB_DONE || j->ooms))
 		printf("%6s  %s%s%s\n", "", c_dim(cli), cli_safe(why, j->reason), c_reset(cli));
 	else if (j->state == JOB_QUEUED && j->after)
@@ -146,14 +147,12 @@ static int clear_history(struct cli *cli, struct queue *q)
 
 static int queue_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS,
-		{ "all", no_argument, NULL, OPT_ALL },
-		{ "state", required_argument, NULL, OPT_STATE },
-		{ "clear", no_argument, NULL, OPT_CLEAR },
-		{ 0 }
-	};
-	struct queue_opts o = { JOB_STATES_LIVE, 0 };
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         {"all", no_argument, NULL, OPT_ALL},
+	                                         {"state", required_argument, NULL, OPT_STATE},
+	                                         {"clear", no_argument, NULL, OPT_CLEAR},
+	                                         {0}};
+	struct queue_opts o = {JOB_STATES_LIVE, 0};
 	struct queue q;
 	struct lister l;
 	char err[GM_ERRBUF_SIZE];
@@ -173,18 +172,19 @@ static int queue_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (queue_has_work(&q) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot start the dispatcher: %s", err);
-	l = (struct lister){ cli, &q, now_ms(), 0 };
+	l = (struct lister){cli, &q, now_ms(), 0};
 	if (cli->json) {
 		fputs("[", stdout);
-		rc = jobstore_each(q.store, o.states, print_json_row, &l, &stopped, err, sizeof err);
+		rc =
+		    jobstore_each(q.store, o.states, print_json_row, &l, &stopped, err, sizeof err);
 		fputs(l.shown ? "\n]\n" : "]\n", stdout);
 	} else {
 		rc = jobstore_each(q.store, o.states, print_row, &l, &stopped, err, sizeof err);
 		if (rc == GM_OK && !l.shown)
 			printf(o.states == JOB_STATES_LIVE
-				       ? "no queued or running jobs (gpuman queue --all shows "
-					 "finished ones)\n"
-				       : "no jobs\n");
+			           ? "no queued or running jobs (gpuman queue --all shows "
+			             "finished ones)\n"
+			           : "no jobs\n");
 	}
 	if (rc != GM_OK)
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
@@ -198,29 +198,30 @@ done:
 }
 
 const struct cmd_entry cmd_queue = {
-	"queue", "your queued and running jobs",
-	"usage: gpuman queue [--all | --state STATE[,STATE]] [--json]\n"
-	"       gpuman queue --clear\n"
-	"\n"
-	"List your queued and running jobs: id, state, GPUs (NVML indices), time\n"
-	"waiting or running, peak GPU memory and mean utilization of its GPUs\n"
-	"(sampled about once a second from NVML, for the job's own processes; '-'\n"
-	"when it was never sampled), its name (submit --name) and the command.\n"
-	"\n"
-	"  -a, --all       finished jobs too (done, failed, cancelled), with the reason\n"
-	"  --state LIST    only jobs in these states: queued, running, done, failed,\n"
-	"                  cancelled, interrupted (comma-separated)\n"
-	"  --clear         forget every finished job and delete its log; queued and\n"
-	"                  running jobs stay\n"
-	"  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"
-	"                  priority, after ([ids]), notify, command, argv, cwd, gpus\n"
-	"                  ([{index, uuid}]), submit_ms,\n"
-	"                  start_ms, end_ms, duration_ms, exit_status, reason, attempts,\n"
-	"                  oom_requeues, peak_mem_mib, mean_util_pct, util_samples, log\n"
-	"                  (null: unknown); with --clear {\"cleared\": N}\n"
-	"\n"
-	"Listing costs what is listed: the default view reads only queued and\n"
-	"running jobs, however long the history.  Starts the dispatcher if jobs\n"
-	"wait and none runs.\n",
-	queue_exec,
+    "queue",
+    "your queued and running jobs",
+    "usage: gpuman queue [--all | --state STATE[,STATE]] [--json]\n"
+    "       gpuman queue --clear\n"
+    "\n"
+    "List your queued and running jobs: id, state, GPUs (NVML indices), time\n"
+    "waiting or running, peak GPU memory and mean utilization of its GPUs\n"
+    "(sampled about once a second from NVML, for the job's own processes; '-'\n"
+    "when it was never sampled), its name (submit --name) and the command.\n"
+    "\n"
+    "  -a, --all       finished jobs too (done, failed, cancelled), with the reason\n"
+    "  --state LIST    only jobs in these states: queued, running, done, failed,\n"
+    "                  cancelled, interrupted (comma-separated)\n"
+    "  --clear         forget every finished job and delete its log; queued and\n"
+    "                  running jobs stay\n"
+    "  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"
+    "                  priority, after ([ids]), notify, command, argv, cwd, gpus\n"
+    "                  ([{index, uuid}]), submit_ms,\n"
+    "                  start_ms, end_ms, duration_ms, exit_status, reason, attempts,\n"
+    "                  oom_requeues, peak_mem_mib, mean_util_pct, util_samples, log\n"
+    "                  (null: unknown); with --clear {\"cleared\": N}\n"
+    "\n"
+    "Listing costs what is listed: the default view reads only queued and\n"
+    "running jobs, however long the history.  Starts the dispatcher if jobs\n"
+    "wait and none runs.\n",
+    queue_exec,
 };

@@ -46,7 +46,7 @@ static void on_signal(int sig, siginfo_t *info, void *ctx)
 
 static void install_signals(void)
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 	struct sigaction sa;
 
 	memset(&sa, 0, sizeof sa);
@@ -61,14 +61,14 @@ struct run {
 	struct cli *cli;
 	char **argv;
 	struct child_env env;
-	int go[2];          /* the job waits on go[0] for one byte */
+	int go[2]; /* the job waits on go[0] for one byte */
 	pid_t pid;
 };
 
 /* In the child: wait for the go, then become the job.  Never returns. */
 static void child_exec(struct run *r, int lease_fd)
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
 	close(r->go[1]);
@@ -104,10 +104,10 @@ static int start_child(struct run *r, int lease_fd, char *err, size_t len)
 
 /* The registry calls this under its lock, with the GPUs chosen. */
 static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
-			   size_t len)
+                           size_t len)
 {
 	struct run *r = data;
-	struct protocol_job job = { 0 };
+	struct protocol_job job = {0};
 
 	job.cuda_visible = gm_lease_cuda_visible(lease);
 	job.gpus = gm_lease_indices(lease);
@@ -161,11 +161,11 @@ static int wait_child(struct run *r)
 
 static int run_on_cpu(struct run *r, const char *why)
 {
-	struct protocol_job cpu = { .cuda_visible = "", .gpus = "" };
+	struct protocol_job cpu = {.cuda_visible = "", .gpus = ""};
 	char err[256];
 
 	fprintf(stderr, "gpuman run: %s; running '%s' on the CPU (--fallback cpu)\n", why,
-		r->argv[0]);
+	        r->argv[0]);
 	if (protocol_job_env(&r->env, &cpu) < 0) {
 		return cli_error(r->cli, EXIT_FAIL, "out of memory");
 	}
@@ -177,10 +177,9 @@ static int run_on_cpu(struct run *r, const char *why)
 static int run_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, { 0 }
-	};
-	struct run r = { .cli = cli, .go = { -1, -1 } };
-	struct acquire_opts opts = { 0 };
+	    CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS, {0}};
+	struct run r = {.cli = cli, .go = {-1, -1}};
+	struct acquire_opts opts = {0};
 	struct gm_context *ctx = NULL;
 	struct registry *reg = NULL;
 	struct gm_lease *lease = NULL;
@@ -211,12 +210,11 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 		int no_gpu = rc == GM_ERR_NVML_LOAD || rc == GM_ERR_NVML;
 
 		status = cli->fallback_cpu && no_gpu
-				 ? run_on_cpu(&r, err)
-				 : cli_error(cli, EXIT_FAIL, "%s%s", err,
-						       rc == GM_ERR_NVML_LOAD
-							       ? "; no NVIDIA driver here? add "
-								 "--fallback cpu to run on the CPU"
-							       : "");
+		             ? run_on_cpu(&r, err)
+		             : cli_error(cli, EXIT_FAIL, "%s%s", err,
+		                         rc == GM_ERR_NVML_LOAD ? "; no NVIDIA driver here? add "
+		                                                  "--fallback cpu to run on the CPU"
+		                                                : "");
 		goto done;
 	}
 	rc = registry_open(&reg, err, sizeof err);
@@ -238,10 +236,10 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 			fprintf(stderr, "gpuman run: note: %s\n", lease->note);
 		if (isatty(STDERR_FILENO) && cli->req->mig[0])
 			fprintf(stderr, "gpuman run: MIG slice %s of GPU %s leased\n",
-				gm_lease_cuda_visible(lease), gm_lease_indices(lease));
+			        gm_lease_cuda_visible(lease), gm_lease_indices(lease));
 		else if (isatty(STDERR_FILENO))
 			fprintf(stderr, "gpuman run: GPU %s leased (%s)\n", gm_lease_indices(lease),
-				lease->exclusive ? "exclusive" : "memory share");
+			        lease->exclusive ? "exclusive" : "memory share");
 		status = wait_child(&r);
 		break;
 	case GM_ERR_UNAVAILABLE:
@@ -252,8 +250,8 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 			break;
 		}
 		status = cli_error(cli, EXIT_UNAVAILABLE, "%s%s\n%s", err,
-				   rc == GM_ERR_UNAVAILABLE ? " (add --wait to queue for it)" : "",
-				   explain ? explain : "");
+		                   rc == GM_ERR_UNAVAILABLE ? " (add --wait to queue for it)" : "",
+		                   explain ? explain : "");
 		break;
 	case GM_ERR_INTERRUPTED:
 		status = cli_error(cli, 128 + SIGINT, "%s", err);
@@ -272,32 +270,31 @@ done:
 }
 
 const struct cmd_entry cmd_run = {
-	"run", "lease GPUs and run a command on them",
-	"usage: gpuman run [SELECT] [RESERVE] [--no-framework-env] -- CMD [ARG...]\n"
-	"\n"
-	"Choose GPUs, lease them (no other gpuman launch can take them, even one a\n"
-	"millisecond later), and run CMD without a shell.  CMD gets:\n"
-	"  CUDA_VISIBLE_DEVICES  the leased GPUs as UUIDs (or, inside a Slurm job or\n"
-	"                        container, the inherited entries), which CUDA cannot\n"
-	"                        misread whatever its device order\n"
-	"  GPUMAN_GPUS           their NVML indices (as nvidia-smi numbers them)\n"
-	"  GPUMAN_LEASE          the lease id\n"
-	"With --mem, frameworks are told to stay within the share:\n"
-	"TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false and\n"
-	"XLA_CLIENT_MEM_FRACTION (values you set win; --no-framework-env: none).\n"
-	"\n"
-	"The lease lasts as long as CMD, even if gpuman is killed; signals sent to\n"
-	"gpuman reach CMD; gpuman exits with CMD's status (128+N if killed by signal N).\n"
-	"Processes CMD leaves running when it exits are killed before the lease ends.\n"
-	"\n" SELECT_HELP
-	"\n" RESERVE_HELP
-	"\n"
-	"Without --wait, exit 75 if nothing fits now.  Waiters are served first come,\n"
-	"first served: a request waiting for 4 GPUs is not overtaken by later ones.\n"
-	"\n"
-	"examples:\n"
-	"  gpuman run -- python train.py --lr 3e-4\n"
-	"  gpuman run -n 2 --wait=2h -- torchrun --nproc-per-node 2 train.py\n"
-	"  gpuman run --mem 8G --wait -- python eval.py\n",
-	run_exec,
+    "run",
+    "lease GPUs and run a command on them",
+    "usage: gpuman run [SELECT] [RESERVE] [--no-framework-env] -- CMD [ARG...]\n"
+    "\n"
+    "Choose GPUs, lease them (no other gpuman launch can take them, even one a\n"
+    "millisecond later), and run CMD without a shell.  CMD gets:\n"
+    "  CUDA_VISIBLE_DEVICES  the leased GPUs as UUIDs (or, inside a Slurm job or\n"
+    "                        container, the inherited entries), which CUDA cannot\n"
+    "                        misread whatever its device order\n"
+    "  GPUMAN_GPUS           their NVML indices (as nvidia-smi numbers them)\n"
+    "  GPUMAN_LEASE          the lease id\n"
+    "With --mem, frameworks are told to stay within the share:\n"
+    "TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false and\n"
+    "XLA_CLIENT_MEM_FRACTION (values you set win; --no-framework-env: none).\n"
+    "\n"
+    "The lease lasts as long as CMD, even if gpuman is killed; signals sent to\n"
+    "gpuman reach CMD; gpuman exits with CMD's status (128+N if killed by signal N).\n"
+    "Processes CMD leaves running when it exits are killed before the lease ends.\n"
+    "\n" SELECT_HELP "\n" RESERVE_HELP "\n"
+    "Without --wait, exit 75 if nothing fits now.  Waiters are served first come,\n"
+    "first served: a request waiting for 4 GPUs is not overtaken by later ones.\n"
+    "\n"
+    "examples:\n"
+    "  gpuman run -- python train.py --lr 3e-4\n"
+    "  gpuman run -n 2 --wait=2h -- torchrun --nproc-per-node 2 train.py\n"
+    "  gpuman run --mem 8G --wait -- python eval.py\n",
+    run_exec,
 };

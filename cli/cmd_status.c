@@ -25,9 +25,9 @@
  * own.
  */
 struct layout {
-	int width;    /* 0: unlimited */
-	int name_w;   /* NAME column */
-	int fixed_w;  /* index to power, before PROCESSES */
+	int width;   /* 0: unlimited */
+	int name_w;  /* NAME column */
+	int fixed_w; /* index to power, before PROCESSES */
 	int stacked;
 };
 #define STATUS_MIN_NAME 26
@@ -111,14 +111,13 @@ static void put_words(struct cursor *c, const char *text)
 static const char *mig_label(const struct gm_mig *m, char *buf, size_t len)
 {
 	snprintf(buf, len, "MIG %s %.12s", m->profile[0] ? m->profile : "?",
-		 m->uuid[0] ? m->uuid : "?");
+	         m->uuid[0] ? m->uuid : "?");
 	return buf;
 }
 
-static void layout_init(struct layout *l, const struct cli_select *sel,
-			const struct cli_look *look, int (*shown)(const struct cli_select *,
-								  const struct cli_look *,
-								  const struct gm_gpu *))
+static void layout_init(struct layout *l, const struct cli_select *sel, const struct cli_look *look,
+                        int (*shown)(const struct cli_select *, const struct cli_look *,
+                                     const struct gm_gpu *))
 {
 	const struct gm_snapshot *snap = look->snap;
 	char label[64];
@@ -144,8 +143,8 @@ static void layout_init(struct layout *l, const struct cli_select *sel,
 /* " [leased: alice]", ", [share: bob 8.0G]": the leases of the whole GPU g
  * (mig NULL), or of its slice mig. */
 static void put_leases(const struct cli *cli, const struct cli_select *sel,
-		       const struct registry_view *view, const struct gm_gpu *g,
-		       const struct gm_mig *mig, struct cursor *c)
+                       const struct registry_view *view, const struct gm_gpu *g,
+                       const struct gm_mig *mig, struct cursor *c)
 {
 	char size[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 64];
 	int n = 0;
@@ -160,11 +159,11 @@ static void put_leases(const struct cli *cli, const struct cli_select *sel,
 				continue;
 			if (l->exclusive)
 				snprintf(item, sizeof item, "%s[leased: %s]%s", c_yellow(cli),
-					 cli_safe(user, l->user), c_reset(cli));
+				         cli_safe(user, l->user), c_reset(cli));
 			else
 				snprintf(item, sizeof item, "%s[share: %s %s]%s", c_yellow(cli),
-					 cli_safe(user, l->user),
-					 fmt_mib(size, sizeof size, l->share_mib), c_reset(cli));
+				         cli_safe(user, l->user),
+				         fmt_mib(size, sizeof size, l->share_mib), c_reset(cli));
 			put_item(c, n++ ? ", " : " ", item);
 		}
 	}
@@ -173,9 +172,9 @@ static void put_leases(const struct cli *cli, const struct cli_select *sel,
 /* The processes of a row ("alice 2028329 10.4G, pid 3141592 485M", "-" for
  * none), then its leases; of the slice mig, else of the whole GPU g. */
 static void put_processes(const struct cli *cli, const struct cli_select *sel,
-			  const struct gm_snapshot *snap, const struct registry_view *view,
-			  const struct gm_gpu *g, const struct gm_mig *mig,
-			  const struct layout *l, struct cursor *c)
+                          const struct gm_snapshot *snap, const struct registry_view *view,
+                          const struct gm_gpu *g, const struct gm_mig *mig, const struct layout *l,
+                          struct cursor *c)
 {
 	char a[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 32];
 	int printed = 0;
@@ -187,11 +186,11 @@ static void put_processes(const struct cli *cli, const struct cli_select *sel,
 		if ((mig ? gm_proc_mig(snap, p) != mig : p->gpu != g->index) ||
 		    !cli_select_proc(sel, p))
 			continue;
-		o = snprintf(item, sizeof item, "%s %u", p->has_user ? cli_safe(user, p->user) : "pid",
-			     p->pid);
+		o = snprintf(item, sizeof item, "%s %u",
+		             p->has_user ? cli_safe(user, p->user) : "pid", p->pid);
 		if (p->has_mem && o > 0 && (size_t)o < sizeof item)
 			snprintf(item + o, sizeof item - (size_t)o, " %s",
-				 fmt_mib(a, sizeof a, p->used_mib));
+			         fmt_mib(a, sizeof a, p->used_mib));
 		put_item(c, printed ? ", " : l->stacked ? "" : " ", item);
 		printed = 1;
 	}
@@ -209,18 +208,18 @@ static void start_processes(const struct layout *l, struct cursor *c)
 {
 	if (l->stacked) {
 		printf("\n%*s", STATUS_STACK_INDENT, "");
-		*c = (struct cursor){ STATUS_STACK_INDENT, l->width, STATUS_STACK_INDENT };
+		*c = (struct cursor){STATUS_STACK_INDENT, l->width, STATUS_STACK_INDENT};
 	} else {
 		putchar(' ');
-		*c = (struct cursor){ l->fixed_w, l->width, l->fixed_w + 1 };
+		*c = (struct cursor){l->fixed_w, l->width, l->fixed_w + 1};
 	}
 }
 
 /* A MIG slice under its GPU: profile, the UUID that CUDA_VISIBLE_DEVICES
  * takes (shortened), memory, its processes and lease. */
 static void print_mig_row(const struct cli *cli, const struct cli_select *sel,
-			  const struct gm_snapshot *snap, const struct registry_view *view,
-			  const struct gm_gpu *g, const struct gm_mig *m, const struct layout *l)
+                          const struct gm_snapshot *snap, const struct registry_view *view,
+                          const struct gm_gpu *g, const struct gm_mig *m, const struct layout *l)
 {
 	char a[16], b[16], label[64];
 	struct cursor c;
@@ -243,14 +242,15 @@ static void print_mig_row(const struct cli *cli, const struct cli_select *sel,
 }
 
 static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
-			  const struct gm_snapshot *snap, const struct registry_view *view,
-			  const struct gm_gpu *g, const struct layout *l)
+                          const struct gm_snapshot *snap, const struct registry_view *view,
+                          const struct gm_gpu *g, const struct layout *l)
 {
 	char a[16], b[16];
 	struct cursor c;
 
 	if (l->stacked)
-		printf("%3u  %s\n%*s", g->index, g->name[0] ? g->name : "?", STATUS_STACK_INDENT, "");
+		printf("%3u  %s\n%*s", g->index, g->name[0] ? g->name : "?", STATUS_STACK_INDENT,
+		       "");
 	else
 		printf("%3u  %-*s ", g->index, l->name_w, g->name[0] ? g->name : "?");
 	if (g->state != GM_GPU_OK) {
@@ -264,8 +264,9 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 		printf("%5s ", "-");
 	if (g->valid & GM_HAS_UTIL)
 		printf("%s%4u%%%s ",
-		       g->util_gpu_pct >= 80 ? c_red(cli) : g->util_gpu_pct >= 30 ? c_yellow(cli)
-									   : c_green(cli),
+		       g->util_gpu_pct >= 80   ? c_red(cli)
+		       : g->util_gpu_pct >= 30 ? c_yellow(cli)
+		                               : c_green(cli),
 		       g->util_gpu_pct, c_reset(cli));
 	else
 		printf("%5s ", "-");
@@ -290,8 +291,8 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 
 /* The hogs and idle leases, then one line for the processes outside gpuman. */
 static void print_waste(const struct cli *cli, const struct cli_select *sel,
-			const struct cli_look *look, const struct waste_opts *wopts,
-			const struct waste_report *waste, int width)
+                        const struct cli_look *look, const struct waste_opts *wopts,
+                        const struct waste_report *waste, int width)
 {
 	char what[CLI_SAFE_SIZE];
 	size_t shown = 0, unleased = 0;
@@ -311,11 +312,12 @@ static void print_waste(const struct cli *cli, const struct cli_select *sel,
 		if (++shown > STATUS_WASTE_LINES)
 			continue;
 		{
-			struct cursor c = { 13, width, 13 };
+			struct cursor c = {13, width, 13};
 
-			printf("  %s%-10s%s ", c_yellow(cli), waste_kind_name(it->kind), c_reset(cli));
-			put_words(&c, waste_what(look->snap, look->view, wopts, it, what,
-						 sizeof what));
+			printf("  %s%-10s%s ", c_yellow(cli), waste_kind_name(it->kind),
+			       c_reset(cli));
+			put_words(&c,
+			          waste_what(look->snap, look->view, wopts, it, what, sizeof what));
 			putchar('\n');
 		}
 	}
@@ -331,14 +333,15 @@ static void print_waste(const struct cli *cli, const struct cli_select *sel,
 /* Whether the GPU row is shown: -i, and with -u only GPUs where one of
  * those users has a process or a lease. */
 static int gpu_shown(const struct cli_select *sel, const struct cli_look *look,
-		     const struct gm_gpu *g)
+                     const struct gm_gpu *g)
 {
 	if (!cli_select_gpu(sel, g->index))
 		return 0;
 	if (!sel->user_count)
 		return 1;
 	for (size_t i = 0; i < look->snap->proc_count; i++)
-		if (look->snap->procs[i].gpu == g->index && cli_select_proc(sel, &look->snap->procs[i]))
+		if (look->snap->procs[i].gpu == g->index &&
+		    cli_select_proc(sel, &look->snap->procs[i]))
 			return 1;
 	for (size_t i = 0; i < look->view->lease_count; i++)
 		for (size_t k = 0; k < look->view->leases[i].gpu_count; k++)
@@ -349,26 +352,38 @@ static int gpu_shown(const struct cli_select *sel, const struct cli_look *look,
 }
 
 static const struct csv_column status_columns[] = {
-	{ "index", "NVML index" }, { "uuid", "" }, { "name", "" },
-	{ "temperature_c", "" },   { "util_pct", "" }, { "memory_used_mib", "" },
-	{ "memory_total_mib", "" }, { "memory_free_mib", "" }, { "power_w", "" },
-	{ "power_limit_w", "" },   { "processes", "count" }, { "leased_by", "users" },
-	{ "mig_devices", "PROFILE:MIG-UUID, space separated" },
-	/* from CSV_CLOCKS on: csv_clocks */
-	{ "clock_sm_mhz", "" },    { "clock_memory_mhz", "" }, { "clock_graphics_mhz", "" },
-	{ "max_clock_sm_mhz", "" }, { "max_clock_memory_mhz", "" }, { "max_clock_graphics_mhz", "" },
+    {"index", "NVML index"},
+    {"uuid", ""},
+    {"name", ""},
+    {"temperature_c", ""},
+    {"util_pct", ""},
+    {"memory_used_mib", ""},
+    {"memory_total_mib", ""},
+    {"memory_free_mib", ""},
+    {"power_w", ""},
+    {"power_limit_w", ""},
+    {"processes", "count"},
+    {"leased_by", "users"},
+    {"mig_devices", "PROFILE:MIG-UUID, space separated"},
+    /* from CSV_CLOCKS on: csv_clocks */
+    {"clock_sm_mhz", ""},
+    {"clock_memory_mhz", ""},
+    {"clock_graphics_mhz", ""},
+    {"max_clock_sm_mhz", ""},
+    {"max_clock_memory_mhz", ""},
+    {"max_clock_graphics_mhz", ""},
 };
 #define STATUS_COLUMNS (sizeof status_columns / sizeof status_columns[0])
 #define CSV_CLOCKS 13
 static const enum gm_gpu_value csv_clocks[] = {
-	GM_GPU_CLOCK_SM_MHZ,	 GM_GPU_CLOCK_MEM_MHZ,	   GM_GPU_CLOCK_GRAPHICS_MHZ,
-	GM_GPU_MAX_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ,
+    GM_GPU_CLOCK_SM_MHZ,     GM_GPU_CLOCK_MEM_MHZ,     GM_GPU_CLOCK_GRAPHICS_MHZ,
+    GM_GPU_MAX_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ,
 };
 _Static_assert(CSV_CLOCKS + sizeof csv_clocks / sizeof csv_clocks[0] == STATUS_COLUMNS,
-	       "a clock for each of the last columns");
+               "a clock for each of the last columns");
 
-static void print_csv(const struct cli_select *sel, const struct cli_look *look,
-		      const size_t *idx, size_t n)
+static void print_csv(const struct cli_select *sel, const struct cli_look *look, const size_t *idx,
+                      size_t n)
 {
 	const struct gm_snapshot *snap = look->snap;
 	char buf[512];
@@ -384,9 +399,15 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 			size_t procs = 0, o = 0;
 
 			switch (idx[c]) {
-			case 0: snprintf(buf, sizeof buf, "%u", g->index); break;
-			case 1: v = g->uuid[0] ? g->uuid : NULL; break;
-			case 2: v = g->name[0] ? g->name : NULL; break;
+			case 0:
+				snprintf(buf, sizeof buf, "%u", g->index);
+				break;
+			case 1:
+				v = g->uuid[0] ? g->uuid : NULL;
+				break;
+			case 2:
+				v = g->name[0] ? g->name : NULL;
+				break;
 			case 3:
 				snprintf(buf, sizeof buf, "%u", g->temperature_c);
 				v = g->valid & GM_HAS_TEMPERATURE ? buf : NULL;
@@ -395,11 +416,13 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 				snprintf(buf, sizeof buf, "%u", g->util_gpu_pct);
 				v = g->valid & GM_HAS_UTIL ? buf : NULL;
 				break;
-			case 5: case 6: case 7:
+			case 5:
+			case 6:
+			case 7:
 				snprintf(buf, sizeof buf, "%llu",
-					 (unsigned long long)(idx[c] == 5   ? g->mem_used_mib
-							      : idx[c] == 6 ? g->mem_total_mib
-									    : g->mem_free_mib));
+				         (unsigned long long)(idx[c] == 5   ? g->mem_used_mib
+				                              : idx[c] == 6 ? g->mem_total_mib
+				                                            : g->mem_free_mib));
 				v = g->valid & GM_HAS_MEMORY ? buf : NULL;
 				break;
 			case 8:
@@ -413,7 +436,7 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 			case 10:
 				for (size_t k = 0; k < snap->proc_count; k++)
 					procs += snap->procs[k].gpu == g->index &&
-						 cli_select_proc(sel, &snap->procs[k]);
+					         cli_select_proc(sel, &snap->procs[k]);
 				snprintf(buf, sizeof buf, "%zu", procs);
 				break;
 			case 11:
@@ -422,18 +445,19 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 					for (size_t k = 0; k < look->view->leases[l].gpu_count; k++)
 						if (look->view->leases[l].indices[k] == g->index &&
 						    o < sizeof buf)
-							o += (size_t)snprintf(buf + o, sizeof buf - o,
-									      "%s%s", o ? " " : "",
-									      look->view->leases[l].user);
+							o += (size_t)snprintf(
+							    buf + o, sizeof buf - o, "%s%s",
+							    o ? " " : "",
+							    look->view->leases[l].user);
 				break;
 			case 12:
 				buf[0] = '\0';
 				for (size_t k = 0; k < snap->mig_count; k++)
 					if (snap->migs[k].gpu == g->index && o < sizeof buf)
 						o += (size_t)snprintf(buf + o, sizeof buf - o,
-								      "%s%s:%s", o ? " " : "",
-								      snap->migs[k].profile,
-								      snap->migs[k].uuid);
+						                      "%s%s:%s", o ? " " : "",
+						                      snap->migs[k].profile,
+						                      snap->migs[k].uuid);
 				break;
 			default: {
 				int64_t mhz;
@@ -453,8 +477,8 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 }
 
 static void print_human(const struct cli *cli, const struct cli_select *sel,
-			const struct cli_look *look, const struct waste_opts *wopts,
-			const struct waste_report *waste)
+                        const struct cli_look *look, const struct waste_opts *wopts,
+                        const struct waste_report *waste)
 {
 	const struct gm_snapshot *snap = look->snap;
 	const struct registry_view *view = look->view;
@@ -468,19 +492,19 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 	if (sim && strrchr(sim, '/'))
 		sim = strrchr(sim, '/') + 1;
 	{
-		struct cursor c = { 0, l.width, 0 };
+		struct cursor c = {0, l.width, 0};
 		char item[PATH_MAX + 32];
 
 		snprintf(item, sizeof item, "%sgpuman%s", c_bold(cli), c_reset(cli));
 		put_item(&c, "", item);
 		snprintf(item, sizeof item, "%zu GPU%s", snap->gpu_count,
-			 snap->gpu_count == 1 ? "" : "s");
+		         snap->gpu_count == 1 ? "" : "s");
 		put_item(&c, "  ", item);
 		snprintf(item, sizeof item, "driver %s",
-			 snap->driver_version[0] ? snap->driver_version : "?");
+		         snap->driver_version[0] ? snap->driver_version : "?");
 		put_item(&c, "  ", item);
 		snprintf(item, sizeof item, "CUDA %d.%d", snap->cuda_driver_version / 1000,
-			 snap->cuda_driver_version % 1000 / 10);
+		         snap->cuda_driver_version % 1000 / 10);
 		put_item(&c, "  ", item);
 		if (sim) {
 			snprintf(item, sizeof item, "(simulated: %s)", sim);
@@ -490,14 +514,15 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 	}
 	if (snap->gpu_count) {
 		if (l.stacked)
-			printf("%s%3s  %s\n%*s%5s %5s  %-20s %s\n%*s%s%s\n", c_bold(cli), "GPU", "NAME",
-			       STATUS_STACK_INDENT, "", "TEMP", "UTIL", "MEMORY USED / TOTAL", "POWER",
-			       STATUS_STACK_INDENT, "", "PROCESSES (user pid memory)", c_reset(cli));
+			printf("%s%3s  %s\n%*s%5s %5s  %-20s %s\n%*s%s%s\n", c_bold(cli), "GPU",
+			       "NAME", STATUS_STACK_INDENT, "", "TEMP", "UTIL",
+			       "MEMORY USED / TOTAL", "POWER", STATUS_STACK_INDENT, "",
+			       "PROCESSES (user pid memory)", c_reset(cli));
 		else
-			printf("%s%3s  %-*s %5s %5s  %-20s %-12s %s%s\n", c_bold(cli), "GPU", l.name_w,
-			       "NAME", "TEMP", "UTIL", "MEMORY USED / TOTAL", "POWER",
+			printf("%s%3s  %-*s %5s %5s  %-20s %-12s %s%s\n", c_bold(cli), "GPU",
+			       l.name_w, "NAME", "TEMP", "UTIL", "MEMORY USED / TOTAL", "POWER",
 			       l.width && l.width < l.fixed_w + 29 ? " PROCESSES"
-								   : " PROCESSES (user pid memory)",
+			                                           : " PROCESSES (user pid memory)",
 			       c_reset(cli));
 		for (size_t i = 0; i < snap->gpu_count; i++)
 			if (gpu_shown(sel, look, &snap->gpus[i])) {
@@ -519,23 +544,24 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		if (shown++ == 0)
 			printf("%swaiting (served in this order):%s\n", c_bold(cli), c_reset(cli));
 		if (!l.width) { /* a pipe: one line each, as scripts read it */
-			printf("%3zu. %s, %s, pid %d, for %s: %.60s\n", i + 1, cli_safe(user, w->user),
-			       cli_safe(what, w->summary), w->pid,
+			printf("%3zu. %s, %s, pid %d, for %s: %.60s\n", i + 1,
+			       cli_safe(user, w->user), cli_safe(what, w->summary), w->pid,
 			       fmt_age(age, sizeof age, w->since_ms), cli_safe(cmd, w->command));
 		} else {
-			struct cursor c = { 0, l.width, STATUS_STACK_INDENT };
+			struct cursor c = {0, l.width, STATUS_STACK_INDENT};
 			char head[CLI_SAFE_SIZE * 2 + 128];
 
 			snprintf(head, sizeof head, "%3zu. %s, %s, pid %d, for %s:", i + 1,
-				 cli_safe(user, w->user), cli_safe(what, w->summary), w->pid,
-				 fmt_age(age, sizeof age, w->since_ms));
+			         cli_safe(user, w->user), cli_safe(what, w->summary), w->pid,
+			         fmt_age(age, sizeof age, w->since_ms));
 			put_words(&c, head);
 			put_words(&c, cli_safe(cmd, w->command));
 			putchar('\n');
 		}
 		if (w->limit[0])
-			printf("     %swaits for its user's limit, not in the way of others: %s%s\n",
-			       c_dim(cli), w->limit, c_reset(cli));
+			printf(
+			    "     %swaits for its user's limit, not in the way of others: %s%s\n",
+			    c_dim(cli), w->limit, c_reset(cli));
 	}
 	print_waste(cli, sel, look, wopts, waste, l.width);
 	for (size_t i = 0; i < snap->note_count; i++)
@@ -545,7 +571,7 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 /* Inside a Slurm job: the JSON without the GPUs (and their processes)
  * outside the allocation, as the table shows them. */
 static void json_only_selected(json_t *o, const struct gm_snapshot *snap,
-			       const struct cli_select *sel)
+                               const struct cli_select *sel)
 {
 	json_t *gpus = json_object_get(o, "gpus"), *procs = json_object_get(o, "processes");
 	size_t i = json_array_size(gpus);
@@ -564,7 +590,7 @@ static void json_only_selected(json_t *o, const struct gm_snapshot *snap,
 
 /* One look at the machine, printed as asked.  Returns an exit status. */
 static int status_once(struct cli *cli, struct cli_select *sel, const size_t *idx, size_t ncols,
-		       int watching)
+                       int watching)
 {
 	struct waste_opts wopts = WASTE_OPTS_INIT;
 	struct waste_report waste = WASTE_REPORT_INIT;
@@ -655,14 +681,13 @@ static int status_option(struct cli *cli, int opt, const char *arg, void *data)
 static int status_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_LONGOPTS, CLI_WATCH_LONGOPT, { 0 }
-	};
+	    CLI_COMMON_OPTIONS, CLI_SELECT_LONGOPTS, CLI_WATCH_LONGOPT, {0}};
 	struct cli_select sel = CLI_SELECT_INIT;
 	size_t idx[STATUS_COLUMNS];
 	int rc, ncols = 0;
 
 	rc = cli_parse(cli, &cmd_status, argc, argv, CLI_SELECT_SHORTOPTS, longopts, status_option,
-		       &sel);
+	               &sel);
 	if (rc != CLI_CONTINUE)
 		return rc;
 	/* The table shows no clocks; JSON and CSV have them. */
@@ -684,35 +709,36 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 }
 
 const struct cmd_entry cmd_status = {
-	"status", "GPUs, their utilization, memory, power and processes",
-	"usage: gpuman status [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]]\n"
-	"                     [--watch[=SEC]] [--json] [--sim FILE]\n"
-	"\n"
-	"One line per GPU: NVML index, name, temperature, utilization, memory used and\n"
-	"total, power draw and limit, the processes on it (user, pid, memory) and its\n"
-	"gpuman leases; then the requests waiting for GPUs, in the order they will be\n"
-	"served, and the waste that 'gpuman waste' explains.\n"
-	"Inside a Slurm job only the GPUs of its allocation are shown.\n"
-	"A field the GPU does not report shows as '-' (null in --json, empty in CSV).\n"
-	"On a terminal, or with COLUMNS set, the table fits the width without cutting\n"
-	"anything (processes continue on lines of their own; narrow terminals get\n"
-	"name, readings and processes on separate lines); in a pipe each GPU is one\n"
-	"line.\n"
-	"\n"
-	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
-	"  -u, --user USER[,USER] only GPUs where these users have a process or lease,\n"
-	"                         and only their processes, leases and waste\n"
-	"  --format csv[=COLUMNS] one CSV line per GPU with a header; COLUMNS from index,\n"
-	"                         uuid, name, temperature_c, util_pct, memory_used_mib,\n"
-	"                         memory_total_mib, memory_free_mib, power_w,\n"
-	"                         power_limit_w, processes, leased_by, mig_devices\n"
-	"                         (PROFILE:MIG-UUID of each slice), clock_sm_mhz,\n"
-	"                         clock_memory_mhz, clock_graphics_mhz,\n"
-	"                         max_clock_sm_mhz, max_clock_memory_mhz,\n"
-	"                         max_clock_graphics_mhz\n"
-	"  --watch[=SEC]          print it again every SEC seconds (default 2) until\n"
-	"                         interrupted, as plain text (gpuman top is the live view)\n"
-	"  --json                 the snapshot as JSON (schema in the README)\n"
-	"  --sim FILE             use the NVML simulator with this scenario\n",
-	status_exec,
+    "status",
+    "GPUs, their utilization, memory, power and processes",
+    "usage: gpuman status [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]]\n"
+    "                     [--watch[=SEC]] [--json] [--sim FILE]\n"
+    "\n"
+    "One line per GPU: NVML index, name, temperature, utilization, memory used and\n"
+    "total, power draw and limit, the processes on it (user, pid, memory) and its\n"
+    "gpuman leases; then the requests waiting for GPUs, in the order they will be\n"
+    "served, and the waste that 'gpuman waste' explains.\n"
+    "Inside a Slurm job only the GPUs of its allocation are shown.\n"
+    "A field the GPU does not report shows as '-' (null in --json, empty in CSV).\n"
+    "On a terminal, or with COLUMNS set, the table fits the width without cutting\n"
+    "anything (processes continue on lines of their own; narrow terminals get\n"
+    "name, readings and processes on separate lines); in a pipe each GPU is one\n"
+    "line.\n"
+    "\n"
+    "  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
+    "  -u, --user USER[,USER] only GPUs where these users have a process or lease,\n"
+    "                         and only their processes, leases and waste\n"
+    "  --format csv[=COLUMNS] one CSV line per GPU with a header; COLUMNS from index,\n"
+    "                         uuid, name, temperature_c, util_pct, memory_used_mib,\n"
+    "                         memory_total_mib, memory_free_mib, power_w,\n"
+    "                         power_limit_w, processes, leased_by, mig_devices\n"
+    "                         (PROFILE:MIG-UUID of each slice), clock_sm_mhz,\n"
+    "                         clock_memory_mhz, clock_graphics_mhz,\n"
+    "                         max_clock_sm_mhz, max_clock_memory_mhz,\n"
+    "                         max_clock_graphics_mhz\n"
+    "  --watch[=SEC]          print it again every SEC seconds (default 2) until\n"
+    "                         interrupted, as plain text (gpuman top is the live view)\n"
+    "  --json                 the snapshot as JSON (schema in the README)\n"
+    "  --sim FILE             use the NVML simulator with this scenario\n",
+    status_exec,
 };

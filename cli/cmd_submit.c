@@ -34,8 +34,8 @@ struct submit_opts {
 	char after[AFTER_MAX * 21]; /* "3,4": the ids as given, checked */
 	int64_t after_ids[AFTER_MAX];
 	size_t nafter;
-	int notify;                 /* --notify given */
-	const char *notify_how;     /* its =HOW; NULL: the default */
+	int notify;             /* --notify given */
+	const char *notify_how; /* its =HOW; NULL: the default */
 };
 
 /* --after ID[,ID]: job ids, at most AFTER_MAX; may be given more than once. */
@@ -50,7 +50,8 @@ static int parse_after(struct cli *cli, const char *arg, struct submit_opts *o)
 		char word[32];
 		int64_t id;
 
-		snprintf(word, sizeof word, "%.*s", (int)(l < sizeof word - 1 ? l : sizeof word - 1), p);
+		snprintf(word, sizeof word, "%.*s",
+		         (int)(l < sizeof word - 1 ? l : sizeof word - 1), p);
 		id = parse_job_id(word);
 		if (id < 0 || l >= sizeof word - 1)
 			return cli_usage(cli, "--after '%s': '%s' is not a job id", arg, word);
@@ -71,13 +72,12 @@ static int check_name(struct cli *cli, const char *name)
 	if (!len)
 		return cli_usage(cli, "--name '': give the job a name, or leave --name out");
 	if (len > NAME_MAX_LEN)
-		return cli_usage(cli, "--name '%.20s...': too long (%zu bytes; at most %d)", name, len,
-				 NAME_MAX_LEN);
+		return cli_usage(cli, "--name '%.20s...': too long (%zu bytes; at most %d)", name,
+		                 len, NAME_MAX_LEN);
 	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
 		if (*p <= ' ' || *p == 0x7f)
-			return cli_usage(cli,
-					 "--name '%s': no spaces or control characters (use - or _)",
-					 name);
+			return cli_usage(
+			    cli, "--name '%s': no spaces or control characters (use - or _)", name);
 	return CLI_CONTINUE;
 }
 
@@ -94,16 +94,17 @@ static int check_after(struct cli *cli, struct queue *q, struct submit_opts *o)
 
 		if (rc == GM_ERR_NOT_FOUND)
 			return cli_usage(cli, "--after %lld: no job %lld in your queue",
-					 (long long)o->after_ids[i], (long long)o->after_ids[i]);
+			                 (long long)o->after_ids[i], (long long)o->after_ids[i]);
 		if (rc != GM_OK)
 			return cli_error(cli, EXIT_FAIL, "%s", err);
 		job_release(&dep);
 		if (job_state_final(state) && state != JOB_DONE)
-			return cli_usage(cli, "--after %lld: job %lld has %s; a job after it could never start",
-					 (long long)o->after_ids[i], (long long)o->after_ids[i],
-					 state == JOB_CANCELLED ? "been cancelled" : job_state_name(state));
+			return cli_usage(
+			    cli, "--after %lld: job %lld has %s; a job after it could never start",
+			    (long long)o->after_ids[i], (long long)o->after_ids[i],
+			    state == JOB_CANCELLED ? "been cancelled" : job_state_name(state));
 		used += (size_t)snprintf(o->after + used, sizeof o->after - used, "%s%lld",
-					 used ? "," : "", (long long)o->after_ids[i]);
+		                         used ? "," : "", (long long)o->after_ids[i]);
 	}
 	return EXIT_OK;
 }
@@ -139,7 +140,7 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 		v = strtol(arg, &end, 10);
 		if (errno || end == arg || *end || v < -PRIORITY_MAX || v > PRIORITY_MAX)
 			return cli_usage(cli, "--priority '%s': a whole number from -%d to %d", arg,
-					 PRIORITY_MAX, PRIORITY_MAX);
+			                 PRIORITY_MAX, PRIORITY_MAX);
 		o->priority = (int)v;
 		return CLI_CONTINUE;
 	}
@@ -204,37 +205,41 @@ static char *env_block(size_t *len)
 static int submit_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_OPTIONS, CLI_RESERVE_OPTIONS,
-		{ "retries", required_argument, NULL, OPT_RETRIES },
-		{ "name", required_argument, NULL, OPT_NAME },
-		{ "after", required_argument, NULL, OPT_AFTER },
-		{ "priority", required_argument, NULL, OPT_PRIORITY },
-		{ "notify", optional_argument, NULL, OPT_NOTIFY }, { 0 }
-	};
+	    CLI_COMMON_OPTIONS,
+	    CLI_SELECT_OPTIONS,
+	    CLI_RESERVE_OPTIONS,
+	    {"retries", required_argument, NULL, OPT_RETRIES},
+	    {"name", required_argument, NULL, OPT_NAME},
+	    {"after", required_argument, NULL, OPT_AFTER},
+	    {"priority", required_argument, NULL, OPT_PRIORITY},
+	    {"notify", optional_argument, NULL, OPT_NOTIFY},
+	    {0}};
 	char notify[4200];
 	struct submit_opts o;
 	struct config cfg = CONFIG_INIT;
 	struct job job = JOB_INIT;
-	struct queue q = { .store = NULL };
+	struct queue q = {.store = NULL};
 	json_t *jargv = json_array();
 	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
-					   *request = NULL, *env = NULL;
+	                                         *request = NULL, *env = NULL;
 	size_t env_len = 0;
 	int status;
 
 	memset(&o, 0, sizeof o);
-	status = cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
+	status =
+	    cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
 	if (optind >= argc) {
-		status = cli_usage(cli, "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...])");
+		status =
+		    cli_usage(cli, "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...])");
 		goto done;
 	}
 	if (o.notify && !o.notify_how &&
 	    (!strcmp(argv[optind], "desktop") || !strcmp(argv[optind], "mail") ||
 	     !strncmp(argv[optind], "mail:", 5) || !strncmp(argv[optind], "exec:", 5))) {
 		status = cli_usage(cli, "--notify %s: write --notify=%s (else '%s' is the command)",
-				   argv[optind], argv[optind], argv[optind]);
+		                   argv[optind], argv[optind], argv[optind]);
 		goto done;
 	}
 	if (o.notify && notify_resolve(o.notify_how, notify, sizeof notify, err, sizeof err) < 0) {
@@ -247,7 +252,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (!getcwd(cwd, sizeof cwd)) {
 		status = cli_error(cli, EXIT_FAIL, "cannot tell the working directory: %s",
-				   strerror(errno));
+		                   strerror(errno));
 		goto done;
 	}
 	for (int i = optind; i < argc; i++)
@@ -315,8 +320,9 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	if (cfg.keep_ms > 0 && queue_prune(&q, now_ms() - cfg.keep_ms, NULL, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot forget old jobs: %s", err);
 	if (queue_ensure_dispatcher(&q, err, sizeof err) < 0)
-		cli_error(cli, 0, "warning: cannot start the dispatcher: %s (job %lld stays queued)",
-			  err, (long long)job.id);
+		cli_error(cli, 0,
+		          "warning: cannot start the dispatcher: %s (job %lld stays queued)", err,
+		          (long long)job.id);
 	if (cli->json)
 		status = cli_print_json(json_pack("{s:I}", "id", (json_int_t)job.id));
 	else {
@@ -335,58 +341,58 @@ done:
 }
 
 const struct cmd_entry cmd_submit = {
-	"submit", "queue a command; a dispatcher runs it when GPUs fit",
-	"usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
-	"                     [--priority N] [--retries N] -- CMD [ARG...]\n"
-	"\n"
-	"Put CMD in your persistent queue and print its job id.  The working\n"
-	"directory and the environment are recorded now; CMD runs with them, without\n"
-	"a shell, as soon as GPUs that fit are free (first come, first served), with\n"
-	"the same variables as 'gpuman run' (CUDA_VISIBLE_DEVICES, GPUMAN_GPUS,\n"
-	"GPUMAN_LEASE) and GPUMAN_JOB, its id.  Its stdout and stderr go to its log\n"
-	"('gpuman logs ID').\n"
-	"\n"
-	"A small dispatcher starts by itself and exits when the queue is empty.  Each\n"
-	"running job has its own supervisor that holds its lease and records its\n"
-	"result, so the dispatcher can die and restart without losing or repeating a\n"
-	"job; if it has died, the next submit, queue, wait or logs starts a new one.\n"
-	"A job that fails with a CUDA out-of-memory error is requeued for a GPU with\n"
-	"more free memory (up to 3 times).\n"
-	"\n"
-	"  --name NAME        a name to know it by in 'gpuman queue' (up to 64 bytes,\n"
-	"                     no spaces)\n"
-	"  --after ID[,ID]    start only once these jobs of yours have succeeded; if\n"
-	"                     one fails or is cancelled, this one is cancelled, with\n"
-	"                     that as its reason (and so are the jobs after it)\n"
-	"  --notify[=HOW]     tell me when it has ended: a desktop notification\n"
-	"                     (notify-send) when submitted from a desktop session,\n"
-	"                     else a mail to $USER through the system's sendmail;\n"
-	"                     HOW: desktop, mail, mail:ADDRESS, or exec:PROGRAM (run\n"
-	"                     as PROGRAM ID STATE, with GPUMAN_JOB, GPUMAN_JOB_STATE,\n"
-	"                     GPUMAN_JOB_NAME and GPUMAN_JOB_REASON set)\n"
-	"  --priority N       -1000..1000 (default 0): of your queued jobs, higher\n"
-	"                     ones start first; equal ones first come, first served\n"
-	"  --retries N        run it again up to N times if it fails (default 0)\n"
-	"  --json             print {\"id\": N} instead of the bare id\n"
-	"\n" SELECT_HELP
-	"\n"
-	"reserve:\n"
-	"  --exclusive        nobody else is placed on the GPU (default)\n"
-	"  --mem SIZE         share the GPU: SIZE counts against its free memory\n"
-	"  --idle             only GPUs with no process at all\n"
-	"  --no-framework-env with --mem: no framework memory variables\n"
-	"Queued jobs always wait; --wait is accepted and changes nothing.\n"
-	"\n"
-	"The queue lives in $GPUMAN_QUEUE_DIR, else ${XDG_STATE_HOME:-~/.local/state}/gpuman\n"
-	"(yours alone: mode 0700).  Each submit forgets the finished jobs older than\n"
-	"[queue] keep in gpuman.conf (default 90d; ~/.config/gpuman/gpuman.conf, else\n"
-	"/etc/gpuman/gpuman.conf), with their logs.\n"
-	"\n"
-	"examples:\n"
-	"  gpuman submit --name lr3e-4 -- python train.py --lr 3e-4\n"
-	"  gpuman submit -n 2 --min-free 20G -- torchrun --nproc-per-node 2 train.py\n"
-	"  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n"
-	"  p=$(gpuman submit -- python prep.py) && t=$(gpuman submit --after $p -- python train.py)\n"
-	"  gpuman submit --after $t --notify -- python evaluate.py\n",
-	submit_exec,
+    "submit",
+    "queue a command; a dispatcher runs it when GPUs fit",
+    "usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
+    "                     [--priority N] [--retries N] -- CMD [ARG...]\n"
+    "\n"
+    "Put CMD in your persistent queue and print its job id.  The working\n"
+    "directory and the environment are recorded now; CMD runs with them, without\n"
+    "a shell, as soon as GPUs that fit are free (first come, first served), with\n"
+    "the same variables as 'gpuman run' (CUDA_VISIBLE_DEVICES, GPUMAN_GPUS,\n"
+    "GPUMAN_LEASE) and GPUMAN_JOB, its id.  Its stdout and stderr go to its log\n"
+    "('gpuman logs ID').\n"
+    "\n"
+    "A small dispatcher starts by itself and exits when the queue is empty.  Each\n"
+    "running job has its own supervisor that holds its lease and records its\n"
+    "result, so the dispatcher can die and restart without losing or repeating a\n"
+    "job; if it has died, the next submit, queue, wait or logs starts a new one.\n"
+    "A job that fails with a CUDA out-of-memory error is requeued for a GPU with\n"
+    "more free memory (up to 3 times).\n"
+    "\n"
+    "  --name NAME        a name to know it by in 'gpuman queue' (up to 64 bytes,\n"
+    "                     no spaces)\n"
+    "  --after ID[,ID]    start only once these jobs of yours have succeeded; if\n"
+    "                     one fails or is cancelled, this one is cancelled, with\n"
+    "                     that as its reason (and so are the jobs after it)\n"
+    "  --notify[=HOW]     tell me when it has ended: a desktop notification\n"
+    "                     (notify-send) when submitted from a desktop session,\n"
+    "                     else a mail to $USER through the system's sendmail;\n"
+    "                     HOW: desktop, mail, mail:ADDRESS, or exec:PROGRAM (run\n"
+    "                     as PROGRAM ID STATE, with GPUMAN_JOB, GPUMAN_JOB_STATE,\n"
+    "                     GPUMAN_JOB_NAME and GPUMAN_JOB_REASON set)\n"
+    "  --priority N       -1000..1000 (default 0): of your queued jobs, higher\n"
+    "                     ones start first; equal ones first come, first served\n"
+    "  --retries N        run it again up to N times if it fails (default 0)\n"
+    "  --json             print {\"id\": N} instead of the bare id\n"
+    "\n" SELECT_HELP "\n"
+    "reserve:\n"
+    "  --exclusive        nobody else is placed on the GPU (default)\n"
+    "  --mem SIZE         share the GPU: SIZE counts against its free memory\n"
+    "  --idle             only GPUs with no process at all\n"
+    "  --no-framework-env with --mem: no framework memory variables\n"
+    "Queued jobs always wait; --wait is accepted and changes nothing.\n"
+    "\n"
+    "The queue lives in $GPUMAN_QUEUE_DIR, else ${XDG_STATE_HOME:-~/.local/state}/gpuman\n"
+    "(yours alone: mode 0700).  Each submit forgets the finished jobs older than\n"
+    "[queue] keep in gpuman.conf (default 90d; ~/.config/gpuman/gpuman.conf, else\n"
+    "/etc/gpuman/gpuman.conf), with their logs.\n"
+    "\n"
+    "examples:\n"
+    "  gpuman submit --name lr3e-4 -- python train.py --lr 3e-4\n"
+    "  gpuman submit -n 2 --min-free 20G -- torchrun --nproc-per-node 2 train.py\n"
+    "  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n"
+    "  p=$(gpuman submit -- python prep.py) && t=$(gpuman submit --after $p -- python train.py)\n"
+    "  gpuman submit --after $t --notify -- python evaluate.py\n",
+    submit_exec,
 };

@@ -21,7 +21,7 @@
 
 enum { OPT_DELAY = OPT_CMD_BASE };
 enum sort_key { SORT_GPU, SORT_UTIL, SORT_MEM, SORT_PID, SORT_USER, SORT_COUNT };
-static const char *const sort_names[] = { "gpu", "util", "memory", "pid", "user" };
+static const char *const sort_names[] = {"gpu", "util", "memory", "pid", "user"};
 
 enum { PAIR_OK = 1, PAIR_WARN, PAIR_HOT, PAIR_TITLE };
 
@@ -30,22 +30,22 @@ struct top {
 	struct cli_select sel;
 	int64_t delay_ms;
 	enum sort_key sort;
-	char filter[64];        /* substring of user, command or pid */
-	int mine;               /* only my processes */
-	int selected;           /* row in the shown process list */
-	unsigned selected_pid;  /* follows the process when rows move */
+	char filter[64];       /* substring of user, command or pid */
+	int mine;              /* only my processes */
+	int selected;          /* row in the shown process list */
+	unsigned selected_pid; /* follows the process when rows move */
 	char message[256];
 	struct cli_look look;
 	int have_look;
-	long *leases;           /* per process: lease position or -1 */
+	long *leases; /* per process: lease position or -1 */
 	struct waste_report waste;
-	size_t *rows;           /* shown processes, sorted */
+	size_t *rows; /* shown processes, sorted */
 	size_t row_count;
 	/* The user's own queue (gpuman submit): others' are private to them. */
 	size_t queue_counts[JOB_STATE_COUNT];
-	struct job *queued;     /* the next few, oldest first */
+	struct job *queued; /* the next few, oldest first */
 	size_t queued_count;
-	char queue_err[128];    /* why it could not be read, "" if it could */
+	char queue_err[128]; /* why it could not be read, "" if it could */
 };
 #define TOP_QUEUED_SHOWN 2
 
@@ -59,11 +59,20 @@ static int row_cmp(const void *a, const void *b)
 	int c = 0;
 
 	switch (sort_by) {
-	case SORT_UTIL: c = (y->util_pct > x->util_pct) - (y->util_pct < x->util_pct); break;
-	case SORT_MEM: c = (y->used_mib > x->used_mib) - (y->used_mib < x->used_mib); break;
-	case SORT_PID: c = (x->pid > y->pid) - (x->pid < y->pid); break;
-	case SORT_USER: c = strcmp(x->has_user ? x->user : "~", y->has_user ? y->user : "~"); break;
-	default: break;
+	case SORT_UTIL:
+		c = (y->util_pct > x->util_pct) - (y->util_pct < x->util_pct);
+		break;
+	case SORT_MEM:
+		c = (y->used_mib > x->used_mib) - (y->used_mib < x->used_mib);
+		break;
+	case SORT_PID:
+		c = (x->pid > y->pid) - (x->pid < y->pid);
+		break;
+	case SORT_USER:
+		c = strcmp(x->has_user ? x->user : "~", y->has_user ? y->user : "~");
+		break;
+	default:
+		break;
 	}
 	if (!c)
 		c = (x->gpu > y->gpu) - (x->gpu < y->gpu);
@@ -122,13 +131,14 @@ static void refresh_look(struct top *t)
 		if (stderr != saved)
 			fclose(stderr);
 		stderr = saved;
-		snprintf(t->message, sizeof t->message, "%s", err[0] ? err : "cannot read the GPUs");
+		snprintf(t->message, sizeof t->message, "%s",
+		         err[0] ? err : "cannot read the GPUs");
 		return;
 	}
 	t->have_look = 1;
 	t->queue_err[0] = '\0';
 	if (queue_peek(t->queue_counts, &t->queued, &t->queued_count, TOP_QUEUED_SHOWN,
-		       t->queue_err, sizeof t->queue_err) < 0 &&
+	               t->queue_err, sizeof t->queue_err) < 0 &&
 	    !t->queue_err[0])
 		snprintf(t->queue_err, sizeof t->queue_err, "cannot read your queue");
 	t->leases = cli_proc_leases(&t->look);
@@ -205,8 +215,8 @@ static void draw_gpus(const struct top *t, int *y)
 
 	for (size_t i = 0; i < snap->gpu_count && *y < LINES - 4; i++) {
 		const struct gm_gpu *g = &snap->gpus[i];
-		unsigned mem_pct = g->mem_total_mib ? (unsigned)(g->mem_used_mib * 100 / g->mem_total_mib)
-						    : 0;
+		unsigned mem_pct =
+		    g->mem_total_mib ? (unsigned)(g->mem_used_mib * 100 / g->mem_total_mib) : 0;
 
 		if (!cli_select_gpu(&t->sel, g->index))
 			continue;
@@ -214,8 +224,9 @@ static void draw_gpus(const struct top *t, int *y)
 		if (g->state != GM_GPU_OK) {
 			printw("  %s", g->state == GM_GPU_LOST ? "lost" : "error");
 		} else if (bar >= 8) {
-			snprintf(label, sizeof label, "%s/%s", fmt_mib(a, sizeof a, g->mem_used_mib),
-				 fmt_mib(b, sizeof b, g->mem_total_mib));
+			snprintf(label, sizeof label, "%s/%s",
+			         fmt_mib(a, sizeof a, g->mem_used_mib),
+			         fmt_mib(b, sizeof b, g->mem_total_mib));
 			if (g->valid & GM_HAS_MEMORY)
 				draw_bar(*y, 25, bar, mem_pct, label);
 			snprintf(label, sizeof label, "%u%%", g->util_gpu_pct);
@@ -238,7 +249,7 @@ static void draw_procs(const struct top *t, int *y, int bottom)
 
 	attron(A_BOLD);
 	mvprintw(*y, 0, "%3s %8s %-10s %5s %7s %-14s %-4s %s", "GPU", "PID", "USER", "UTIL",
-		 "MEMORY", "LEASE", "MARK", "COMMAND");
+	         "MEMORY", "LEASE", "MARK", "COMMAND");
 	attroff(A_BOLD);
 	(*y)++;
 	if (room < 1)
@@ -255,9 +266,9 @@ static void draw_procs(const struct top *t, int *y, int bottom)
 		if (r == t->selected)
 			attron(A_REVERSE);
 		mvprintw(*y, 0, "%3u %8u %-10.10s %5s %7s %-14.14s ", p->gpu, p->pid,
-			 p->has_user ? cli_safe(user, p->user) : "?", p->has_util ? util : "-",
-			 p->has_mem ? fmt_mib(mem, sizeof mem, p->used_mib) : "-",
-			 l >= 0 ? cli_safe(id, t->look.view->leases[l].id) : "-");
+		         p->has_user ? cli_safe(user, p->user) : "?", p->has_util ? util : "-",
+		         p->has_mem ? fmt_mib(mem, sizeof mem, p->used_mib) : "-",
+		         l >= 0 ? cli_safe(id, t->look.view->leases[l].id) : "-");
 		if (*mark)
 			attron(COLOR_PAIR(PAIR_HOT));
 		printw("%-4s", mark);
@@ -286,11 +297,11 @@ static void draw_queue(const struct top *t, int *y)
 	if (!t->queue_counts[JOB_QUEUED] && !t->queue_counts[JOB_RUNNING])
 		return;
 	mvprintw((*y)++, 0, "your queue: %zu queued, %zu running  (gpuman queue lists it)",
-		 t->queue_counts[JOB_QUEUED], t->queue_counts[JOB_RUNNING]);
+	         t->queue_counts[JOB_QUEUED], t->queue_counts[JOB_RUNNING]);
 	for (size_t i = 0; i < t->queued_count; i++)
 		mvprintw((*y)++, 0, "  next %zu. job %lld: %.*s", i + 1, (long long)t->queued[i].id,
-			 COLS > 30 ? COLS - 30 : 0,
-			 cli_safe(cmd, t->queued[i].command ? t->queued[i].command : "?"));
+		         COLS > 30 ? COLS - 30 : 0,
+		         cli_safe(cmd, t->queued[i].command ? t->queued[i].command : "?"));
 }
 
 static void draw(struct top *t)
@@ -304,8 +315,8 @@ static void draw(struct top *t)
 	erase();
 	attron(COLOR_PAIR(PAIR_TITLE) | A_BOLD);
 	mvprintw(0, 0, "gpuman top  every %.1fs  sort: %s  filter: %s%s", t->delay_ms / 1000.0,
-		 sort_names[t->sort], t->filter[0] ? cli_safe(filt, t->filter) : "-",
-		 t->mine ? "  (mine)" : "");
+	         sort_names[t->sort], t->filter[0] ? cli_safe(filt, t->filter) : "-",
+	         t->mine ? "  (mine)" : "");
 	clrtoeol();
 	attroff(COLOR_PAIR(PAIR_TITLE) | A_BOLD);
 	mvprintw(0, COLS > 60 ? COLS - 28 : 40, "h help  q quit");
@@ -327,7 +338,7 @@ static void draw(struct top *t)
 		const struct waiter_info *w = &view->waiters[i];
 
 		mvprintw(y, 0, "waiting %zu. %s, %s, pid %d: %s", i + 1, cli_safe(user, w->user),
-			 w->summary, w->pid, cli_safe(what, w->command));
+		         w->summary, w->pid, cli_safe(what, w->command));
 	}
 	draw_queue(t, &y);
 	for (size_t i = 0; i < t->waste.count; i++) {
@@ -335,9 +346,9 @@ static void draw(struct top *t)
 		idle += t->waste.items[i].kind == WASTE_IDLE_LEASE;
 		out += t->waste.items[i].kind == WASTE_UNLEASED;
 	}
-	mvprintw(LINES - 2, 0, "waste: %zu hog%s, %zu idle lease%s, %zu outside gpuman%s",
-		 hogs, hogs == 1 ? "" : "s", idle, idle == 1 ? "" : "s", out,
-		 hogs + idle + out ? "  (gpuman waste explains)" : "");
+	mvprintw(LINES - 2, 0, "waste: %zu hog%s, %zu idle lease%s, %zu outside gpuman%s", hogs,
+	         hogs == 1 ? "" : "s", idle, idle == 1 ? "" : "s", out,
+	         hogs + idle + out ? "  (gpuman waste explains)" : "");
 	if (view->waiter_count > 3)
 		printw("  +%zu more waiting", view->waiter_count - 3);
 	mvprintw(LINES - 1, 0, "%s", t->message);
@@ -348,22 +359,22 @@ static void draw(struct top *t)
 static void help(void)
 {
 	static const char *const lines[] = {
-		"gpuman top - keys",
-		"",
-		"  q          quit",
-		"  up/down    select a process",
-		"  k          send a signal to the selected process (yours only)",
-		"  s          sort by the next key: gpu, util, memory, pid, user",
-		"  / or f     filter: pid, user or command containing a text",
-		"  u          only my processes (again: everyone's)",
-		"  c          clear the filter",
-		"  + / -      refresh more / less often",
-		"  space      refresh now",
-		"",
-		"MARK: hog = holds memory on this GPU without computing on it,",
-		"      out = runs outside any gpuman lease.  gpuman waste explains.",
-		"",
-		"any key returns",
+	    "gpuman top - keys",
+	    "",
+	    "  q          quit",
+	    "  up/down    select a process",
+	    "  k          send a signal to the selected process (yours only)",
+	    "  s          sort by the next key: gpu, util, memory, pid, user",
+	    "  / or f     filter: pid, user or command containing a text",
+	    "  u          only my processes (again: everyone's)",
+	    "  c          clear the filter",
+	    "  + / -      refresh more / less often",
+	    "  space      refresh now",
+	    "",
+	    "MARK: hog = holds memory on this GPU without computing on it,",
+	    "      out = runs outside any gpuman lease.  gpuman waste explains.",
+	    "",
+	    "any key returns",
 	};
 
 	erase();
@@ -406,9 +417,12 @@ static void prompt(const char *what, char *buf, size_t len)
 
 static void signal_selected(struct top *t)
 {
-	static const struct { int key, sig; const char *name; } sigs[] = {
-		{ 't', SIGTERM, "TERM" }, { 'i', SIGINT, "INT" }, { 'k', SIGKILL, "KILL" },
-		{ 'h', SIGHUP, "HUP" },   { 's', SIGSTOP, "STOP" }, { 'c', SIGCONT, "CONT" },
+	static const struct {
+		int key, sig;
+		const char *name;
+	} sigs[] = {
+	    {'t', SIGTERM, "TERM"}, {'i', SIGINT, "INT"},   {'k', SIGKILL, "KILL"},
+	    {'h', SIGHUP, "HUP"},   {'s', SIGSTOP, "STOP"}, {'c', SIGCONT, "CONT"},
 	};
 	const struct gm_proc *p;
 	char answer[8], cmd[CLI_SAFE_SIZE], ask[CLI_SAFE_SIZE + 128];
@@ -419,21 +433,24 @@ static void signal_selected(struct top *t)
 	}
 	p = &t->look.snap->procs[t->rows[t->selected]];
 	if (!p->has_user || (p->uid != getuid() && getuid() != 0)) {
-		snprintf(t->message, sizeof t->message, "pid %u is not yours: not signalled", p->pid);
+		snprintf(t->message, sizeof t->message, "pid %u is not yours: not signalled",
+		         p->pid);
 		return;
 	}
-	snprintf(ask, sizeof ask, "signal pid %u (%.40s): t TERM, i INT, k KILL, h HUP, s STOP, "
-				  "c CONT, Esc cancel: ",
-		 p->pid, cli_safe(cmd, p->command));
+	snprintf(ask, sizeof ask,
+	         "signal pid %u (%.40s): t TERM, i INT, k KILL, h HUP, s STOP, "
+	         "c CONT, Esc cancel: ",
+	         p->pid, cli_safe(cmd, p->command));
 	prompt(ask, answer, sizeof answer);
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
 		if (answer[0] != sigs[i].key || answer[1])
 			continue;
 		if (kill((pid_t)p->pid, sigs[i].sig) == 0)
-			snprintf(t->message, sizeof t->message, "sent SIG%s to pid %u", sigs[i].name,
-				 p->pid);
+			snprintf(t->message, sizeof t->message, "sent SIG%s to pid %u",
+			         sigs[i].name, p->pid);
 		else
-			snprintf(t->message, sizeof t->message, "pid %u: %s", p->pid, strerror(errno));
+			snprintf(t->message, sizeof t->message, "pid %u: %s", p->pid,
+			         strerror(errno));
 		return;
 	}
 	snprintf(t->message, sizeof t->message, "no signal sent");
@@ -443,18 +460,48 @@ static void signal_selected(struct top *t)
 static int key(struct top *t, int ch)
 {
 	switch (ch) {
-	case 'q': case 'Q': return 0;
-	case KEY_UP: if (t->selected > 0) t->selected--; break;
-	case KEY_DOWN: if (t->selected + 1 < (int)t->row_count) t->selected++; break;
-	case 's': t->sort = (t->sort + 1) % SORT_COUNT; break;
-	case 'u': t->mine = !t->mine; break;
-	case 'c': t->filter[0] = '\0'; t->mine = 0; break;
-	case '/': case 'f': prompt("filter (pid, user or command): ", t->filter, sizeof t->filter); break;
-	case 'k': signal_selected(t); break;
-	case '+': if (t->delay_ms > 500) t->delay_ms -= 500; break;
-	case '-': if (t->delay_ms < 60000) t->delay_ms += 500; break;
-	case 'h': case '?': help(); break;
-	default: break;
+	case 'q':
+	case 'Q':
+		return 0;
+	case KEY_UP:
+		if (t->selected > 0)
+			t->selected--;
+		break;
+	case KEY_DOWN:
+		if (t->selected + 1 < (int)t->row_count)
+			t->selected++;
+		break;
+	case 's':
+		t->sort = (t->sort + 1) % SORT_COUNT;
+		break;
+	case 'u':
+		t->mine = !t->mine;
+		break;
+	case 'c':
+		t->filter[0] = '\0';
+		t->mine = 0;
+		break;
+	case '/':
+	case 'f':
+		prompt("filter (pid, user or command): ", t->filter, sizeof t->filter);
+		break;
+	case 'k':
+		signal_selected(t);
+		break;
+	case '+':
+		if (t->delay_ms > 500)
+			t->delay_ms -= 500;
+		break;
+	case '-':
+		if (t->delay_ms < 60000)
+			t->delay_ms += 500;
+		break;
+	case 'h':
+	case '?':
+		help();
+		break;
+	default:
+		break;
 	}
 	if (t->have_look && t->row_count)
 		t->selected_pid = t->look.snap->procs[t->rows[t->selected]].pid;
@@ -479,10 +526,10 @@ static int top_option(struct cli *cli, int opt, const char *arg, void *data)
 
 static int top_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS, CLI_SELECT_LONGOPTS, { "delay", required_argument, NULL, OPT_DELAY },
-		{ 0 }
-	};
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         CLI_SELECT_LONGOPTS,
+	                                         {"delay", required_argument, NULL, OPT_DELAY},
+	                                         {0}};
 	struct top t;
 	SCREEN *screen = NULL;
 	int rc, ch, running = 1;
@@ -492,13 +539,14 @@ static int top_exec(struct cli *cli, int argc, char **argv)
 	t.cli = cli;
 	t.delay_ms = 2000;
 	rc = cli_parse(cli, &cmd_top, argc, argv, "d:" CLI_SELECT_SHORTOPTS, longopts, top_option,
-		       &t);
+	               &t);
 	if (rc != CLI_CONTINUE)
 		return rc;
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
 	if (cli->json || t.sel.csv)
-		return cli_usage(cli, "top is a live view: use status --watch with --json or --format");
+		return cli_usage(cli,
+		                 "top is a live view: use status --watch with --json or --format");
 	setlocale(LC_ALL, "");
 	if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO))
 		screen = newterm(NULL, stdout, stdin);
@@ -544,22 +592,23 @@ static int top_exec(struct cli *cli, int argc, char **argv)
 }
 
 const struct cmd_entry cmd_top = {
-	"top", "the machine live: GPUs, processes, waste, the waiting line",
-	"usage: gpuman top [-d SEC] [-i GPU[,GPU]] [-u USER[,USER]] [--sim FILE]\n"
-	"\n"
-	"A live terminal view: each GPU with bars for memory and utilization, then\n"
-	"the processes with user, their own utilization, memory, gpuman lease and a\n"
-	"waste mark (hog: holds memory here without computing; out: outside any\n"
-	"gpuman lease), the waiting line, your own queue (gpuman submit: how many\n"
-	"jobs wait and run, and the next two; other users' queues are private to\n"
-	"them) and a count of the waste.  Keys: q quits,\n"
-	"up/down select, k signals the selected process (your own), s sorts, / or f\n"
-	"filters, u shows only yours, c clears, + and - change the interval, h helps.\n"
-	"Without a terminal it prints `gpuman status --watch` instead.\n"
-	"\n"
-	"  -d, --delay SEC        refresh every SEC seconds (default 2)\n"
-	"  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
-	"  -u, --user USER[,USER] only these users' processes\n"
-	"  --sim FILE             use the NVML simulator with this scenario\n",
-	top_exec,
+    "top",
+    "the machine live: GPUs, processes, waste, the waiting line",
+    "usage: gpuman top [-d SEC] [-i GPU[,GPU]] [-u USER[,USER]] [--sim FILE]\n"
+    "\n"
+    "A live terminal view: each GPU with bars for memory and utilization, then\n"
+    "the processes with user, their own utilization, memory, gpuman lease and a\n"
+    "waste mark (hog: holds memory here without computing; out: outside any\n"
+    "gpuman lease), the waiting line, your own queue (gpuman submit: how many\n"
+    "jobs wait and run, and the next two; other users' queues are private to\n"
+    "them) and a count of the waste.  Keys: q quits,\n"
+    "up/down select, k signals the selected process (your own), s sorts, / or f\n"
+    "filters, u shows only yours, c clears, + and - change the interval, h helps.\n"
+    "Without a terminal it prints `gpuman status --watch` instead.\n"
+    "\n"
+    "  -d, --delay SEC        refresh every SEC seconds (default 2)\n"
+    "  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
+    "  -u, --user USER[,USER] only these users' processes\n"
+    "  --sim FILE             use the NVML simulator with this scenario\n",
+    top_exec,
 };

@@ -84,9 +84,9 @@ static int report(struct cli *cli, struct queue *q, const int64_t *ids, size_t n
 		}
 		failed |= job.state != JOB_DONE;
 		if (arr)
-			json_array_append_new(arr, json_pack("{s:I, s:s, s:s?}", "id", (json_int_t)job.id,
-							     "state", job_state_name(job.state), "reason",
-							     job.reason));
+			json_array_append_new(
+			    arr, json_pack("{s:I, s:s, s:s?}", "id", (json_int_t)job.id, "state",
+			                   job_state_name(job.state), "reason", job.reason));
 		else
 			printf("%lld %s%s%s\n", (long long)job.id, job_state_name(job.state),
 			       job.reason && job.state != JOB_DONE ? ": " : "",
@@ -100,9 +100,9 @@ static int report(struct cli *cli, struct queue *q, const int64_t *ids, size_t n
 
 static int wait_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = { CLI_COMMON_OPTIONS, { 0 } };
-	struct queue q = { .store = NULL };
-	struct pending p = { NULL, 0 };
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS, {0}};
+	struct queue q = {.store = NULL};
+	struct pending p = {NULL, 0};
 	char err[GM_ERRBUF_SIZE];
 	int status, ifd = -1;
 	size_t n;
@@ -143,13 +143,14 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 	last_look = last_full = now_ms();
 	rc = look_all(&q, &p, err, sizeof err);
 	for (int check_dispatcher = 1;;) {
-		struct pollfd pfd = { ifd, POLLIN, 0 };
+		struct pollfd pfd = {ifd, POLLIN, 0};
 		int64_t now;
 		int news = 0;
 
 		if (rc != GM_OK) {
-			status = cli_error(cli, rc == GM_ERR_NOT_FOUND ? EXIT_USAGE : EXIT_FAIL, "%s%s",
-					   err, rc == GM_ERR_NOT_FOUND ? " in your queue" : "");
+			status =
+			    cli_error(cli, rc == GM_ERR_NOT_FOUND ? EXIT_USAGE : EXIT_FAIL, "%s%s",
+			              err, rc == GM_ERR_NOT_FOUND ? " in your queue" : "");
 			goto done;
 		}
 		if (!p.n) {
@@ -175,7 +176,7 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 		if (!news)
 			continue;
 		rc = jobstore_ended_since(q.store, last_look - END_SLACK_MS, ended_lately, &p, err,
-					  sizeof err);
+		                          sizeof err);
 		last_look = now;
 	}
 done:
@@ -188,17 +189,18 @@ done:
 }
 
 const struct cmd_entry cmd_wait = {
-	"wait", "wait until queued jobs have ended",
-	"usage: gpuman wait [--json] ID...\n"
-	"\n"
-	"Block until every job named has ended, then print one line per job (id,\n"
-	"state and, unless done, why).  Starts the dispatcher if it has died.  Each\n"
-	"time jobs end it reads only the jobs that ended lately (and, once a second,\n"
-	"the ones it still waits for): waiting on thousands of jobs slows nothing\n"
-	"down.\n"
-	"\n"
-	"  --json       [{\"id\", \"state\", \"reason\"}] instead of the lines\n"
-	"\n"
-	"Exit status: 0 every job succeeded, 1 one did not, 2 no such job.\n",
-	wait_exec,
+    "wait",
+    "wait until queued jobs have ended",
+    "usage: gpuman wait [--json] ID...\n"
+    "\n"
+    "Block until every job named has ended, then print one line per job (id,\n"
+    "state and, unless done, why).  Starts the dispatcher if it has died.  Each\n"
+    "time jobs end it reads only the jobs that ended lately (and, once a second,\n"
+    "the ones it still waits for): waiting on thousands of jobs slows nothing\n"
+    "down.\n"
+    "\n"
+    "  --json       [{\"id\", \"state\", \"reason\"}] instead of the lines\n"
+    "\n"
+    "Exit status: 0 every job succeeded, 1 one did not, 2 no such job.\n",
+    wait_exec,
 };

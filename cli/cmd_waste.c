@@ -39,7 +39,7 @@ static int waste_option(struct cli *cli, int opt, const char *arg, void *data)
 
 /* One finding: what, then the advice, indented under it. */
 static void print_item(const struct cli *cli, const struct cli_look *look,
-		       const struct waste_opts *opts, const struct waste_item *it)
+                       const struct waste_opts *opts, const struct waste_item *it)
 {
 	char text[1024];
 
@@ -51,22 +51,24 @@ static void print_item(const struct cli *cli, const struct cli_look *look,
 
 /* A user's processes outside gpuman, on one line: "2028329 (GPU 0), ..." */
 static size_t print_unleased(const struct cli *cli, const struct cli_look *look,
-			     const struct waste_report *rep, size_t first)
+                             const struct waste_report *rep, size_t first)
 {
 	const struct waste_item *it = &rep->items[first];
 	char gpus[256], text[1024], user[CLI_SAFE_SIZE];
 	size_t i;
 
 	printf("  %s%-10s%s pid", c_yellow(cli), waste_kind_name(it->kind), c_reset(cli));
-	for (i = first; i < rep->count && rep->items[i].kind == WASTE_UNLEASED &&
-			!strcmp(rep->items[i].user, it->user) &&
-			rep->items[i].has_user == it->has_user; i++) {
+	for (i = first;
+	     i < rep->count && rep->items[i].kind == WASTE_UNLEASED &&
+	     !strcmp(rep->items[i].user, it->user) && rep->items[i].has_user == it->has_user;
+	     i++) {
 		const struct waste_item *u = &rep->items[i];
 
 		printf("%s %u (GPU%s %s", i > first ? "," : "", u->pid,
 		       strchr(waste_gpu_list(u->gpus, gpus, sizeof gpus), ',') ? "s" : "", gpus);
 		if (u->on_lease >= 0)
-			printf(", leased to %s", cli_safe(user, look->view->leases[u->on_lease].user));
+			printf(", leased to %s",
+			       cli_safe(user, look->view->leases[u->on_lease].user));
 		printf(")");
 	}
 	printf(" outside gpuman\n  %10s %sadvice:%s %s\n", "", c_bold(cli), c_reset(cli),
@@ -75,7 +77,7 @@ static size_t print_unleased(const struct cli *cli, const struct cli_look *look,
 }
 
 void cli_waste_print(const struct cli *cli, const struct cli_look *look,
-		     const struct waste_opts *opts, const struct waste_report *rep)
+                     const struct waste_opts *opts, const struct waste_report *rep)
 {
 	char user[CLI_SAFE_SIZE];
 
@@ -86,8 +88,8 @@ void cli_waste_print(const struct cli *cli, const struct cli_look *look,
 		    strcmp(it->user, rep->items[i - 1].user))
 			printf("%s%s%s\n", c_bold(cli),
 			       it->has_user ? cli_safe(user, it->user)
-					    : "user unknown (pid not in this machine's /proc: "
-					      "another container?)",
+			                    : "user unknown (pid not in this machine's /proc: "
+			                      "another container?)",
 			       c_reset(cli));
 		if (it->kind == WASTE_UNLEASED) {
 			i = print_unleased(cli, look, rep, i);
@@ -99,9 +101,18 @@ void cli_waste_print(const struct cli *cli, const struct cli_look *look,
 }
 
 static const struct csv_column waste_columns[] = {
-	{ "kind", "hog, idle-lease, unleased" }, { "user", "" }, { "pid", "" }, { "command", "" },
-	{ "lease", "id" }, { "gpus", "" }, { "compute_gpus", "" }, { "held_mib", "" },
-	{ "held_s", "" }, { "on_lease_of", "user" }, { "what", "" }, { "advice", "" },
+    {"kind", "hog, idle-lease, unleased"},
+    {"user", ""},
+    {"pid", ""},
+    {"command", ""},
+    {"lease", "id"},
+    {"gpus", ""},
+    {"compute_gpus", ""},
+    {"held_mib", ""},
+    {"held_s", ""},
+    {"on_lease_of", "user"},
+    {"what", ""},
+    {"advice", ""},
 };
 #define WASTE_COLUMNS (sizeof waste_columns / sizeof waste_columns[0])
 
@@ -119,7 +130,7 @@ static const char *gpu_cell(uint64_t gpus, char *buf, size_t len)
 
 /* One line per finding, as --json has them; a field a finding lacks is empty. */
 static void print_csv(const struct cli_look *look, const struct waste_opts *opts,
-		      const struct waste_report *rep, const size_t *idx, size_t n)
+                      const struct waste_report *rep, const size_t *idx, size_t n)
 {
 	char buf[1024];
 
@@ -132,16 +143,29 @@ static void print_csv(const struct cli_look *look, const struct waste_opts *opts
 			const char *v = buf;
 
 			switch (idx[c]) {
-			case 0: v = waste_kind_name(it->kind); break;
-			case 1: v = it->has_user ? it->user : NULL; break;
-			case 2: snprintf(buf, sizeof buf, "%u", it->pid); break;
-			case 3: v = it->command[0] ? it->command : NULL; break;
-			case 4: v = l ? l->id : NULL; break;
-			case 5:
-				v = gpu_cell(it->kind == WASTE_UNLEASED ? it->gpus : it->idle_gpus, buf,
-					     sizeof buf);
+			case 0:
+				v = waste_kind_name(it->kind);
 				break;
-			case 6: v = it->kind == WASTE_HOG ? gpu_cell(it->busy_gpus, buf, sizeof buf) : NULL; break;
+			case 1:
+				v = it->has_user ? it->user : NULL;
+				break;
+			case 2:
+				snprintf(buf, sizeof buf, "%u", it->pid);
+				break;
+			case 3:
+				v = it->command[0] ? it->command : NULL;
+				break;
+			case 4:
+				v = l ? l->id : NULL;
+				break;
+			case 5:
+				v = gpu_cell(it->kind == WASTE_UNLEASED ? it->gpus : it->idle_gpus,
+				             buf, sizeof buf);
+				break;
+			case 6:
+				v = it->kind == WASTE_HOG ? gpu_cell(it->busy_gpus, buf, sizeof buf)
+				                          : NULL;
+				break;
 			case 7:
 				snprintf(buf, sizeof buf, "%llu", (unsigned long long)it->held_mib);
 				v = it->kind != WASTE_IDLE_LEASE ? buf : NULL;
@@ -152,11 +176,15 @@ static void print_csv(const struct cli_look *look, const struct waste_opts *opts
 				break;
 			case 9:
 				v = it->kind == WASTE_UNLEASED && it->on_lease >= 0
-					    ? look->view->leases[it->on_lease].user
-					    : NULL;
+				        ? look->view->leases[it->on_lease].user
+				        : NULL;
 				break;
-			case 10: v = waste_what(look->snap, look->view, opts, it, buf, sizeof buf); break;
-			default: v = waste_advice(look->snap, look->view, it, buf, sizeof buf); break;
+			case 10:
+				v = waste_what(look->snap, look->view, opts, it, buf, sizeof buf);
+				break;
+			default:
+				v = waste_advice(look->snap, look->view, it, buf, sizeof buf);
+				break;
 			}
 			csv_field(c == 0, v);
 		}
@@ -183,9 +211,8 @@ static void keep_selected(const struct cli_select *sel, struct waste_report *rep
 static int waste_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option own[] = {
-		{ "grace", required_argument, NULL, OPT_GRACE }, CLI_SELECT_LONGOPTS, { 0 }
-	};
-	struct waste_args args = { WASTE_OPTS_INIT, CLI_SELECT_INIT };
+	    {"grace", required_argument, NULL, OPT_GRACE}, CLI_SELECT_LONGOPTS, {0}};
+	struct waste_args args = {WASTE_OPTS_INIT, CLI_SELECT_INIT};
 	struct waste_opts opts;
 	struct waste_report rep = WASTE_REPORT_INIT;
 	struct cli_look look;
@@ -193,7 +220,7 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 	int rc, ncols = 0;
 
 	rc = cli_look_with(cli, &cmd_waste, argc, argv, CLI_SELECT_SHORTOPTS, own, waste_option,
-			   &args, &look);
+	                   &args, &look);
 	if (rc != CLI_CONTINUE)
 		return rc;
 	opts = args.opts;
@@ -228,7 +255,8 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 		printf("%sgpuman waste%s: %zu finding%s on %zu GPUs (per-process utilization over "
 		       "the last %us; leases older than %llds)\n",
 		       c_bold(cli), c_reset(cli), rep.count, rep.count == 1 ? "" : "s",
-		       look.snap->gpu_count, opts.window_s, (long long)(opts.lease_grace_ms / 1000));
+		       look.snap->gpu_count, opts.window_s,
+		       (long long)(opts.lease_grace_ms / 1000));
 		cli_waste_print(cli, &look, &opts, &rep);
 	}
 	for (size_t i = 0; !cli->json && !args.sel.csv && i < look.snap->note_count; i++)
@@ -243,30 +271,31 @@ done:
 }
 
 const struct cmd_entry cmd_waste = {
-	"waste", "what holds GPUs without using them, per user, with advice",
-	"usage: gpuman waste [--grace DURATION] [-i GPU[,GPU]] [-u USER[,USER]]\n"
-	"                    [--format csv[=COLUMNS]] [--json] [--sim FILE]\n"
-	"\n"
-	"Finds, per user:\n"
-	"  hog         a process holding memory on GPUs where it computes nothing\n"
-	"              (per-process utilization from NVML, over the last 10 s): a\n"
-	"              framework that opened every visible GPU, an idle notebook\n"
-	"  idle-lease  a gpuman lease older than the grace period with a GPU on\n"
-	"              which none of its processes runs\n"
-	"  unleased    a compute process outside any gpuman lease: nothing stops\n"
-	"              gpuman from placing someone else's job beside it\n"
-	"and says what to do about each.\n"
-	"\n"
-	"  --grace DURATION  leases younger than this are still starting (default 10m)\n"
-	"  -i, --id GPU[,GPU]      only findings on these GPUs (indices or UUID prefixes)\n"
-	"  -u, --user USER[,USER]  only these users' findings\n"
-	"  --format csv[=COLUMNS]  one CSV line per finding with a header; COLUMNS from\n"
-	"                    kind, user, pid, command, lease, gpus, compute_gpus,\n"
-	"                    held_mib, held_s, on_lease_of, what, advice (a field a\n"
-	"                    finding lacks is empty; GPU lists are space separated)\n"
-	"  --json            the findings as JSON (schema in the README)\n"
-	"  --sim FILE        use the NVML simulator with this scenario\n"
-	"\n"
-	"exit status: 0 nothing found, 3 waste found, 1 failure, 2 usage error\n",
-	waste_exec,
+    "waste",
+    "what holds GPUs without using them, per user, with advice",
+    "usage: gpuman waste [--grace DURATION] [-i GPU[,GPU]] [-u USER[,USER]]\n"
+    "                    [--format csv[=COLUMNS]] [--json] [--sim FILE]\n"
+    "\n"
+    "Finds, per user:\n"
+    "  hog         a process holding memory on GPUs where it computes nothing\n"
+    "              (per-process utilization from NVML, over the last 10 s): a\n"
+    "              framework that opened every visible GPU, an idle notebook\n"
+    "  idle-lease  a gpuman lease older than the grace period with a GPU on\n"
+    "              which none of its processes runs\n"
+    "  unleased    a compute process outside any gpuman lease: nothing stops\n"
+    "              gpuman from placing someone else's job beside it\n"
+    "and says what to do about each.\n"
+    "\n"
+    "  --grace DURATION  leases younger than this are still starting (default 10m)\n"
+    "  -i, --id GPU[,GPU]      only findings on these GPUs (indices or UUID prefixes)\n"
+    "  -u, --user USER[,USER]  only these users' findings\n"
+    "  --format csv[=COLUMNS]  one CSV line per finding with a header; COLUMNS from\n"
+    "                    kind, user, pid, command, lease, gpus, compute_gpus,\n"
+    "                    held_mib, held_s, on_lease_of, what, advice (a field a\n"
+    "                    finding lacks is empty; GPU lists are space separated)\n"
+    "  --json            the findings as JSON (schema in the README)\n"
+    "  --sim FILE        use the NVML simulator with this scenario\n"
+    "\n"
+    "exit status: 0 nothing found, 3 waste found, 1 failure, 2 usage error\n",
+    waste_exec,
 };

@@ -62,7 +62,8 @@ int cli_usage(struct cli *cli, const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n(see 'gpuman %s%s--help')\n", cli->cmd ? cli->cmd : "", cli->cmd ? " " : "");
+	fprintf(stderr, "\n(see 'gpuman %s%s--help')\n", cli->cmd ? cli->cmd : "",
+	        cli->cmd ? " " : "");
 	va_start(ap, fmt);
 	json_error(cli, EXIT_USAGE, fmt, ap);
 	va_end(ap);
@@ -114,23 +115,39 @@ static int looks_like_duration(const char *s)
 static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, const char *arg)
 {
 	switch (opt) {
-	case OPT_JSON: cli->json = 1; return 0;
-	case OPT_SIM: return use_simulator(cli, arg);
+	case OPT_JSON:
+		cli->json = 1;
+		return 0;
+	case OPT_SIM:
+		return use_simulator(cli, arg);
 	case OPT_HELP:
 		fputs(cmd->usage, stdout);
 		return HELP_SHOWN;
-	case 'n': return request_option(cli, "n", arg);
-	case OPT_BY: return request_option(cli, "by", arg);
-	case OPT_MIN_FREE: return request_option(cli, "min-free", arg);
-	case OPT_MAX_UTIL: return request_option(cli, "max-util", arg);
-	case OPT_ONLY: return request_option(cli, "only", arg);
-	case OPT_EXCLUDE: return request_option(cli, "exclude", arg);
-	case OPT_MIG: return request_option(cli, "mig", arg);
-	case OPT_EXCLUSIVE: return request_option(cli, "exclusive", NULL);
-	case OPT_MEM: return request_option(cli, "mem", arg);
-	case OPT_IDLE: return request_option(cli, "idle", NULL);
-	case OPT_WAIT: return request_option(cli, "wait", arg);
-	case OPT_NO_FRAMEWORK_ENV: cli->no_framework_env = 1; return 0;
+	case 'n':
+		return request_option(cli, "n", arg);
+	case OPT_BY:
+		return request_option(cli, "by", arg);
+	case OPT_MIN_FREE:
+		return request_option(cli, "min-free", arg);
+	case OPT_MAX_UTIL:
+		return request_option(cli, "max-util", arg);
+	case OPT_ONLY:
+		return request_option(cli, "only", arg);
+	case OPT_EXCLUDE:
+		return request_option(cli, "exclude", arg);
+	case OPT_MIG:
+		return request_option(cli, "mig", arg);
+	case OPT_EXCLUSIVE:
+		return request_option(cli, "exclusive", NULL);
+	case OPT_MEM:
+		return request_option(cli, "mem", arg);
+	case OPT_IDLE:
+		return request_option(cli, "idle", NULL);
+	case OPT_WAIT:
+		return request_option(cli, "wait", arg);
+	case OPT_NO_FRAMEWORK_ENV:
+		cli->no_framework_env = 1;
+		return 0;
 	case OPT_FALLBACK:
 		if (strcmp(arg, "cpu"))
 			return cli_usage(cli, "--fallback '%s': the only fallback is 'cpu'", arg);
@@ -146,8 +163,8 @@ static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, 
 }
 
 int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
-	      const char *shortopts, const struct option *longopts,
-	      int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data)
+              const char *shortopts, const struct option *longopts,
+              int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data)
 {
 	char optstring[64];
 	int opt, rc;
@@ -156,7 +173,7 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 	 * elsewhere options may follow operands (info 3 --json). */
 	shortopts = shortopts ? shortopts : "";
 	snprintf(optstring, sizeof optstring, "%s:%s", *shortopts == '+' ? "+" : "",
-		 shortopts + (*shortopts == '+'));
+	         shortopts + (*shortopts == '+'));
 	/* --json anywhere among the options: even an error in an option
 	 * before it is then reported as JSON (not past '--' or, for run, the
 	 * command). */
@@ -174,10 +191,12 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 		/* --wait's duration is optional, so "--wait 15m" would make 15m an
 		 * operand (the command to run); a word that reads as a duration is
 		 * far more likely meant for --wait. */
-		if (opt == OPT_WAIT && !optarg && optind < argc && looks_like_duration(argv[optind]))
-			return cli_usage(cli, "--wait %s: write --wait=%s ('--wait %s' would wait "
-					 "forever and take '%s' as an argument)",
-					 argv[optind], argv[optind], argv[optind], argv[optind]);
+		if (opt == OPT_WAIT && !optarg && optind < argc &&
+		    looks_like_duration(argv[optind]))
+			return cli_usage(cli,
+			                 "--wait %s: write --wait=%s ('--wait %s' would wait "
+			                 "forever and take '%s' as an argument)",
+			                 argv[optind], argv[optind], argv[optind], argv[optind]);
 		rc = common_option(cli, cmd, opt, optarg);
 		if (rc == -1)
 			rc = own ? own(cli, opt, optarg, data) : -1;
@@ -195,8 +214,8 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
  * this program as installed (bin/../share/gpuman), wherever it was moved. */
 static const char *example_scenario(char *buf, size_t len)
 {
-	static const char *const rel[] = { "../share/gpuman/examples/lab-8gpu.json",
-					   "../examples/lab-8gpu.json" };
+	static const char *const rel[] = {"../share/gpuman/examples/lab-8gpu.json",
+	                                  "../examples/lab-8gpu.json"};
 	char self[PATH_MAX], path[PATH_MAX + 64];
 	ssize_t n;
 
@@ -225,13 +244,13 @@ int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **
 	rc = gm_open(ctx, err, sizeof err);
 	if (rc == GM_ERR_NVML_LOAD)
 		return cli_error(cli, EXIT_FAIL,
-				 "%s; no NVIDIA driver here? try the simulator: gpuman --sim %s %s",
-				 err, example_scenario(example, sizeof example),
-				 cli->cmd ? cli->cmd : "status");
+		                 "%s; no NVIDIA driver here? try the simulator: gpuman --sim %s %s",
+		                 err, example_scenario(example, sizeof example),
+		                 cli->cmd ? cli->cmd : "status");
 	if (rc != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
-	rc = snapshot_take(*ctx, cli->proc_util ? CLI_UTIL_WINDOW_S * 1000 : 0, cli->clocks, snap, err,
-			   sizeof err);
+	rc = snapshot_take(*ctx, cli->proc_util ? CLI_UTIL_WINDOW_S * 1000 : 0, cli->clocks, snap,
+	                   err, sizeof err);
 	if (rc != GM_OK) {
 		gm_close(*ctx);
 		*ctx = NULL;
@@ -277,8 +296,11 @@ char *fmt_mib(char *buf, size_t len, uint64_t mib)
 	return buf;
 }
 
-#define COLOUR(fn, code) \
-	const char *fn(const struct cli *cli) { return cli->color ? code : ""; }
+#define COLOUR(fn, code)                                                                           \
+	const char *fn(const struct cli *cli)                                                      \
+	{                                                                                          \
+		return cli->color ? code : "";                                                     \
+	}
 COLOUR(c_bold, "\033[1m")
 COLOUR(c_dim, "\033[2m")
 COLOUR(c_red, "\033[31m")
@@ -317,9 +339,10 @@ void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_s
 		return;
 	for (size_t i = 0; i < snap->gpu_count; i++)
 		if ((snap->gpus[i].valid & GM_HAS_MIG) && snap->gpus[i].mig_mode == 1)
-			fprintf(stderr, "gpuman %s: note: GPU %u is in MIG mode: never handed out "
-					"whole (ask for a slice with --mig PROFILE)\n",
-				cmd, snap->gpus[i].index);
+			fprintf(stderr,
+			        "gpuman %s: note: GPU %u is in MIG mode: never handed out "
+			        "whole (ask for a slice with --mig PROFILE)\n",
+			        cmd, snap->gpus[i].index);
 }
 
 json_t *cli_status_json(const struct gm_snapshot *snap, const struct registry_view *view)
@@ -345,16 +368,17 @@ char *fmt_age(char *buf, size_t len, int64_t since_ms)
 	else if (s < 3600)
 		snprintf(buf, len, "%lldm", (long long)(s / 60));
 	else
-		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600),
+		         (long long)(s % 3600 / 60));
 	return buf;
 }
 
 int cli_look_with(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
-		  const char *shortopts, const struct option *own_opts,
-		  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,
-		  struct cli_look *look)
+                  const char *shortopts, const struct option *own_opts,
+                  int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data,
+                  struct cli_look *look)
 {
-	static const struct option common[] = { CLI_COMMON_OPTIONS };
+	static const struct option common[] = {CLI_COMMON_OPTIONS};
 	struct option longopts[32];
 	size_t n = 0;
 	int rc;
@@ -423,7 +447,8 @@ long *cli_proc_leases(const struct cli_look *look)
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		out[i] = -1;
 		for (size_t l = 0; l < view->lease_count && out[i] < 0; l++)
-			if (proctree_within(&tree, view->leases[l].job_pid, (int)snap->procs[i].pid))
+			if (proctree_within(&tree, view->leases[l].job_pid,
+			                    (int)snap->procs[i].pid))
 				out[i] = (long)l;
 	}
 	proctree_release(&tree);
@@ -431,7 +456,7 @@ long *cli_proc_leases(const struct cli_look *look)
 }
 
 int cli_waste(struct cli *cli, const struct cli_look *look, struct waste_opts *opts,
-	      struct waste_report *rep)
+              struct waste_report *rep)
 {
 	long *leases = cli_proc_leases(look);
 	int rc;
@@ -456,7 +481,7 @@ static json_t *gpu_array(uint64_t mask)
 }
 
 json_t *cli_waste_json(const struct cli_look *look, const struct waste_opts *opts,
-		       const struct waste_report *rep)
+                       const struct waste_report *rep)
 {
 	json_t *arr = json_array();
 	char text[1024];
@@ -469,10 +494,11 @@ json_t *cli_waste_json(const struct cli_look *look, const struct waste_opts *opt
 		json_object_set_new(o, "kind", json_string(waste_kind_name(it->kind)));
 		json_object_set_new(o, "user", it->has_user ? json_text(it->user) : json_null());
 		json_object_set_new(o, "pid", json_integer(it->pid));
-		json_object_set_new(o, "command", it->command[0] ? json_text(it->command) : json_null());
+		json_object_set_new(o, "command",
+		                    it->command[0] ? json_text(it->command) : json_null());
 		json_object_set_new(o, "lease", l ? json_text(l->id) : json_null());
-		json_object_set_new(o, "gpus", gpu_array(it->kind == WASTE_UNLEASED ? it->gpus
-										 : it->idle_gpus));
+		json_object_set_new(
+		    o, "gpus", gpu_array(it->kind == WASTE_UNLEASED ? it->gpus : it->idle_gpus));
 		if (it->kind == WASTE_HOG)
 			json_object_set_new(o, "compute_gpus", gpu_array(it->busy_gpus));
 		if (it->kind != WASTE_IDLE_LEASE)
@@ -481,14 +507,15 @@ json_t *cli_waste_json(const struct cli_look *look, const struct waste_opts *opt
 			json_object_set_new(o, "held_s", json_integer(it->age_ms / 1000));
 		if (it->kind == WASTE_UNLEASED)
 			json_object_set_new(o, "on_lease_of",
-					    it->on_lease >= 0
-						    ? json_text(look->view->leases[it->on_lease].user)
-						    : json_null());
-		json_object_set_new(o, "what", json_text(waste_what(look->snap, look->view, opts,
-								     it, text, sizeof text)));
-		json_object_set_new(o, "advice",
-				    json_text(waste_advice(look->snap, look->view, it, text,
-							   sizeof text)));
+			                    it->on_lease >= 0
+			                        ? json_text(look->view->leases[it->on_lease].user)
+			                        : json_null());
+		json_object_set_new(
+		    o, "what",
+		    json_text(waste_what(look->snap, look->view, opts, it, text, sizeof text)));
+		json_object_set_new(
+		    o, "advice",
+		    json_text(waste_advice(look->snap, look->view, it, text, sizeof text)));
 		json_array_append_new(arr, o);
 	}
 	return arr;

@@ -11,10 +11,10 @@
 #include "cli.h"
 
 static const struct cmd_entry *const commands[] = {
-	&cmd_status, &cmd_info, &cmd_ps, &cmd_pick, &cmd_run,
-	&cmd_waste, &cmd_top, &cmd_batch, &cmd_submit, &cmd_queue, &cmd_cancel, &cmd_logs, &cmd_wait,
-	&cmd_serve, &cmd_daemon,
-	&cmd_dispatcher, &cmd_complete, /* no summary: not listed */
+    &cmd_status, &cmd_info,  &cmd_ps,     &cmd_pick,       &cmd_run,      &cmd_waste,
+    &cmd_top,    &cmd_batch, &cmd_submit, &cmd_queue,      &cmd_cancel,   &cmd_logs,
+    &cmd_wait,   &cmd_serve, &cmd_daemon, &cmd_dispatcher, &cmd_complete, /* no summary: not listed
+                                                                           */
 };
 
 const struct cmd_entry *const *cli_commands(size_t *count)
@@ -25,25 +25,24 @@ const struct cmd_entry *const *cli_commands(size_t *count)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: gpuman [--sim FILE] [--json] COMMAND [OPTIONS] [ARGS]\n"
-		"\n"
-		"Find the freest NVIDIA GPUs, reserve them race-free, run jobs on them.\n"
-		"\n"
-		"commands:\n");
+	fprintf(out, "usage: gpuman [--sim FILE] [--json] COMMAND [OPTIONS] [ARGS]\n"
+	             "\n"
+	             "Find the freest NVIDIA GPUs, reserve them race-free, run jobs on them.\n"
+	             "\n"
+	             "commands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		if (commands[i]->summary)
 			fprintf(out, "  %-8s %s\n", commands[i]->name, commands[i]->summary);
 	fprintf(out,
-		"\n"
-		"global options:\n"
-		"  --sim FILE   use the NVML simulator with this scenario instead of the driver\n"
-		"  --json       machine-readable output\n"
-		"  --version    print the version\n"
-		"  --help       this text; 'gpuman COMMAND --help' for a command\n"
-		"\n"
-		"exit status: 0 ok, 1 failure, 2 usage error, 75 the request cannot be met now;\n"
-		"'run' exits with its command's status; 'waste' exits 3 when it finds waste.\n");
+	        "\n"
+	        "global options:\n"
+	        "  --sim FILE   use the NVML simulator with this scenario instead of the driver\n"
+	        "  --json       machine-readable output\n"
+	        "  --version    print the version\n"
+	        "  --help       this text; 'gpuman COMMAND --help' for a command\n"
+	        "\n"
+	        "exit status: 0 ok, 1 failure, 2 usage error, 75 the request cannot be met now;\n"
+	        "'run' exits with its command's status; 'waste' exits 3 when it finds waste.\n");
 }
 
 /* Is --json among argv[from..] before any "--"?  For errors found before
@@ -58,7 +57,7 @@ static int wants_json(int argc, char **argv, int from)
 
 int main(int argc, char **argv)
 {
-	struct cli cli = { 0 };
+	struct cli cli = {0};
 	const struct cmd_entry *cmd = NULL;
 	const char *nc = getenv("NO_COLOR");
 	const char *term = getenv("TERM");
@@ -85,15 +84,15 @@ int main(int argc, char **argv)
 			if (!realpath(file, path)) {
 				cli.json |= wants_json(argc, argv, i);
 				return cli_error(&cli, EXIT_USAGE, "--sim '%s': %s", file,
-						 strerror(errno));
+				                 strerror(errno));
 			}
 			/* Absolute, so that jobs started elsewhere see the same machine. */
 			setenv("GPUMAN_SIM", path, 1);
 			unsetenv("GPUMAN_NVML");
 		} else {
 			cli.json |= wants_json(argc, argv, i);
-			return cli_error(&cli, EXIT_USAGE, "unknown option '%s' (see 'gpuman --help')",
-					 argv[i]);
+			return cli_error(&cli, EXIT_USAGE,
+			                 "unknown option '%s' (see 'gpuman --help')", argv[i]);
 		}
 	}
 	if (i == argc) {
@@ -110,8 +109,9 @@ int main(int argc, char **argv)
 		if (i + 1 < argc) {
 			cli.cmd = "help";
 			cli.json |= wants_json(argc, argv, i);
-			return cli_error(&cli, EXIT_USAGE, "'%s' is not a command (see 'gpuman --help')",
-					 argv[i + 1]);
+			return cli_error(&cli, EXIT_USAGE,
+			                 "'%s' is not a command (see 'gpuman --help')",
+			                 argv[i + 1]);
 		}
 		usage(stdout);
 		return EXIT_OK;
@@ -122,12 +122,13 @@ int main(int argc, char **argv)
 	if (!cmd) {
 		cli.json |= wants_json(argc, argv, i);
 		return cli_error(&cli, EXIT_USAGE, "'%s' is not a command (see 'gpuman --help')",
-				 argv[i]);
+		                 argv[i]);
 	}
 	if (getenv("GPUMAN_SIM") && access(getenv("GPUMAN_SIM"), R_OK) < 0) {
 		cli.json |= wants_json(argc, argv, i);
-		return cli_error(&cli, EXIT_USAGE, "scenario '%s' (GPUMAN_SIM or --sim) cannot be read",
-				 getenv("GPUMAN_SIM"));
+		return cli_error(&cli, EXIT_USAGE,
+		                 "scenario '%s' (GPUMAN_SIM or --sim) cannot be read",
+		                 getenv("GPUMAN_SIM"));
 	}
 	cli.cmd = cmd->name;
 	cli.req = gm_request_new();

@@ -33,9 +33,9 @@ static int make_private_dir(const char *dir, char *err, size_t len)
 	}
 	if (st.st_uid != geteuid()) {
 		snprintf(err, len,
-			 "'%s' belongs to another user; the queue must be yours alone "
-			 "(set GPUMAN_QUEUE_DIR)",
-			 dir);
+		         "'%s' belongs to another user; the queue must be yours alone "
+		         "(set GPUMAN_QUEUE_DIR)",
+		         dir);
 		return -1;
 	}
 	if ((st.st_mode & 077) && chmod(dir, 0700) < 0) {
@@ -65,7 +65,7 @@ static int make_parents(char *path)
 static int queue_dir(char *buf, size_t len)
 {
 	const char *env = getenv("GPUMAN_QUEUE_DIR"), *xdg = getenv("XDG_STATE_HOME"),
-		   *home = getenv("HOME");
+	           *home = getenv("HOME");
 
 	if (env && *env)
 		snprintf(buf, len, "%s", env);
@@ -78,8 +78,7 @@ static int queue_dir(char *buf, size_t len)
 	return 0;
 }
 
-int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, char *err,
-	       size_t len)
+int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, char *err, size_t len)
 {
 	char dir[PATH_MAX], path[PATH_MAX + 32];
 	struct jobstore *st = NULL;
@@ -120,15 +119,15 @@ int queue_open(struct cli *cli, struct queue *q)
 	memset(q, 0, sizeof *q);
 	if (queue_dir(q->dir, sizeof q->dir) < 0)
 		return cli_error(cli, EXIT_FAIL,
-				 "no home directory for the queue: set GPUMAN_QUEUE_DIR");
+		                 "no home directory for the queue: set GPUMAN_QUEUE_DIR");
 	if (make_parents(q->dir) < 0 || make_private_dir(q->dir, err, sizeof err) < 0)
 		return cli_error(cli, EXIT_FAIL, "queue directory: %s",
-				 errno && !err[0] ? strerror(errno) : err);
+		                 errno && !err[0] ? strerror(errno) : err);
 	if (make_private_dir(queue_path(q, "logs", path, sizeof path), err, sizeof err) < 0 ||
 	    make_private_dir(queue_path(q, "runs", path, sizeof path), err, sizeof err) < 0)
 		return cli_error(cli, EXIT_FAIL, "queue directory: %s", err);
-	if (jobstore_open(&q->store, queue_path(q, "jobs.db", path, sizeof path), err, sizeof err) !=
-	    GM_OK)
+	if (jobstore_open(&q->store, queue_path(q, "jobs.db", path, sizeof path), err,
+	                  sizeof err) != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
 	return EXIT_OK;
 }
@@ -158,7 +157,7 @@ void queue_wake(const struct queue *q)
 {
 	char path[PATH_MAX + 32];
 	int fd = open(queue_path(q, "wake", path, sizeof path),
-		      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 
 	if (fd < 0)
 		return;
@@ -200,8 +199,9 @@ static void note_pruned(void *data, int64_t id, const char *log)
 
 int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *err, size_t len)
 {
-	struct pruned p = { q, NULL, NULL, 0, 0, 0 };
-	enum gm_err rc = jobstore_prune(q->store, ended_before_ms, note_pruned, &p, count, err, len);
+	struct pruned p = {q, NULL, NULL, 0, 0, 0};
+	enum gm_err rc =
+	    jobstore_prune(q->store, ended_before_ms, note_pruned, &p, count, err, len);
 
 	/* Logs only once the rows are gone for good: a failed prune keeps
 	 * both. */
@@ -277,7 +277,7 @@ int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
 	int fd, status;
 
 	fd = open(queue_path(q, "dispatcher.lock", path, sizeof path),
-		  O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	          O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		snprintf(err, len, "'%s': %s", path, strerror(errno));
 		return -1;
@@ -316,7 +316,7 @@ int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
 		fcntl(fd, F_SETFD, 0);
 		null_fd = open("/dev/null", O_RDWR);
 		log_fd = open(queue_path(q, "dispatcher.log", path, sizeof path),
-			      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+		              O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
 		if (null_fd >= 0)
 			dup2(null_fd, 0);
 		dup2(log_fd >= 0 ? log_fd : null_fd, 1);
@@ -344,10 +344,10 @@ char *fmt_duration(char *buf, size_t len, int64_t ms)
 		snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
 	else if (ms < 3600000)
 		snprintf(buf, len, "%lldm%02llds", (long long)(ms / 60000),
-			 (long long)(ms % 60000 / 1000));
+		         (long long)(ms % 60000 / 1000));
 	else
 		snprintf(buf, len, "%lldh%02lldm", (long long)(ms / 3600000),
-			 (long long)(ms % 3600000 / 60000));
+		         (long long)(ms % 3600000 / 60000));
 	return buf;
 }
 

@@ -43,8 +43,7 @@ char *queue_log_path(const struct queue *q, const struct job *job, char *buf, si
  * (free with jobstore_free_list).  0 with zero counts when the user has no
  * queue; -1 with a message in err when it cannot be read.
  */
-int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, char *err,
-	       size_t len);
+int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, char *err, size_t len);
 /* Tell a running dispatcher to look at the queue again. */
 void queue_wake(const struct queue *q);
 
@@ -60,7 +59,7 @@ int queue_ensure_dispatcher(const struct queue *q, char *errbuf, size_t errlen);
  * ended) and delete their logs; *count gets how many.  0, or -1 with a
  * message. */
 int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *errbuf,
-		size_t errlen);
+                size_t errlen);
 /*
  * Read what an inotify descriptor watching the queue directory has (non-
  * blocking); 1 if any of it may mean news -- anything but the closing of

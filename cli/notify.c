@@ -26,7 +26,8 @@ static int find_program(const char *name, const char *extra, char *out, size_t l
 		return access(out, X_OK) == 0 ? 0 : -1;
 	}
 	snprintf(dirs, sizeof dirs, "%s:%s", path ? path : "/usr/bin:/bin", extra ? extra : "");
-	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d;
+	     d = strtok_r(NULL, ":", &save)) {
 		struct stat st;
 
 		snprintf(out, len, "%s/%s", d, name);
@@ -54,9 +55,11 @@ int notify_resolve(const char *how, char *out, size_t len, char *err, size_t err
 			return 0;
 		}
 		if (how) {
-			snprintf(err, errlen, "--notify=desktop: %s",
-				 has_desktop() ? "notify-send is not installed (Debian: libnotify-bin)"
-					       : "no desktop session here (DBUS_SESSION_BUS_ADDRESS is not set)");
+			snprintf(
+			    err, errlen, "--notify=desktop: %s",
+			    has_desktop()
+			        ? "notify-send is not installed (Debian: libnotify-bin)"
+			        : "no desktop session here (DBUS_SESSION_BUS_ADDRESS is not set)");
 			return -1;
 		}
 		how = "mail";
@@ -65,15 +68,16 @@ int notify_resolve(const char *how, char *out, size_t len, char *err, size_t err
 		const char *to = how[4] == ':' ? how + 5 : user;
 
 		if (!to || !*to || strpbrk(to, " \t\n,;<>\"'\\")) {
-			snprintf(err, errlen, "--notify=%s: give one mail address (--notify=mail:ADDRESS)",
-				 how);
+			snprintf(err, errlen,
+			         "--notify=%s: give one mail address (--notify=mail:ADDRESS)", how);
 			return -1;
 		}
 		if (find_program("sendmail", "/usr/sbin:/usr/lib", prog, sizeof prog) < 0) {
 			snprintf(err, errlen,
-				 "--notify: %sno sendmail to mail with (install an MTA, or use "
-				 "--notify=exec:PROGRAM)",
-				 strcmp(how, "mail") || has_desktop() ? "" : "no desktop session and ");
+			         "--notify: %sno sendmail to mail with (install an MTA, or use "
+			         "--notify=exec:PROGRAM)",
+			         strcmp(how, "mail") || has_desktop() ? ""
+			                                              : "no desktop session and ");
 			return -1;
 		}
 		snprintf(out, len, "mail:%s:%s", prog, to);
@@ -81,8 +85,9 @@ int notify_resolve(const char *how, char *out, size_t len, char *err, size_t err
 	}
 	if (!strncmp(how, "exec:", 5) && how[5]) {
 		if (find_program(how + 5, NULL, prog, sizeof prog) < 0) {
-			snprintf(err, errlen, "--notify=%s: no program '%s' (a path, or a name on PATH)",
-				 how, how + 5);
+			snprintf(err, errlen,
+			         "--notify=%s: no program '%s' (a path, or a name on PATH)", how,
+			         how + 5);
 			return -1;
 		}
 		snprintf(out, len, "exec:%s", prog);
@@ -122,11 +127,11 @@ int notify_send(const struct job *job, char *err, size_t errlen)
 {
 	char summary[512], body[2048], dur[32], when[64], *kind = NULL, *prog, *arg;
 	char e_job[48], e_state[64], e_name[128], e_reason[1200];
-	char *extra[] = { e_job, e_state, e_name, e_reason };
+	char *extra[] = {e_job, e_state, e_name, e_reason};
 	char **envp = NULL;
 	int64_t ms = job->start_ms && job->end_ms ? job->end_ms - job->start_ms : -1;
 	posix_spawn_file_actions_t fa;
-	int pipefd[2] = { -1, -1 }, rc = -1;
+	int pipefd[2] = {-1, -1}, rc = -1;
 	pid_t pid;
 
 	kind = strdup(job->notify ? job->notify : "");
@@ -153,14 +158,15 @@ int notify_send(const struct job *job, char *err, size_t errlen)
 		snprintf(dur, sizeof dur, "%.1fs", (double)ms / 1000.0);
 	else
 		snprintf(dur, sizeof dur, "%lldm%02llds", (long long)(ms / 60000),
-			 (long long)(ms % 60000 / 1000));
+		         (long long)(ms % 60000 / 1000));
 	snprintf(summary, sizeof summary, "gpuman: job %lld%s%s%s %s", (long long)job->id,
-		 job->name ? " (" : "", job->name ? job->name : "", job->name ? ")" : "",
-		 job_state_name(job->state));
-	snprintf(when, sizeof when, "%s%s", job->gpus ? " on GPU " : "", job->gpus ? job->gpus : "");
+	         job->name ? " (" : "", job->name ? job->name : "", job->name ? ")" : "",
+	         job_state_name(job->state));
+	snprintf(when, sizeof when, "%s%s", job->gpus ? " on GPU " : "",
+	         job->gpus ? job->gpus : "");
 	snprintf(body, sizeof body, "%s\n%s after %s%s%s%s", job->command ? job->command : "",
-		 job_state_name(job->state), dur, when, job->reason ? ": " : "",
-		 job->reason ? job->reason : "");
+	         job_state_name(job->state), dur, when, job->reason ? ": " : "",
+	         job->reason ? job->reason : "");
 	snprintf(e_job, sizeof e_job, "GPUMAN_JOB=%lld", (long long)job->id);
 	snprintf(e_state, sizeof e_state, "GPUMAN_JOB_STATE=%s", job_state_name(job->state));
 	snprintf(e_name, sizeof e_name, "GPUMAN_JOB_NAME=%s", job->name ? job->name : "");
@@ -173,14 +179,15 @@ int notify_send(const struct job *job, char *err, size_t errlen)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	if (!strcmp(kind, "desktop")) {
-		char *argv[] = { prog, (char *)"--app-name=gpuman", summary, body, NULL };
+		char *argv[] = {prog, (char *)"--app-name=gpuman", summary, body, NULL};
 
 		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 		rc = posix_spawn(&pid, prog, &fa, NULL, argv, envp);
 	} else if (!strcmp(kind, "mail")) {
-		char *argv[] = { prog, (char *)"-oi", (char *)"--", arg, NULL };
+		char *argv[] = {prog, (char *)"-oi", (char *)"--", arg, NULL};
 		char msg[4096];
-		int n = snprintf(msg, sizeof msg, "To: %s\nSubject: %s\n\n%s\n", arg, summary, body);
+		int n =
+		    snprintf(msg, sizeof msg, "To: %s\nSubject: %s\n\n%s\n", arg, summary, body);
 
 		/* The message fits the pipe: writing it never blocks. */
 		if (pipe2(pipefd, O_CLOEXEC) < 0) {
@@ -189,10 +196,11 @@ int notify_send(const struct job *job, char *err, size_t errlen)
 		}
 		posix_spawn_file_actions_adddup2(&fa, pipefd[0], 0);
 		rc = posix_spawn(&pid, prog, &fa, NULL, argv, envp);
-		if (rc == 0 && write(pipefd[1], msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0)
+		if (rc == 0 && write(pipefd[1], msg,
+		                     (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0)
 			rc = errno;
 	} else if (!strcmp(kind, "exec")) {
-		char id[32], *argv[] = { prog, id, (char *)job_state_name(job->state), NULL };
+		char id[32], *argv[] = {prog, id, (char *)job_state_name(job->state), NULL};
 
 		snprintf(id, sizeof id, "%lld", (long long)job->id);
 		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);

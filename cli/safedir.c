@@ -57,19 +57,19 @@ static int trusted_dir(const char *path, char *err, size_t errlen)
 	}
 	if (st.st_uid != 0 && st.st_uid != geteuid()) {
 		snprintf(err, errlen,
-			 "'%s', on the way to the log directory, belongs to %s, who could swap "
-			 "the log directory for one of theirs (use --log-dir with a directory "
-			 "under one only you and root can change)",
-			 path, user_name(st.st_uid, who, sizeof who));
+		         "'%s', on the way to the log directory, belongs to %s, who could swap "
+		         "the log directory for one of theirs (use --log-dir with a directory "
+		         "under one only you and root can change)",
+		         path, user_name(st.st_uid, who, sizeof who));
 		return -1;
 	}
 	if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) {
 		snprintf(err, errlen,
-			 "'%s', on the way to the log directory, is writable by other users "
-			 "(mode %04o) without the sticky bit: they could swap the log directory "
-			 "for one of theirs (run 'chmod go-w' on it, or use --log-dir with a "
-			 "directory under one only you and root can change)",
-			 path, (unsigned)(st.st_mode & 07777));
+		         "'%s', on the way to the log directory, is writable by other users "
+		         "(mode %04o) without the sticky bit: they could swap the log directory "
+		         "for one of theirs (run 'chmod go-w' on it, or use --log-dir with a "
+		         "directory under one only you and root can change)",
+		         path, (unsigned)(st.st_mode & 07777));
 		return -1;
 	}
 	return 0;
@@ -97,10 +97,10 @@ static int check_links(const char *lexical, char *err, size_t errlen)
 
 			if (st.st_uid != 0 && st.st_uid != geteuid()) {
 				snprintf(err, errlen,
-					 "'%s' is a symbolic link of %s: it could point your log "
-					 "directory anywhere (remove it, or use --log-dir with a "
-					 "directory of your own)",
-					 buf, user_name(st.st_uid, who, sizeof who));
+				         "'%s' is a symbolic link of %s: it could point your log "
+				         "directory anywhere (remove it, or use --log-dir with a "
+				         "directory of your own)",
+				         buf, user_name(st.st_uid, who, sizeof who));
 				return -1;
 			}
 			*slash = '\0';
@@ -135,7 +135,8 @@ int safedir_open(const char *path, int owned, char *abs, size_t abslen, char *er
 			return -1;
 		}
 		if (snprintf(lexical, sizeof lexical, "%s/%s", cwd, path) >= (int)sizeof lexical) {
-			snprintf(err, errlen, "log directory '%s': %s", path, strerror(ENAMETOOLONG));
+			snprintf(err, errlen, "log directory '%s': %s", path,
+			         strerror(ENAMETOOLONG));
 			return -1;
 		}
 	}
@@ -161,23 +162,23 @@ int safedir_open(const char *path, int owned, char *abs, size_t abslen, char *er
 		errno = 0;
 		if (lstat(prefix, &st) < 0 || !S_ISDIR(st.st_mode)) {
 			snprintf(err, errlen, "log directory '%s': %s", prefix,
-				 errno ? strerror(errno) : "not a directory");
+			         errno ? strerror(errno) : "not a directory");
 			return -1;
 		}
 		if (st.st_uid != geteuid()) {
 			snprintf(err, errlen,
-				 "'%s' belongs to %s, not you: they could read your task logs or "
-				 "plant links that make your tasks overwrite or run your files "
-				 "(use --log-dir with a directory of your own, or have it removed)",
-				 prefix, user_name(st.st_uid, who, sizeof who));
+			         "'%s' belongs to %s, not you: they could read your task logs or "
+			         "plant links that make your tasks overwrite or run your files "
+			         "(use --log-dir with a directory of your own, or have it removed)",
+			         prefix, user_name(st.st_uid, who, sizeof who));
 			return -1;
 		}
 		if (st.st_mode & 022) {
 			snprintf(err, errlen,
-				 "'%s' is writable by other users (mode %04o): they could plant "
-				 "links that make your tasks overwrite or run your files (run "
-				 "'chmod go-w %s', or use --log-dir)",
-				 prefix, (unsigned)(st.st_mode & 07777), prefix);
+			         "'%s' is writable by other users (mode %04o): they could plant "
+			         "links that make your tasks overwrite or run your files (run "
+			         "'chmod go-w %s', or use --log-dir)",
+			         prefix, (unsigned)(st.st_mode & 07777), prefix);
 			return -1;
 		}
 	}
@@ -185,7 +186,7 @@ int safedir_open(const char *path, int owned, char *abs, size_t abslen, char *er
 	if (fd < 0 || fstat(fd, &fst) < 0 || lstat(real, &st) < 0 || fst.st_dev != st.st_dev ||
 	    fst.st_ino != st.st_ino) {
 		snprintf(err, errlen, "log directory '%s' changed while it was checked%s%s", real,
-			 fd < 0 ? ": " : "", fd < 0 ? strerror(errno) : "");
+		         fd < 0 ? ": " : "", fd < 0 ? strerror(errno) : "");
 		if (fd >= 0)
 			close(fd);
 		return -1;

@@ -26,7 +26,7 @@ static int add_user(struct cli *cli, struct cli_select *sel, const char *name)
 		uid = strtoul(name, &end, 10);
 		if (!*name || *end || errno || uid > 0xFFFFFFFFul)
 			return cli_usage(cli, "-u '%s': no such user (give a user name or a uid)",
-					 name);
+			                 name);
 		pw = getpwuid((uid_t)uid);
 		sel->uids[sel->user_count] = (unsigned)uid;
 	} else {
@@ -131,9 +131,10 @@ int cli_select_resolve(struct cli *cli, struct cli_select *sel, const struct gm_
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		g = gm_snapshot_find(snap, tok);
 		if (!g) {
-			rc = cli_usage(cli, "-i '%s': names no GPU (an NVML index 0-%zu or a "
-					    "unique UUID prefix; see gpuman status)",
-				       tok, snap->gpu_count ? snap->gpu_count - 1 : 0);
+			rc = cli_usage(cli,
+			               "-i '%s': names no GPU (an NVML index 0-%zu or a "
+			               "unique UUID prefix; see gpuman status)",
+			               tok, snap->gpu_count ? snap->gpu_count - 1 : 0);
 			break;
 		}
 		sel->gpus |= (uint64_t)1 << (g->index & 63);
@@ -141,8 +142,9 @@ int cli_select_resolve(struct cli *cli, struct cli_select *sel, const struct gm_
 	if (rc == EXIT_OK && !sel->gpus)
 		rc = cli_usage(cli, "-i '%s': name a GPU", sel->gpus_arg);
 	if (rc == EXIT_OK && slurm && !(sel->gpus &= slurm))
-		rc = cli_usage(cli, "-i '%s': not a GPU of Slurm job %s (its GPUs are shown without -i)",
-			       sel->gpus_arg, getenv("SLURM_JOB_ID"));
+		rc = cli_usage(cli,
+		               "-i '%s': not a GPU of Slurm job %s (its GPUs are shown without -i)",
+		               sel->gpus_arg, getenv("SLURM_JOB_ID"));
 	free(list);
 	return rc;
 }
@@ -178,7 +180,7 @@ int cli_select_proc(const struct cli_select *sel, const struct gm_proc *p)
 }
 
 int csv_choose(struct cli *cli, const struct csv_column *cols, size_t count,
-	       const struct cli_select *sel, size_t *idx)
+               const struct cli_select *sel, size_t *idx)
 {
 	char *list, *tok, *save = NULL;
 	size_t n = 0, k;
@@ -200,8 +202,9 @@ int csv_choose(struct cli *cli, const struct csv_column *cols, size_t count,
 
 			for (k = 0; k < count && o < sizeof names; k++)
 				o += (size_t)snprintf(names + o, sizeof names - o, "%s%s",
-						      k ? "," : "", cols[k].name);
-			cli_usage(cli, "--format csv: unknown column '%s' (columns: %s)", tok, names);
+				                      k ? "," : "", cols[k].name);
+			cli_usage(cli, "--format csv: unknown column '%s' (columns: %s)", tok,
+			          names);
 			free(list);
 			return -1;
 		}

@@ -22,25 +22,32 @@
 enum { OPT_SELECT_FORMAT = OPT_CMD_BASE + 50, OPT_SELECT_WATCH };
 
 struct cli_select {
-	const char *gpus_arg;   /* -i as given; resolved per snapshot */
-	uint64_t gpus;          /* NVML index bits; 0 with gpus_arg NULL: all */
-	size_t user_count;      /* -u: 0 every user */
+	const char *gpus_arg; /* -i as given; resolved per snapshot */
+	uint64_t gpus;        /* NVML index bits; 0 with gpus_arg NULL: all */
+	size_t user_count;    /* -u: 0 every user */
 	unsigned uids[CLI_SELECT_MAX_USERS];
 	char names[CLI_SELECT_MAX_USERS][33]; /* "" for a uid without a name */
-	int csv;                /* --format csv */
-	const char *columns;    /* --format csv=COLUMNS; NULL the default */
-	int watch;              /* --watch */
-	int watch_arg_missing;  /* --watch without =SEC: SEC may follow */
+	int csv;                              /* --format csv */
+	const char *columns;                  /* --format csv=COLUMNS; NULL the default */
+	int watch;                            /* --watch */
+	int watch_arg_missing;                /* --watch without =SEC: SEC may follow */
 	int64_t watch_ms;
 };
-#define CLI_SELECT_INIT { NULL, 0, 0, { 0 }, { "" }, 0, NULL, 0, 0, 2000 }
+#define CLI_SELECT_INIT                                                                            \
+	{                                                                                          \
+		NULL, 0, 0, {0}, {""}, 0, NULL, 0, 0, 2000                                         \
+	}
 
 #define CLI_SELECT_SHORTOPTS "i:u:"
-#define CLI_SELECT_LONGOPTS \
-	{ "id", required_argument, NULL, 'i' }, \
-	{ "user", required_argument, NULL, 'u' }, \
-	{ "format", required_argument, NULL, OPT_SELECT_FORMAT }
-#define CLI_WATCH_LONGOPT { "watch", optional_argument, NULL, OPT_SELECT_WATCH }
+#define CLI_SELECT_LONGOPTS                                                                        \
+	{"id", required_argument, NULL, 'i'}, {"user", required_argument, NULL, 'u'},              \
+	{                                                                                          \
+		"format", required_argument, NULL, OPT_SELECT_FORMAT                               \
+	}
+#define CLI_WATCH_LONGOPT                                                                          \
+	{                                                                                          \
+		"watch", optional_argument, NULL, OPT_SELECT_WATCH                                 \
+	}
 
 /* CLI_CONTINUE when handled, -1 when not a selection option, else the
  * status to exit with (a usage error, reported). */
@@ -60,12 +67,12 @@ int cli_select_user_name(const struct cli_select *sel, int has_user, const char 
  */
 struct csv_column {
 	const char *name;
-	const char *help;   /* unit or meaning, for the usage text */
+	const char *help; /* unit or meaning, for the usage text */
 };
 /* Parse sel->columns (NULL: every column) into idx (room for count); the
  * number chosen, or -1 with a usage error naming the unknown column. */
 int csv_choose(struct cli *cli, const struct csv_column *cols, size_t count,
-	       const struct cli_select *sel, size_t *idx);
+               const struct cli_select *sel, size_t *idx);
 void csv_header(const struct csv_column *cols, const size_t *idx, size_t n);
 /* One field: sep before it unless first; NULL prints an empty field. */
 void csv_field(int first, const char *text);

@@ -54,22 +54,22 @@ struct slurm_alloc;
 
 /* batch --slurm: where its tasks run (engine/slurm.c). */
 struct engine_slurm {
-	struct slurm_alloc *alloc;      /* made or adopted, and released, by the caller */
-	const char *const *step_args;   /* more srun options for each step; NULL-terminated */
-	unsigned per_task;              /* GPUs per task (-n) */
-	char ended[256];                /* out: why the allocation ended early, "" if not */
+	struct slurm_alloc *alloc;    /* made or adopted, and released, by the caller */
+	const char *const *step_args; /* more srun options for each step; NULL-terminated */
+	unsigned per_task;            /* GPUs per task (-n) */
+	char ended[256];              /* out: why the allocation ended early, "" if not */
 };
 
 struct engine_counts {
 	size_t queued, running, done, failed, cancelled, interrupted;
-	int64_t started_ms;     /* monotonic, when the engine started */
-	int interrupting;       /* Ctrl-C seen: running jobs are being stopped */
+	int64_t started_ms; /* monotonic, when the engine started */
+	int interrupting;   /* Ctrl-C seen: running jobs are being stopped */
 };
 
 struct engine_config {
 	struct jobstore *store;
-	const char *run_dir;        /* run files; must exist */
-	const char *log_dir;        /* "<id>.log" for jobs that name no log */
+	const char *run_dir; /* run files; must exist */
+	const char *log_dir; /* "<id>.log" for jobs that name no log */
 	struct gm_context *ctx;
 	struct registry *reg;
 	/* 1: a batch (Ctrl-C stops its tasks; a sweep's heuristics: learned
@@ -82,16 +82,16 @@ struct engine_config {
 	/* Batch on Slurm: tasks run as srun steps in this allocation, not on
 	 * this machine's GPUs (ctx and reg unused then).  NULL: this machine. */
 	struct engine_slurm *slurm;
-	int no_framework_env;       /* batch: no framework memory variables */
-	unsigned max_running;       /* -j; 0: as many as GPUs allow */
-	int requeue_dead;           /* a job whose runner died runs again (--resume) */
+	int no_framework_env; /* batch: no framework memory variables */
+	unsigned max_running; /* -j; 0: as many as GPUs allow */
+	int requeue_dead;     /* a job whose runner died runs again (--resume) */
 	/* Queue: the dispatcher's lock, dropped (and re-taken if jobs came in
 	 * meanwhile) when nothing is left; -1 for batch. */
 	int dispatcher_lock_fd;
-	const char *wake_name;      /* file name in wake_dir whose writes mean "look again" */
+	const char *wake_name; /* file name in wake_dir whose writes mean "look again" */
 	const char *wake_dir;
-	const char *events_path;    /* rewritten after jobs end (wait, logs -f watch it) */
-	FILE *log;                  /* messages for people (dispatcher.log); may be NULL */
+	const char *events_path; /* rewritten after jobs end (wait, logs -f watch it) */
+	FILE *log;               /* messages for people (dispatcher.log); may be NULL */
 	void (*progress)(void *data, const struct engine_counts *counts);
 	void *progress_data;
 	/* Queue: called after each round has committed (the dispatcher tells
@@ -114,7 +114,7 @@ enum engine_result engine_run(const struct engine_config *cfg, char *errbuf, siz
 char *engine_request_json(const struct gm_request *req, int no_framework_env);
 /* Parse it back; *no_framework_env may be NULL.  NULL on bad text. */
 struct gm_request *engine_request_parse(const char *json, int *no_framework_env, char *errbuf,
-					size_t errlen);
+                                        size_t errlen);
 
 /* A job as JSON (the schema of `gpuman queue --json`, README); batch: a
  * batch task ("task" instead of "id", no argv, cwd, submit time).  New

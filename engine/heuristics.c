@@ -44,7 +44,6 @@ void engine_batch_learn(struct engine *e, const struct slot *s, const struct job
 	}
 }
 
-
 long engine_snap_pos(const struct gm_snapshot *snap, unsigned index)
 {
 	for (size_t k = 0; k < snap->gpu_count; k++)
@@ -63,7 +62,7 @@ long engine_snap_pos(const struct gm_snapshot *snap, unsigned index)
  * free GPU is held back.
  */
 int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsigned *excl,
-			  size_t *nexcl)
+                          size_t *nexcl)
 {
 	const struct gm_snapshot *snap = e->snap;
 	size_t ng = snap->gpu_count, q = e->qcount - e->qhead, free_known = 0, free_unknown = 0;
@@ -76,7 +75,8 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
 	for (size_t k = 0; k < ng; k++) {
 		unsigned g = snap->gpus[k].index;
 
-		if (g < e->gpu_cap && e->floor_mib[g] >= 0 && (snap->gpus[k].valid & GM_HAS_MEMORY) &&
+		if (g < e->gpu_cap && e->floor_mib[g] >= 0 &&
+		    (snap->gpus[k].valid & GM_HAS_MEMORY) &&
 		    (int64_t)snap->gpus[k].mem_free_mib <= e->floor_mib[g])
 			excl[(*nexcl)++] = g;
 	}
@@ -88,9 +88,10 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
 		goto done;
 	for (size_t k = 0; k < ng; k++) {
 		const struct gm_gpu *gpu = &snap->gpus[k];
-		int out = gpu->state != GM_GPU_OK ||
-			  (req->only.count && !gpu_list_matches(&req->only, gpu->index, gpu->uuid)) ||
-			  gpu_list_matches(&req->exclude, gpu->index, gpu->uuid);
+		int out =
+		    gpu->state != GM_GPU_OK ||
+		    (req->only.count && !gpu_list_matches(&req->only, gpu->index, gpu->uuid)) ||
+		    gpu_list_matches(&req->exclude, gpu->index, gpu->uuid);
 
 		for (size_t x = 0; x < *nexcl; x++)
 			out |= excl[x] == gpu->index;
@@ -151,8 +152,8 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
 			unsigned idx = snap->gpus[k].index;
 
 			task_ms[k] = idx < e->gpu_cap && e->done_n[idx]
-					     ? e->done_ms[idx] / e->done_n[idx] + EFT_OVERHEAD_MS
-					     : -1;
+			                 ? e->done_ms[idx] / e->done_n[idx] + EFT_OVERHEAD_MS
+			                 : -1;
 		}
 		used_count = outcome_tail_plan(ng, state, avail, task_ms, q, used);
 		for (size_t k = 0; k < ng; k++)

@@ -34,9 +34,9 @@
 #include "registry.h"
 #include "util.h"
 
-#define TICK_MS 1000           /* NVML re-read and accounting sample */
-#define EFT_TAIL_PER_GPU 8     /* plan the tail only: at most this many queued per GPU */
-#define EFT_OVERHEAD_MS 10     /* a start's cost, so that noise in tiny tasks holds nothing */
+#define TICK_MS 1000       /* NVML re-read and accounting sample */
+#define EFT_TAIL_PER_GPU 8 /* plan the tail only: at most this many queued per GPU */
+#define EFT_OVERHEAD_MS 10 /* a start's cost, so that noise in tiny tasks holds nothing */
 #define MAX_RUN_SLOTS 65536
 
 struct launch {
@@ -44,7 +44,7 @@ struct launch {
 	const struct job *job;
 	int batch;
 	int no_framework_env;
-	const char *log;     /* log path */
+	const char *log; /* log path */
 	int run_fd;
 	int go[2];
 	pid_t runner;
@@ -55,63 +55,62 @@ struct launch {
 
 struct slot {
 	int64_t id;
-	size_t type;           /* slurm: the GPU type of its step */
-	long long log_from;    /* slurm: its log's size when it started */
-	int run_slot;          /* its run file: <run_dir>/slot-<n>.run */
-	int attempt;           /* job.attempts of this start */
+	size_t type;        /* slurm: the GPU type of its step */
+	long long log_from; /* slurm: its log's size when it started */
+	int run_slot;       /* its run file: <run_dir>/slot-<n>.run */
+	int attempt;        /* job.attempts of this start */
 	pid_t runner;
-	int own;               /* our child (SIGCHLD); else adopted (pidfd / tick) */
-	int pidfd;             /* adopted runner: readable once it exits; -1 */
-	int go_fd;             /* write end of the go pipe until the go is given */
-	int abort;             /* the claim did not commit: no go */
+	int own;   /* our child (SIGCHLD); else adopted (pidfd / tick) */
+	int pidfd; /* adopted runner: readable once it exits; -1 */
+	int go_fd; /* write end of the go pipe until the go is given */
+	int abort; /* the claim did not commit: no go */
 	int64_t start_ms;
 	size_t ngpu;
-	unsigned *gpu;         /* NVML indices */
+	unsigned *gpu; /* NVML indices */
 	int64_t placed_free;
 	int has_peak;
 	int64_t peak;
 	int samples;
 	double util_sum;
 	int acct_dirty;
-	int signalled;         /* interrupts sent */
+	int signalled; /* interrupts sent */
 };
 
 struct engine {
 	const struct engine_config *cfg;
 	const struct placement *place;
-	void *place_data;      /* the placement's own */
-	int closed;            /* the placement can start nothing more */
+	void *place_data;       /* the placement's own */
+	int closed;             /* the placement can start nothing more */
 	char runner_path[4200]; /* gpuman-runner, next to our own program */
 	struct slot **slots;
 	size_t nslots;
-	int64_t *queue;        /* queued ids in order; [qhead, qcount) live */
+	int64_t *queue; /* queued ids in order; [qhead, qcount) live */
 	size_t qhead, qcount, qcap;
-	size_t deps_waiting;   /* queue: queued jobs still waiting for --after jobs */
+	size_t deps_waiting; /* queue: queued jobs still waiting for --after jobs */
 	struct gm_snapshot *snap;
-	int64_t tick_at;       /* monotonic: next NVML read */
+	int64_t tick_at; /* monotonic: next NVML read */
 	int sfd, ifd, reg_wd, wake_wd;
 	sigset_t oldmask;
-	int dirty;             /* something changed since placement last failed */
-	int interrupt;         /* Ctrl-C count (batch) */
-	int stop;              /* dispatcher: SIGTERM */
+	int dirty;     /* something changed since placement last failed */
+	int interrupt; /* Ctrl-C count (batch) */
+	int stop;      /* dispatcher: SIGTERM */
 	int in_tx;
-	int ended_any;         /* a job left "running" in this round */
+	int ended_any; /* a job left "running" in this round */
 	/* Run slots whose result this round records: not reused before the
 	 * round commits, or a crash in between would lose that result. */
 	int *held_slots;
 	size_t nheld, heldcap;
-	int64_t *ended;        /* queue: jobs that ended this round (their .json) */
+	int64_t *ended; /* queue: jobs that ended this round (their .json) */
 	size_t nended, endedcap;
 	struct engine_counts counts;
 	/* batch: per NVML index (up to gpu_cap) */
 	size_t gpu_cap;
-	int64_t *done_ms;      /* sum of done tasks' durations */
+	int64_t *done_ms; /* sum of done tasks' durations */
 	unsigned *done_n;
-	int64_t *floor_mib;    /* OOM at this much free: -1 none */
+	int64_t *floor_mib; /* OOM at this much free: -1 none */
 	char err[GM_ERRBUF_SIZE];
-	int failed;            /* a store error: stop */
+	int failed; /* a store error: stop */
 };
-
 
 /*
  * Where jobs run, behind a small table of functions (as lib/nvml.c keeps
@@ -122,10 +121,10 @@ struct engine {
  * starts srun steps in a Slurm allocation (slurm.c).
  */
 enum place {
-	PLACE_STARTED,  /* it runs */
-	PLACE_SKIPPED,  /* no longer queued (failed, cancelled meanwhile) */
-	PLACE_LATER,    /* it cannot start now, a later job may */
-	PLACE_BLOCKED   /* nothing can start now: first come, first served */
+	PLACE_STARTED, /* it runs */
+	PLACE_SKIPPED, /* no longer queued (failed, cancelled meanwhile) */
+	PLACE_LATER,   /* it cannot start now, a later job may */
+	PLACE_BLOCKED  /* nothing can start now: first come, first served */
 };
 struct placement {
 	const char *name;
@@ -181,11 +180,11 @@ void engine_flush_accounting(struct engine *e);
 void engine_batch_learn(struct engine *e, const struct slot *s, const struct job *upd);
 long engine_snap_pos(const struct gm_snapshot *snap, unsigned index);
 int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsigned *excl,
-			  size_t *nexcl);
+                          size_t *nexcl);
 
 /* runner.c */
 int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
-			size_t len);
+                        size_t len);
 void engine_runner_ended(struct engine *e, struct slot *s, int killed);
 void engine_adopt(struct engine *e);
 int engine_adopted_ended(struct engine *e, struct slot *s);

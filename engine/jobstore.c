@@ -18,9 +18,8 @@
 #define BUSY_TIMEOUT_MS 10000
 
 static const char *const state_names[JOB_STATE_COUNT] = {
-	[JOB_QUEUED] = "queued",       [JOB_RUNNING] = "running",
-	[JOB_DONE] = "done",           [JOB_FAILED] = "failed",
-	[JOB_CANCELLED] = "cancelled", [JOB_INTERRUPTED] = "interrupted",
+    [JOB_QUEUED] = "queued", [JOB_RUNNING] = "running",     [JOB_DONE] = "done",
+    [JOB_FAILED] = "failed", [JOB_CANCELLED] = "cancelled", [JOB_INTERRUPTED] = "interrupted",
 };
 
 const char *job_state_name(enum job_state state)
@@ -59,47 +58,62 @@ void job_release(struct job *job)
 }
 
 /* The columns every read returns, in this order (env last, optional). */
-#define COLUMNS \
-	"id, state, command, argv, cwd, request, log, submit_ms, start_ms, end_ms, gpus, " \
-	"uuids, exit_status, reason, attempts, retries, ooms, min_free_mib, placed_free_mib, " \
-	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name, priority, notify, " \
-	"(SELECT group_concat(after) FROM (SELECT after FROM deps WHERE deps.job = jobs.id " \
+#define COLUMNS                                                                                    \
+	"id, state, command, argv, cwd, request, log, submit_ms, start_ms, end_ms, gpus, "         \
+	"uuids, exit_status, reason, attempts, retries, ooms, min_free_mib, placed_free_mib, "     \
+	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name, priority, notify, "     \
+	"(SELECT group_concat(after) FROM (SELECT after FROM deps WHERE deps.job = jobs.id "       \
 	"ORDER BY after))"
 
 enum stmt_id {
-	ST_INSERT, ST_INSERT_DEP, ST_READY, ST_GET, ST_GET_ENV, ST_UPDATE, ST_ACCOUNT, ST_IDS, ST_COUNTS, ST_HAS_LIVE, ST_NOTIFY_DUE, ST_NOTIFIED, ST_ENDED_SINCE, ST_BEGIN,
-	ST_COMMIT, ST_ROLLBACK, ST_COUNT
+	ST_INSERT,
+	ST_INSERT_DEP,
+	ST_READY,
+	ST_GET,
+	ST_GET_ENV,
+	ST_UPDATE,
+	ST_ACCOUNT,
+	ST_IDS,
+	ST_COUNTS,
+	ST_HAS_LIVE,
+	ST_NOTIFY_DUE,
+	ST_NOTIFIED,
+	ST_ENDED_SINCE,
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-	[ST_INSERT] = "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
-		      "submit_ms, attempts, retries, min_free_mib, name, priority, notify) "
-		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-	[ST_INSERT_DEP] = "INSERT OR IGNORE INTO deps (job, after) VALUES (?1, ?2)",
-	[ST_READY] = "SELECT id, EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after "
-		     "WHERE d.job = j.id AND p.state != 'done') FROM jobs j "
-		     "WHERE state = 'queued' ORDER BY priority DESC, id",
-	[ST_GET] = "SELECT " COLUMNS " FROM jobs WHERE id = ?1",
-	[ST_GET_ENV] = "SELECT " COLUMNS ", env FROM jobs WHERE id = ?1",
-	[ST_UPDATE] = "UPDATE jobs SET state = ?2, start_ms = ?3, end_ms = ?4, gpus = ?5, "
-		      "uuids = ?6, exit_status = ?7, reason = ?8, attempts = ?9, ooms = ?10, "
-		      "min_free_mib = ?11, placed_free_mib = ?12, peak_mem_mib = ?13, "
-		      "util_samples = ?14, util_sum = ?15, runner_pid = ?16, log = ?17, "
-		      "run_slot = ?20 WHERE id = ?1 AND state = ?18 AND attempts = ?19",
-	[ST_ACCOUNT] = "UPDATE jobs SET peak_mem_mib = ?2, util_samples = ?3, util_sum = ?4 "
-		       "WHERE id = ?1 AND state = 'running'",
-	[ST_IDS] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
-	[ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
-	[ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running')) OR "
-			"EXISTS (SELECT 1 FROM jobs WHERE notify IS NOT NULL AND notified = 0)",
-	[ST_NOTIFY_DUE] = "SELECT id FROM jobs WHERE notify IS NOT NULL AND notified = 0 "
-			  "AND state NOT IN ('queued', 'running') ORDER BY id",
-	[ST_NOTIFIED] = "UPDATE jobs SET notified = 1 WHERE id = ?1",
-	[ST_ENDED_SINCE] = "SELECT id, state FROM jobs WHERE end_ms >= ?1 "
-			   "AND state NOT IN ('queued', 'running')",
-	[ST_BEGIN] = "BEGIN IMMEDIATE",
-	[ST_COMMIT] = "COMMIT",
-	[ST_ROLLBACK] = "ROLLBACK",
+    [ST_INSERT] = "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
+                  "submit_ms, attempts, retries, min_free_mib, name, priority, notify) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    [ST_INSERT_DEP] = "INSERT OR IGNORE INTO deps (job, after) VALUES (?1, ?2)",
+    [ST_READY] = "SELECT id, EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after "
+                 "WHERE d.job = j.id AND p.state != 'done') FROM jobs j "
+                 "WHERE state = 'queued' ORDER BY priority DESC, id",
+    [ST_GET] = "SELECT " COLUMNS " FROM jobs WHERE id = ?1",
+    [ST_GET_ENV] = "SELECT " COLUMNS ", env FROM jobs WHERE id = ?1",
+    [ST_UPDATE] = "UPDATE jobs SET state = ?2, start_ms = ?3, end_ms = ?4, gpus = ?5, "
+                  "uuids = ?6, exit_status = ?7, reason = ?8, attempts = ?9, ooms = ?10, "
+                  "min_free_mib = ?11, placed_free_mib = ?12, peak_mem_mib = ?13, "
+                  "util_samples = ?14, util_sum = ?15, runner_pid = ?16, log = ?17, "
+                  "run_slot = ?20 WHERE id = ?1 AND state = ?18 AND attempts = ?19",
+    [ST_ACCOUNT] = "UPDATE jobs SET peak_mem_mib = ?2, util_samples = ?3, util_sum = ?4 "
+                   "WHERE id = ?1 AND state = 'running'",
+    [ST_IDS] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
+    [ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
+    [ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running')) OR "
+                    "EXISTS (SELECT 1 FROM jobs WHERE notify IS NOT NULL AND notified = 0)",
+    [ST_NOTIFY_DUE] = "SELECT id FROM jobs WHERE notify IS NOT NULL AND notified = 0 "
+                      "AND state NOT IN ('queued', 'running') ORDER BY id",
+    [ST_NOTIFIED] = "UPDATE jobs SET notified = 1 WHERE id = ?1",
+    [ST_ENDED_SINCE] = "SELECT id, state FROM jobs WHERE end_ms >= ?1 "
+                       "AND state NOT IN ('queued', 'running')",
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
 };
 
 struct jobstore {
@@ -111,14 +125,13 @@ struct jobstore {
 static enum gm_err db_fail(struct jobstore *st, char *err, size_t len, const char *what)
 {
 	return gm_fail(GM_ERR_IO, err, len, "job store '%s': %s: %s", st->path, what,
-		       sqlite3_errmsg(st->db));
+	               sqlite3_errmsg(st->db));
 }
 
 static sqlite3_stmt *stmt(struct jobstore *st, enum stmt_id id)
 {
-	if (!st->stmt[id] &&
-	    sqlite3_prepare_v3(st->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[id],
-			       NULL) != SQLITE_OK)
+	if (!st->stmt[id] && sqlite3_prepare_v3(st->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+	                                        &st->stmt[id], NULL) != SQLITE_OK)
 		return NULL;
 	sqlite3_reset(st->stmt[id]);
 	sqlite3_clear_bindings(st->stmt[id]);
@@ -137,25 +150,25 @@ static int step_done(sqlite3_stmt *s)
 }
 
 static const char schema[] =
-	"CREATE TABLE IF NOT EXISTS jobs ("
-	" id INTEGER PRIMARY KEY AUTOINCREMENT,"
-	" state TEXT NOT NULL,"
-	" command TEXT NOT NULL,"
-	" argv TEXT, cwd TEXT, env BLOB, request TEXT, log TEXT,"
-	" submit_ms INTEGER NOT NULL, start_ms INTEGER, end_ms INTEGER,"
-	" gpus TEXT, uuids TEXT, exit_status INTEGER, reason TEXT,"
-	" attempts INTEGER NOT NULL DEFAULT 0, retries INTEGER NOT NULL DEFAULT 0,"
-	" ooms INTEGER NOT NULL DEFAULT 0, min_free_mib INTEGER NOT NULL DEFAULT 0,"
-	" placed_free_mib INTEGER, peak_mem_mib INTEGER,"
-	" util_samples INTEGER NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,"
-	" runner_pid INTEGER, run_slot INTEGER);"
-	"CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, id);";
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " state TEXT NOT NULL,"
+    " command TEXT NOT NULL,"
+    " argv TEXT, cwd TEXT, env BLOB, request TEXT, log TEXT,"
+    " submit_ms INTEGER NOT NULL, start_ms INTEGER, end_ms INTEGER,"
+    " gpus TEXT, uuids TEXT, exit_status INTEGER, reason TEXT,"
+    " attempts INTEGER NOT NULL DEFAULT 0, retries INTEGER NOT NULL DEFAULT 0,"
+    " ooms INTEGER NOT NULL DEFAULT 0, min_free_mib INTEGER NOT NULL DEFAULT 0,"
+    " placed_free_mib INTEGER, peak_mem_mib INTEGER,"
+    " util_samples INTEGER NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,"
+    " runner_pid INTEGER, run_slot INTEGER);"
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, id);";
 
 /* Schema 1 to 2: job names, and an index on the end time so that pruning
  * old jobs costs what it deletes. */
 static const char schema2[] =
-	"ALTER TABLE jobs ADD COLUMN name TEXT;"
-	"CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs (end_ms) WHERE end_ms IS NOT NULL;";
+    "ALTER TABLE jobs ADD COLUMN name TEXT;"
+    "CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs (end_ms) WHERE end_ms IS NOT NULL;";
 
 /* Schema 2 to 3: priorities, dependencies and notifications (submit
  * --priority, --after, --notify; the index holds only the jobs whose end
@@ -165,26 +178,27 @@ static const char schema2[] =
  * whoever records the end -- the dispatcher, cancel, a trigger -- cannot
  * forget to.  Pruned jobs take their dependency rows with them. */
 static const char schema3[] =
-	"ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
-	"ALTER TABLE jobs ADD COLUMN notify TEXT;"
-	"ALTER TABLE jobs ADD COLUMN notified INTEGER NOT NULL DEFAULT 0;"
-	"CREATE INDEX IF NOT EXISTS jobs_to_notify ON jobs (id) WHERE notify IS NOT NULL AND notified = 0;"
-	"CREATE TABLE IF NOT EXISTS deps (job INTEGER NOT NULL, after INTEGER NOT NULL,"
-	" PRIMARY KEY (job, after)) WITHOUT ROWID;"
-	"CREATE INDEX IF NOT EXISTS deps_by_after ON deps (after);"
-	"CREATE TRIGGER IF NOT EXISTS deps_cancel AFTER UPDATE OF state ON jobs"
-	" WHEN NEW.state IN ('failed', 'cancelled', 'interrupted') AND OLD.state != NEW.state"
-	" BEGIN"
-	"  UPDATE jobs SET state = 'cancelled',"
-	"   end_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),"
-	"   reason = 'not started: job ' || NEW.id || ' (--after) ' ||"
-	"    CASE NEW.state WHEN 'cancelled' THEN 'was cancelled' ELSE NEW.state END"
-	"  WHERE state = 'queued' AND id IN (SELECT job FROM deps WHERE after = NEW.id);"
-	" END;"
-	"CREATE TRIGGER IF NOT EXISTS deps_forget AFTER DELETE ON jobs"
-	" BEGIN DELETE FROM deps WHERE job = OLD.id; END;";
+    "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN notify TEXT;"
+    "ALTER TABLE jobs ADD COLUMN notified INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX IF NOT EXISTS jobs_to_notify ON jobs (id) WHERE notify IS NOT NULL AND notified "
+    "= 0;"
+    "CREATE TABLE IF NOT EXISTS deps (job INTEGER NOT NULL, after INTEGER NOT NULL,"
+    " PRIMARY KEY (job, after)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS deps_by_after ON deps (after);"
+    "CREATE TRIGGER IF NOT EXISTS deps_cancel AFTER UPDATE OF state ON jobs"
+    " WHEN NEW.state IN ('failed', 'cancelled', 'interrupted') AND OLD.state != NEW.state"
+    " BEGIN"
+    "  UPDATE jobs SET state = 'cancelled',"
+    "   end_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),"
+    "   reason = 'not started: job ' || NEW.id || ' (--after) ' ||"
+    "    CASE NEW.state WHEN 'cancelled' THEN 'was cancelled' ELSE NEW.state END"
+    "  WHERE state = 'queued' AND id IN (SELECT job FROM deps WHERE after = NEW.id);"
+    " END;"
+    "CREATE TRIGGER IF NOT EXISTS deps_forget AFTER DELETE ON jobs"
+    " BEGIN DELETE FROM deps WHERE job = OLD.id; END;";
 
-static const char *const migrations[SCHEMA_VERSION] = { schema, schema2, schema3 };
+static const char *const migrations[SCHEMA_VERSION] = {schema, schema2, schema3};
 
 /* Run sql, retrying while another connection holds a lock that the busy
  * handler does not wait for (switching to WAL, a fresh database's first
@@ -254,16 +268,16 @@ enum gm_err jobstore_open(struct jobstore **out, const char *path, char *err, si
 	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL) !=
 	    SQLITE_OK) {
 		gm_fail(rc, err, len, "job store '%s': %s", path,
-			st->db ? sqlite3_errmsg(st->db) : "cannot open");
+		        st->db ? sqlite3_errmsg(st->db) : "cannot open");
 		goto failed;
 	}
 	sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
 	/* WAL is a property of the file, set once by whoever comes first.  A
 	 * small page cache: the dispatcher is meant to stay within a few MiB. */
 	if ((!is_wal(st->db) && exec_retry(st->db, "PRAGMA journal_mode = WAL") != SQLITE_OK) ||
-	    exec_retry(st->db, "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -256;"
-			       "PRAGMA temp_store = MEMORY; PRAGMA recursive_triggers = ON") !=
-		    SQLITE_OK) {
+	    exec_retry(st->db,
+	               "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -256;"
+	               "PRAGMA temp_store = MEMORY; PRAGMA recursive_triggers = ON") != SQLITE_OK) {
 		db_fail(st, err, len, "setting it up");
 		goto failed;
 	}
@@ -275,7 +289,7 @@ enum gm_err jobstore_open(struct jobstore **out, const char *path, char *err, si
 		/* Several first users at once: one creates, under the write
 		 * lock, the others find it done. */
 		int ok = exec_retry(st->db, "BEGIN IMMEDIATE") == SQLITE_OK &&
-			 int_pragma(st->db, "PRAGMA user_version", &version) == SQLITE_OK;
+		         int_pragma(st->db, "PRAGMA user_version", &version) == SQLITE_OK;
 		char set[48];
 
 		/* An older store is brought up to date in the same
@@ -283,10 +297,12 @@ enum gm_err jobstore_open(struct jobstore **out, const char *path, char *err, si
 		for (int v = version; ok && v < SCHEMA_VERSION; v++)
 			ok = sqlite3_exec(st->db, migrations[v], NULL, NULL, NULL) == SQLITE_OK;
 		snprintf(set, sizeof set, "PRAGMA user_version = %d", SCHEMA_VERSION);
-		if (!ok || (version < SCHEMA_VERSION &&
-			    sqlite3_exec(st->db, set, NULL, NULL, NULL) != SQLITE_OK) ||
+		if (!ok ||
+		    (version < SCHEMA_VERSION &&
+		     sqlite3_exec(st->db, set, NULL, NULL, NULL) != SQLITE_OK) ||
 		    sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-			db_fail(st, err, len, version > 0 ? "upgrading its tables" : "creating its tables");
+			db_fail(st, err, len,
+			        version > 0 ? "upgrading its tables" : "creating its tables");
 			sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
 			goto failed;
 		}
@@ -295,9 +311,9 @@ enum gm_err jobstore_open(struct jobstore **out, const char *path, char *err, si
 	}
 	if (version > SCHEMA_VERSION) {
 		gm_fail(rc, err, len,
-			"job store '%s' was written by a newer gpuman (schema %d); use that "
-			"version or move the file away",
-			path, version);
+		        "job store '%s' was written by a newer gpuman (schema %d); use that "
+		        "version or move the file away",
+		        path, version);
 		goto failed;
 	}
 	*out = st;
@@ -318,7 +334,7 @@ void jobstore_close(struct jobstore *st)
 }
 
 static enum gm_err simple(struct jobstore *st, enum stmt_id id, const char *what, char *err,
-			  size_t len)
+                          size_t len)
 {
 	sqlite3_stmt *s = stmt(st, id);
 
@@ -432,8 +448,8 @@ static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 	j->retries = sqlite3_column_int(s, 15);
 	j->ooms = sqlite3_column_int(s, 16);
 	j->min_free_mib = sqlite3_column_int64(s, 17);
-	j->placed_free_mib = sqlite3_column_type(s, 18) == SQLITE_NULL ? -1
-									 : sqlite3_column_int64(s, 18);
+	j->placed_free_mib =
+	    sqlite3_column_type(s, 18) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 18);
 	j->has_peak = sqlite3_column_type(s, 19) != SQLITE_NULL;
 	j->peak_mem_mib = sqlite3_column_int64(s, 19);
 	j->util_samples = sqlite3_column_int(s, 20);
@@ -461,8 +477,8 @@ static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 	return 0;
 }
 
-enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct job *out,
-			 char *err, size_t len)
+enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct job *out, char *err,
+                         size_t len)
 {
 	sqlite3_stmt *s = stmt(st, with_env ? ST_GET_ENV : ST_GET);
 	enum gm_err rc = GM_OK;
@@ -488,7 +504,7 @@ enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct j
 }
 
 enum gm_err jobstore_list(struct jobstore *st, int state, int64_t after_id, size_t limit,
-			  struct job **jobs, size_t *count, char *err, size_t len)
+                          struct job **jobs, size_t *count, char *err, size_t len)
 {
 	char sql[512];
 	sqlite3_stmt *s = NULL;
@@ -500,7 +516,7 @@ enum gm_err jobstore_list(struct jobstore *st, int state, int64_t after_id, size
 	*jobs = NULL;
 	*count = 0;
 	snprintf(sql, sizeof sql, "SELECT " COLUMNS " FROM jobs WHERE id > ?1 %s ORDER BY id %s",
-		 state >= 0 ? "AND state = ?2" : "", limit ? "LIMIT ?3" : "");
+	         state >= 0 ? "AND state = ?2" : "", limit ? "LIMIT ?3" : "");
 	if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
 		return db_fail(st, err, len, "list");
 	sqlite3_bind_int64(s, 1, after_id);
@@ -546,8 +562,8 @@ void jobstore_free_list(struct job *jobs, size_t count)
 	free(jobs);
 }
 
-enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids,
-			 size_t *count, char *err, size_t len)
+enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids, size_t *count,
+                         char *err, size_t len)
 {
 	sqlite3_stmt *s = stmt(st, ST_IDS);
 	int64_t *list = NULL;
@@ -603,7 +619,7 @@ enum gm_err jobstore_counts(struct jobstore *st, size_t *counts, char *err, size
 }
 
 enum gm_err jobstore_update(struct jobstore *st, const struct job *j, enum job_state expect,
-			    int expect_attempts, int *changed, char *err, size_t len)
+                            int expect_attempts, int *changed, char *err, size_t len)
 {
 	sqlite3_stmt *s = stmt(st, ST_UPDATE);
 
@@ -654,8 +670,9 @@ enum gm_err jobstore_delete(struct jobstore *st, int64_t id, char *err, size_t l
 	sqlite3_stmt *s = NULL;
 	int rc;
 
-	if (sqlite3_prepare_v2(st->db, id > 0 ? "DELETE FROM jobs WHERE id = ?1" : "DELETE FROM jobs",
-			       -1, &s, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(st->db,
+	                       id > 0 ? "DELETE FROM jobs WHERE id = ?1" : "DELETE FROM jobs", -1,
+	                       &s, NULL) != SQLITE_OK)
 		return db_fail(st, err, len, "delete");
 	if (id > 0)
 		sqlite3_bind_int64(s, 1, id);
@@ -665,8 +682,8 @@ enum gm_err jobstore_delete(struct jobstore *st, int64_t id, char *err, size_t l
 }
 
 enum gm_err jobstore_each(struct jobstore *st, unsigned states,
-			  int (*fn)(void *data, const struct job *job), void *data, int *stopped,
-			  char *err, size_t len)
+                          int (*fn)(void *data, const struct job *job), void *data, int *stopped,
+                          char *err, size_t len)
 {
 	char sql[2048], in[256] = "";
 	size_t used = 0;
@@ -680,10 +697,10 @@ enum gm_err jobstore_each(struct jobstore *st, unsigned states,
 	 * IN list on the indexed state reads only those jobs. */
 	for (int i = 0; i < JOB_STATE_COUNT; i++)
 		if (states & JOB_STATES(i))
-			used += (size_t)snprintf(in + used, sizeof in - used, "%s'%s'", used ? ", " : "",
-						 state_names[i]);
+			used += (size_t)snprintf(in + used, sizeof in - used, "%s'%s'",
+			                         used ? ", " : "", state_names[i]);
 	snprintf(sql, sizeof sql, "SELECT " COLUMNS " FROM jobs %s%s%s ORDER BY id",
-		 used ? "WHERE state IN (" : "", in, used ? ")" : "");
+	         used ? "WHERE state IN (" : "", in, used ? ")" : "");
 	if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
 		return db_fail(st, err, len, "list");
 	while (!stop && (step = sqlite3_step(s)) == SQLITE_ROW) {
@@ -721,7 +738,7 @@ enum gm_err jobstore_has_live(struct jobstore *st, int *live, char *err, size_t 
 }
 
 enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
-			   struct job_end **ended, size_t *count, char *err, size_t len)
+                           struct job_end **ended, size_t *count, char *err, size_t len)
 {
 	sqlite3_stmt *get = stmt(st, ST_GET);
 	struct job_end *out;
@@ -773,8 +790,8 @@ enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
 }
 
 enum gm_err jobstore_prune(struct jobstore *st, int64_t ended_before_ms,
-			   void (*fn)(void *data, int64_t id, const char *log), void *data,
-			   size_t *deleted, char *err, size_t len)
+                           void (*fn)(void *data, int64_t id, const char *log), void *data,
+                           size_t *deleted, char *err, size_t len)
 {
 	sqlite3_stmt *s = NULL;
 	enum gm_err rc = GM_OK;
@@ -788,16 +805,17 @@ enum gm_err jobstore_prune(struct jobstore *st, int64_t ended_before_ms,
 	/* end_ms is set for ended jobs; the state test keeps a job that is
 	 * queued again (a retry) whatever its last end. */
 	if (sqlite3_prepare_v2(st->db,
-			       "DELETE FROM jobs WHERE end_ms < ?1 AND state NOT IN ('queued', "
-			       "'running') RETURNING id, log",
-			       -1, &s, NULL) != SQLITE_OK) {
+	                       "DELETE FROM jobs WHERE end_ms < ?1 AND state NOT IN ('queued', "
+	                       "'running') RETURNING id, log",
+	                       -1, &s, NULL) != SQLITE_OK) {
 		rc = db_fail(st, err, len, "prune");
 		goto done;
 	}
 	sqlite3_bind_int64(s, 1, ended_before_ms);
 	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
 		if (fn)
-			fn(data, sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1));
+			fn(data, sqlite3_column_int64(s, 0),
+			   (const char *)sqlite3_column_text(s, 1));
 		n++;
 	}
 	if (step != SQLITE_DONE)
@@ -815,8 +833,8 @@ done:
 	return rc;
 }
 
-enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count,
-			       size_t *waiting, char *err, size_t len)
+enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count, size_t *waiting,
+                               char *err, size_t len)
 {
 	sqlite3_stmt *s = stmt(st, ST_READY);
 	int64_t *list = NULL;
@@ -857,7 +875,7 @@ enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count
 }
 
 enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count, char *err,
-				size_t len)
+                                size_t len)
 {
 	sqlite3_stmt *s = stmt(st, ST_NOTIFY_DUE);
 	int64_t *list = NULL;
@@ -904,8 +922,8 @@ enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *err, si
 }
 
 enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
-				 void (*fn)(void *data, int64_t id, enum job_state state),
-				 void *data, char *err, size_t len)
+                                 void (*fn)(void *data, int64_t id, enum job_state state),
+                                 void *data, char *err, size_t len)
 {
 	sqlite3_stmt *s = stmt(st, ST_ENDED_SINCE);
 	int step;
@@ -916,7 +934,8 @@ enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
 	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
 		int state = job_state_parse((const char *)sqlite3_column_text(s, 1));
 
-		fn(data, sqlite3_column_int64(s, 0), state < 0 ? JOB_FAILED : (enum job_state)state);
+		fn(data, sqlite3_column_int64(s, 0),
+		   state < 0 ? JOB_FAILED : (enum job_state)state);
 	}
 	sqlite3_reset(s);
 	return step == SQLITE_DONE ? GM_OK : db_fail(st, err, len, "read");

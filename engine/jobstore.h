@@ -35,10 +35,10 @@
 enum job_state {
 	JOB_QUEUED = 0,
 	JOB_RUNNING = 1,
-	JOB_DONE = 2,        /* exited 0 */
-	JOB_FAILED = 3,      /* non-zero exit, signal, never placeable, runner died */
-	JOB_CANCELLED = 4,   /* gpuman cancel */
-	JOB_INTERRUPTED = 5  /* batch stopped by Ctrl-C while it ran */
+	JOB_DONE = 2,       /* exited 0 */
+	JOB_FAILED = 3,     /* non-zero exit, signal, never placeable, runner died */
+	JOB_CANCELLED = 4,  /* gpuman cancel */
+	JOB_INTERRUPTED = 5 /* batch stopped by Ctrl-C while it ran */
 };
 #define JOB_STATE_COUNT 6
 
@@ -51,37 +51,40 @@ int job_state_final(enum job_state state);
 struct job {
 	int64_t id;
 	enum job_state state;
-	char *command;          /* for people; for a shell job the line itself */
-	char *argv;             /* JSON array of arguments; NULL: run command with /bin/sh */
-	char *cwd;              /* NULL: the dispatcher's */
-	char *env;              /* NAME=VALUE\0...; NULL: the dispatcher's environment */
-	size_t env_len;         /* bytes of env */
-	char *request;          /* JSON object: request options by command-line name */
-	char *log;              /* its log file (stdout and stderr) */
+	char *command;  /* for people; for a shell job the line itself */
+	char *argv;     /* JSON array of arguments; NULL: run command with /bin/sh */
+	char *cwd;      /* NULL: the dispatcher's */
+	char *env;      /* NAME=VALUE\0...; NULL: the dispatcher's environment */
+	size_t env_len; /* bytes of env */
+	char *request;  /* JSON object: request options by command-line name */
+	char *log;      /* its log file (stdout and stderr) */
 	int64_t submit_ms, start_ms, end_ms; /* wall clock; 0 = not yet */
-	char *gpus;             /* NVML indices "1,7"; NULL before placement */
-	char *uuids;            /* "GPU-...,GPU-..." */
+	char *gpus;                          /* NVML indices "1,7"; NULL before placement */
+	char *uuids;                         /* "GPU-...,GPU-..." */
 	int has_exit;
-	int exit_status;        /* exit code, or 128+N when killed by signal N */
-	char *reason;           /* why it failed, was requeued or cancelled */
-	int attempts;           /* starts so far, retries and requeues included */
-	int retries;            /* further starts allowed after a failure */
-	int ooms;               /* requeues after CUDA out-of-memory errors */
-	int64_t min_free_mib;   /* extra free memory asked after an OOM; 0 none */
-	int64_t placed_free_mib;/* free MiB of its GPU(s) when placed; -1 unknown */
+	int exit_status;         /* exit code, or 128+N when killed by signal N */
+	char *reason;            /* why it failed, was requeued or cancelled */
+	int attempts;            /* starts so far, retries and requeues included */
+	int retries;             /* further starts allowed after a failure */
+	int ooms;                /* requeues after CUDA out-of-memory errors */
+	int64_t min_free_mib;    /* extra free memory asked after an OOM; 0 none */
+	int64_t placed_free_mib; /* free MiB of its GPU(s) when placed; -1 unknown */
 	int has_peak;
-	int64_t peak_mem_mib;   /* most GPU memory its processes held at a sample */
-	int util_samples;       /* samples that saw its processes on its GPUs */
-	double util_sum;        /* sum of those samples' mean GPU utilization, % */
-	int runner_pid;         /* the runner that supervises it while running */
-	int run_slot;           /* its run file while running (engine.h); -1 none */
-	char *name;             /* submit --name (schema 2); NULL: none */
-	int priority;           /* submit --priority (schema 3): higher starts first */
-	char *after;            /* submit --after: ids "3,4" it waits for; NULL: none */
-	char *notify;           /* submit --notify: how its end is told (notify.h); NULL: not */
+	int64_t peak_mem_mib; /* most GPU memory its processes held at a sample */
+	int util_samples;     /* samples that saw its processes on its GPUs */
+	double util_sum;      /* sum of those samples' mean GPU utilization, % */
+	int runner_pid;       /* the runner that supervises it while running */
+	int run_slot;         /* its run file while running (engine.h); -1 none */
+	char *name;           /* submit --name (schema 2); NULL: none */
+	int priority;         /* submit --priority (schema 3): higher starts first */
+	char *after;          /* submit --after: ids "3,4" it waits for; NULL: none */
+	char *notify;         /* submit --notify: how its end is told (notify.h); NULL: not */
 };
-#define JOB_INIT { 0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, \
-		   0, 0, NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL, 0, NULL, NULL }
+#define JOB_INIT                                                                                   \
+	{                                                                                          \
+		0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0,   \
+		    NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL, 0, NULL, NULL                 \
+	}
 
 /* Free the strings of a job read from the store; keep the struct. */
 void job_release(struct job *job);
@@ -111,7 +114,7 @@ enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *errbuf, 
 
 /* Read one job (env only if with_env).  GM_ERR_NOT_FOUND if none. */
 enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct job *out,
-			 char *errbuf, size_t errlen);
+                         char *errbuf, size_t errlen);
 
 /*
  * Jobs in id order: with state >= 0 only those in that state; only ids
@@ -119,7 +122,7 @@ enum gm_err jobstore_get(struct jobstore *st, int64_t id, int with_env, struct j
  * jobstore_free_list) holds *count jobs, without env.
  */
 enum gm_err jobstore_list(struct jobstore *st, int state, int64_t after_id, size_t limit,
-			  struct job **jobs, size_t *count, char *errbuf, size_t errlen);
+                          struct job **jobs, size_t *count, char *errbuf, size_t errlen);
 void jobstore_free_list(struct job *jobs, size_t count);
 
 /* A set of states for jobstore_each: JOB_STATES(JOB_QUEUED) | ... */
@@ -135,14 +138,14 @@ void jobstore_free_list(struct job *jobs, size_t count);
  * and is returned in *stopped (may be NULL).
  */
 enum gm_err jobstore_each(struct jobstore *st, unsigned states,
-			  int (*fn)(void *data, const struct job *job), void *data, int *stopped,
-			  char *errbuf, size_t errlen);
+                          int (*fn)(void *data, const struct job *job), void *data, int *stopped,
+                          char *errbuf, size_t errlen);
 
 /* Ended jobs whose end is still to be told (--notify), in id order
  * (caller frees *ids); then mark each one told.  An index holds only
  * those: cheap to ask after every round. */
-enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count,
-				char *errbuf, size_t errlen);
+enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count, char *errbuf,
+                                size_t errlen);
 enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *errbuf, size_t errlen);
 
 /* Is any job queued or running, or an end still to be told?  (Then a
@@ -158,7 +161,7 @@ struct job_end {
 	enum job_state state;
 };
 enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
-			   struct job_end **ended, size_t *count, char *errbuf, size_t errlen);
+                           struct job_end **ended, size_t *count, char *errbuf, size_t errlen);
 
 /*
  * The jobs that ended at or after since_ms (by their end time, an index):
@@ -166,8 +169,8 @@ enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
  * what ended lately, not what it waits for.
  */
 enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
-				 void (*fn)(void *data, int64_t id, enum job_state state),
-				 void *data, char *errbuf, size_t errlen);
+                                 void (*fn)(void *data, int64_t id, enum job_state state),
+                                 void *data, char *errbuf, size_t errlen);
 
 /*
  * Delete the jobs that ended (a final state) before ended_before_ms
@@ -178,20 +181,20 @@ enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
  * on the end time.
  */
 enum gm_err jobstore_prune(struct jobstore *st, int64_t ended_before_ms,
-			   void (*fn)(void *data, int64_t id, const char *log), void *data,
-			   size_t *deleted, char *errbuf, size_t errlen);
+                           void (*fn)(void *data, int64_t id, const char *log), void *data,
+                           size_t *deleted, char *errbuf, size_t errlen);
 
 /*
  * The queue's serving order: queued jobs whose --after jobs have all
  * succeeded (or been pruned), highest priority first, then by id (caller
  * frees *ids).  *waiting gets how many queued jobs still wait for others.
  */
-enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count,
-			       size_t *waiting, char *errbuf, size_t errlen);
+enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count, size_t *waiting,
+                               char *errbuf, size_t errlen);
 
 /* Ids of the jobs in a state, in id order (caller frees *ids). */
-enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids,
-			 size_t *count, char *errbuf, size_t errlen);
+enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids, size_t *count,
+                         char *errbuf, size_t errlen);
 
 /* How many jobs are in each state: counts[JOB_STATE_COUNT]. */
 enum gm_err jobstore_counts(struct jobstore *st, size_t *counts, char *errbuf, size_t errlen);
@@ -204,11 +207,11 @@ enum gm_err jobstore_counts(struct jobstore *st, size_t *counts, char *errbuf, s
  * nothing.  *changed is 1 if it was written, 0 if not.
  */
 enum gm_err jobstore_update(struct jobstore *st, const struct job *job, enum job_state expect,
-			    int expect_attempts, int *changed, char *errbuf, size_t errlen);
+                            int expect_attempts, int *changed, char *errbuf, size_t errlen);
 
 /* Only the accounting of a running job (peak memory, utilization samples). */
 enum gm_err jobstore_account(struct jobstore *st, const struct job *job, char *errbuf,
-			     size_t errlen);
+                             size_t errlen);
 
 /* Delete one job (id > 0) or all of them (id == 0). */
 enum gm_err jobstore_delete(struct jobstore *st, int64_t id, char *errbuf, size_t errlen);

@@ -30,7 +30,7 @@ static int kept(pid_t pid, const pid_t *keep, size_t nkeep)
 /* Kill the children listed in one /proc/.../children file (space
  * separated); what does not fit the buffer is found in the next round. */
 static unsigned kill_listed(const char *path, const pid_t *keep, size_t nkeep, pid_t *killed,
-			    size_t cap, size_t *n)
+                            size_t cap, size_t *n)
 {
 	static char buf[65536];
 	unsigned count = 0;
@@ -59,8 +59,7 @@ static unsigned kill_listed(const char *path, const pid_t *keep, size_t nkeep, p
 }
 
 /* Children by /proc/PID/stat (kernels without the children files). */
-static unsigned kill_by_stat(const pid_t *keep, size_t nkeep, pid_t *killed, size_t cap,
-			     size_t *n)
+static unsigned kill_by_stat(const pid_t *keep, size_t nkeep, pid_t *killed, size_t cap, size_t *n)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
@@ -120,7 +119,7 @@ unsigned jobtree_kill_children(const pid_t *keep, size_t nkeep)
 			while (d && (de = readdir(d)))
 				if (de->d_name[0] != '.') {
 					snprintf(path, sizeof path, "/proc/self/task/%s/children",
-						 de->d_name);
+					         de->d_name);
 					found += kill_listed(path, keep, nkeep, killed, CAP, &n);
 				}
 			if (d)
@@ -156,7 +155,8 @@ int jobtree_holds(pid_t pid, int fd)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		holds = stat(path, &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino;
+		holds =
+		    stat(path, &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino;
 	}
 	if (d)
 		closedir(d);

@@ -93,7 +93,7 @@ char *engine_request_json(const struct gm_request *req, int no_framework_env)
 }
 
 struct gm_request *engine_request_parse(const char *text, int *no_framework_env, char *err,
-					size_t len)
+                                        size_t len)
 {
 	json_t *o = text ? json_loads(text, 0, NULL) : NULL, *v;
 	struct gm_request *req = gm_request_new();
@@ -105,7 +105,8 @@ struct gm_request *engine_request_parse(const char *text, int *no_framework_env,
 		gm_fail(GM_ERR_INVALID, err, len, "the job's request is unreadable");
 		goto failed;
 	}
-	json_object_foreach(o, key, v) {
+	json_object_foreach(o, key, v)
+	{
 		if (!strcmp(key, "no-framework-env")) {
 			if (no_framework_env)
 				*no_framework_env = 1;
@@ -127,7 +128,7 @@ failed:
 struct gm_request *engine_request_copy(const struct gm_request *req)
 {
 	struct gm_request *c = gm_request_new();
-	const struct gpu_list *src[2] = { &req->only, &req->exclude };
+	const struct gpu_list *src[2] = {&req->only, &req->exclude};
 
 	if (!c)
 		return NULL;
@@ -207,7 +208,8 @@ json_t *job_json(const struct job *job, const char *log_path, int batch)
 			p += *p == ',';
 		}
 		json_object_set_new(o, "after", after);
-		json_object_set_new(o, "notify", job->notify ? json_string(job->notify) : json_null());
+		json_object_set_new(o, "notify",
+		                    job->notify ? json_string(job->notify) : json_null());
 	}
 	json_object_set_new(o, "command", json_string(job->command ? job->command : ""));
 	if (!batch) {
@@ -228,8 +230,8 @@ json_t *job_json(const struct job *job, const char *log_path, int batch)
 	json_object_set_new(o, "oom_requeues", json_integer(job->ooms));
 	json_object_set_new(o, "peak_mem_mib", opt_int(job->has_peak, job->peak_mem_mib));
 	json_object_set_new(o, "mean_util_pct",
-			    job->util_samples ? json_real(job->util_sum / job->util_samples)
-					      : json_null());
+	                    job->util_samples ? json_real(job->util_sum / job->util_samples)
+	                                      : json_null());
 	json_object_set_new(o, "util_samples", json_integer(job->util_samples));
 	json_object_set_new(o, "log", log_path ? json_string(log_path) : json_null());
 	return o;

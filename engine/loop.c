@@ -123,10 +123,11 @@ static void read_inotify(struct engine *e)
 				if (e->wake_wd >= 0)
 					engine_queue_reload(e);
 			} else if (ev->wd == e->reg_wd && ev->len &&
-				   (!strncmp(ev->name, "lease.", 6) || !strncmp(ev->name, "wait.", 5))) {
+			           (!strncmp(ev->name, "lease.", 6) ||
+			            !strncmp(ev->name, "wait.", 5))) {
 				e->dirty = 1;
 			} else if (ev->wd == e->wake_wd && ev->len &&
-				   !strcmp(ev->name, e->cfg->wake_name)) {
+			           !strcmp(ev->name, e->cfg->wake_name)) {
 				engine_queue_reload(e);
 				engine_adopt(e);
 			}
@@ -266,16 +267,16 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 			e->failed = 1;
 			break;
 		}
-		pfd[np++] = (struct pollfd){ e->sfd, POLLIN, 0 };
-		pfd[np++] = (struct pollfd){ e->ifd, POLLIN, 0 };
+		pfd[np++] = (struct pollfd){e->sfd, POLLIN, 0};
+		pfd[np++] = (struct pollfd){e->ifd, POLLIN, 0};
 		for (size_t i = 0; i < e->nslots; i++)
 			if (e->slots[i]->pidfd >= 0)
-				pfd[np++] = (struct pollfd){ e->slots[i]->pidfd, POLLIN, 0 };
+				pfd[np++] = (struct pollfd){e->slots[i]->pidfd, POLLIN, 0};
 		/* The broker answered the head job's place in its line. */
 		wake = e->qcount > e->qhead && !e->interrupt && !e->stop
-			       ? registry_wake_fd(e->cfg->reg)
-			       : -1;
-		pfd[np] = (struct pollfd){ wake, POLLIN, 0 };
+		           ? registry_wake_fd(e->cfg->reg)
+		           : -1;
+		pfd[np] = (struct pollfd){wake, POLLIN, 0};
 		n = poll(pfd, np + 1, timeout);
 		if (n < 0 && errno != EINTR) {
 			gm_fail(GM_ERR_IO, e->err, sizeof e->err, "poll: %s", strerror(errno));
@@ -323,7 +324,7 @@ done:
 		/* Take what is still pending before unblocking: a last SIGCHLD,
 		 * or a Ctrl-C that must not kill us before the summary. */
 		sigset_t set;
-		struct timespec zero = { 0, 0 };
+		struct timespec zero = {0, 0};
 		int sig;
 
 		sigemptyset(&set);

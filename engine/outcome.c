@@ -5,7 +5,7 @@
 #include <string.h>
 #include "outcome.h"
 
-static const char *const kind_names[] = { "ok", "failed", "oom", "killed" };
+static const char *const kind_names[] = {"ok", "failed", "oom", "killed"};
 
 enum outcome_kind outcome_classify(int status, int oom)
 {
@@ -24,7 +24,7 @@ const char *outcome_kind_name(enum outcome_kind kind)
 }
 
 enum outcome_next outcome_next(enum outcome_kind kind, const struct outcome_counts *c,
-			       int may_retry)
+                               int may_retry)
 {
 	if (kind == OUTCOME_OK)
 		return OUTCOME_DONE;
@@ -37,19 +37,19 @@ enum outcome_next outcome_next(enum outcome_kind kind, const struct outcome_coun
 }
 
 void outcome_reason(enum outcome_next next, const char *what, int oom,
-		    const struct outcome_counts *c, char *buf, size_t len)
+                    const struct outcome_counts *c, char *buf, size_t len)
 {
 	const char *mem = oom ? " (CUDA out of memory)" : "";
 
 	if (next == OUTCOME_RETRY)
 		snprintf(buf, len, "%s%s; retry %d of %d", what, mem, c->attempts - c->ooms,
-			 c->retries);
+		         c->retries);
 	else
 		snprintf(buf, len, "%s%s", what, mem);
 }
 
 size_t outcome_tail_plan(size_t ng, const unsigned char *state, int64_t *avail_ms,
-			 const int64_t *task_ms, size_t q, unsigned char *used)
+                         const int64_t *task_ms, size_t q, unsigned char *used)
 {
 	size_t free_known = 0, used_count = 0;
 
@@ -87,7 +87,7 @@ void outcome_decide(const struct outcome_in *in, struct outcome *out)
 {
 	const struct job *job = in->job;
 	const struct protocol_result *r = &in->r;
-	struct outcome_counts c = { job->attempts, job->ooms, job->retries };
+	struct outcome_counts c = {job->attempts, job->ooms, job->retries};
 	const char *gpus = job->gpus ? job->gpus : "?";
 	char what[128];
 
@@ -97,9 +97,9 @@ void outcome_decide(const struct outcome_in *in, struct outcome *out)
 	if (!in->have_result) {
 		out->state = in->requeue_dead ? JOB_QUEUED : JOB_FAILED;
 		snprintf(out->reason, sizeof out->reason, "%s",
-			 in->requeue_dead ? "its runner died; queued again"
-					  : "runner died: its supervisor was killed before it "
-					    "recorded a result (the job was killed with it)");
+		         in->requeue_dead ? "its runner died; queued again"
+		                          : "runner died: its supervisor was killed before it "
+		                            "recorded a result (the job was killed with it)");
 		return;
 	}
 	if (r->stop == PROTOCOL_STOP_ABORTED) {
@@ -134,13 +134,14 @@ void outcome_decide(const struct outcome_in *in, struct outcome *out)
 		if (job->placed_free_mib >= 0 && job->placed_free_mib + 1 > out->min_free_mib)
 			out->min_free_mib = job->placed_free_mib + 1;
 		if (job->placed_free_mib >= 0)
-			snprintf(out->reason, sizeof out->reason,
-				 "CUDA out of memory on GPU %s with %lld MiB free; requeued for a GPU "
-				 "with more",
-				 gpus, (long long)job->placed_free_mib);
+			snprintf(
+			    out->reason, sizeof out->reason,
+			    "CUDA out of memory on GPU %s with %lld MiB free; requeued for a GPU "
+			    "with more",
+			    gpus, (long long)job->placed_free_mib);
 		else
 			snprintf(out->reason, sizeof out->reason,
-				 "CUDA out of memory on GPU %s; requeued", gpus);
+			         "CUDA out of memory on GPU %s; requeued", gpus);
 		break;
 	case OUTCOME_RETRY:
 		out->state = JOB_QUEUED;

@@ -18,10 +18,10 @@
 #define OUTCOME_MAX_OOM_REQUEUES 3
 
 enum outcome_kind {
-	OUTCOME_OK,       /* exit status 0 */
-	OUTCOME_FAILED,   /* a non-zero exit status of its own */
-	OUTCOME_OOM,      /* failed, and its output said CUDA out of memory */
-	OUTCOME_KILLED    /* killed by a signal (128+N), or it never ended (-1) */
+	OUTCOME_OK,     /* exit status 0 */
+	OUTCOME_FAILED, /* a non-zero exit status of its own */
+	OUTCOME_OOM,    /* failed, and its output said CUDA out of memory */
+	OUTCOME_KILLED  /* killed by a signal (128+N), or it never ended (-1) */
 };
 /* status: protocol_exit_status(), or -1 when the job did not end by itself
  * (its step ended first); oom: protocol_says_oom() of its output. */
@@ -42,12 +42,12 @@ struct outcome_counts {
 /* What follows an end of this kind; may_retry 0: no retry whatever
  * --retries says (the allocation is gone). */
 enum outcome_next outcome_next(enum outcome_kind kind, const struct outcome_counts *c,
-			       int may_retry);
+                               int may_retry);
 /* The reason of a retry or failure: "<what>[ (CUDA out of memory)]" and,
  * for OUTCOME_RETRY, "; retry N of M".  what: protocol_describe_status()
  * or a cause such as "killed by Slurm: time limit". */
 void outcome_reason(enum outcome_next next, const char *what, int oom,
-		    const struct outcome_counts *c, char *buf, size_t len);
+                    const struct outcome_counts *c, char *buf, size_t len);
 
 /* ---- a batch's tail ------------------------------------------------------- */
 
@@ -63,7 +63,7 @@ void outcome_reason(enum outcome_next next, const char *what, int oom,
  * later than on a faster GPU that frees up first: leave it idle.
  */
 size_t outcome_tail_plan(size_t ng, const unsigned char *state, int64_t *avail_ms,
-			 const int64_t *task_ms, size_t q, unsigned char *used);
+                         const int64_t *task_ms, size_t q, unsigned char *used);
 
 /* ---- the engine's records ------------------------------------------------ */
 
@@ -76,11 +76,11 @@ struct outcome_in {
 };
 struct outcome {
 	enum job_state state;
-	int uncount;              /* aborted before it ran: this start does not count */
-	int ooms;                 /* the job's out-of-memory requeues now */
-	int64_t min_free_mib;     /* the free memory it needs now (0 any) */
-	int has_exit;             /* the result holds its exit status and times */
-	char reason[512];         /* "" none */
+	int uncount;          /* aborted before it ran: this start does not count */
+	int ooms;             /* the job's out-of-memory requeues now */
+	int64_t min_free_mib; /* the free memory it needs now (0 any) */
+	int has_exit;         /* the result holds its exit status and times */
+	char reason[512];     /* "" none */
 };
 void outcome_decide(const struct outcome_in *in, struct outcome *out);
 

@@ -26,7 +26,7 @@
 #include "snapshot.h"
 
 static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
-			     const char *explain)
+                             const char *explain)
 {
 	char reason[2048];
 	size_t n;
@@ -43,8 +43,8 @@ static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 	upd.state = JOB_FAILED;
 	upd.reason = reason;
 	upd.end_ms = now_ms();
-	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts, &changed,
-					  e->err, sizeof e->err) != GM_OK)
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
+	                                         &changed, e->err, sizeof e->err) != GM_OK)
 		e->failed = 1;
 	if (changed) {
 		engine_count_move(e, JOB_QUEUED, JOB_FAILED);
@@ -57,7 +57,7 @@ static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 
 /* The request for this job: its own or batch's, plus what it learned. */
 static struct gm_request *job_request(struct engine *e, const struct job *job,
-				      int *no_framework_env, int *owned)
+                                      int *no_framework_env, int *owned)
 {
 	struct gm_request *req;
 
@@ -80,9 +80,8 @@ static struct gm_request *job_request(struct engine *e, const struct job *job,
 			return NULL;
 		*owned = 1;
 	}
-	if (job->min_free_mib > 0 &&
-	    (!req->has_min_free || req->min_free.is_pct ||
-	     req->min_free.mib < (uint64_t)job->min_free_mib)) {
+	if (job->min_free_mib > 0 && (!req->has_min_free || req->min_free.is_pct ||
+	                              req->min_free.mib < (uint64_t)job->min_free_mib)) {
 		if (!*owned) {
 			req = engine_request_copy(req);
 			if (!req)
@@ -185,7 +184,8 @@ static enum place try_place(struct engine *e, int64_t id)
 		engine_run_path(e, run_slot, path, sizeof path);
 		L.run_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (L.run_fd < 0) {
-			engine_say(e, "job %lld: cannot create '%s': %s", (long long)id, path, strerror(errno));
+			engine_say(e, "job %lld: cannot create '%s': %s", (long long)id, path,
+			           strerror(errno));
 			goto done;
 		}
 		if (flock(L.run_fd, LOCK_EX | LOCK_NB) == 0)
@@ -197,7 +197,7 @@ static enum place try_place(struct engine *e, int64_t id)
 		goto done;
 	if (run_file_prepare(L.run_fd) < 0) {
 		engine_say(e, "job %lld: cannot prepare '%s': %s; it waits", (long long)id, path,
-		    strerror(errno));
+		           strerror(errno));
 		goto done;
 	}
 	if (pipe2(L.go, O_CLOEXEC) < 0)
@@ -212,7 +212,7 @@ static enum place try_place(struct engine *e, int64_t id)
 	/* First come, first served with every other waiter of a broker. */
 	opts.keep_place = 1;
 	rc = registry_acquire(e->cfg->reg, e->cfg->ctx, req, &opts, &lease, &explain, err,
-			      sizeof err);
+	                      sizeof err);
 	if (rc == GM_OK) {
 		struct slot *s = engine_slot_add(e, id);
 		struct job upd = job;
@@ -221,7 +221,8 @@ static enum place try_place(struct engine *e, int64_t id)
 		int64_t free_min = -1;
 
 		for (size_t i = 0; i < gm_lease_gpu_count(lease); i++) {
-			long k = e->snap ? engine_snap_pos(e->snap, gm_lease_gpu_index(lease, i)) : -1;
+			long k =
+			    e->snap ? engine_snap_pos(e->snap, gm_lease_gpu_index(lease, i)) : -1;
 
 			ulen += strlen(gm_lease_gpu_uuid(lease, i)) + 1;
 			if (k >= 0 && (e->snap->gpus[k].valid & GM_HAS_MEMORY) &&
@@ -272,8 +273,9 @@ static enum place try_place(struct engine *e, int64_t id)
 		upd.util_sum = 0;
 		upd.log = logbuf;
 		upd.run_slot = run_slot;
-		if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job.attempts,
-						 &changed, e->err, sizeof e->err) != GM_OK)
+		if (engine_tx(e) < 0 ||
+		    jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job.attempts, &changed, e->err,
+		                    sizeof e->err) != GM_OK)
 			e->failed = 1;
 		if (!changed)
 			s->abort = 1;
@@ -283,11 +285,12 @@ static enum place try_place(struct engine *e, int64_t id)
 		free(uuids);
 		result = changed ? PLACE_STARTED : PLACE_SKIPPED;
 	} else if (rc == GM_ERR_NEVER) {
-		fail_unplaceable(e, &job, job.min_free_mib > 0
-						  ? "after running out of memory it needs a GPU with "
-						    "more free memory than any of this machine has"
-						  : "no GPU of this machine can ever meet the request",
-				 explain);
+		fail_unplaceable(e, &job,
+		                 job.min_free_mib > 0
+		                     ? "after running out of memory it needs a GPU with "
+		                       "more free memory than any of this machine has"
+		                     : "no GPU of this machine can ever meet the request",
+		                 explain);
 		result = PLACE_SKIPPED;
 	} else if (L.err[0]) {
 		/* No runner can start (gpuman-runner missing?): engine_say so rather
@@ -347,8 +350,9 @@ static int local_init(struct engine *e, char *err, size_t len)
 	/* Not fatal: each job then fails saying so, rather than wait for ever
 	 * behind a dispatcher that cannot start. */
 	if (access(e->runner_path, X_OK) < 0)
-		engine_say(e, "warning: cannot run '%s': %s (it is installed with gpuman, next to it)",
-			   e->runner_path, strerror(errno));
+		engine_say(e,
+		           "warning: cannot run '%s': %s (it is installed with gpuman, next to it)",
+		           e->runner_path, strerror(errno));
 	/* Processes of a job whose runner dies come to us (protocol.h). */
 	jobtree_subreaper();
 	e->reg_wd = inotify_add_watch(e->ifd, e->cfg->reg->dir, IN_CLOSE_WRITE | IN_DELETE);
@@ -414,16 +418,16 @@ static void local_release(struct engine *e)
 }
 
 const struct placement placement_local = {
-	.name = "local",
-	.init = local_init,
-	.tick = local_tick,
-	/* Exclusive tasks that hold every GPU: a lease could only fail. */
-	.full = batch_gpus_all_ours,
-	.place = try_place,
-	.ended = local_ended,
-	.adopt = engine_adopt,
-	.interrupt = local_interrupt,
-	.release = local_release,
+    .name = "local",
+    .init = local_init,
+    .tick = local_tick,
+    /* Exclusive tasks that hold every GPU: a lease could only fail. */
+    .full = batch_gpus_all_ours,
+    .place = try_place,
+    .ended = local_ended,
+    .adopt = engine_adopt,
+    .interrupt = local_interrupt,
+    .release = local_release,
 };
 
 /* ---- the rounds ------------------------------------------------------- */
@@ -452,7 +456,8 @@ void engine_schedule(struct engine *e)
 			e->qhead++;
 			i++;
 		} else {
-			memmove(&e->queue[i], &e->queue[i + 1], (e->qcount - i - 1) * sizeof *e->queue);
+			memmove(&e->queue[i], &e->queue[i + 1],
+			        (e->qcount - i - 1) * sizeof *e->queue);
 			e->qcount--;
 		}
 	}

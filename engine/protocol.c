@@ -13,7 +13,7 @@
 #define RESULT_MAGIC "gpuman-run 1 "
 #define GO_BYTE 'g'
 
-static const char *const stop_names[] = { "none", "cancelled", "interrupted", "aborted" };
+static const char *const stop_names[] = {"none", "cancelled", "interrupted", "aborted"};
 
 int protocol_give_go(int fd)
 {
@@ -43,7 +43,8 @@ int protocol_exit_status(int wait_status)
 void protocol_describe_status(int status, char *buf, size_t len)
 {
 	if (status > 128 && status < 128 + 65)
-		snprintf(buf, len, "killed by signal %d (%s)", status - 128, strsignal(status - 128));
+		snprintf(buf, len, "killed by signal %d (%s)", status - 128,
+		         strsignal(status - 128));
 	else if (status == 127)
 		snprintf(buf, len, "exit status 127 (command not found?)");
 	else
@@ -64,11 +65,12 @@ void protocol_run_path(const char *run_dir, int slot, char *buf, size_t len)
 
 int protocol_result_format(const struct protocol_result *r, char *buf, size_t len)
 {
-	int n = snprintf(buf, len,
-			 RESULT_MAGIC "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d "
-				      "stop=%s\n",
-			 r->job, r->attempt, r->start_ms, r->end_ms, r->status, r->oom,
-			 protocol_stop_name(r->stop));
+	int n =
+	    snprintf(buf, len,
+	             RESULT_MAGIC "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d "
+	                          "stop=%s\n",
+	             r->job, r->attempt, r->start_ms, r->end_ms, r->status, r->oom,
+	             protocol_stop_name(r->stop));
 
 	if (n < 0 || (size_t)n >= len || n > PROTOCOL_RESULT_ROOM)
 		return -1;
@@ -82,8 +84,8 @@ int protocol_result_parse(const char *text, struct protocol_result *r)
 	if (strncmp(text, RESULT_MAGIC, strlen(RESULT_MAGIC)) || !strchr(text, '\n'))
 		return -1;
 	if (sscanf(text + strlen(RESULT_MAGIC),
-		   "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d stop=%31s", &r->job,
-		   &r->attempt, &r->start_ms, &r->end_ms, &r->status, &r->oom, stop) != 7)
+	           "job=%lld attempt=%d start_ms=%lld end_ms=%lld status=%d oom=%d stop=%31s",
+	           &r->job, &r->attempt, &r->start_ms, &r->end_ms, &r->status, &r->oom, stop) != 7)
 		return -1;
 	r->stop = PROTOCOL_STOP_NONE;
 	for (size_t i = 0; i < sizeof stop_names / sizeof stop_names[0]; i++)
@@ -94,8 +96,8 @@ int protocol_result_parse(const char *text, struct protocol_result *r)
 
 int protocol_says_oom(const char *text)
 {
-	static const char *const pats[] = { "out of memory", "CUDA_ERROR_OUT_OF_MEMORY",
-					    "cudaErrorMemoryAllocation" };
+	static const char *const pats[] = {"out of memory", "CUDA_ERROR_OUT_OF_MEMORY",
+	                                   "cudaErrorMemoryAllocation"};
 
 	for (size_t p = 0; p < sizeof pats / sizeof pats[0]; p++)
 		if (strcasestr(text, pats[p]))
@@ -115,8 +117,7 @@ int protocol_job_env(struct child_env *env, const struct protocol_job *job)
 	snprintf(num, sizeof num, "%lld", job->id);
 	if (job->id_name && child_env_set(env, job->id_name, num, 1))
 		return -1;
-	if (job->share && !job->no_framework_env &&
-	    child_env_framework(env, job->mem_fraction))
+	if (job->share && !job->no_framework_env && child_env_framework(env, job->mem_fraction))
 		return -1;
 	return 0;
 }

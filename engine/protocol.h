@@ -64,9 +64,9 @@ const char *protocol_stop_name(enum protocol_stop stop);
 struct protocol_result {
 	long long job;
 	int attempt;
-	long long start_ms, end_ms;    /* wall clock */
-	int status;                    /* protocol_exit_status; -1 never ran */
-	int oom;                       /* its output reported CUDA out of memory */
+	long long start_ms, end_ms; /* wall clock */
+	int status;                 /* protocol_exit_status; -1 never ran */
+	int oom;                    /* its output reported CUDA out of memory */
 	enum protocol_stop stop;
 };
 
@@ -89,8 +89,7 @@ int protocol_result_parse(const char *text, struct protocol_result *r);
  * UUIDs, {task} its number; gpus or uuids NULL: that placeholder stays (as
  * people read the line before it runs, or for a step that learns its GPUs
  * on its node).  Caller frees; NULL out of memory. */
-char *protocol_substitute(const char *line, const char *gpus, const char *uuids,
-			  long long task);
+char *protocol_substitute(const char *line, const char *gpus, const char *uuids, long long task);
 
 /* ---- what a job's output says ------------------------------------------ */
 
@@ -105,10 +104,13 @@ int protocol_says_oom(const char *text);
 /* ---- the job's environment ---------------------------------------------- */
 
 struct child_env {
-	char **vars;    /* "NAME=VALUE", NULL-terminated; owned */
+	char **vars; /* "NAME=VALUE", NULL-terminated; owned */
 	size_t count;
 };
-#define CHILD_ENV_INIT { NULL, 0 }
+#define CHILD_ENV_INIT                                                                             \
+	{                                                                                          \
+		NULL, 0                                                                            \
+	}
 
 /* Start from a copy of environ.  Returns 0, -1 out of memory. */
 int child_env_init(struct child_env *env);
@@ -125,14 +127,14 @@ int child_env_framework(struct child_env *env, double fraction);
 
 /* What a job is told about its GPUs. */
 struct protocol_job {
-	const char *cuda_visible;  /* CUDA_VISIBLE_DEVICES ("" no GPU) */
-	const char *gpus;          /* GPUMAN_GPUS: NVML indices */
-	const char *lease_id;      /* GPUMAN_LEASE; NULL none */
-	const char *id_name;       /* "GPUMAN_TASK", "GPUMAN_JOB"; NULL none */
+	const char *cuda_visible; /* CUDA_VISIBLE_DEVICES ("" no GPU) */
+	const char *gpus;         /* GPUMAN_GPUS: NVML indices */
+	const char *lease_id;     /* GPUMAN_LEASE; NULL none */
+	const char *id_name;      /* "GPUMAN_TASK", "GPUMAN_JOB"; NULL none */
 	long long id;
-	int share;                 /* a memory share: framework variables ... */
-	double mem_fraction;       /* ... with this fraction of the GPU ... */
-	int no_framework_env;      /* ... unless the user said no */
+	int share;            /* a memory share: framework variables ... */
+	double mem_fraction;  /* ... with this fraction of the GPU ... */
+	int no_framework_env; /* ... unless the user said no */
 };
 /* Set the job's variables in env (overwriting).  0, -1 out of memory. */
 int protocol_job_env(struct child_env *env, const struct protocol_job *job);

@@ -24,7 +24,6 @@
 #include "internal.h"
 #include "snapshot.h"
 
-
 /* ---- results ---------------------------------------------------------- */
 
 int engine_read_result(int fd, struct protocol_result *r)
@@ -40,15 +39,14 @@ int engine_read_result(int fd, struct protocol_result *r)
 
 void engine_count_move(struct engine *e, enum job_state from, enum job_state to)
 {
-	size_t *c[JOB_STATE_COUNT] = { &e->counts.queued, &e->counts.running, &e->counts.done,
-				       &e->counts.failed, &e->counts.cancelled,
-				       &e->counts.interrupted };
+	size_t *c[JOB_STATE_COUNT] = {&e->counts.queued,    &e->counts.running,
+	                              &e->counts.done,      &e->counts.failed,
+	                              &e->counts.cancelled, &e->counts.interrupted};
 
 	if (*c[from])
 		(*c[from])--;
 	(*c[to])++;
 }
-
 
 void engine_note_ended(struct engine *e, int64_t id)
 {
@@ -95,7 +93,7 @@ void engine_write_job_record(struct engine *e, int64_t id)
 void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 {
 	struct job job, upd;
-	struct outcome_in in = { 0 };
+	struct outcome_in in = {0};
 	struct outcome out;
 	int changed = 0, expect;
 
@@ -109,7 +107,7 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 		return; /* a stale runner (its claim never committed) */
 	}
 	in.have_result = fd >= 0 && engine_read_result(fd, &in.r) == 0 && in.r.job == id &&
-			 in.r.attempt == job.attempts;
+	                 in.r.attempt == job.attempts;
 	in.requeue_dead = e->cfg->requeue_dead;
 	in.job = &job;
 	outcome_decide(&in, &out);
@@ -138,9 +136,8 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 		upd.exit_status = in.r.status;
 	}
 	upd.reason = out.reason[0] ? out.reason : NULL;
-	if (engine_tx(e) == 0 &&
-	    jobstore_update(e->cfg->store, &upd, JOB_RUNNING, expect, &changed, e->err,
-			    sizeof e->err) != GM_OK)
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_RUNNING, expect, &changed,
+	                                         e->err, sizeof e->err) != GM_OK)
 		e->failed = 1;
 	if (changed) {
 		engine_count_move(e, JOB_RUNNING, upd.state);
@@ -156,7 +153,7 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 			engine_note_ended(e, id);
 		if (upd.state != JOB_DONE)
 			engine_say(e, "job %lld: %s%s%s", (long long)id, job_state_name(upd.state),
-			    upd.reason ? ": " : "", upd.reason ? upd.reason : "");
+			           upd.reason ? ": " : "", upd.reason ? upd.reason : "");
 	}
 	upd.reason = NULL;
 	job_release(&job);
@@ -238,9 +235,9 @@ void engine_flush_accounting(struct engine *e)
 		j.peak_mem_mib = s->peak;
 		j.util_samples = s->samples;
 		j.util_sum = s->util_sum;
-		if (engine_tx(e) == 0 && jobstore_account(e->cfg->store, &j, e->err, sizeof e->err) != GM_OK)
+		if (engine_tx(e) == 0 &&
+		    jobstore_account(e->cfg->store, &j, e->err, sizeof e->err) != GM_OK)
 			e->failed = 1;
 		s->acct_dirty = 0;
 	}
 }
-

@@ -52,7 +52,8 @@ static char **json_argv(const char *text)
 	argv = calloc(json_array_size(a) + 1, sizeof *argv);
 	if (!argv)
 		goto done;
-	json_array_foreach(a, i, v) {
+	json_array_foreach(a, i, v)
+	{
 		argv[i] = strdup(json_is_string(v) ? json_string_value(v) : "");
 		if (!argv[i]) {
 			for (size_t k = 0; k < i; k++)
@@ -74,8 +75,8 @@ static void free_strv(char **v)
 	free(v);
 }
 
-
-static int strv_add(char ***v, size_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int strv_add(char ***v, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int strv_add(char ***v, size_t *n, const char *fmt, ...)
 {
 	char **grown = realloc(*v, (*n + 2) * sizeof *grown);
@@ -111,7 +112,8 @@ static void end_survivors(struct engine *e, struct slot *s, int64_t id, int fd)
 			if (e->slots[i]->own && e->slots[i] != s)
 				keep[n++] = e->slots[i]->runner;
 		if (keep && jobtree_kill_children(keep, n))
-			engine_say(e, "job %lld: killed the processes its dead runner left", (long long)id);
+			engine_say(e, "job %lld: killed the processes its dead runner left",
+			           (long long)id);
 		free(keep);
 	}
 	if (fd < 0)
@@ -119,7 +121,7 @@ static void end_survivors(struct engine *e, struct slot *s, int64_t id, int fd)
 	for (int i = 0; i < 250 && flock(fd, LOCK_EX | LOCK_NB) < 0; i++) {
 		if (i == 0)
 			engine_say(e, "job %lld: killing the processes its dead runner left",
-			    (long long)id);
+			           (long long)id);
 		jobtree_kill_holders(fd);
 		usleep(20000);
 	}
@@ -210,7 +212,8 @@ void engine_adopt(struct engine *e)
 					/* it ended meanwhile: record it below */
 					engine_slot_remove(e, s);
 					s = NULL;
-				} else if (job.runner_pid <= 0 || !jobtree_holds(job.runner_pid, fd)) {
+				} else if (job.runner_pid <= 0 ||
+				           !jobtree_holds(job.runner_pid, fd)) {
 					/* The runner is gone (its pid, if any, is
 					 * another process now) but the job's processes
 					 * hold the file: end them, record it below. */
@@ -218,8 +221,8 @@ void engine_adopt(struct engine *e)
 					s = NULL;
 					end_survivors(e, NULL, ids[i], fd);
 				} else {
-					engine_say(e, "job %lld: re-adopted its runner (pid %d)", (long long)ids[i],
-					    job.runner_pid);
+					engine_say(e, "job %lld: re-adopted its runner (pid %d)",
+					           (long long)ids[i], job.runner_pid);
 				}
 			}
 			if (s) {
@@ -255,7 +258,6 @@ int engine_adopted_ended(struct engine *e, struct slot *s)
 	return ended;
 }
 
-
 /*
  * Start gpuman-runner for a claimed job (see runner/gpuman-runner.c for its
  * arguments).  posix_spawn (vfork and exec) rather than fork: see there.
@@ -264,10 +266,10 @@ int engine_adopted_ended(struct engine *e, struct slot *s)
  * start; the runner is the ancestor of the job's processes.
  */
 int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
-			size_t len)
+                        size_t len)
 {
-	static const int defaults[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD,
-					SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM };
+	static const int defaults[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGCHLD,
+	                               SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
 	struct launch *L = data;
 	const struct job *job = L->job;
 	struct child_env env = CHILD_ENV_INIT;
@@ -289,7 +291,8 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 			strcat(uuids, ",");
 		strcat(uuids, gm_lease_gpu_uuid(lease, i));
 	}
-	if (strv_add(&args, &n, "gpuman-runner") || strv_add(&args, &n, "--job=%lld", (long long)job->id) ||
+	if (strv_add(&args, &n, "gpuman-runner") ||
+	    strv_add(&args, &n, "--job=%lld", (long long)job->id) ||
 	    strv_add(&args, &n, "--attempt=%d", job->attempts + 1) ||
 	    strv_add(&args, &n, "--run-fd=%d", L->run_fd) ||
 	    strv_add(&args, &n, "--go-fd=%d", L->go[0]) ||

@@ -33,17 +33,17 @@
  *   end MS STATUS
  */
 static const char wrapper[] =
-	"r=$1; line=$2; GPUMAN_TASK=$3\n"
-	"g=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}\n"
-	"GPUMAN_GPUS=$g; export GPUMAN_TASK GPUMAN_GPUS\n"
-	"out=; rest=$line\n"
-	"while :; do case $rest in *'{gpu}'*) out=$out${rest%%'{gpu}'*}$g; "
-	"rest=${rest#*'{gpu}'};; *) break;; esac; done\n"
-	"echo \"start $(date +%s%3N) ${SLURMD_NODENAME:-$(hostname)} ${g:--}\" >\"$r\"\n"
-	"/bin/sh -c \"$out$rest\"\n"
-	"s=$?\n"
-	"echo \"end $(date +%s%3N) $s\" >>\"$r\"\n"
-	"exit $s\n";
+    "r=$1; line=$2; GPUMAN_TASK=$3\n"
+    "g=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}\n"
+    "GPUMAN_GPUS=$g; export GPUMAN_TASK GPUMAN_GPUS\n"
+    "out=; rest=$line\n"
+    "while :; do case $rest in *'{gpu}'*) out=$out${rest%%'{gpu}'*}$g; "
+    "rest=${rest#*'{gpu}'};; *) break;; esac; done\n"
+    "echo \"start $(date +%s%3N) ${SLURMD_NODENAME:-$(hostname)} ${g:--}\" >\"$r\"\n"
+    "/bin/sh -c \"$out$rest\"\n"
+    "s=$?\n"
+    "echo \"end $(date +%s%3N) $s\" >>\"$r\"\n"
+    "exit $s\n";
 
 struct record {
 	int started, ended;
@@ -56,8 +56,8 @@ struct record {
 struct slurm_state {
 	struct engine_slurm *cfg;
 	const struct slurm_alloc *alloc;
-	unsigned used[SLURM_MAX_TYPES];  /* per type: GPUs its running steps hold */
-	unsigned *oom_types;             /* per task id: bit t = ran out of memory on type t */
+	unsigned used[SLURM_MAX_TYPES]; /* per type: GPUs its running steps hold */
+	unsigned *oom_types;            /* per task id: bit t = ran out of memory on type t */
 	size_t noom;
 };
 
@@ -202,7 +202,7 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	fd = line && job.log ? open(job.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
 	if (fd < 0) {
 		gm_fail(GM_ERR_IO, e->err, sizeof e->err, "'%s': %s", job.log ? job.log : "?",
-			line ? strerror(errno) : "out of memory");
+		        line ? strerror(errno) : "out of memory");
 		e->failed = 1;
 		free(line);
 		job_release(&job);
@@ -211,17 +211,17 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	if (fstat(fd, &sb) < 0)
 		sb.st_size = 0;
 	{
-		const char *cmd[] = { "/bin/sh", "-c", wrapper, "sh", rec, line, num, NULL };
+		const char *cmd[] = {"/bin/sh", "-c", wrapper, "sh", rec, line, num, NULL};
 
-		pid = slurm_step_spawn(ss->alloc, tname, ss->cfg->per_task, name, ss->cfg->step_args,
-				       cmd, fd);
+		pid = slurm_step_spawn(ss->alloc, tname, ss->cfg->per_task, name,
+		                       ss->cfg->step_args, cmd, fd);
 	}
 	close(fd);
 	free(line);
 	s = pid > 0 ? engine_slot_add(e, id) : NULL;
 	if (!s) {
 		gm_fail(GM_ERR_IO, e->err, sizeof e->err, "cannot start srun: %s",
-			pid > 0 ? "out of memory" : strerror(errno));
+		        pid > 0 ? "out of memory" : strerror(errno));
 		if (pid > 0)
 			kill(pid, SIGKILL); /* reaped as a stranger */
 		e->failed = 1;
@@ -245,7 +245,7 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	upd.runner_pid = pid;
 	upd.gpus = (char *)(tname[0] ? tname : "?");
 	if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job.attempts,
-						&changed, e->err, sizeof e->err) != GM_OK)
+	                                        &changed, e->err, sizeof e->err) != GM_OK)
 		e->failed = 1;
 	if (changed)
 		engine_count_move(e, JOB_QUEUED, JOB_RUNNING);
@@ -263,7 +263,7 @@ static void note_alloc_end(struct slurm_state *ss)
 
 	if (!ss->cfg->ended[0] && slurm_job_alive(ss->alloc, state, sizeof state) == 0)
 		snprintf(ss->cfg->ended, sizeof ss->cfg->ended, "Slurm job %s ended (%s)",
-			 ss->alloc->job_id, state);
+		         ss->alloc->job_id, state);
 }
 
 /* A step ended: record it, requeue it or not. */
@@ -345,12 +345,13 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 		upd.state = left ? JOB_QUEUED : JOB_FAILED;
 		if (left)
 			snprintf(why, sizeof why,
-				 "CUDA out of memory on %s%s%s; requeued for another GPU type",
-				 rc.started ? where : "a GPU", tname[0] ? " of type " : "", tname);
+			         "CUDA out of memory on %s%s%s; requeued for another GPU type",
+			         rc.started ? where : "a GPU", tname[0] ? " of type " : "", tname);
 		else
-			snprintf(why, sizeof why,
-				 "CUDA out of memory on every GPU type of the allocation (last on %s)",
-				 rc.started ? where : tname);
+			snprintf(
+			    why, sizeof why,
+			    "CUDA out of memory on every GPU type of the allocation (last on %s)",
+			    rc.started ? where : tname);
 	} else if (cause[0] && requeueable && !ss->cfg->ended[0]) {
 		upd.state = JOB_QUEUED; /* not the task's fault: run it again */
 		snprintf(why, sizeof why, "%s; requeued", cause);
@@ -361,9 +362,8 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	if (upd.state == JOB_QUEUED)
 		upd.has_exit = 0;
 	upd.reason = why[0] ? why : NULL;
-	if (engine_tx(e) == 0 &&
-	    jobstore_update(e->cfg->store, &upd, JOB_RUNNING, s->attempt, &changed, e->err,
-			    sizeof e->err) != GM_OK)
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_RUNNING, s->attempt,
+	                                         &changed, e->err, sizeof e->err) != GM_OK)
 		e->failed = 1;
 	if (changed) {
 		engine_count_move(e, JOB_RUNNING, upd.state);
@@ -396,8 +396,9 @@ static void slurm_requeue_running(struct engine *e)
 			continue;
 		job.state = JOB_QUEUED;
 		job.runner_pid = 0;
-		if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, &job, JOB_RUNNING, job.attempts,
-							&changed, e->err, sizeof e->err) != GM_OK)
+		if (engine_tx(e) < 0 ||
+		    jobstore_update(e->cfg->store, &job, JOB_RUNNING, job.attempts, &changed,
+		                    e->err, sizeof e->err) != GM_OK)
 			e->failed = 1;
 		if (changed)
 			engine_count_move(e, JOB_RUNNING, JOB_QUEUED);
@@ -429,13 +430,13 @@ static void slurm_release_state(struct engine *e)
 }
 
 const struct placement placement_slurm = {
-	.name = "slurm",
-	.init = slurm_init,
-	.tick = NULL,
-	.full = slurm_full,
-	.place = slurm_place,
-	.ended = slurm_ended,
-	.adopt = slurm_requeue_running,
-	.interrupt = slurm_interrupt,
-	.release = slurm_release_state,
+    .name = "slurm",
+    .init = slurm_init,
+    .tick = NULL,
+    .full = slurm_full,
+    .place = slurm_place,
+    .ended = slurm_ended,
+    .adopt = slurm_requeue_running,
+    .interrupt = slurm_interrupt,
+    .release = slurm_release_state,
 };

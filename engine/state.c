@@ -164,7 +164,7 @@ int engine_queue_reload(struct engine *e)
 		rc = jobstore_ids(e->cfg->store, JOB_QUEUED, &ids, &n, e->err, sizeof e->err);
 	else
 		rc = jobstore_ready_ids(e->cfg->store, &ids, &n, &e->deps_waiting, e->err,
-					sizeof e->err);
+		                        sizeof e->err);
 	if (rc != GM_OK) {
 		e->failed = 1;
 		return -1;
@@ -202,4 +202,3 @@ void engine_queue_insert(struct engine *e, int64_t id)
 	e->queue[at] = id;
 	e->qcount++;
 }
-

@@ -26,7 +26,7 @@
 #define EXIT_UNAVAILABLE 75 /* EX_TEMPFAIL, as gpuman's own commands */
 
 static const char usage_text[] =
-	"usage: native_gpu [--mem SIZE] [--wait[=DURATION]] [--hold SECONDS]\n";
+    "usage: native_gpu [--mem SIZE] [--wait[=DURATION]] [--hold SECONDS]\n";
 
 /*
  * Stands in for the code's real entry point.  A CUDA code would call
@@ -65,13 +65,11 @@ static int parse_seconds(const char *s, unsigned *out)
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "mem", required_argument, NULL, 'm' },
-		{ "wait", optional_argument, NULL, 'w' },
-		{ "hold", required_argument, NULL, 'H' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 }
-	};
+	static const struct option longopts[] = {{"mem", required_argument, NULL, 'm'},
+	                                         {"wait", optional_argument, NULL, 'w'},
+	                                         {"hold", required_argument, NULL, 'H'},
+	                                         {"help", no_argument, NULL, 'h'},
+	                                         {0}};
 	struct gm_context *ctx = NULL;
 	struct gm_request *req;
 	struct gm_lease *lease = NULL;
@@ -98,8 +96,9 @@ int main(int argc, char **argv)
 			break;
 		case 'H':
 			if (parse_seconds(optarg, &hold_s) < 0) {
-				fprintf(stderr, "native_gpu: --hold '%s': not a number of seconds\n",
-					optarg);
+				fprintf(stderr,
+				        "native_gpu: --hold '%s': not a number of seconds\n",
+				        optarg);
 				status = EXIT_USAGE;
 				goto done;
 			}
@@ -120,7 +119,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "native_gpu: unexpected argument '%s'\n%s", argv[optind], usage_text);
+		fprintf(stderr, "native_gpu: unexpected argument '%s'\n%s", argv[optind],
+		        usage_text);
 		status = EXIT_USAGE;
 		goto done;
 	}
@@ -128,7 +128,7 @@ int main(int argc, char **argv)
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc != GM_OK) {
 		fprintf(stderr, "native_gpu: %s%s\n", err,
-			rc == GM_ERR_NVML_LOAD ? " (is the NVIDIA driver installed?)" : "");
+		        rc == GM_ERR_NVML_LOAD ? " (is the NVIDIA driver installed?)" : "");
 		goto done;
 	}
 	rc = gm_acquire(ctx, req, &lease, err, sizeof err);
@@ -139,7 +139,8 @@ int main(int argc, char **argv)
 	case GM_ERR_TIMEOUT:
 	case GM_ERR_NEVER:
 		fprintf(stderr, "native_gpu: %s\n%s", chomp(err),
-			rc == GM_ERR_UNAVAILABLE ? "native_gpu: add --wait to queue for a GPU\n" : "");
+		        rc == GM_ERR_UNAVAILABLE ? "native_gpu: add --wait to queue for a GPU\n"
+		                                 : "");
 		status = EXIT_UNAVAILABLE;
 		goto done;
 	default:

@@ -74,16 +74,16 @@ extern "C" {
 /* Append-only: scripts and the Python binding rely on the numbers. */
 enum gm_err {
 	GM_OK = 0,
-	GM_ERR_NOMEM = 1,       /* out of memory */
-	GM_ERR_INVALID = 2,     /* bad argument (the detail names it) */
-	GM_ERR_NVML_LOAD = 3,   /* the NVML library could not be loaded */
-	GM_ERR_NVML = 4,        /* NVML answered an error */
-	GM_ERR_SCENARIO = 5,    /* the simulator's scenario is malformed */
-	GM_ERR_UNAVAILABLE = 6, /* the request cannot be met now (exit 75) */
-	GM_ERR_TIMEOUT = 7,     /* waited, and it still cannot be met */
-	GM_ERR_STATE = 8,       /* the state directory is unusable or unsafe */
-	GM_ERR_IO = 9,          /* a file or system call failed */
-	GM_ERR_NOT_FOUND = 10,  /* no such GPU, lease or job */
+	GM_ERR_NOMEM = 1,        /* out of memory */
+	GM_ERR_INVALID = 2,      /* bad argument (the detail names it) */
+	GM_ERR_NVML_LOAD = 3,    /* the NVML library could not be loaded */
+	GM_ERR_NVML = 4,         /* NVML answered an error */
+	GM_ERR_SCENARIO = 5,     /* the simulator's scenario is malformed */
+	GM_ERR_UNAVAILABLE = 6,  /* the request cannot be met now (exit 75) */
+	GM_ERR_TIMEOUT = 7,      /* waited, and it still cannot be met */
+	GM_ERR_STATE = 8,        /* the state directory is unusable or unsafe */
+	GM_ERR_IO = 9,           /* a file or system call failed */
+	GM_ERR_NOT_FOUND = 10,   /* no such GPU, lease or job */
 	GM_ERR_INTERRUPTED = 11, /* a signal ended a wait */
 	GM_ERR_NEVER = 12        /* the request can never be met on this machine */
 };
@@ -128,12 +128,12 @@ enum gm_field {
 	GM_HAS_PCI = 1u << 9,          /* gm_gpu_pci_bus_id() */
 	GM_HAS_CUDA_RANK = 1u << 10,   /* GM_GPU_CUDA_RANK */
 	/* Clocks (0.3.0), each on its own: a GPU may report some only. */
-	GM_HAS_CLOCK_SM = 1u << 11,           /* GM_GPU_CLOCK_SM_MHZ */
-	GM_HAS_CLOCK_MEM = 1u << 12,          /* GM_GPU_CLOCK_MEM_MHZ */
-	GM_HAS_CLOCK_GRAPHICS = 1u << 13,     /* GM_GPU_CLOCK_GRAPHICS_MHZ */
-	GM_HAS_MAX_CLOCK_SM = 1u << 14,       /* GM_GPU_MAX_CLOCK_SM_MHZ */
-	GM_HAS_MAX_CLOCK_MEM = 1u << 15,      /* GM_GPU_MAX_CLOCK_MEM_MHZ */
-	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16  /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_CLOCK_SM = 1u << 11,          /* GM_GPU_CLOCK_SM_MHZ */
+	GM_HAS_CLOCK_MEM = 1u << 12,         /* GM_GPU_CLOCK_MEM_MHZ */
+	GM_HAS_CLOCK_GRAPHICS = 1u << 13,    /* GM_GPU_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_MAX_CLOCK_SM = 1u << 14,      /* GM_GPU_MAX_CLOCK_SM_MHZ */
+	GM_HAS_MAX_CLOCK_MEM = 1u << 15,     /* GM_GPU_MAX_CLOCK_MEM_MHZ */
+	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16 /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
 };
 
 /* The clock domains gpuman reads (NVML's nvmlClockType_t has these and
@@ -170,8 +170,8 @@ enum gm_proc_kind { GM_PROC_COMPUTE = 1, GM_PROC_GRAPHICS = 2 };
  * note; only a whole failure of NVML fails the call.  (gm_pick and
  * gm_acquire take their own snapshots without the clocks, which cost six NVML
  * calls per GPU.) */
-GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
-				    char *errbuf, size_t errlen);
+GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out, char *errbuf,
+                                    size_t errlen);
 GM_API void gm_snapshot_free(struct gm_snapshot *snap);
 /* The snapshot as JSON (schema in README "JSON output"); caller frees
  * (gm_free).  NULL when out of memory. */
@@ -194,13 +194,13 @@ GM_API const struct gm_proc *gm_snapshot_proc(const struct gm_snapshot *snap, si
 GM_API size_t gm_snapshot_note_count(const struct gm_snapshot *snap);
 GM_API const char *gm_snapshot_note(const struct gm_snapshot *snap, size_t i);
 
-GM_API unsigned gm_gpu_index(const struct gm_gpu *gpu);  /* NVML's (PCI bus order) */
+GM_API unsigned gm_gpu_index(const struct gm_gpu *gpu); /* NVML's (PCI bus order) */
 GM_API enum gm_gpu_state gm_gpu_state(const struct gm_gpu *gpu);
 GM_API const char *gm_gpu_note(const struct gm_gpu *gpu); /* why not OK; "" */
 GM_API const char *gm_gpu_uuid(const struct gm_gpu *gpu); /* "GPU-..."; "" */
 GM_API const char *gm_gpu_name(const struct gm_gpu *gpu);
 GM_API const char *gm_gpu_pci_bus_id(const struct gm_gpu *gpu); /* "00000000:02:00.0" */
-GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu);   /* enum gm_field bits */
+GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu);         /* enum gm_field bits */
 
 /* Append-only, like enum gm_err. */
 enum gm_gpu_value {
@@ -214,8 +214,8 @@ enum gm_gpu_value {
 	GM_GPU_TEMPERATURE_C = 7,
 	GM_GPU_CC_MAJOR = 8,
 	GM_GPU_CC_MINOR = 9,
-	GM_GPU_COMPUTE_MODE = 10,  /* enum gm_compute_mode */
-	GM_GPU_MIG_MODE = 11,      /* 0 disabled, 1 enabled */
+	GM_GPU_COMPUTE_MODE = 10, /* enum gm_compute_mode */
+	GM_GPU_MIG_MODE = 11,     /* 0 disabled, 1 enabled */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's
 	 * default FASTEST_FIRST device order follows; higher comes first. */
 	GM_GPU_CUDA_RANK = 12,
@@ -258,9 +258,9 @@ struct gm_mig;
 
 /* Bits of gm_mig_valid(). */
 enum gm_mig_field {
-	GM_MIG_HAS_MEMORY = 1u << 0,     /* GM_MIG_MEM_TOTAL/FREE/USED_MIB */
-	GM_MIG_HAS_INSTANCE = 1u << 1,   /* GM_MIG_GPU/COMPUTE_INSTANCE_ID */
-	GM_MIG_HAS_PROCESSES = 1u << 2   /* gm_proc_mig() knows its processes */
+	GM_MIG_HAS_MEMORY = 1u << 0,   /* GM_MIG_MEM_TOTAL/FREE/USED_MIB */
+	GM_MIG_HAS_INSTANCE = 1u << 1, /* GM_MIG_GPU/COMPUTE_INSTANCE_ID */
+	GM_MIG_HAS_PROCESSES = 1u << 2 /* gm_proc_mig() knows its processes */
 };
 
 /* Append-only, like enum gm_gpu_value. */
@@ -276,16 +276,15 @@ enum gm_mig_value {
  * count gives NULL. */
 GM_API size_t gm_snapshot_mig_count(const struct gm_snapshot *snap);
 GM_API const struct gm_mig *gm_snapshot_mig(const struct gm_snapshot *snap, size_t i);
-GM_API unsigned gm_mig_gpu(const struct gm_mig *mig);          /* NVML index of its GPU */
-GM_API const char *gm_mig_uuid(const struct gm_mig *mig);      /* "MIG-..."; "" */
+GM_API unsigned gm_mig_gpu(const struct gm_mig *mig);     /* NVML index of its GPU */
+GM_API const char *gm_mig_uuid(const struct gm_mig *mig); /* "MIG-..."; "" */
 GM_API const char *gm_mig_name(const struct gm_mig *mig);
-GM_API const char *gm_mig_profile(const struct gm_mig *mig);   /* "1g.10gb"; "" */
-GM_API unsigned gm_mig_valid(const struct gm_mig *mig);        /* enum gm_mig_field bits */
+GM_API const char *gm_mig_profile(const struct gm_mig *mig); /* "1g.10gb"; "" */
+GM_API unsigned gm_mig_valid(const struct gm_mig *mig);      /* enum gm_mig_field bits */
 /* 1 and *out set when the slice reported it; 0 otherwise. */
 GM_API int gm_mig_value(const struct gm_mig *mig, enum gm_mig_value what, int64_t *out);
 /* The slice a process of snap runs in; NULL when none or not known. */
-GM_API const struct gm_mig *gm_proc_mig(const struct gm_snapshot *snap,
-					const struct gm_proc *proc);
+GM_API const struct gm_mig *gm_proc_mig(const struct gm_snapshot *snap, const struct gm_proc *proc);
 
 /* ---- requests --------------------------------------------------------- */
 
@@ -311,7 +310,7 @@ GM_API void gm_request_free(struct gm_request *req);
  * request is then as it was.
  */
 GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const char *value,
-				  char *errbuf, size_t errlen);
+                                  char *errbuf, size_t errlen);
 /* An independent copy (free with gm_request_free); NULL when out of memory. */
 GM_API struct gm_request *gm_request_dup(const struct gm_request *req);
 /*
@@ -332,12 +331,13 @@ GM_API char *gm_request_text(const struct gm_request *req);
  * of the chosen slice's GPU).  GM_ERR_UNAVAILABLE: not now;
  * GM_ERR_NEVER: not on this machine, whatever frees up; GM_ERR_NOMEM.  If
  * explain is not NULL, *explain (caller frees with gm_free) gets one line
- * per GPU not chosen, on success too, saying which condition excluded it ("GPU 3 (NVIDIA TITAN RTX): only 812 MiB free,
+ * per GPU not chosen, on success too, saying which condition excluded it ("GPU 3 (NVIDIA TITAN
+ * RTX): only 812 MiB free,
  * --min-free asks 8 GiB").
  */
 GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
-			   const struct gm_request *req, unsigned **indices, size_t *count,
-			   char **explain);
+                           const struct gm_request *req, unsigned **indices, size_t *count,
+                           char **explain);
 
 /* ---- leases ----------------------------------------------------------- */
 
@@ -361,7 +361,7 @@ struct gm_lease;
  * errbuf says why, per GPU where it can.
  */
 GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
-			      struct gm_lease **out, char *errbuf, size_t errlen);
+                              struct gm_lease **out, char *errbuf, size_t errlen);
 /*
  * Make a gm_acquire() that waits on this context return GM_ERR_INTERRUPTED
  * at once (a later call waits normally again).  Safe from a signal handler

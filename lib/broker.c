@@ -317,8 +317,8 @@ failed:
 /* A place kept in the broker's line for a request that did not fit. */
 struct broker_place {
 	int fd;
-	char *key;          /* the request and command it waits for */
-	char *why;          /* what the broker last said it waits for */
+	char *key; /* the request and command it waits for */
+	char *why; /* what the broker last said it waits for */
 	struct broker_buf buf;
 };
 
@@ -349,8 +349,8 @@ static char *place_key(const struct gm_request *req, const struct acquire_opts *
 }
 
 enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
-			   const struct gm_request *req, const struct acquire_opts *opts,
-			   struct gm_lease **out, char **explain, char *err, size_t len)
+                           const struct gm_request *req, const struct acquire_opts *opts,
+                           struct gm_lease **out, char **explain, char *err, size_t len)
 {
 	struct pick_env env = PICK_ENV_INIT;
 	struct gm_snapshot *snap = NULL;
@@ -368,8 +368,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		*explain = NULL;
 	if (req->mig[0])
 		return gm_fail(GM_ERR_INVALID, err, len,
-			       "--mig: MIG slices are not leased through the lease broker yet; "
-			       "GPUMAN_BROKER=off leases them in the registry");
+		               "--mig: MIG slices are not leased through the lease broker yet; "
+		               "GPUMAN_BROKER=off leases them in the registry");
 	if (keep) {
 		char *key = place_key(req, opts);
 
@@ -438,7 +438,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			json_object_set_new(msg, "usable", usable_json(&env, snap));
 		if (broker_send(fd, msg) < 0) {
 			rc = gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path,
-				     strerror(errno));
+			             strerror(errno));
 			goto done;
 		}
 		json_decref(msg);
@@ -447,7 +447,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	for (;;) {
 		const char *op;
 		int got = next_message(fd, buf, ctx->cancel_fd, opts ? opts->interrupted : NULL,
-				       deadline, &msg);
+		                       deadline, &msg);
 
 		if (got == 0 && keep && told) {
 			/* Still in line: keep the place for the next try. */
@@ -463,7 +463,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			break;
 		}
 		if (got == 0) {
-			rc = gm_fail(GM_ERR_TIMEOUT, err, len, "no GPU met the request within the wait");
+			rc = gm_fail(GM_ERR_TIMEOUT, err, len,
+			             "no GPU met the request within the wait");
 			break;
 		}
 		if (got == -2) {
@@ -474,14 +475,15 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			/* The broker went away (it restarts): the next try queues
 			 * again. */
 			rc = gm_fail(GM_ERR_UNAVAILABLE, err, len,
-				     "the lease broker at '%s' restarts", path);
+			             "the lease broker at '%s' restarts", path);
 			break;
 		}
 		if (got < 0) {
-			rc = gm_fail(GM_ERR_STATE, err, len,
-				     "the lease broker at '%s' went away while we waited (it restarts "
-				     "with its leases; try again)",
-				     path);
+			rc = gm_fail(
+			    GM_ERR_STATE, err, len,
+			    "the lease broker at '%s' went away while we waited (it restarts "
+			    "with its leases; try again)",
+			    path);
 			break;
 		}
 		op = json_string_value(json_object_get(msg, "op"));
@@ -507,13 +509,15 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 				*explain = strdup(x);
 			break;
 		} else if (!strcmp(op, "granted")) {
-			struct gm_lease *l = lease_from_grant(msg, path, fd, &env, snap, !req->share);
+			struct gm_lease *l =
+			    lease_from_grant(msg, path, fd, &env, snap, !req->share);
 			pid_t job_pid = 0;
 
 			if (!l) {
-				rc = gm_fail(GM_ERR_NOMEM, err, len,
-					     "the lease broker granted GPUs this process cannot see "
-					     "or name (out of memory?)");
+				rc =
+				    gm_fail(GM_ERR_NOMEM, err, len,
+				            "the lease broker granted GPUs this process cannot see "
+				            "or name (out of memory?)");
 				break;
 			}
 			fd = -1; /* the lease's now */

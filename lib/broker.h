@@ -81,8 +81,8 @@ int broker_take_line(struct broker_buf *b, struct json_t **msg);
  */
 struct broker_place;
 enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
-			   const struct gm_request *req, const struct acquire_opts *opts,
-			   struct gm_lease **out, char **explain, char *err, size_t len);
+                           const struct gm_request *req, const struct acquire_opts *opts,
+                           struct gm_lease **out, char **explain, char *err, size_t len);
 /* Its connection (readable when the broker says something), and its end:
  * leaving the line, or giving up a lease granted meanwhile. */
 int broker_place_fd(const struct broker_place *place);

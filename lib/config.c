@@ -19,9 +19,9 @@ struct loading {
 	struct config *cfg;
 	const char *path;
 	FILE *file;
-	int line;           /* lines read so far: the line of the entry at hand */
-	int is_user;        /* the user's file: [queue] only */
-	char err[8600];     /* the first problem, "FILE:LINE: what" */
+	int line;       /* lines read so far: the line of the entry at hand */
+	int is_user;    /* the user's file: [queue] only */
+	char err[8600]; /* the first problem, "FILE:LINE: what" */
 };
 
 static int fail_at(struct loading *l, int line, const char *fmt, const char *a, const char *b)
@@ -80,19 +80,22 @@ static int on_entry(void *data, const char *section, const char *key, const char
 		char err[128];
 
 		if (strcmp(key, "keep"))
-			return fail_at(l, line, "unknown key '%s' in [%s] (known: keep)", key, section);
+			return fail_at(l, line, "unknown key '%s' in [%s] (known: keep)", key,
+			               section);
 		if (!strcmp(value, "forever")) {
 			cfg->keep_ms = 0;
 			return 1;
 		}
-		if (parse_duration_ms(value, &cfg->keep_ms, err, sizeof err) < 0 || cfg->keep_ms <= 0)
-			return fail_at(l, line, "keep = %s: %s (a duration such as 30d, or forever)",
-				       value, err[0] ? err : "must be more than 0");
+		if (parse_duration_ms(value, &cfg->keep_ms, err, sizeof err) < 0 ||
+		    cfg->keep_ms <= 0)
+			return fail_at(l, line,
+			               "keep = %s: %s (a duration such as 30d, or forever)", value,
+			               err[0] ? err : "must be more than 0");
 		return 1;
 	}
 	if (l->is_user)
 		return fail_at(l, line, "[%s] is the admin's (%s); your file may only set [queue]",
-			       section, cfg->system_path);
+		               section, cfg->system_path);
 	if (strcmp(key, "max_gpus"))
 		return fail_at(l, line, "unknown key '%s' in [%s] (known: max_gpus)", key, section);
 	if (!strcmp(section, "limits"))
@@ -105,16 +108,17 @@ static int on_entry(void *data, const char *section, const char *key, const char
 		while (*name == ' ')
 			name++;
 		if (!*name)
-			return fail_at(l, line, "[%s]: name the %s", section, user ? "user" : "group");
+			return fail_at(l, line, "[%s]: name the %s", section,
+			               user ? "user" : "group");
 		cap = user ? cap_for(&cfg->users, &cfg->user_count, name)
-			   : cap_for(&cfg->groups, &cfg->group_count, name);
+		           : cap_for(&cfg->groups, &cfg->group_count, name);
 		if (!cap)
 			return fail_at(l, line, "out of memory%s%s", "", "");
 		return parse_max_gpus(l, line, value, &cap->max_gpus);
 	}
 	return fail_at(l, line,
-		       "unknown section [%s] (known: queue, limits, user NAME, group NAME)%s",
-		       section, "");
+	               "unknown section [%s] (known: queue, limits, user NAME, group NAME)%s",
+	               section, "");
 }
 
 /* 0 read or absent; -1 with the message in l->err. */
@@ -136,8 +140,8 @@ static int load_file(struct loading *l)
 	if (l->err[0])
 		return -1;
 	if (rc != 0) {
-		snprintf(l->err, sizeof l->err, "%s:%d: not INI (expected [section] or key = value)",
-			 l->path, rc);
+		snprintf(l->err, sizeof l->err,
+		         "%s:%d: not INI (expected [section] or key = value)", l->path, rc);
 		return -1;
 	}
 	return 0;
@@ -146,13 +150,13 @@ static int load_file(struct loading *l)
 enum gm_err config_load(struct config *cfg, int with_user, char *err, size_t len)
 {
 	const char *sys = getenv("GPUMAN_CONFIG"), *xdg = getenv("XDG_CONFIG_HOME"),
-		   *home = getenv("HOME");
+	           *home = getenv("HOME");
 	char user_path[4096] = "";
 	struct loading l;
 
 	*cfg = (struct config)CONFIG_INIT;
 	snprintf(cfg->system_path, sizeof cfg->system_path, "%s",
-		 sys && *sys ? sys : CONFIG_SYSTEM_PATH);
+	         sys && *sys ? sys : CONFIG_SYSTEM_PATH);
 	memset(&l, 0, sizeof l);
 	l.cfg = cfg;
 	l.path = cfg->system_path;
@@ -202,8 +206,7 @@ unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, siz
 			snprintf(from, fromlen, "[user %s]", pw.pw_name);
 			return cfg->users[i].max_gpus;
 		}
-	if (!cfg->group_count ||
-	    getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0)
+	if (!cfg->group_count || getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0)
 		return cfg->max_gpus;
 	for (int g = 0; g < ngroups; g++) {
 		struct group gr, *grp = NULL;

@@ -34,18 +34,21 @@
 #define CONFIG_KEEP_DEFAULT_MS (90LL * 86400 * 1000)
 
 struct config_cap {
-	char name[64];      /* user or group name */
-	unsigned max_gpus;  /* 0: not set here */
+	char name[64];     /* user or group name */
+	unsigned max_gpus; /* 0: not set here */
 };
 
 struct config {
-	char system_path[4096];  /* the admin's file (read or not) */
-	int64_t keep_ms;         /* [queue] keep; 0: forever */
-	unsigned max_gpus;       /* [limits]; 0: no limit */
+	char system_path[4096]; /* the admin's file (read or not) */
+	int64_t keep_ms;        /* [queue] keep; 0: forever */
+	unsigned max_gpus;      /* [limits]; 0: no limit */
 	struct config_cap *users, *groups;
 	size_t user_count, group_count;
 };
-#define CONFIG_INIT { "", CONFIG_KEEP_DEFAULT_MS, 0, NULL, NULL, 0, 0 }
+#define CONFIG_INIT                                                                                \
+	{                                                                                          \
+		"", CONFIG_KEEP_DEFAULT_MS, 0, NULL, NULL, 0, 0                                    \
+	}
 
 /*
  * Read the admin's file, then (with_user) the user's.  A file that does not

@@ -17,19 +17,32 @@
 GM_API const char *gm_strerror(enum gm_err err)
 {
 	switch (err) {
-	case GM_OK: return "success";
-	case GM_ERR_NOMEM: return "out of memory";
-	case GM_ERR_INVALID: return "invalid argument";
-	case GM_ERR_NVML_LOAD: return "the NVML library could not be loaded";
-	case GM_ERR_NVML: return "NVML error";
-	case GM_ERR_SCENARIO: return "malformed simulator scenario";
-	case GM_ERR_UNAVAILABLE: return "the request cannot be met now";
-	case GM_ERR_TIMEOUT: return "timed out waiting for GPUs";
-	case GM_ERR_STATE: return "the state directory is unusable";
-	case GM_ERR_IO: return "input/output error";
-	case GM_ERR_NOT_FOUND: return "not found";
-	case GM_ERR_INTERRUPTED: return "interrupted";
-	case GM_ERR_NEVER: return "the request can never be met on this machine";
+	case GM_OK:
+		return "success";
+	case GM_ERR_NOMEM:
+		return "out of memory";
+	case GM_ERR_INVALID:
+		return "invalid argument";
+	case GM_ERR_NVML_LOAD:
+		return "the NVML library could not be loaded";
+	case GM_ERR_NVML:
+		return "NVML error";
+	case GM_ERR_SCENARIO:
+		return "malformed simulator scenario";
+	case GM_ERR_UNAVAILABLE:
+		return "the request cannot be met now";
+	case GM_ERR_TIMEOUT:
+		return "timed out waiting for GPUs";
+	case GM_ERR_STATE:
+		return "the state directory is unusable";
+	case GM_ERR_IO:
+		return "input/output error";
+	case GM_ERR_NOT_FOUND:
+		return "not found";
+	case GM_ERR_INTERRUPTED:
+		return "interrupted";
+	case GM_ERR_NEVER:
+		return "the request can never be met on this machine";
 	}
 	return "unknown error";
 }
@@ -57,11 +70,11 @@ GM_API void gm_free(void *ptr)
 static int find_simulator(char *out, size_t len)
 {
 	static const char *const rel[] = {
-		"sim/libnvidia-ml.so.1",
-		"gpuman/libnvidia-ml.so.1",
-		"../lib/gpuman/libnvidia-ml.so.1",
-		"../gpuman/libnvidia-ml.so.1", /* from a multiarch libdir */
-		"../sim/libnvidia-ml.so.1",
+	    "sim/libnvidia-ml.so.1",
+	    "gpuman/libnvidia-ml.so.1",
+	    "../lib/gpuman/libnvidia-ml.so.1",
+	    "../gpuman/libnvidia-ml.so.1", /* from a multiarch libdir */
+	    "../sim/libnvidia-ml.so.1",
 	};
 	char dir[PATH_MAX];
 	Dl_info info;
@@ -140,10 +153,10 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 	} else if (sim && *sim) {
 		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0) {
 			err = gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
-				      "GPUMAN_SIM is set but the simulator library was not found "
-				      "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
-				      "its path",
-				      GM_PKGLIBDIR);
+			              "GPUMAN_SIM is set but the simulator library was not found "
+			              "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
+			              "its path",
+			              GM_PKGLIBDIR);
 			goto failed;
 		}
 		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);

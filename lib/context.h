@@ -10,8 +10,8 @@
 
 struct gm_context {
 	struct nvml *nvml;
-	char nvml_path[PATH_MAX];   /* what was loaded, for messages */
-	int cancel_fd;              /* eventfd that gm_cancel() signals */
+	char nvml_path[PATH_MAX]; /* what was loaded, for messages */
+	int cancel_fd;            /* eventfd that gm_cancel() signals */
 };
 
 #endif

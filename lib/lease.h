@@ -9,8 +9,8 @@
 #include "gpuman.h"
 
 struct gm_lease {
-	int fd;                 /* flock'd (or the broker connection); -1 once released */
-	char path[PATH_MAX];    /* lease.<id> in the registry */
+	int fd;              /* flock'd (or the broker connection); -1 once released */
+	char path[PATH_MAX]; /* lease.<id> in the registry */
 	char id[64];
 	size_t gpu_count;
 	unsigned *indices;

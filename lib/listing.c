@@ -19,9 +19,9 @@ json_t *listing_leases_json(const struct registry_view *view)
 
 			json_object_set_new(jg, "index", json_integer(l->indices[g]));
 			json_object_set_new(jg, "uuid", json_string(l->uuids[g]));
-			json_object_set_new(jg, "mig_uuid", l->migs && l->migs[g][0]
-								? json_string(l->migs[g])
-								: json_null());
+			json_object_set_new(jg, "mig_uuid",
+			                    l->migs && l->migs[g][0] ? json_string(l->migs[g])
+			                                             : json_null());
 			json_array_append_new(gpus, jg);
 		}
 		json_object_set_new(o, "id", json_string(l->id));
@@ -33,7 +33,8 @@ json_t *listing_leases_json(const struct registry_view *view)
 		json_object_set_new(o, "start_ms", json_integer(l->start_ms));
 		json_object_set_new(o, "kind", json_string(l->exclusive ? "exclusive" : "share"));
 		json_object_set_new(o, "share_mib",
-				    l->exclusive ? json_null() : json_integer((json_int_t)l->share_mib));
+		                    l->exclusive ? json_null()
+		                                 : json_integer((json_int_t)l->share_mib));
 		json_object_set_new(o, "gpus", gpus);
 		json_array_append_new(arr, o);
 	}
@@ -75,7 +76,7 @@ GM_API enum gm_err gm_leases_json(char **json, char *errbuf, size_t errlen)
 	rc = registry_read(reg, &view, errbuf, errlen);
 	if (rc == GM_OK) {
 		o = json_pack("{s:o, s:o}", "leases", listing_leases_json(&view), "waiters",
-			      listing_waiters_json(&view));
+		              listing_waiters_json(&view));
 		*json = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		if (!*json)
 			rc = gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");

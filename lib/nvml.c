@@ -640,12 +640,12 @@ static const struct {
 	unsigned has, has_max;
 	const char *what, *what_max;
 } clocks[GM_CLOCK_COUNT] = {
-	[GM_CLOCK_SM] = { NVML_CLOCK_SM, GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM, "SM clock",
-			  "max SM clock" },
-	[GM_CLOCK_MEM] = { NVML_CLOCK_MEM, GM_HAS_CLOCK_MEM, GM_HAS_MAX_CLOCK_MEM, "memory clock",
-			   "max memory clock" },
-	[GM_CLOCK_GRAPHICS] = { NVML_CLOCK_GRAPHICS, GM_HAS_CLOCK_GRAPHICS,
-				GM_HAS_MAX_CLOCK_GRAPHICS, "graphics clock", "max graphics clock" },
+    [GM_CLOCK_SM] = {NVML_CLOCK_SM, GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM, "SM clock",
+                     "max SM clock"},
+    [GM_CLOCK_MEM] = {NVML_CLOCK_MEM, GM_HAS_CLOCK_MEM, GM_HAS_MAX_CLOCK_MEM, "memory clock",
+                      "max memory clock"},
+    [GM_CLOCK_GRAPHICS] = {NVML_CLOCK_GRAPHICS, GM_HAS_CLOCK_GRAPHICS, GM_HAS_MAX_CLOCK_GRAPHICS,
+                           "graphics clock", "max graphics clock"},
 };
 
 /* The fields of one GPU, in one pass; stops at the first GPU_IS_LOST. */
@@ -1029,8 +1029,7 @@ static struct gm_mig *new_mig(struct proc_sink *sink)
 /* One slice's fields and processes; its processes join the GPU's list
  * (from first on), where NVML shows them only to privileged callers.
  * Returns an enum answer, or -1 (no memory). */
-static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first,
-                     struct gm_mig *m)
+static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first, struct gm_mig *m)
 {
 	struct nvml *nv = mq->nv;
 	struct gm_snapshot *snap = sink->snap;
@@ -1256,7 +1255,7 @@ static int read_proc_samples(struct nvml *nv, nvml_dev dev, unsigned long long s
 
 /* One clock reading into gpu: 0, or -1 when the GPU is lost. */
 static int read_clock(struct nvml *nv, nvml_dev dev, struct gm_snapshot *snap, struct gm_gpu *gpu,
-		      int c, int max)
+                      int c, int max)
 {
 	fn_dev_sel_uint fn = max ? nv->max_clock : nv->clock;
 	char text[160];
@@ -1327,7 +1326,8 @@ void nvml_proc_util(struct nvml *nv, struct gm_snapshot *snap, unsigned window_m
 		return;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
-	since_us = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
+	since_us =
+	    (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
 	since_us -= (unsigned long long)window_ms * 1000ULL;
 	for (i = 0; i < snap->gpu_count; i++) {
 		const struct gm_gpu *gpu = &snap->gpus[i];

@@ -25,7 +25,7 @@
 
 /* Write a message for people into err and return -1. */
 static int bad(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
@@ -123,10 +123,10 @@ static uint64_t size_unit_kib(const char *unit, size_t len)
 		char letter;
 		uint64_t kib;
 	} units[] = {
-		{'k', 1},
-		{'m', 1024},
-		{'g', 1024 * 1024},
-		{'t', 1024ull * 1024 * 1024},
+	    {'k', 1},
+	    {'m', 1024},
+	    {'g', 1024 * 1024},
+	    {'t', 1024ull * 1024 * 1024},
 	};
 	size_t i;
 
@@ -169,7 +169,7 @@ int parse_size(const char *s, struct gm_size *out, char *err, size_t errlen)
 	if (unit_len == 1 && *unit == '%') {
 		if (d.frac)
 			return bad(err, errlen, "'%.*s': percentage must be a whole number",
-				   (int)len, s);
+			           (int)len, s);
 		if (d.whole > 100)
 			return bad(err, errlen, "percentage must be between 0 and 100");
 		out->is_pct = 1;
@@ -180,8 +180,8 @@ int parse_size(const char *s, struct gm_size *out, char *err, size_t errlen)
 
 	kib_per_unit = size_unit_kib(unit, unit_len);
 	if (!kib_per_unit)
-		return bad(err, errlen, "unknown unit '%.*s' (use K, M, G, T or %%)",
-			   (int)unit_len, unit);
+		return bad(err, errlen, "unknown unit '%.*s' (use K, M, G, T or %%)", (int)unit_len,
+		           unit);
 
 	/*
 	 * Whole MiB from the integer part; then the remainder (KiB left over
@@ -281,7 +281,7 @@ int parse_duration_ms(const char *s, int64_t *ms, char *err, size_t errlen)
 		rc = scan_decimal(&p, &d);
 		if (rc == -1)
 			return bad(err, errlen, "'%.*s' is not a duration (e.g. 90s, 15m, 1h30m)",
-				   (int)len, s);
+			           (int)len, s);
 		if (rc == -2 || d.whole > INT64_MAX)
 			goto too_long;
 		unit = skip_blanks_to(p, end);
@@ -291,13 +291,14 @@ int parse_duration_ms(const char *s, int64_t *ms, char *err, size_t errlen)
 		if (unit_len == 0 && number == s && p == end) {
 			per = 1000; /* the whole value is a number: seconds */
 		} else if (unit_len == 0) {
-			return bad(err, errlen, "'%.*s': missing unit after '%.*s' (use s, m, h, d)",
-				   (int)len, s, (int)(unit - number), number);
+			return bad(err, errlen,
+			           "'%.*s': missing unit after '%.*s' (use s, m, h, d)", (int)len,
+			           s, (int)(unit - number), number);
 		} else {
 			per = duration_unit_ms(unit, unit_len);
 			if (!per)
 				return bad(err, errlen, "unknown unit '%.*s' (use s, m, h, d)",
-					   (int)unit_len, unit);
+				           (int)unit_len, unit);
 		}
 		if (__builtin_mul_overflow((int64_t)d.whole, per, &part))
 			goto too_long;
@@ -312,8 +313,7 @@ int parse_duration_ms(const char *s, int64_t *ms, char *err, size_t errlen)
 	return 0;
 
 too_long:
-	return bad(err, errlen, "'%.*s' is too long (at most %dd)", (int)len, s,
-		   MAX_DURATION_DAYS);
+	return bad(err, errlen, "'%.*s' is too long (at most %dd)", (int)len, s, MAX_DURATION_DAYS);
 }
 
 /* Only digits, len of them: 0 and *v; -1 if not a number; -2 if it does not

@@ -12,9 +12,9 @@
 
 /* A SIZE: an absolute amount, or a percentage of a GPU's total memory. */
 struct gm_size {
-	int is_pct;     /* 1: pct of total; 0: mib */
+	int is_pct; /* 1: pct of total; 0: mib */
 	uint64_t mib;
-	unsigned pct;   /* 0..100 */
+	unsigned pct; /* 0..100 */
 };
 
 /*
@@ -38,9 +38,12 @@ int parse_count(const char *s, unsigned *n, char *err, size_t errlen);
 /* A LIST of GPUs: NVML indices or UUID prefixes ("0,3", "GPU-8f3,2"). */
 struct gpu_list {
 	size_t count;
-	char **items;   /* owned */
+	char **items; /* owned */
 };
-#define GPU_LIST_INIT { 0, NULL }
+#define GPU_LIST_INIT                                                                              \
+	{                                                                                          \
+		0, NULL                                                                            \
+	}
 
 /* Empty items, or characters other than [A-Za-z0-9-] are errors. */
 int gpu_list_parse(const char *s, struct gpu_list *out, char *err, size_t errlen);

@@ -61,7 +61,7 @@ int pick_env_init(struct pick_env *env, const struct gm_snapshot *snap)
 		for (size_t e = 0; e < env->vis.count; e++)
 			if (!strncmp(env->vis.entries[e], "MIG-", 4) && snap->migs[m].uuid[0] &&
 			    !strncmp(snap->migs[m].uuid, env->vis.entries[e],
-				     strlen(env->vis.entries[e])))
+			             strlen(env->vis.entries[e])))
 				env->mig_usable[m] = 1;
 	}
 	return 0;
@@ -77,7 +77,7 @@ void pick_env_release(struct pick_env *env)
 }
 
 char *pick_env_cuda_visible(const struct pick_env *env, const struct gm_snapshot *snap,
-			    const size_t *pos, size_t count)
+                            const size_t *pos, size_t count)
 {
 	size_t len = 1;
 	char *out, *p;
@@ -102,8 +102,7 @@ char *pick_env_cuda_visible(const struct pick_env *env, const struct gm_snapshot
 	return out;
 }
 
-char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res,
-		   unsigned wanted)
+char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *res, unsigned wanted)
 {
 	size_t len = 96, fit = 0;
 	char *out, *p;
@@ -120,11 +119,11 @@ char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *r
 			continue;
 		}
 		p += sprintf(p, "GPU %u (%s): %s\n", snap->gpus[i].index,
-			     snap->gpus[i].name[0] ? snap->gpus[i].name : "unknown", res->why[i]);
+		             snap->gpus[i].name[0] ? snap->gpus[i].name : "unknown", res->why[i]);
 	}
 	/* The GPUs that do fit are not listed: say how many, against -n. */
 	if (fit && fit < wanted)
 		sprintf(p, "%zu GPU%s fit%s, the request needs %u (-n)\n", fit, fit == 1 ? "" : "s",
-			fit == 1 ? "s" : "", wanted);
+		        fit == 1 ? "s" : "", wanted);
 	return out;
 }

@@ -14,11 +14,9 @@
 #include "util.h"
 
 static const char *const policy_names[] = {
-	[GM_BY_MEMORY] = "memory",
-	[GM_BY_MEMORY_RATE] = "memory-rate",
-	[GM_BY_POWER] = "power",
-	[GM_BY_UTIL] = "util",
-	[GM_BY_INDEX] = "index",
+    [GM_BY_MEMORY] = "memory", [GM_BY_MEMORY_RATE] = "memory-rate",
+    [GM_BY_POWER] = "power",   [GM_BY_UTIL] = "util",
+    [GM_BY_INDEX] = "index",
 };
 
 int policy_from_name(const char *name)
@@ -47,7 +45,7 @@ struct gpu_leases {
 };
 
 static void leases_on(const struct policy_input *in, const struct gm_gpu *gpu,
-		      struct gpu_leases *gl)
+                      struct gpu_leases *gl)
 {
 	const struct policy_lease *l;
 	size_t i;
@@ -85,7 +83,7 @@ uint64_t policy_effective_free_mib(const struct policy_input *in, size_t pos)
 
 /* The first process of the snapshot on this GPU, and how many there are. */
 static const struct gm_proc *procs_on(const struct gm_snapshot *snap, const struct gm_gpu *gpu,
-				      size_t *count)
+                                      size_t *count)
 {
 	const struct gm_proc *first = NULL;
 	size_t i;
@@ -120,7 +118,7 @@ static void say(char *why, const char *fmt, ...)
 
 /* "pid 28329" or "pids 28329, 28330, ..." for the processes on a GPU. */
 static void say_pids(char *buf, size_t len, const struct gm_snapshot *snap,
-		     const struct gm_gpu *gpu)
+                     const struct gm_gpu *gpu)
 {
 	size_t i, shown = 0, n, used = 0;
 
@@ -134,7 +132,7 @@ static void say_pids(char *buf, size_t len, const struct gm_snapshot *snap,
 			break;
 		}
 		used += (size_t)snprintf(buf + used, len - used, "%s %u", shown ? "," : "",
-					 snap->procs[i].pid);
+		                         snap->procs[i].pid);
 		shown++;
 	}
 }
@@ -146,7 +144,7 @@ static char *ask_format(const struct gm_size *size, uint64_t total_mib, char *bu
 
 	if (size->is_pct)
 		snprintf(buf, len, "%s = %llu MiB", size_format(size, tmp, sizeof tmp),
-			 (unsigned long long)size_mib(size, total_mib));
+		         (unsigned long long)size_mib(size, total_mib));
 	else
 		size_format(size, buf, len);
 	return buf;
@@ -165,7 +163,8 @@ static size_t mig_profiles(const struct gm_snapshot *snap, unsigned index, char 
 		if (m->gpu != index || !m->profile[0])
 			continue;
 		for (size_t k = 0; k < i && !seen; k++)
-			seen = snap->migs[k].gpu == index && !strcmp(snap->migs[k].profile, m->profile);
+			seen = snap->migs[k].gpu == index &&
+			       !strcmp(snap->migs[k].profile, m->profile);
 		if (seen || used + strlen(m->profile) + 2 > len)
 			continue;
 		used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? "|" : "", m->profile);
@@ -175,14 +174,14 @@ static size_t mig_profiles(const struct gm_snapshot *snap, unsigned index, char 
 }
 
 static int mig_static_reason(const struct policy_input *in, const struct gm_request *req,
-			     size_t pos, char *why);
+                             size_t pos, char *why);
 
 /*
  * Static reasons: the GPU can never serve this request, however long one
  * waits.  Returns 1 and writes why when one applies.
  */
 static int static_reason(const struct policy_input *in, const struct gm_request *req, size_t pos,
-			 char *why)
+                         char *why)
 {
 	const struct gm_gpu *gpu = &in->snap->gpus[pos];
 	char ask[64], profiles[64];
@@ -203,8 +202,9 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 	if (req->mig[0])
 		return mig_static_reason(in, req, pos, why);
 	if (in->usable && in->usable[pos] == 2) {
-		say(why, "CUDA_VISIBLE_DEVICES index: this driver hides CUDA's fastest-first "
-			 "order (no core count before R510); use UUIDs or CUDA_DEVICE_ORDER=PCI_BUS_ID");
+		say(why,
+		    "CUDA_VISIBLE_DEVICES index: this driver hides CUDA's fastest-first "
+		    "order (no core count before R510); use UUIDs or CUDA_DEVICE_ORDER=PCI_BUS_ID");
 		return 1;
 	}
 	if (in->usable && !in->usable[pos]) {
@@ -268,8 +268,8 @@ int policy_candidate(const struct policy_input *in, const struct gm_request *req
 
 /* Reasons that may pass with time: processes, leases, free memory, load.
  * Returns 1 and writes why when one applies. */
-static int current_reason(const struct policy_input *in, const struct gm_request *req,
-			  size_t pos, char *why)
+static int current_reason(const struct policy_input *in, const struct gm_request *req, size_t pos,
+                          char *why)
 {
 	const struct gm_snapshot *snap = in->snap;
 	const struct gm_gpu *gpu = &snap->gpus[pos];
@@ -284,10 +284,10 @@ static int current_reason(const struct policy_input *in, const struct gm_request
 	proc = procs_on(snap, gpu, &nprocs);
 	leases_on(in, gpu, &gl);
 	exclusive_mode = (gpu->valid & GM_HAS_COMPUTE_MODE) &&
-			 (gpu->compute_mode == GM_COMPUTE_EXCLUSIVE_PROCESS ||
-			  gpu->compute_mode == GM_COMPUTE_EXCLUSIVE_THREAD);
+	                 (gpu->compute_mode == GM_COMPUTE_EXCLUSIVE_PROCESS ||
+	                  gpu->compute_mode == GM_COMPUTE_EXCLUSIVE_THREAD);
 	mode = gpu->compute_mode == GM_COMPUTE_EXCLUSIVE_THREAD ? "exclusive-thread"
-								: "exclusive-process";
+	                                                        : "exclusive-process";
 
 	/* Only one process may use such a GPU: a second job would fail. */
 	if (exclusive_mode && proc) {
@@ -356,7 +356,7 @@ struct candidate {
 /* Negative when a is better than b under policy by; every tie goes to the
  * lower NVML index. */
 static int cmp_candidates_by(enum gm_policy by, const struct candidate *a,
-			     const struct candidate *b)
+                             const struct candidate *b)
 {
 	double ra, rb;
 	uint64_t la, lb;
@@ -435,7 +435,7 @@ static int mig_usable(const struct policy_input *in, size_t pos, size_t mi)
 /* The static reasons of a --mig request: the GPU is not split, or has no
  * slice of the profile that the request could use. */
 static int mig_static_reason(const struct policy_input *in, const struct gm_request *req,
-			     size_t pos, char *why)
+                             size_t pos, char *why)
 {
 	const struct gm_snapshot *snap = in->snap;
 	const struct gm_gpu *gpu = &snap->gpus[pos];
@@ -464,8 +464,8 @@ static int mig_static_reason(const struct policy_input *in, const struct gm_requ
 			continue;
 		usable++;
 		big_enough += !req->has_min_free ||
-			      ((m->valid & GM_MIG_HAS_MEMORY) &&
-			       m->mem_total_mib >= size_mib(&req->min_free, m->mem_total_mib));
+		              ((m->valid & GM_MIG_HAS_MEMORY) &&
+		               m->mem_total_mib >= size_mib(&req->min_free, m->mem_total_mib));
 	}
 	if (!matches) {
 		if (mig_profiles(snap, gpu->index, profiles, sizeof profiles))
@@ -507,7 +507,7 @@ static void say_more(char *why, const char *text)
  * one.
  */
 static int mig_current(const struct policy_input *in, const struct gm_request *req, size_t pos,
-		       struct candidate *cand, size_t *n, char *why)
+                       struct candidate *cand, size_t *n, char *why)
 {
 	const struct gm_snapshot *snap = in->snap;
 	const struct gm_gpu *gpu = &snap->gpus[pos];
@@ -538,18 +538,19 @@ static int mig_current(const struct policy_input *in, const struct gm_request *r
 				held = &in->leases[l];
 		if (held) {
 			snprintf(one, sizeof one, "%s %.12s leased by %s", m->profile, m->uuid,
-				 holder_of(held));
+			         holder_of(held));
 			say_more(why, one);
 			continue;
 		}
 		if (m->pid_count) {
-			size_t used = (size_t)snprintf(pids, sizeof pids, "pid%s", m->pid_count > 1 ? "s" : "");
+			size_t used = (size_t)snprintf(pids, sizeof pids, "pid%s",
+			                               m->pid_count > 1 ? "s" : "");
 
 			for (size_t k = 0; k < m->pid_count && k < 3 && used < sizeof pids; k++)
 				used += (size_t)snprintf(pids + used, sizeof pids - used, "%s %u",
-							 k ? "," : "", m->pids[k]);
-			snprintf(one, sizeof one, "%s %.12s running %s%s", m->profile, m->uuid, pids,
-				 m->pid_count > 3 ? ", ..." : "");
+				                         k ? "," : "", m->pids[k]);
+			snprintf(one, sizeof one, "%s %.12s running %s%s", m->profile, m->uuid,
+			         pids, m->pid_count > 3 ? ", ..." : "");
 			say_more(why, one);
 			continue;
 		}
@@ -557,7 +558,7 @@ static int mig_current(const struct policy_input *in, const struct gm_request *r
 		    (!(m->valid & GM_MIG_HAS_MEMORY) ||
 		     m->mem_free_mib < size_mib(&req->min_free, m->mem_total_mib))) {
 			snprintf(one, sizeof one, "%s %.12s has only %llu MiB free", m->profile,
-				 m->uuid, (unsigned long long)m->mem_free_mib);
+			         m->uuid, (unsigned long long)m->mem_free_mib);
 			say_more(why, one);
 			continue;
 		}
@@ -566,8 +567,8 @@ static int mig_current(const struct policy_input *in, const struct gm_request *r
 		cand[*n].has_mem = !!(m->valid & GM_MIG_HAS_MEMORY);
 		cand[*n].free_mib = m->mem_free_mib;
 		cand[*n].total_mib = m->mem_total_mib;
-		cand[*n].has_power = (gpu->valid & GM_HAS_POWER) && (gpu->valid & GM_HAS_POWER_LIMIT) &&
-				     gpu->power_limit_mw;
+		cand[*n].has_power = (gpu->valid & GM_HAS_POWER) &&
+		                     (gpu->valid & GM_HAS_POWER_LIMIT) && gpu->power_limit_mw;
 		cand[*n].power_mw = gpu->power_mw;
 		cand[*n].limit_mw = gpu->power_limit_mw;
 		cand[*n].has_util = 0; /* not reported in MIG mode */
@@ -583,7 +584,7 @@ static int mig_current(const struct policy_input *in, const struct gm_request *r
 
 /* policy_choose for a --mig request: one slice, chosen[] into snap->migs. */
 static int choose_slice(const struct policy_input *in, const struct gm_request *req,
-			struct policy_result *out)
+                        struct policy_result *out)
 {
 	const struct gm_snapshot *snap = in->snap;
 	struct candidate *cand = calloc(snap->mig_count + 1, sizeof *cand);
@@ -615,7 +616,7 @@ static int choose_slice(const struct policy_input *in, const struct gm_request *
  * rather than made by gm_request_new() asks for one GPU, not for none.
  */
 int policy_choose(const struct policy_input *in, const struct gm_request *req,
-		  struct policy_result *out)
+                  struct policy_result *out)
 {
 	const struct gm_snapshot *snap = in->snap;
 	const struct gm_gpu *gpu;
@@ -650,7 +651,7 @@ int policy_choose(const struct policy_input *in, const struct gm_request *req,
 		cand[eligible].free_mib = policy_effective_free_mib(in, pos);
 		cand[eligible].total_mib = gpu->mem_total_mib;
 		cand[eligible].has_power = (gpu->valid & GM_HAS_POWER) &&
-					   (gpu->valid & GM_HAS_POWER_LIMIT) && gpu->power_limit_mw;
+		                           (gpu->valid & GM_HAS_POWER_LIMIT) && gpu->power_limit_mw;
 		cand[eligible].power_mw = gpu->power_mw;
 		cand[eligible].limit_mw = gpu->power_limit_mw;
 		cand[eligible].has_util = !!(gpu->valid & GM_HAS_UTIL);

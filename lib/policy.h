@@ -24,32 +24,32 @@ const char *policy_name(enum gm_policy by);
 
 /* The request behind gm_request; every ties to one command-line option. */
 struct gm_request {
-	unsigned count;             /* -n, GPUs wanted (default 1) */
-	enum gm_policy by;          /* --by */
-	int has_min_free;           /* --min-free */
+	unsigned count;    /* -n, GPUs wanted (default 1) */
+	enum gm_policy by; /* --by */
+	int has_min_free;  /* --min-free */
 	struct gm_size min_free;
-	int has_max_util;           /* --max-util */
+	int has_max_util; /* --max-util */
 	unsigned max_util;
-	struct gpu_list only;       /* --only */
-	struct gpu_list exclude;    /* --exclude */
-	int share;                  /* 1: --mem SIZE; 0: --exclusive (default) */
+	struct gpu_list only;    /* --only */
+	struct gpu_list exclude; /* --exclude */
+	int share;               /* 1: --mem SIZE; 0: --exclusive (default) */
 	struct gm_size mem;
-	int idle;                   /* --idle: only GPUs without any process */
-	int has_wait;               /* --wait */
-	int64_t wait_ms;            /* -1: forever */
-	char mig[32];               /* --mig: one MIG slice of this profile
-				     * ("1g.10gb", or "any"); "" a whole GPU */
+	int idle;        /* --idle: only GPUs without any process */
+	int has_wait;    /* --wait */
+	int64_t wait_ms; /* -1: forever */
+	char mig[32];    /* --mig: one MIG slice of this profile
+	                  * ("1g.10gb", or "any"); "" a whole GPU */
 };
 
 /* A lease already granted, as the policy sees it. */
 struct policy_lease {
-	const char *uuid;          /* the GPU it holds */
-	const char *mig;           /* the MIG slice of that GPU it holds, NULL
-				    * or "": the whole GPU */
-	int exclusive;             /* 1 exclusive, 0 memory share */
-	uint64_t share_mib;        /* the share's size on this GPU */
-	uint64_t pending_mib;      /* part of the share its job does not hold yet */
-	const char *holder;        /* "alice (pid 4242)", for reasons */
+	const char *uuid;     /* the GPU it holds */
+	const char *mig;      /* the MIG slice of that GPU it holds, NULL
+	                       * or "": the whole GPU */
+	int exclusive;        /* 1 exclusive, 0 memory share */
+	uint64_t share_mib;   /* the share's size on this GPU */
+	uint64_t pending_mib; /* part of the share its job does not hold yet */
+	const char *holder;   /* "alice (pid 4242)", for reasons */
 };
 
 struct policy_input {
@@ -70,27 +70,30 @@ struct policy_input {
 };
 
 enum policy_outcome {
-	POLICY_OK = 0,          /* chosen[] holds count GPUs */
-	POLICY_NOT_NOW = 1,     /* could be met later, when GPUs free up */
-	POLICY_NEVER = 2        /* cannot be met on this machine at all */
+	POLICY_OK = 0,      /* chosen[] holds count GPUs */
+	POLICY_NOT_NOW = 1, /* could be met later, when GPUs free up */
+	POLICY_NEVER = 2    /* cannot be met on this machine at all */
 };
 
 struct policy_result {
 	enum policy_outcome outcome;
 	size_t count;
-	size_t *chosen;         /* positions into snap->gpus, best first; for
-				 * a --mig request into snap->migs */
-	int mig;                /* chosen[] are slices */
+	size_t *chosen; /* positions into snap->gpus, best first; for
+	                 * a --mig request into snap->migs */
+	int mig;        /* chosen[] are slices */
 	/* Per snapshot position: why that GPU was not chosen ("" if it was,
 	 * or if it was eligible but not needed).  One line, for people. */
 	char (*why)[160];
 	size_t gpu_count;
 };
-#define POLICY_RESULT_INIT { POLICY_OK, 0, NULL, 0, NULL, 0 }
+#define POLICY_RESULT_INIT                                                                         \
+	{                                                                                          \
+		POLICY_OK, 0, NULL, 0, NULL, 0                                                     \
+	}
 
 /* Returns 0, or -1 on out-of-memory. */
 int policy_choose(const struct policy_input *in, const struct gm_request *req,
-		  struct policy_result *out);
+                  struct policy_result *out);
 void policy_result_release(struct policy_result *res);
 
 /*

@@ -78,7 +78,7 @@ int proctree_within(const struct proctree *tree, int root, int pid)
 {
 	/* Walk up from pid; the depth bound guards against a torn read. */
 	for (int depth = 0; depth < 128 && pid > 0; depth++) {
-		struct proctree_entry key = { pid, 0 }, *e;
+		struct proctree_entry key = {pid, 0}, *e;
 
 		if (pid == root)
 			return 1;

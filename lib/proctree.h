@@ -9,9 +9,14 @@
 
 struct proctree {
 	size_t count;
-	struct proctree_entry { int pid, ppid; } *entries;  /* sorted by pid */
+	struct proctree_entry {
+		int pid, ppid;
+	} * entries; /* sorted by pid */
 };
-#define PROCTREE_INIT { 0, NULL }
+#define PROCTREE_INIT                                                                              \
+	{                                                                                          \
+		0, NULL                                                                            \
+	}
 
 /* Read every process's parent; an unreadable /proc gives an empty tree.
  * Returns 0, -1 on out-of-memory. */

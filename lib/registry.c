@@ -55,32 +55,33 @@ static enum gm_err check_dir(const char *dir, struct stat *out, char *err, size_
 
 	if (lstat(dir, &st) < 0)
 		return gm_fail(GM_ERR_STATE, err, len, "state directory '%s': %s", dir,
-			       strerror(errno));
+		               strerror(errno));
 	if (S_ISLNK(st.st_mode))
-		return gm_fail(GM_ERR_STATE, err, len,
-			       "state directory '%s' is a symbolic link; refusing it (another user "
-			       "could redirect everyone's leases); point GPUMAN_STATE_DIR at a real "
-			       "directory",
-			       dir);
+		return gm_fail(
+		    GM_ERR_STATE, err, len,
+		    "state directory '%s' is a symbolic link; refusing it (another user "
+		    "could redirect everyone's leases); point GPUMAN_STATE_DIR at a real "
+		    "directory",
+		    dir);
 	if (!S_ISDIR(st.st_mode))
 		return gm_fail(GM_ERR_STATE, err, len, "state directory '%s' is not a directory",
-			       dir);
+		               dir);
 	if (st.st_uid != 0 && st.st_uid != geteuid()) {
 		struct passwd *pw = getpwuid(st.st_uid);
 
 		return gm_fail(GM_ERR_STATE, err, len,
-			       "state directory '%s' is owned by user '%s', who could remove "
-			       "everyone's leases; for a registry shared by all users an admin "
-			       "should run 'install -d -m 1777 /run/gpuman' (see "
-			       "contrib/gpuman.tmpfiles.conf), or set GPUMAN_STATE_DIR to a "
-			       "directory owned by root or by you",
-			       dir, pw ? pw->pw_name : "?");
+		               "state directory '%s' is owned by user '%s', who could remove "
+		               "everyone's leases; for a registry shared by all users an admin "
+		               "should run 'install -d -m 1777 /run/gpuman' (see "
+		               "contrib/gpuman.tmpfiles.conf), or set GPUMAN_STATE_DIR to a "
+		               "directory owned by root or by you",
+		               dir, pw ? pw->pw_name : "?");
 	}
 	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
 		return gm_fail(GM_ERR_STATE, err, len,
-			       "state directory '%s' is writable by others without the sticky bit, "
-			       "so anyone could remove your leases; fix it with 'chmod +t %s'",
-			       dir, dir);
+		               "state directory '%s' is writable by others without the sticky bit, "
+		               "so anyone could remove your leases; fix it with 'chmod +t %s'",
+		               dir, dir);
 	*out = st;
 	return GM_OK;
 }
@@ -92,11 +93,11 @@ static enum gm_err make_shared_dir(const char *dir, char *err, size_t len)
 	if (mkdir(dir, 01777) == 0) {
 		if (chmod(dir, 01777) < 0) /* mkdir obeys the umask */
 			return gm_fail(GM_ERR_STATE, err, len, "state directory '%s': chmod: %s",
-				       dir, strerror(errno));
+			               dir, strerror(errno));
 	} else if (errno != EEXIST) {
 		return gm_fail(GM_ERR_STATE, err, len,
-			       "cannot create state directory '%s': %s (set GPUMAN_STATE_DIR)", dir,
-			       strerror(errno));
+		               "cannot create state directory '%s': %s (set GPUMAN_STATE_DIR)", dir,
+		               strerror(errno));
 	}
 	return GM_OK;
 }
@@ -151,14 +152,14 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 	 */
 	reg->lock_fd = open(reg->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (reg->lock_fd < 0 || fstat(reg->lock_fd, &fst) < 0) {
-		rc = gm_fail(GM_ERR_STATE, err, len, "cannot open state directory '%s': %s", reg->dir,
-			     strerror(errno));
+		rc = gm_fail(GM_ERR_STATE, err, len, "cannot open state directory '%s': %s",
+		             reg->dir, strerror(errno));
 		goto failed;
 	}
 	if (fst.st_dev != st.st_dev || fst.st_ino != st.st_ino) {
 		rc = gm_fail(GM_ERR_STATE, err, len,
-			     "state directory '%s' was replaced while it was opened; try again",
-			     reg->dir);
+		             "state directory '%s' was replaced while it was opened; try again",
+		             reg->dir);
 		goto failed;
 	}
 	rc = config_load(&reg->cfg, 0, err, len);
@@ -229,7 +230,11 @@ done:
  * /etc/passwd each time (a dispatcher reads the registry per task). */
 static void user_name(unsigned uid, char *out, size_t len)
 {
-	static _Thread_local struct { unsigned uid; int set; char name[33]; } cache[4];
+	static _Thread_local struct {
+		unsigned uid;
+		int set;
+		char name[33];
+	} cache[4];
 	static _Thread_local unsigned next;
 	struct passwd pw, *res = NULL;
 	char buf[1024];
@@ -267,10 +272,10 @@ static json_int_t own_pidns(void)
 }
 
 enum holder {
-	HOLDER_GONE,        /* no such process, a zombie, or one of another user */
-	HOLDER_UNKNOWN,     /* cannot be looked up here: trust the lock alone */
+	HOLDER_GONE,    /* no such process, a zombie, or one of another user */
+	HOLDER_UNKNOWN, /* cannot be looked up here: trust the lock alone */
 	HOLDER_RUNNING,
-	HOLDER_STOPPED,     /* Ctrl-Z or a debugger: alive, but makes no progress */
+	HOLDER_STOPPED, /* Ctrl-Z or a debugger: alive, but makes no progress */
 };
 
 /* Whether pid's real or effective uid is uid, as its status says. */
@@ -336,7 +341,7 @@ static enum holder holder_state(int pid, unsigned uid, json_int_t pidns)
 	snprintf(path, sizeof path, "/proc/%d", pid);
 	if (stat(path, &st) < 0)
 		return errno == ENOENT && kill(pid, 0) < 0 && errno == ESRCH ? HOLDER_GONE
-									  : HOLDER_UNKNOWN;
+		                                                             : HOLDER_UNKNOWN;
 	if (st.st_uid != uid && !(st.st_uid == 0 && uid_in_status(pid, uid)))
 		return HOLDER_GONE;
 	snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -436,7 +441,8 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 		json_decref(o);
 		return -1;
 	}
-	json_array_foreach(gpus, i, g) {
+	json_array_foreach(gpus, i, g)
+	{
 		snprintf(li->uuids[i], sizeof li->uuids[i], "%s", jstr(g, "uuid"));
 		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
 		snprintf(li->migs[i], sizeof li->migs[i], "%s", jstr(g, "mig_uuid"));
@@ -446,7 +452,7 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 }
 
 static int parse_waiter(const char *name, const char *text, const struct stat *st,
-			struct waiter_info *wi)
+                        struct waiter_info *wi)
 {
 	json_t *o = json_loads(text, 0, NULL), *cand, *c;
 	enum holder h;
@@ -477,14 +483,14 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 		json_decref(o);
 		return -1;
 	}
-	json_array_foreach(cand, i, c)
-		snprintf(wi->cand[i], sizeof wi->cand[i], "%s", json_string_value(c) ? json_string_value(c) : "");
+	json_array_foreach(cand, i, c) snprintf(wi->cand[i], sizeof wi->cand[i], "%s",
+	                                        json_string_value(c) ? json_string_value(c) : "");
 	json_decref(o);
 	return 0;
 }
 
 static int over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
-		    unsigned count, char *why, size_t len);
+                    unsigned count, char *why, size_t len);
 
 static int waiter_cmp(const void *a, const void *b)
 {
@@ -512,7 +518,7 @@ static void clean_tmp(int dirfd, const char *name)
  * unopened halves the work of a read in a long line.
  */
 static enum gm_err read_upto(struct registry *reg, struct registry_view *view, const char *upto,
-			     char *err, size_t len)
+                             char *err, size_t len)
 {
 	DIR *d;
 	struct dirent *de;
@@ -524,7 +530,7 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 	d = opendir(reg->dir);
 	if (!d)
 		return gm_fail(GM_ERR_STATE, err, len, "cannot read state directory '%s': %s",
-			       reg->dir, strerror(errno));
+		               reg->dir, strerror(errno));
 	while ((de = readdir(d))) {
 		int is_lease = starts_with(de->d_name, LEASE_PREFIX);
 		int is_wait = starts_with(de->d_name, WAIT_PREFIX);
@@ -544,19 +550,23 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 		if (!live)
 			continue;
 		if (is_lease) {
-			struct lease_info *l = realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+			struct lease_info *l =
+			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
 
 			if (l) {
 				view->leases = l;
-				if (parse_lease(text, &st, &l[view->lease_count]) == 0) /* 1: untrusted */
+				if (parse_lease(text, &st, &l[view->lease_count]) ==
+				    0) /* 1: untrusted */
 					view->lease_count++;
 			}
 		} else {
-			struct waiter_info *w = realloc(view->waiters, (view->waiter_count + 1) * sizeof *w);
+			struct waiter_info *w =
+			    realloc(view->waiters, (view->waiter_count + 1) * sizeof *w);
 
 			if (w) {
 				view->waiters = w;
-				if (parse_waiter(de->d_name, text, &st, &w[view->waiter_count]) == 0)
+				if (parse_waiter(de->d_name, text, &st, &w[view->waiter_count]) ==
+				    0)
 					view->waiter_count++;
 			}
 		}
@@ -578,8 +588,7 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 	return GM_OK;
 }
 
-enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err,
-			  size_t len)
+enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err, size_t len)
 {
 	return read_upto(reg, view, NULL, err, len);
 }
@@ -603,7 +612,7 @@ void registry_view_release(struct registry_view *view)
 /* MiB that the job's own processes (job_pid and descendants) hold on GPU
  * index, per NVML. */
 static uint64_t job_used_mib(const struct gm_snapshot *snap, const struct proctree *tree,
-			     int job_pid, unsigned index)
+                             int job_pid, unsigned index)
 {
 	uint64_t used = 0;
 
@@ -636,7 +645,7 @@ static unsigned held_by(const struct registry_view *view, unsigned uid)
  * NULL) gets a line for people.
  */
 static int over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
-		    unsigned count, char *why, size_t len)
+                    unsigned count, char *why, size_t len)
 {
 	char from[96];
 	unsigned cap = config_max_gpus(&reg->cfg, uid, from, sizeof from), held;
@@ -647,23 +656,23 @@ static int over_cap(const struct registry *reg, const struct registry_view *view
 		return 0;
 	if (count > cap) {
 		if (why)
-			snprintf(why, len, "max_gpus: asks %u GPUs, the limit is %u (%s in %s)", count,
-				 cap, from, reg->cfg.system_path);
+			snprintf(why, len, "max_gpus: asks %u GPUs, the limit is %u (%s in %s)",
+			         count, cap, from, reg->cfg.system_path);
 		return 2;
 	}
 	held = held_by(view, uid);
 	if (held + count <= cap)
 		return 0;
 	if (why)
-		snprintf(why, len, "max_gpus: holds %u GPU%s already, the limit is %u (%s in %s)", held,
-			 held == 1 ? "" : "s", cap, from, reg->cfg.system_path);
+		snprintf(why, len, "max_gpus: holds %u GPU%s already, the limit is %u (%s in %s)",
+		         held, held == 1 ? "" : "s", cap, from, reg->cfg.system_path);
 	return 1;
 }
 
 /* A waiter that its own user's cap keeps waiting holds nothing back from
  * the users behind it: first come, first served within what each may have. */
 static int waiter_capped(const struct registry *reg, const struct registry_view *view,
-			 const struct waiter_info *wi)
+                         const struct waiter_info *wi)
 {
 	unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
 
@@ -674,7 +683,7 @@ static int waiter_capped(const struct registry *reg, const struct registry_view 
 
 struct attempt {
 	struct registry_view view;
-	struct gm_snapshot *snap;   /* owned unless given by the caller */
+	struct gm_snapshot *snap; /* owned unless given by the caller */
 	int snap_given;
 	struct pick_env env;
 	struct policy_lease *leases;
@@ -708,7 +717,7 @@ static const char *waiter_summary(const struct gm_request *req, char *buf, size_
 		snprintf(buf, len, "1 MIG slice %s", req->mig);
 	else if (req->share)
 		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
-			 size_format(&req->mem, size, sizeof size));
+		         size_format(&req->mem, size, sizeof size));
 	else
 		snprintf(buf, len, "%u GPU%s exclusive", req->count, req->count == 1 ? "" : "s");
 	return buf;
@@ -720,8 +729,8 @@ static const char *waiter_summary(const struct gm_request *req, char *buf, size_
  * that does not wait queues behind everyone) hold their candidate GPUs back.
  */
 static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
-			       const struct gm_snapshot *given, const struct gm_request *req,
-			       const char *mine, struct attempt *a, char *err, size_t len)
+                               const struct gm_snapshot *given, const struct gm_request *req,
+                               const char *mine, struct attempt *a, char *err, size_t len)
 {
 	struct proctree tree = PROCTREE_INIT;
 	size_t ngpu;
@@ -760,7 +769,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 		const struct lease_info *li = &a->view.leases[i];
 
 		snprintf(a->holders[i], sizeof a->holders[i], "%s (pid %d)", li->user,
-			 li->job_pid > 0 ? li->job_pid : li->pid);
+		         li->job_pid > 0 ? li->job_pid : li->pid);
 		for (size_t g = 0; g < li->gpu_count; g++) {
 			struct policy_lease *pl = &a->leases[a->lease_count++];
 			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, li->uuids[g]);
@@ -794,8 +803,8 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 			if (a->held_for[pos])
 				continue;
 			if (snprintf(a->held_text[pos], sizeof a->held_text[pos],
-				     "queued for an earlier request: %s's %s (pid %d)", wi->user,
-				     wi->summary, wi->pid) >= (int)sizeof a->held_text[pos])
+			             "queued for an earlier request: %s's %s (pid %d)", wi->user,
+			             wi->summary, wi->pid) >= (int)sizeof a->held_text[pos])
 				a->held_text[pos][sizeof a->held_text[pos] - 1] = '\0';
 			a->held_for[pos] = a->held_text[pos];
 		}
@@ -810,7 +819,8 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	if (a->res.outcome != POLICY_NEVER) {
 		char why[sizeof a->res.why[0]];
-		int over = over_cap(reg, &a->view, (unsigned)geteuid(), req->count, why, sizeof why);
+		int over =
+		    over_cap(reg, &a->view, (unsigned)geteuid(), req->count, why, sizeof why);
 
 		/* The cap is why on every GPU that would otherwise do. */
 		if (over) {
@@ -841,7 +851,7 @@ static void random_id(char *buf, size_t len)
 /* Create name under a temporary name, lock it, write text, rename it into
  * place.  Returns the locked descriptor, or -1 with errno. */
 static int publish_locked_file(const char *dir, const char *name, const char *text,
-			       int (*before_rename)(void *data, int fd), void *data)
+                               int (*before_rename)(void *data, int fd), void *data)
 {
 	char tmp[PATH_MAX], final[PATH_MAX];
 	size_t len = strlen(text), off = 0;
@@ -902,8 +912,8 @@ static char *self_command(void)
 }
 
 static enum gm_err write_ticket(struct registry *reg, struct attempt *a,
-				const struct gm_request *req, const struct acquire_opts *opts,
-				char *name, size_t name_len, int *fd_out, char *err, size_t len)
+                                const struct gm_request *req, const struct acquire_opts *opts,
+                                char *name, size_t name_len, int *fd_out, char *err, size_t len)
 {
 	json_t *o = json_object(), *cand = json_array();
 	char summary[128], id[64], *text, *cmd = NULL;
@@ -913,7 +923,7 @@ static enum gm_err write_ticket(struct registry *reg, struct attempt *a,
 	random_id(id, sizeof id);
 	/* Zero-padded nanoseconds: names sort in arrival order. */
 	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
-		 (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
+	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
 	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
 		if (policy_candidate(&a->in, req, pos))
 			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
@@ -922,10 +932,11 @@ static enum gm_err write_ticket(struct registry *reg, struct attempt *a,
 	json_object_set_new(o, "uid", json_integer((json_int_t)geteuid()));
 	json_object_set_new(o, "pid", json_integer(getpid()));
 	json_object_set_new(o, "pidns", json_integer(own_pidns()));
-	json_object_set_new(o, "command", json_string(opts && opts->command ? opts->command
-									  : (cmd ? cmd : "?")));
+	json_object_set_new(o, "command",
+	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
 	json_object_set_new(o, "since_ms", json_integer(now_ms()));
-	json_object_set_new(o, "summary", json_string(waiter_summary(req, summary, sizeof summary)));
+	json_object_set_new(o, "summary",
+	                    json_string(waiter_summary(req, summary, sizeof summary)));
 	json_object_set_new(o, "candidates", cand);
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
@@ -936,7 +947,7 @@ static enum gm_err write_ticket(struct registry *reg, struct attempt *a,
 	free(text);
 	if (*fd_out < 0)
 		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir,
-			       strerror(errno));
+		               strerror(errno));
 	return GM_OK;
 }
 
@@ -987,12 +998,12 @@ static int lease_before_rename(void *data, int fd)
 }
 
 static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
-				 const struct gm_request *req, const struct acquire_opts *opts,
-				 struct gm_lease **out, char *err, size_t len)
+                                 const struct gm_request *req, const struct acquire_opts *opts,
+                                 struct gm_lease **out, char *err, size_t len)
 {
 	struct gm_lease *l = calloc(1, sizeof *l);
 	json_t *doc = json_object(), *gpus = json_array();
-	struct spawn_call sc = { opts, l, getpid(), err, len, doc };
+	struct spawn_call sc = {opts, l, getpid(), err, len, doc};
 	size_t n = a->res.count, ilen = 1, mig_used = 0, mig_gpus = 0;
 	char mig_list[64] = "";
 	uint64_t min_total = 0;
@@ -1008,7 +1019,7 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	l->uuids = calloc(n + 1, sizeof *l->uuids);
 	l->indices_text = calloc(n + 1, 12);
 	l->cuda_visible = a->res.mig ? strdup(a->snap->migs[a->res.chosen[0]].uuid)
-				     : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
+	                             : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
 	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible)
 		goto failed;
 	random_id(l->id, sizeof l->id);
@@ -1016,7 +1027,7 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	for (size_t i = 0; i < n; i++) {
 		const struct gm_mig *m = a->res.mig ? &a->snap->migs[a->res.chosen[i]] : NULL;
 		const struct gm_gpu *g = m ? &a->snap->gpus[snapshot_position(a->snap, m->gpu)]
-					   : &a->snap->gpus[a->res.chosen[i]];
+		                           : &a->snap->gpus[a->res.chosen[i]];
 		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
 		json_t *jg = json_object();
 
@@ -1041,15 +1052,16 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	for (size_t i = 0; i < a->snap->gpu_count && !req->mig[0]; i++) {
 		const struct gm_gpu *g = &a->snap->gpus[i];
 
-		if (!(g->valid & GM_HAS_MIG) || g->mig_mode != 1 || mig_used + 12 >= sizeof mig_list)
+		if (!(g->valid & GM_HAS_MIG) || g->mig_mode != 1 ||
+		    mig_used + 12 >= sizeof mig_list)
 			continue;
-		mig_used += (size_t)snprintf(mig_list + mig_used, sizeof mig_list - mig_used, "%s%u",
-					     mig_gpus ? "," : "", g->index);
+		mig_used += (size_t)snprintf(mig_list + mig_used, sizeof mig_list - mig_used,
+		                             "%s%u", mig_gpus ? "," : "", g->index);
 		mig_gpus++;
 		snprintf(l->note, sizeof l->note,
-			 "GPU%s %s %s in MIG mode: never handed out whole (ask for a slice with "
-			 "--mig PROFILE)",
-			 mig_gpus > 1 ? "s" : "", mig_list, mig_gpus > 1 ? "are" : "is");
+		         "GPU%s %s %s in MIG mode: never handed out whole (ask for a slice with "
+		         "--mig PROFILE)",
+		         mig_gpus > 1 ? "s" : "", mig_list, mig_gpus > 1 ? "are" : "is");
 	}
 	if (!opts || !opts->command)
 		cmd = self_command();
@@ -1057,23 +1069,24 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	json_object_set_new(doc, "uid", json_integer((json_int_t)geteuid()));
 	json_object_set_new(doc, "pid", json_integer(getpid()));
 	json_object_set_new(doc, "pidns", json_integer(own_pidns()));
-	json_object_set_new(doc, "command", json_string(opts && opts->command ? opts->command
-									    : (cmd ? cmd : "?")));
+	json_object_set_new(doc, "command",
+	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
 	json_object_set_new(doc, "start_ms", json_integer(now_ms()));
 	json_object_set_new(doc, "kind", json_string(req->share ? "share" : "exclusive"));
 	json_object_set_new(doc, "share_mib", json_integer((json_int_t)l->share_mib));
 	json_object_set_new(doc, "gpus", gpus);
 	snprintf(name, sizeof name, LEASE_PREFIX "%s", l->id);
 	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
-		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long", reg->dir);
+		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long",
+		             reg->dir);
 		goto failed;
 	}
 	err[0] = '\0';
 	fd = publish_locked_file(reg->dir, name, "", lease_before_rename, &sc);
 	if (fd < 0) {
 		rc = err[0] ? GM_ERR_IO
-			    : gm_fail(GM_ERR_STATE, err, len, "cannot write a lease in '%s': %s",
-				      reg->dir, strerror(errno));
+		            : gm_fail(GM_ERR_STATE, err, len, "cannot write a lease in '%s': %s",
+		                      reg->dir, strerror(errno));
 		goto failed;
 	}
 	l->fd = fd;
@@ -1101,8 +1114,8 @@ failed:
 struct ahead {
 	size_t count;
 	char (*names)[128];
-	uint64_t *blocks;   /* bit i: that waiter may take my candidate i */
-	size_t mine_count;  /* my candidates (at most 64 tracked) */
+	uint64_t *blocks;  /* bit i: that waiter may take my candidate i */
+	size_t mine_count; /* my candidates (at most 64 tracked) */
 };
 
 static void ahead_release(struct ahead *ah)
@@ -1113,7 +1126,7 @@ static void ahead_release(struct ahead *ah)
 }
 
 static void ahead_build(struct ahead *ah, const struct registry *reg,
-			const struct registry_view *view, const char *mine)
+                        const struct registry_view *view, const char *mine)
 {
 	const struct waiter_info *me = NULL;
 
@@ -1148,8 +1161,10 @@ static void ahead_forget(struct ahead *ah, const char *name)
 	for (size_t i = 0; i < ah->count; i++)
 		if (!strcmp(ah->names[i], name)) {
 			ah->count--;
-			memmove(ah->names[i], ah->names[i + 1], (ah->count - i) * sizeof ah->names[0]);
-			memmove(&ah->blocks[i], &ah->blocks[i + 1], (ah->count - i) * sizeof ah->blocks[0]);
+			memmove(ah->names[i], ah->names[i + 1],
+			        (ah->count - i) * sizeof ah->names[0]);
+			memmove(&ah->blocks[i], &ah->blocks[i + 1],
+			        (ah->count - i) * sizeof ah->blocks[0]);
 			return;
 		}
 }
@@ -1169,18 +1184,18 @@ static int ahead_leaves_room(const struct ahead *ah)
 
 /* A waiter between attempts. */
 struct waiting {
-	int cancel_fd;      /* readable once gm_cancel() was called; -1: none */
+	int cancel_fd; /* readable once gm_cancel() was called; -1: none */
 	struct registry *reg;
-	const char *mine;   /* our ticket's name */
+	const char *mine; /* our ticket's name */
 	struct ahead ah;
-	int ifd;            /* inotify on the registry; -1 until we have room */
-	int no_inotify;     /* the per-user inotify limit is reached: poll */
+	int ifd;        /* inotify on the registry; -1 until we have room */
+	int no_inotify; /* the per-user inotify limit is reached: poll */
 };
 
 /* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
 static int cancelled(const struct waiting *w, const struct acquire_opts *opts)
 {
-	struct pollfd pfd = { w->cancel_fd, POLLIN, 0 };
+	struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
 
 	if (opts && opts->interrupted && *opts->interrupted)
 		return 1;
@@ -1243,7 +1258,7 @@ static void wait_behind(struct waiting *w, int64_t deadline, const struct acquir
 	if (deadline >= 0 && deadline < until)
 		until = deadline;
 	while (pid > 0 && now < until && !cancelled(w, opts)) {
-		struct pollfd pfd[2] = { { p[0], POLLIN, 0 }, { w->cancel_fd, POLLIN, 0 } };
+		struct pollfd pfd[2] = {{p[0], POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
 		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
 
 		if ((n > 0 && pfd[0].revents) || (n < 0 && errno != EINTR))
@@ -1265,14 +1280,14 @@ static void wait_behind(struct waiting *w, int64_t deadline, const struct acquir
  * GM_ERR_IO.
  */
 static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
-				   const struct acquire_opts *opts)
+                                   const struct acquire_opts *opts)
 {
 	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
 	int64_t recheck_at = monotonic_ms() + RECHECK_MS;
 
 	for (;;) {
 		int64_t now = monotonic_ms(), until;
-		struct pollfd pfd[2] = { { w->ifd, POLLIN, 0 }, { w->cancel_fd, POLLIN, 0 } };
+		struct pollfd pfd[2] = {{w->ifd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
 		int wake = 0, n;
 		ssize_t got;
 
@@ -1288,8 +1303,8 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
 		if (w->ifd < 0 && !w->no_inotify) {
 			/* Watch first, then try: no release can slip between. */
 			w->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-			if (w->ifd >= 0 &&
-			    inotify_add_watch(w->ifd, w->reg->dir, IN_CLOSE_WRITE | IN_DELETE) < 0) {
+			if (w->ifd >= 0 && inotify_add_watch(w->ifd, w->reg->dir,
+			                                     IN_CLOSE_WRITE | IN_DELETE) < 0) {
 				close(w->ifd);
 				w->ifd = -1;
 			}
@@ -1322,7 +1337,7 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
 			} else if (ev->len && starts_with(ev->name, LEASE_PREFIX)) {
 				wake = 1;
 			} else if (ev->len && starts_with(ev->name, WAIT_PREFIX) &&
-				   strcmp(ev->name, w->mine) < 0) {
+			           strcmp(ev->name, w->mine) < 0) {
 				ahead_forget(&w->ah, ev->name);
 				wake = 1;
 			}
@@ -1345,11 +1360,11 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
  * it far longer than any gpuman does.  Whoever keeps it waiting for
  * seconds is named.
  */
-#define LOCK_QUIET_MS 1000      /* the usual wait: nothing to look at yet */
-#define LOCK_CHECK_MS 500       /* then, how often a waiter looks at the holder */
-#define LOCK_REPORT_MS 2000     /* one holder this long: name it */
-#define LOCK_STUCK_MS 5000      /* stopped, or ended, this long: stuck */
-#define LOCK_IDLE_MS 10000      /* asleep without CPU time this long: stuck */
+#define LOCK_QUIET_MS 1000  /* the usual wait: nothing to look at yet */
+#define LOCK_CHECK_MS 500   /* then, how often a waiter looks at the holder */
+#define LOCK_REPORT_MS 2000 /* one holder this long: name it */
+#define LOCK_STUCK_MS 5000  /* stopped, or ended, this long: stuck */
+#define LOCK_IDLE_MS 10000  /* asleep without CPU time this long: stuck */
 /* gpuman holds the lock to read a few files and NVML and to fork: a
  * fraction of a second.  One holder this long is stuck however busy. */
 #define LOCK_HOLD_MAX_MS 60000
@@ -1363,11 +1378,11 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
 enum { LOCKER_WAITING, LOCKER_GOT, LOCKER_FAILED, LOCKER_ABANDONED };
 
 struct locker {
-	int fd;         /* its own open file description of the directory */
-	int efd;        /* eventfd, readable once the thread is done */
-	int state;      /* LOCKER_*, atomic */
-	int err;        /* errno of a failed flock */
-	int refs;       /* atomic: the thread and the waiter */
+	int fd;    /* its own open file description of the directory */
+	int efd;   /* eventfd, readable once the thread is done */
+	int state; /* LOCKER_*, atomic */
+	int err;   /* errno of a failed flock */
+	int refs;  /* atomic: the thread and the waiter */
 };
 
 static void locker_unref(struct locker *lk)
@@ -1388,8 +1403,9 @@ static void *locker_main(void *arg)
 	while ((rc = flock(lk->fd, LOCK_EX)) < 0 && errno == EINTR)
 		;
 	lk->err = rc < 0 ? errno : 0;
-	got = __atomic_compare_exchange_n(&lk->state, &expected, rc < 0 ? LOCKER_FAILED : LOCKER_GOT,
-					  0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	got =
+	    __atomic_compare_exchange_n(&lk->state, &expected, rc < 0 ? LOCKER_FAILED : LOCKER_GOT,
+	                                0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	if (got) {
 		if (write(lk->efd, &one, sizeof one) < 0)
 			lk->err = errno;
@@ -1418,7 +1434,8 @@ static int lock_holder_pid(dev_t dev, ino_t ino)
 
 		if (strstr(line, "->")) /* a waiter, not a holder */
 			continue;
-		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &p, &maj, &min, &i) == 5 &&
+		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &p, &maj, &min, &i) ==
+		        5 &&
 		    !strcmp(kind, "FLOCK") && i == (unsigned long long)ino && maj == major(dev) &&
 		    min == minor(dev))
 			pid = p;
@@ -1456,8 +1473,8 @@ static int proc_stat(int pid, char *state, unsigned long long *cpu)
 		return -1;
 	buf[n] = '\0';
 	p = strrchr(buf, ')'); /* the command may hold anything, ')' too */
-	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state,
-			 &ut, &st) != 3)
+	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state, &ut,
+	                 &st) != 3)
 		return -1;
 	*cpu = ut + st;
 	return 0;
@@ -1525,7 +1542,7 @@ static const char *holder_check(struct lock_holder *h, dev_t dev, ino_t ino, int
 	}
 	if (h->stopped_ms && now - h->stopped_ms >= LOCK_STUCK_MS)
 		return gone ? "has ended, and another process holds the lock through its descriptor"
-			    : "is stopped";
+		            : "is stopped";
 	if (now - h->active_ms >= LOCK_IDLE_MS)
 		return "sleeps without using the CPU";
 	if (now - h->since_ms >= LOCK_HOLD_MAX_MS)
@@ -1545,12 +1562,12 @@ static void registry_unlock(struct registry *reg)
 
 /* Wait for the registry lock without a thread (none could be made). */
 static enum gm_err lock_blocking(struct registry *reg, const struct waiting *w,
-				 const struct acquire_opts *opts, char *err, size_t len)
+                                 const struct acquire_opts *opts, char *err, size_t len)
 {
 	while (flock(reg->lock_fd, LOCK_EX) < 0) {
 		if (errno != EINTR)
 			return gm_fail(GM_ERR_STATE, err, len, "cannot lock the registry '%s': %s",
-				       reg->dir, strerror(errno));
+			               reg->dir, strerror(errno));
 		if (cancelled(w, opts))
 			return gm_fail(GM_ERR_INTERRUPTED, err, len, "interrupted");
 	}
@@ -1566,7 +1583,7 @@ static enum gm_err lock_blocking(struct registry *reg, const struct waiting *w,
  * GM_ERR_INTERRUPTED, GM_ERR_STATE, GM_ERR_NOMEM.
  */
 static enum gm_err registry_lock(struct registry *reg, int64_t deadline, const struct waiting *w,
-				 const struct acquire_opts *opts, char *err, size_t len)
+                                 const struct acquire_opts *opts, char *err, size_t len)
 {
 	struct lock_holder h;
 	struct locker *lk;
@@ -1584,8 +1601,8 @@ static enum gm_err registry_lock(struct registry *reg, int64_t deadline, const s
 		return GM_OK;
 	}
 	if (errno != EWOULDBLOCK && errno != EINTR)
-		return gm_fail(GM_ERR_STATE, err, len, "cannot lock the registry '%s': %s", reg->dir,
-			       strerror(errno));
+		return gm_fail(GM_ERR_STATE, err, len, "cannot lock the registry '%s': %s",
+		               reg->dir, strerror(errno));
 	memset(&h, 0, sizeof h);
 	lk = calloc(1, sizeof *lk);
 	if (!lk)
@@ -1610,7 +1627,7 @@ static enum gm_err registry_lock(struct registry *reg, int64_t deadline, const s
 	if (perr)
 		goto no_thread;
 	for (;;) {
-		struct pollfd pfd[2] = { { lk->efd, POLLIN, 0 }, { w->cancel_fd, POLLIN, 0 } };
+		struct pollfd pfd[2] = {{lk->efd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
 		int64_t now = monotonic_ms(), until = now + LOCK_CHECK_MS;
 
 		if (now - start < LOCK_QUIET_MS)
@@ -1628,40 +1645,41 @@ static enum gm_err registry_lock(struct registry *reg, int64_t deadline, const s
 		if (now - start >= LOCK_QUIET_MS)
 			stuck = holder_check(&h, st.st_dev, st.st_ino, now);
 		if (stuck) {
-			rc = gm_fail(GM_ERR_TIMEOUT, err, len,
-				     "the registry lock ('%s') is held by %s, which %s; not waiting "
-				     "for it (every gpuman of every user waits on it: ask its owner "
-				     "or an admin to end it)",
-				     reg->dir, h.who, stuck);
+			rc =
+			    gm_fail(GM_ERR_TIMEOUT, err, len,
+			            "the registry lock ('%s') is held by %s, which %s; not waiting "
+			            "for it (every gpuman of every user waits on it: ask its owner "
+			            "or an admin to end it)",
+			            reg->dir, h.who, stuck);
 			break;
 		}
 		if (deadline >= 0 && now >= deadline) {
-			rc = gm_fail(GM_ERR_TIMEOUT, err, len,
-				     "no GPU met the request within the wait: the registry lock ('%s') "
-				     "was held by %s",
-				     reg->dir, h.pid ? h.who : "another process");
+			rc = gm_fail(
+			    GM_ERR_TIMEOUT, err, len,
+			    "no GPU met the request within the wait: the registry lock ('%s') "
+			    "was held by %s",
+			    reg->dir, h.pid ? h.who : "another process");
 			break;
 		}
 		if (h.pid && !h.reported && now - h.since_ms >= LOCK_REPORT_MS) {
 			char msg[PATH_MAX + sizeof h.who + 64];
 
 			h.reported = 1;
-			snprintf(msg, sizeof msg, "the registry lock ('%s') is held by %s", reg->dir,
-				 h.who);
+			snprintf(msg, sizeof msg, "the registry lock ('%s') is held by %s",
+			         reg->dir, h.who);
 			if (opts && opts->on_lock_wait)
 				opts->on_lock_wait(opts->on_wait_data, msg);
 		}
 	}
-	if (rc != GM_OK &&
-	    __atomic_compare_exchange_n(&lk->state, &expected, LOCKER_ABANDONED, 0, __ATOMIC_ACQ_REL,
-					__ATOMIC_ACQUIRE)) {
+	if (rc != GM_OK && __atomic_compare_exchange_n(&lk->state, &expected, LOCKER_ABANDONED, 0,
+	                                               __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		locker_unref(lk); /* the thread closes its descriptor */
 		return rc;
 	}
 	/* The thread is done: got it (even as we were giving up), or failed. */
 	if (__atomic_load_n(&lk->state, __ATOMIC_ACQUIRE) == LOCKER_FAILED) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "cannot lock the registry '%s': %s", reg->dir,
-			     strerror(lk->err));
+		             strerror(lk->err));
 		close(lk->fd);
 	} else if (rc == GM_ERR_INTERRUPTED) {
 		close(lk->fd);
@@ -1681,19 +1699,19 @@ no_thread:
 }
 
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
-			     const struct gm_request *req, const struct acquire_opts *opts,
-			     struct gm_lease **out, char **explain, char *err, size_t len)
+                             const struct gm_request *req, const struct acquire_opts *opts,
+                             struct gm_lease **out, char **explain, char *err, size_t len)
 {
 	struct attempt a;
 	char ticket[128] = "";
-	struct waiting w = { ctx->cancel_fd, reg, ticket, { 0 }, -1, 0 };
+	struct waiting w = {ctx->cancel_fd, reg, ticket, {0}, -1, 0};
 	int ticket_fd = -1, locked = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
 
 	if (reg->broker)
 		return broker_acquire(reg->broker, &reg->place, ctx, req, opts, out, explain, err,
-				      len);
+		                      len);
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
@@ -1705,7 +1723,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		locked = 1;
 		attempt_release(&a);
 		rc = attempt_run(reg, ctx, opts && !ticket[0] ? opts->snapshot : NULL, req,
-				 ticket[0] ? ticket : NULL, &a, err, len);
+		                 ticket[0] ? ticket : NULL, &a, err, len);
 		if (rc != GM_OK)
 			goto done;
 		if (a.res.outcome == POLICY_OK) {
@@ -1715,16 +1733,17 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		if (a.res.outcome == POLICY_NEVER || !req->has_wait) {
 			rc = a.res.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
 			gm_fail(rc, err, len, "%s",
-				rc == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
-						   : "no GPU meets the request now");
+			        rc == GM_ERR_NEVER
+			            ? "no GPU of this machine can ever meet the request"
+			            : "no GPU meets the request now");
 			if (explain)
 				*explain = pick_explain(a.snap, &a.res, req->count);
 			goto done;
 		}
 		if (!ticket[0]) {
 			/* Queue: the ticket's name fixes our place in line. */
-			rc = write_ticket(reg, &a, req, opts, ticket, sizeof ticket, &ticket_fd, err,
-					  len);
+			rc = write_ticket(reg, &a, req, opts, ticket, sizeof ticket, &ticket_fd,
+			                  err, len);
 			if (rc != GM_OK)
 				goto done;
 			ahead_refresh(&w);
@@ -1781,15 +1800,15 @@ int registry_wake_fd(const struct registry *reg)
 /* ---- the public lease API ----------------------------------------------- */
 
 GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
-			   const struct gm_request *req, unsigned **indices, size_t *count,
-			   char **explain)
+                           const struct gm_request *req, unsigned **indices, size_t *count,
+                           char **explain)
 {
 	return registry_pick(ctx, snap, req, indices, count, NULL, explain);
 }
 
 enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
-			  const struct gm_request *req, unsigned **indices, size_t *count,
-			  long *mig_pos, char **explain)
+                          const struct gm_request *req, unsigned **indices, size_t *count,
+                          long *mig_pos, char **explain)
 {
 	struct registry *reg = NULL;
 	struct attempt a;
@@ -1833,8 +1852,8 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 		goto done;
 	}
 	for (size_t i = 0; i < a.res.count; i++)
-		(*indices)[i] = a.res.mig ? snap->migs[a.res.chosen[i]].gpu
-					  : snap->gpus[a.res.chosen[i]].index;
+		(*indices)[i] =
+		    a.res.mig ? snap->migs[a.res.chosen[i]].gpu : snap->gpus[a.res.chosen[i]].index;
 	*count = a.res.count;
 	if (mig_pos)
 		*mig_pos = a.res.mig && a.res.count ? (long)a.res.chosen[0] : -1;
@@ -1845,7 +1864,7 @@ done:
 }
 
 GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
-			      struct gm_lease **out, char *errbuf, size_t errlen)
+                              struct gm_lease **out, char *errbuf, size_t errlen)
 {
 	struct registry *reg;
 	char *explain = NULL;
@@ -1909,8 +1928,14 @@ void lease_detach(struct gm_lease *lease)
 	lease_free_fields(lease);
 }
 
-GM_API const char *gm_lease_id(const struct gm_lease *l) { return l->id; }
-GM_API size_t gm_lease_gpu_count(const struct gm_lease *l) { return l->gpu_count; }
+GM_API const char *gm_lease_id(const struct gm_lease *l)
+{
+	return l->id;
+}
+GM_API size_t gm_lease_gpu_count(const struct gm_lease *l)
+{
+	return l->gpu_count;
+}
 GM_API unsigned gm_lease_gpu_index(const struct gm_lease *l, size_t i)
 {
 	return i < l->gpu_count ? l->indices[i] : 0;
@@ -1919,7 +1944,19 @@ GM_API const char *gm_lease_gpu_uuid(const struct gm_lease *l, size_t i)
 {
 	return i < l->gpu_count ? l->uuids[i] : "";
 }
-GM_API const char *gm_lease_cuda_visible(const struct gm_lease *l) { return l->cuda_visible; }
-GM_API const char *gm_lease_indices(const struct gm_lease *l) { return l->indices_text; }
-GM_API double gm_lease_mem_fraction(const struct gm_lease *l) { return l->mem_fraction; }
-GM_API int gm_lease_fd(const struct gm_lease *l) { return l->fd; }
+GM_API const char *gm_lease_cuda_visible(const struct gm_lease *l)
+{
+	return l->cuda_visible;
+}
+GM_API const char *gm_lease_indices(const struct gm_lease *l)
+{
+	return l->indices_text;
+}
+GM_API double gm_lease_mem_fraction(const struct gm_lease *l)
+{
+	return l->mem_fraction;
+}
+GM_API int gm_lease_fd(const struct gm_lease *l)
+{
+	return l->fd;
+}

@@ -52,20 +52,19 @@
 
 struct registry {
 	char dir[PATH_MAX];
-	int lock_fd;    /* the directory, read-only: the registry lock */
-	int held_fd;    /* the descriptor holding the lock now, or -1 */
+	int lock_fd;       /* the directory, read-only: the registry lock */
+	int held_fd;       /* the descriptor holding the lock now, or -1 */
 	struct config cfg; /* the admin's gpuman.conf, read at open: its caps bind every grant */
-	char *broker;   /* non-NULL: leases go through the broker at this
-			 * socket (broker.h) and dir is not used */
-	struct broker_place *place;  /* a kept place in its line, or NULL */
+	char *broker;      /* non-NULL: leases go through the broker at this
+	                    * socket (broker.h) and dir is not used */
+	struct broker_place *place; /* a kept place in its line, or NULL */
 };
 
 /* With a lease broker (broker_wanted()), only remember its socket: reading
- * and acquiring then go through it.  Otherwise resolve, create if needed and check the state directory: refused if it is
- * a symlink, not a directory, owned by another non-root user, or writable by
- * others without the sticky bit.  GM_ERR_STATE says what to do.  Also reads
- * the admin's gpuman.conf (config.h); one that does not parse fails the
- * open, naming the file and line. */
+ * and acquiring then go through it.  Otherwise resolve, create if needed and check the state
+ * directory: refused if it is a symlink, not a directory, owned by another non-root user, or
+ * writable by others without the sticky bit.  GM_ERR_STATE says what to do.  Also reads the admin's
+ * gpuman.conf (config.h); one that does not parse fails the open, naming the file and line. */
 enum gm_err registry_open(struct registry **out, char *errbuf, size_t errlen);
 void registry_close(struct registry *reg);
 
@@ -74,8 +73,8 @@ struct lease_info {
 	char id[64];
 	unsigned uid;
 	char user[33];
-	int pid;            /* the holder (gpuman run, or the API caller) */
-	int job_pid;        /* the job whose processes use the GPUs */
+	int pid;     /* the holder (gpuman run, or the API caller) */
+	int job_pid; /* the job whose processes use the GPUs */
 	char command[256];
 	int64_t start_ms;
 	int exclusive;
@@ -92,34 +91,37 @@ struct lease_info {
 
 /* A live waiting request. */
 struct waiter_info {
-	char name[128];     /* file name; sorts in arrival order */
+	char name[128]; /* file name; sorts in arrival order */
 	unsigned uid;
 	char user[33];
 	int pid;
 	char command[256];
 	int64_t since_ms;
-	char summary[128];  /* "2 GPUs exclusive", "1 GPU, 8 GiB share" */
-	char limit[200];    /* why its user's max_gpus keeps it waiting now; "" if not */
-	size_t cand_count;  /* GPUs it may be placed on (UUIDs) */
+	char summary[128]; /* "2 GPUs exclusive", "1 GPU, 8 GiB share" */
+	char limit[200];   /* why its user's max_gpus keeps it waiting now; "" if not */
+	size_t cand_count; /* GPUs it may be placed on (UUIDs) */
 	char (*cand)[96];
 };
 
 struct registry_view {
 	struct lease_info *leases;
 	size_t lease_count;
-	struct waiter_info *waiters;  /* in arrival order */
+	struct waiter_info *waiters; /* in arrival order */
 	size_t waiter_count;
 };
-#define REGISTRY_VIEW_INIT { NULL, 0, NULL, 0 }
+#define REGISTRY_VIEW_INIT                                                                         \
+	{                                                                                          \
+		NULL, 0, NULL, 0                                                                   \
+	}
 
 /* Read the live leases and waiters; dead files are skipped and removed
  * where permitted.  Needs no lock. */
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,
-			  size_t errlen);
+                          size_t errlen);
 void registry_view_release(struct registry_view *view);
 
 struct acquire_opts {
-	const char *command;    /* shown in status; default: this process's */
+	const char *command; /* shown in status; default: this process's */
 	/*
 	 * Optional: called under the registry lock once GPUs are chosen and
 	 * before the lease is published, to start the job (gpuman run forks a
@@ -127,7 +129,7 @@ struct acquire_opts {
 	 * with a message, which fails the acquisition.
 	 */
 	int (*spawn)(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
-		     size_t errlen);
+	             size_t errlen);
 	void *spawn_data;
 	/* Set by a signal handler to stop waiting (GM_ERR_INTERRUPTED). */
 	volatile sig_atomic_t *interrupted;
@@ -167,12 +169,12 @@ struct acquire_opts {
  * position in snap->migs (-1 for a whole-GPU request).  mig_pos may be NULL.
  */
 enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
-			  const struct gm_request *req, unsigned **indices, size_t *count,
-			  long *mig_pos, char **explain);
+                          const struct gm_request *req, unsigned **indices, size_t *count,
+                          long *mig_pos, char **explain);
 
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
-			     const struct gm_request *req, const struct acquire_opts *opts,
-			     struct gm_lease **out, char **explain, char *errbuf, size_t errlen);
+                             const struct gm_request *req, const struct acquire_opts *opts,
+                             struct gm_lease **out, char **explain, char *errbuf, size_t errlen);
 
 /* Readable when the place that acquire_opts.keep_place kept may have been
  * served: time to call registry_acquire() again.  -1 when there is none. */

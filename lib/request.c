@@ -35,7 +35,7 @@ GM_API void gm_request_free(struct gm_request *req)
 /* Parse into a temporary and swap on success, so a bad value leaves the
  * request as it was. */
 GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const char *value,
-				  char *errbuf, size_t errlen)
+                                  char *errbuf, size_t errlen)
 {
 	char why[256] = "";
 	const char *v = value ? value : "";
@@ -48,8 +48,9 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 
 		rc = parse_count(v, &count, why, sizeof why);
 		if (rc == 0 && count > 1 && req->mig[0]) {
-			snprintf(why, sizeof why, "--mig takes one slice per job: CUDA uses one MIG "
-						  "device per process");
+			snprintf(why, sizeof why,
+			         "--mig takes one slice per job: CUDA uses one MIG "
+			         "device per process");
 			rc = -1;
 		}
 		if (rc == 0)
@@ -58,8 +59,10 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 		int by = policy_from_name(v);
 
 		if (by < 0) {
-			snprintf(why, sizeof why,
-				 "unknown policy '%s' (use memory, memory-rate, power, util or index)", v);
+			snprintf(
+			    why, sizeof why,
+			    "unknown policy '%s' (use memory, memory-rate, power, util or index)",
+			    v);
 			rc = -1;
 		} else {
 			req->by = (enum gm_policy)by;
@@ -100,7 +103,8 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 			rc = -1;
 		}
 		if (rc == 0 && (size.is_pct ? size.pct == 0 : size.mib == 0)) {
-			snprintf(why, sizeof why, "a share of nothing reserves nothing (use --exclusive)");
+			snprintf(why, sizeof why,
+			         "a share of nothing reserves nothing (use --exclusive)");
 			rc = -1;
 		}
 		if (rc == 0) {
@@ -111,14 +115,16 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 		size_t len = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789.+");
 
 		if (!*v || v[len] || len >= sizeof req->mig) {
-			snprintf(why, sizeof why, "not a MIG profile (e.g. 1g.10gb, 3g.40gb, or any)");
+			snprintf(why, sizeof why,
+			         "not a MIG profile (e.g. 1g.10gb, 3g.40gb, or any)");
 			rc = -1;
 		} else if (req->share) {
 			snprintf(why, sizeof why, "a slice is never shared (drop --mem)");
 			rc = -1;
 		} else if (req->count > 1) {
-			snprintf(why, sizeof why, "one slice per job: CUDA uses one MIG device "
-						  "per process (drop -n)");
+			snprintf(why, sizeof why,
+			         "one slice per job: CUDA uses one MIG device "
+			         "per process (drop -n)");
 			rc = -1;
 		} else {
 			strcpy(req->mig, v);
@@ -139,7 +145,7 @@ GM_API enum gm_err gm_request_set(struct gm_request *req, const char *key, const
 	}
 	if (rc < 0)
 		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "%s%s '%s': %s", key[1] ? "--" : "-",
-			       key, v, why);
+		               key, v, why);
 	return GM_OK;
 }
 
@@ -193,8 +199,14 @@ static void size_text(char *buf, size_t len, const struct gm_size *size)
 /* A DURATION that parse_duration_ms reads back: "1h30m", "90s"... "1500ms". */
 static void duration_text(char *buf, size_t len, int64_t ms)
 {
-	static const struct { int64_t ms; char unit; } units[] = {
-		{ 86400000, 'd' }, { 3600000, 'h' }, { 60000, 'm' }, { 1000, 's' },
+	static const struct {
+		int64_t ms;
+		char unit;
+	} units[] = {
+	    {86400000, 'd'},
+	    {3600000, 'h'},
+	    {60000, 'm'},
+	    {1000, 's'},
 	};
 	size_t used = 0;
 
@@ -206,7 +218,7 @@ static void duration_text(char *buf, size_t len, int64_t ms)
 	for (size_t i = 0; i < ARRAY_SIZE(units) && used < len; i++)
 		if (ms >= units[i].ms) {
 			used += (size_t)snprintf(buf + used, len - used, "%" PRId64 "%c",
-						 ms / units[i].ms, units[i].unit);
+			                         ms / units[i].ms, units[i].unit);
 			ms %= units[i].ms;
 		}
 }
@@ -258,7 +270,7 @@ static void list_text(struct text *t, const char *opt, const struct gpu_list *li
 
 GM_API char *gm_request_text(const struct gm_request *req)
 {
-	struct text t = { NULL, 0, 0, 0 };
+	struct text t = {NULL, 0, 0, 0};
 	char value[64];
 
 	if (!req)
@@ -292,7 +304,8 @@ GM_API char *gm_request_text(const struct gm_request *req)
 	if (req->has_wait) {
 		/* optional argument: only --wait=VALUE parses as one */
 		duration_text(value, sizeof value, req->wait_ms);
-		text_add(&t, "--wait", req->wait_ms >= 0 ? "=" : "", req->wait_ms >= 0 ? value : "");
+		text_add(&t, "--wait", req->wait_ms >= 0 ? "=" : "",
+		         req->wait_ms >= 0 ? value : "");
 	}
 	if (t.failed) {
 		free(t.buf);

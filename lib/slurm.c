@@ -94,7 +94,7 @@ static int capture(const char *const *argv, char *out, size_t len, int timeout_m
 	posix_spawn_file_actions_destroy(&fa);
 	close(p[1]);
 	for (;;) {
-		struct pollfd pfd = { p[0], POLLIN, 0 };
+		struct pollfd pfd = {p[0], POLLIN, 0};
 		int wait_ms = timeout_ms ? (int)(end - mono_ms()) : -1;
 		char buf[4096];
 		ssize_t got;
@@ -144,10 +144,10 @@ static const char *slurm_error_line(const char *text, char *buf, size_t len)
 
 int slurm_preflight(char *err, size_t len)
 {
-	static const char *const cmds[] = { "salloc", "srun", "scancel", "squeue", "scontrol",
-					    "sinfo" };
+	static const char *const cmds[] = {"salloc", "srun",     "scancel",
+	                                   "squeue", "scontrol", "sinfo"};
 	char out[4096], line[512];
-	const char *argv[] = { "sinfo", "-h", "-o", "%P", NULL };
+	const char *argv[] = {"sinfo", "-h", "-o", "%P", NULL};
 	int st;
 
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
@@ -190,7 +190,7 @@ static void parse_job_gres(const char *s, struct slurm_alloc *a)
 		colon = strchr(item, ':');
 		if (a->type_count < SLURM_MAX_TYPES && count) {
 			snprintf(a->types[a->type_count].name, sizeof a->types[0].name, "%s",
-				 colon ? colon + 1 : "");
+			         colon ? colon + 1 : "");
 			a->types[a->type_count++].count = count;
 		}
 		a->gpus += count;
@@ -237,7 +237,7 @@ unsigned slurm_gres_per_node(const char *gres)
 static int describe(struct slurm_alloc *a, char *err, size_t len)
 {
 	char out[16384], line[512], *p;
-	const char *argv[] = { "scontrol", "show", "job", "-d", "-o", a->job_id, NULL };
+	const char *argv[] = {"scontrol", "show", "job", "-d", "-o", a->job_id, NULL};
 	int st = capture(argv, out, sizeof out, 30000);
 
 	if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -264,7 +264,7 @@ static int describe(struct slurm_alloc *a, char *err, size_t len)
 		a->nodes = (unsigned)strtoul(p + 10, NULL, 10);
 	if ((p = strstr(out, " NodeList=")))
 		snprintf(a->node_list, sizeof a->node_list, "%.*s", (int)strcspn(p + 10, " \n"),
-			 p + 10);
+		         p + 10);
 	if (!a->gpus) {
 		say(err, len,
 		    "Slurm job %s has no GPUs (ask for them: --gres=gpu:N per node, e.g. "
@@ -286,26 +286,30 @@ int slurm_adopt(const char *job_id, struct slurm_alloc *a, char *err, size_t len
 static void explain_refusal(const char *out, char *err, size_t len)
 {
 	char line[512], gres[512] = "?";
-	const char *argv[] = { "sinfo", "-h", "-o", "%P %D %G %f", NULL };
+	const char *argv[] = {"sinfo", "-h", "-o", "%P %D %G %f", NULL};
 
 	slurm_error_line(out, line, sizeof line);
 	if (strcasestr(out, "invalid partition")) {
 		capture(argv, gres, sizeof gres, 15000);
-		say(err, len, "Slurm: no such partition (%s); partitions, nodes, GRES and features "
-			      "here:\n%s", line, gres);
+		say(err, len,
+		    "Slurm: no such partition (%s); partitions, nodes, GRES and features "
+		    "here:\n%s",
+		    line, gres);
 	} else if (strcasestr(out, "node configuration is not available") ||
-		   strcasestr(out, "Invalid generic resource") || strcasestr(out, "gres")) {
+	           strcasestr(out, "Invalid generic resource") || strcasestr(out, "gres")) {
 		capture(argv, gres, sizeof gres, 15000);
 		say(err, len,
 		    "Slurm: no node can ever give what was asked (%s): check the --gres type and "
 		    "count per node, -N and --constraint against what the partitions have:\n%s",
 		    line, gres);
 	} else if (strcasestr(out, "account")) {
-		say(err, len, "Slurm refused the account (%s): see 'sacctmgr show assoc user=$USER'",
-		    line);
+		say(err, len,
+		    "Slurm refused the account (%s): see 'sacctmgr show assoc user=$USER'", line);
 	} else if (strcasestr(out, "time limit")) {
-		say(err, len, "Slurm refused the time limit (%s): the partition allows less (sinfo "
-			      "-o '%%P %%l')", line);
+		say(err, len,
+		    "Slurm refused the time limit (%s): the partition allows less (sinfo "
+		    "-o '%%P %%l')",
+		    line);
 	} else if (strcasestr(out, "Unable to contact")) {
 		say(err, len, "the Slurm controller does not answer (%s)", line);
 	} else {
@@ -345,8 +349,8 @@ int slurm_allocate(const char *const *args, struct slurm_alloc *a, char *err, si
 }
 
 pid_t slurm_step_spawn(const struct slurm_alloc *a, const char *type, unsigned gpus,
-		       const char *name, const char *const *extra, const char *const *cmd,
-		       int out_fd)
+                       const char *name, const char *const *extra, const char *const *cmd,
+                       int out_fd)
 {
 	char jobid[48], gres[64], jname[96];
 	const char *argv[128];
@@ -405,15 +409,15 @@ void slurm_step_cause(const char *text, char *buf, size_t len, int *requeueable)
 		const char *says, *means;
 		int requeue;
 	} causes[] = {
-		{ "DUE TO TIME LIMIT", "killed by Slurm: time limit", 0 },
-		{ "DUE TO NODE FAILURE", "killed by Slurm: node failure", 1 },
-		{ "DUE TO PREEMPTION", "killed by Slurm: preempted", 1 },
-		{ "DUE TO JOB REQUEUE", "killed by Slurm: job requeued", 1 },
-		{ "Node failure", "killed by Slurm: node failure", 1 },
-		{ "CANCELLED AT", "cancelled in Slurm (scancel)", 0 },
-		{ "Exceeded job memory limit", "killed by Slurm: memory limit", 0 },
-		{ "oom-kill", "killed by the kernel: host memory (oom-kill)", 0 },
-		{ "Unable to create step", "Slurm refused the step (its log says why)", 0 },
+	    {"DUE TO TIME LIMIT", "killed by Slurm: time limit", 0},
+	    {"DUE TO NODE FAILURE", "killed by Slurm: node failure", 1},
+	    {"DUE TO PREEMPTION", "killed by Slurm: preempted", 1},
+	    {"DUE TO JOB REQUEUE", "killed by Slurm: job requeued", 1},
+	    {"Node failure", "killed by Slurm: node failure", 1},
+	    {"CANCELLED AT", "cancelled in Slurm (scancel)", 0},
+	    {"Exceeded job memory limit", "killed by Slurm: memory limit", 0},
+	    {"oom-kill", "killed by the kernel: host memory (oom-kill)", 0},
+	    {"Unable to create step", "Slurm refused the step (its log says why)", 0},
 	};
 
 	buf[0] = '\0';
@@ -429,7 +433,7 @@ void slurm_step_cause(const char *text, char *buf, size_t len, int *requeueable)
 int slurm_job_alive(const struct slurm_alloc *a, char *buf, size_t len)
 {
 	char out[1024], *reason;
-	const char *argv[] = { "squeue", "-h", "-t", "all", "-j", a->job_id, "-o", "%T %r", NULL };
+	const char *argv[] = {"squeue", "-h", "-t", "all", "-j", a->job_id, "-o", "%T %r", NULL};
 	int st = capture(argv, out, sizeof out, 15000);
 
 	buf[0] = '\0';
@@ -449,7 +453,7 @@ int slurm_job_alive(const struct slurm_alloc *a, char *buf, size_t len)
 void slurm_release(struct slurm_alloc *a)
 {
 	char out[1024];
-	const char *argv[] = { "scancel", a->job_id, NULL };
+	const char *argv[] = {"scancel", a->job_id, NULL};
 
 	if (a->own && a->job_id[0])
 		capture(argv, out, sizeof out, 30000);

@@ -33,16 +33,19 @@ struct slurm_gpu_type {
 
 struct slurm_alloc {
 	char job_id[32];
-	int own;                  /* made by slurm_allocate: cancelled by slurm_release */
+	int own; /* made by slurm_allocate: cancelled by slurm_release */
 	unsigned nodes;
-	char node_list[256];      /* "n[1-2]" */
-	size_t type_count;        /* the pools steps are started from: one per GPU type
-				     the job asked for, or one untyped pool */
+	char node_list[256]; /* "n[1-2]" */
+	size_t type_count;   /* the pools steps are started from: one per GPU type
+	                        the job asked for, or one untyped pool */
 	struct slurm_gpu_type types[SLURM_MAX_TYPES];
-	unsigned gpus;            /* in the whole allocation */
-	char gres[128];           /* what the job holds, for people: "gpu:a100:4,gpu:t4:4" */
+	unsigned gpus;  /* in the whole allocation */
+	char gres[128]; /* what the job holds, for people: "gpu:a100:4,gpu:t4:4" */
 };
-#define SLURM_ALLOC_INIT { "", 0, 0, "", 0, { { "", 0 } }, 0, "" }
+#define SLURM_ALLOC_INIT                                                                           \
+	{                                                                                          \
+		"", 0, 0, "", 0, {{"", 0}}, 0, ""                                                  \
+	}
 
 /* Slurm's commands are on PATH and the controller answers (sinfo).  -1
  * with the reason and what to do. */
@@ -50,8 +53,8 @@ int slurm_preflight(char *err, size_t len);
 
 /*
  * Make an allocation: salloc --no-shell ARGS...  (NULL-terminated; gpuman
- * adds --no-shell and a job name).  Waits while it is pending.  SIGINT should be blocked by the caller: salloc, in our
- * process group, gets Ctrl-C and withdraws the request.  -1 with Slurm's
+ * adds --no-shell and a job name).  Waits while it is pending.  SIGINT should be blocked by the
+ * caller: salloc, in our process group, gets Ctrl-C and withdraws the request.  -1 with Slurm's
  * reason (bad partition, unknown GRES type, ...) in words.
  */
 int slurm_allocate(const char *const *args, struct slurm_alloc *a, char *err, size_t len);
@@ -66,8 +69,8 @@ int slurm_adopt(const char *job_id, struct slurm_alloc *a, char *err, size_t len
  * Returns the srun pid, -1 with errno.
  */
 pid_t slurm_step_spawn(const struct slurm_alloc *a, const char *type, unsigned gpus,
-		       const char *name, const char *const *extra, const char *const *cmd,
-		       int out_fd);
+                       const char *name, const char *const *extra, const char *const *cmd,
+                       int out_fd);
 
 /*
  * Why Slurm ended a step or job, from srun's messages in its output

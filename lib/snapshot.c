@@ -77,14 +77,14 @@ static int proc_cmp(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out,
-				    char *errbuf, size_t errlen)
+GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out, char *errbuf,
+                                    size_t errlen)
 {
 	return snapshot_take(ctx, 0, 1, out, errbuf, errlen);
 }
 
 enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
-			  struct gm_snapshot **out, char *errbuf, size_t errlen)
+                          struct gm_snapshot **out, char *errbuf, size_t errlen)
 {
 	struct gm_snapshot *snap;
 	enum gm_err err;
@@ -158,10 +158,14 @@ GM_API const struct gm_gpu *gm_snapshot_find(const struct gm_snapshot *snap, con
 const char *gpu_state_name(enum gm_gpu_state state)
 {
 	switch (state) {
-	case GM_GPU_OK: return "ok";
-	case GM_GPU_LOST: return "lost";
-	case GM_GPU_NO_PERMISSION: return "no_permission";
-	case GM_GPU_ERROR: return "error";
+	case GM_GPU_OK:
+		return "ok";
+	case GM_GPU_LOST:
+		return "lost";
+	case GM_GPU_NO_PERMISSION:
+		return "no_permission";
+	case GM_GPU_ERROR:
+		return "error";
 	}
 	return "error";
 }
@@ -169,10 +173,14 @@ const char *gpu_state_name(enum gm_gpu_state state)
 const char *compute_mode_name(int mode)
 {
 	switch (mode) {
-	case GM_COMPUTE_DEFAULT: return "default";
-	case GM_COMPUTE_EXCLUSIVE_THREAD: return "exclusive_thread";
-	case GM_COMPUTE_PROHIBITED: return "prohibited";
-	case GM_COMPUTE_EXCLUSIVE_PROCESS: return "exclusive_process";
+	case GM_COMPUTE_DEFAULT:
+		return "default";
+	case GM_COMPUTE_EXCLUSIVE_THREAD:
+		return "exclusive_thread";
+	case GM_COMPUTE_PROHIBITED:
+		return "prohibited";
+	case GM_COMPUTE_EXCLUSIVE_PROCESS:
+		return "exclusive_process";
 	}
 	return "unknown";
 }
@@ -223,11 +231,11 @@ static const struct {
 	const char *now, *max;
 	unsigned has, has_max;
 } clock_keys[GM_CLOCK_COUNT] = {
-	[GM_CLOCK_SM] = { "clock_sm_mhz", "max_clock_sm_mhz", GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM },
-	[GM_CLOCK_MEM] = { "clock_memory_mhz", "max_clock_memory_mhz", GM_HAS_CLOCK_MEM,
-			   GM_HAS_MAX_CLOCK_MEM },
-	[GM_CLOCK_GRAPHICS] = { "clock_graphics_mhz", "max_clock_graphics_mhz", GM_HAS_CLOCK_GRAPHICS,
-				GM_HAS_MAX_CLOCK_GRAPHICS },
+    [GM_CLOCK_SM] = {"clock_sm_mhz", "max_clock_sm_mhz", GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM},
+    [GM_CLOCK_MEM] = {"clock_memory_mhz", "max_clock_memory_mhz", GM_HAS_CLOCK_MEM,
+                      GM_HAS_MAX_CLOCK_MEM},
+    [GM_CLOCK_GRAPHICS] = {"clock_graphics_mhz", "max_clock_graphics_mhz", GM_HAS_CLOCK_GRAPHICS,
+                           GM_HAS_MAX_CLOCK_GRAPHICS},
 };
 
 json_t *snapshot_mig_json(const struct gm_mig *m)
@@ -240,15 +248,15 @@ json_t *snapshot_mig_json(const struct gm_mig *m)
 	json_object_set_new(o, "name", m->name[0] ? json_text(m->name) : json_null());
 	json_object_set_new(o, "profile", m->profile[0] ? json_text(m->profile) : json_null());
 	json_object_set_new(o, "memory_total_mib",
-			    mem ? json_integer((json_int_t)m->mem_total_mib) : json_null());
+	                    mem ? json_integer((json_int_t)m->mem_total_mib) : json_null());
 	json_object_set_new(o, "memory_used_mib",
-			    mem ? json_integer((json_int_t)m->mem_used_mib) : json_null());
+	                    mem ? json_integer((json_int_t)m->mem_used_mib) : json_null());
 	json_object_set_new(o, "memory_free_mib",
-			    mem ? json_integer((json_int_t)m->mem_free_mib) : json_null());
+	                    mem ? json_integer((json_int_t)m->mem_free_mib) : json_null());
 	json_object_set_new(o, "gpu_instance_id",
-			    inst ? json_integer(m->gpu_instance_id) : json_null());
+	                    inst ? json_integer(m->gpu_instance_id) : json_null());
 	json_object_set_new(o, "compute_instance_id",
-			    inst ? json_integer(m->compute_instance_id) : json_null());
+	                    inst ? json_integer(m->compute_instance_id) : json_null());
 	for (size_t k = 0; k < m->pid_count; k++)
 		json_array_append_new(pids, json_integer(m->pids[k]));
 	json_object_set_new(o, "pids", (m->valid & GM_MIG_HAS_PROCESSES) ? pids : json_null());
@@ -269,41 +277,43 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	json_object_set_new(o, "uuid", gpu->uuid[0] ? json_string(gpu->uuid) : json_null());
 	json_object_set_new(o, "name", gpu->name[0] ? json_text(gpu->name) : json_null());
 	json_object_set_new(o, "pci_bus_id",
-			    (gpu->valid & GM_HAS_PCI) ? json_string(gpu->pci_bus_id) : json_null());
+	                    (gpu->valid & GM_HAS_PCI) ? json_string(gpu->pci_bus_id) : json_null());
 	json_object_set_new(o, "state", json_string(gpu_state_name(gpu->state)));
 	json_object_set_new(o, "note", gpu->note[0] ? json_text(gpu->note) : json_null());
 	json_object_set_new(o, "memory_total_mib",
-			    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_total_mib));
+	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_total_mib));
 	json_object_set_new(o, "memory_used_mib",
-			    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_used_mib));
+	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_used_mib));
 	json_object_set_new(o, "memory_free_mib",
-			    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_free_mib));
+	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_free_mib));
 	json_object_set_new(o, "utilization_gpu_pct", opt_int(gpu, GM_HAS_UTIL, gpu->util_gpu_pct));
 	json_object_set_new(o, "utilization_memory_pct",
-			    opt_int(gpu, GM_HAS_UTIL, gpu->util_mem_pct));
-	json_object_set_new(o, "power_draw_w", (gpu->valid & GM_HAS_POWER)
-						       ? json_real(gpu->power_mw / 1000.0)
-						       : json_null());
-	json_object_set_new(o, "power_limit_w", (gpu->valid & GM_HAS_POWER_LIMIT)
-							? json_real(gpu->power_limit_mw / 1000.0)
-							: json_null());
+	                    opt_int(gpu, GM_HAS_UTIL, gpu->util_mem_pct));
+	json_object_set_new(o, "power_draw_w",
+	                    (gpu->valid & GM_HAS_POWER) ? json_real(gpu->power_mw / 1000.0)
+	                                                : json_null());
+	json_object_set_new(o, "power_limit_w",
+	                    (gpu->valid & GM_HAS_POWER_LIMIT)
+	                        ? json_real(gpu->power_limit_mw / 1000.0)
+	                        : json_null());
 	json_object_set_new(o, "temperature_c",
-			    opt_int(gpu, GM_HAS_TEMPERATURE, gpu->temperature_c));
+	                    opt_int(gpu, GM_HAS_TEMPERATURE, gpu->temperature_c));
 	for (int c = 0; c < GM_CLOCK_COUNT; c++) {
 		json_object_set_new(o, clock_keys[c].now,
-				    opt_int(gpu, clock_keys[c].has, gpu->clock_mhz[c]));
+		                    opt_int(gpu, clock_keys[c].has, gpu->clock_mhz[c]));
 		json_object_set_new(o, clock_keys[c].max,
-				    opt_int(gpu, clock_keys[c].has_max, gpu->clock_max_mhz[c]));
+		                    opt_int(gpu, clock_keys[c].has_max, gpu->clock_max_mhz[c]));
 	}
 	snprintf(cc, sizeof cc, "%d.%d", gpu->cc_major, gpu->cc_minor);
 	json_object_set_new(o, "compute_capability",
-			    (gpu->valid & GM_HAS_CC) ? json_string(cc) : json_null());
-	json_object_set_new(o, "compute_mode", (gpu->valid & GM_HAS_COMPUTE_MODE)
-						       ? json_string(compute_mode_name(gpu->compute_mode))
-						       : json_null());
-	json_object_set_new(o, "mig_mode", (gpu->valid & GM_HAS_MIG)
-						   ? json_boolean(gpu->mig_mode == 1)
-						   : json_null());
+	                    (gpu->valid & GM_HAS_CC) ? json_string(cc) : json_null());
+	json_object_set_new(o, "compute_mode",
+	                    (gpu->valid & GM_HAS_COMPUTE_MODE)
+	                        ? json_string(compute_mode_name(gpu->compute_mode))
+	                        : json_null());
+	json_object_set_new(o, "mig_mode",
+	                    (gpu->valid & GM_HAS_MIG) ? json_boolean(gpu->mig_mode == 1)
+	                                              : json_null());
 	migs = json_array();
 	for (size_t i = 0; i < snap->mig_count; i++)
 		if (snap->migs[i].gpu == gpu->index)
@@ -311,7 +321,8 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	json_object_set_new(o, "mig_devices", migs);
 	/* CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID. */
 	json_object_set_new(o, "cuda_index", fastest >= 0 ? json_integer(fastest) : json_null());
-	json_object_set_new(o, "cuda_index_pci_bus_order", pci >= 0 ? json_integer(pci) : json_null());
+	json_object_set_new(o, "cuda_index_pci_bus_order",
+	                    pci >= 0 ? json_integer(pci) : json_null());
 	return o;
 }
 
@@ -321,39 +332,43 @@ json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc 
 	long pos = snapshot_position(snap, proc->gpu);
 	const struct gm_mig *mig = gm_proc_mig(snap, proc);
 	const char *kind = proc->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "compute+graphics"
-			   : proc->kind == GM_PROC_GRAPHICS			? "graphics"
-										: "compute";
+	                   : proc->kind == GM_PROC_GRAPHICS                   ? "graphics"
+	                                                                      : "compute";
 
 	json_object_set_new(o, "pid", json_integer(proc->pid));
 	json_object_set_new(o, "gpu", json_integer(proc->gpu));
 	json_object_set_new(o, "gpu_uuid",
-			    pos >= 0 && snap->gpus[pos].uuid[0] ? json_string(snap->gpus[pos].uuid)
-								: json_null());
-	json_object_set_new(o, "mig_uuid", mig && mig->uuid[0] ? json_string(mig->uuid) : json_null());
+	                    pos >= 0 && snap->gpus[pos].uuid[0] ? json_string(snap->gpus[pos].uuid)
+	                                                        : json_null());
+	json_object_set_new(o, "mig_uuid",
+	                    mig && mig->uuid[0] ? json_string(mig->uuid) : json_null());
 	json_object_set_new(o, "used_mib",
-			    proc->has_mem ? json_integer((json_int_t)proc->used_mib) : json_null());
+	                    proc->has_mem ? json_integer((json_int_t)proc->used_mib) : json_null());
 	json_object_set_new(o, "type", json_string(kind));
 	json_object_set_new(o, "utilization_pct",
-			    proc->has_util ? json_integer(proc->util_pct) : json_null());
+	                    proc->has_util ? json_integer(proc->util_pct) : json_null());
 	json_object_set_new(o, "user", proc->has_user ? json_string(proc->user) : json_null());
 	json_object_set_new(o, "uid", proc->has_user ? json_integer(proc->uid) : json_null());
-	json_object_set_new(o, "command", proc->command[0] ? json_text(proc->command) : json_null());
+	json_object_set_new(o, "command",
+	                    proc->command[0] ? json_text(proc->command) : json_null());
 	return o;
 }
 
 json_t *snapshot_json(const struct gm_snapshot *snap)
 {
-	json_t *o = json_object(), *gpus = json_array(), *procs = json_array(), *notes = json_array();
+	json_t *o = json_object(), *gpus = json_array(), *procs = json_array(),
+	       *notes = json_array();
 	char cuda[16];
 
 	json_object_set_new(o, "schema", json_integer(1));
 	json_object_set_new(o, "taken_ms", json_integer(snap->taken_ms));
 	json_object_set_new(o, "driver_version",
-			    snap->driver_version[0] ? json_string(snap->driver_version) : json_null());
+	                    snap->driver_version[0] ? json_string(snap->driver_version)
+	                                            : json_null());
 	snprintf(cuda, sizeof cuda, "%d.%d", snap->cuda_driver_version / 1000,
-		 snap->cuda_driver_version % 1000 / 10);
+	         snap->cuda_driver_version % 1000 / 10);
 	json_object_set_new(o, "cuda_driver_version",
-			    snap->cuda_driver_version ? json_string(cuda) : json_null());
+	                    snap->cuda_driver_version ? json_string(cuda) : json_null());
 	for (size_t i = 0; i < snap->gpu_count; i++)
 		json_array_append_new(gpus, snapshot_gpu_json(snap, i));
 	for (size_t i = 0; i < snap->proc_count; i++)

@@ -14,7 +14,7 @@
  * that window (nvml_proc_util), with clocks the GPUs' clocks (nvml_clocks).
  * gm_snapshot_take is (ctx, 0, 1, ...); leases and the engine take (0, 0). */
 enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
-			  struct gm_snapshot **out, char *errbuf, size_t errlen);
+                          struct gm_snapshot **out, char *errbuf, size_t errlen);
 
 /* One GPU / one process / the whole snapshot as JSON objects (new refs). */
 json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos);

@@ -50,13 +50,34 @@ GM_API const char *gm_snapshot_note(const struct gm_snapshot *snap, size_t i)
 	return i < snap->note_count ? snap->notes[i] : NULL;
 }
 
-GM_API unsigned gm_gpu_index(const struct gm_gpu *gpu) { return gpu->index; }
-GM_API enum gm_gpu_state gm_gpu_state(const struct gm_gpu *gpu) { return gpu->state; }
-GM_API const char *gm_gpu_note(const struct gm_gpu *gpu) { return gpu->note; }
-GM_API const char *gm_gpu_uuid(const struct gm_gpu *gpu) { return gpu->uuid; }
-GM_API const char *gm_gpu_name(const struct gm_gpu *gpu) { return gpu->name; }
-GM_API const char *gm_gpu_pci_bus_id(const struct gm_gpu *gpu) { return gpu->pci_bus_id; }
-GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu) { return gpu->valid; }
+GM_API unsigned gm_gpu_index(const struct gm_gpu *gpu)
+{
+	return gpu->index;
+}
+GM_API enum gm_gpu_state gm_gpu_state(const struct gm_gpu *gpu)
+{
+	return gpu->state;
+}
+GM_API const char *gm_gpu_note(const struct gm_gpu *gpu)
+{
+	return gpu->note;
+}
+GM_API const char *gm_gpu_uuid(const struct gm_gpu *gpu)
+{
+	return gpu->uuid;
+}
+GM_API const char *gm_gpu_name(const struct gm_gpu *gpu)
+{
+	return gpu->name;
+}
+GM_API const char *gm_gpu_pci_bus_id(const struct gm_gpu *gpu)
+{
+	return gpu->pci_bus_id;
+}
+GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu)
+{
+	return gpu->valid;
+}
 
 GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_t *out)
 {
@@ -64,21 +85,66 @@ GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_
 	int64_t v;
 
 	switch (what) {
-	case GM_GPU_MEM_TOTAL_MIB: need = GM_HAS_MEMORY; v = (int64_t)gpu->mem_total_mib; break;
-	case GM_GPU_MEM_FREE_MIB: need = GM_HAS_MEMORY; v = (int64_t)gpu->mem_free_mib; break;
-	case GM_GPU_MEM_USED_MIB: need = GM_HAS_MEMORY; v = (int64_t)gpu->mem_used_mib; break;
-	case GM_GPU_UTIL_GPU_PCT: need = GM_HAS_UTIL; v = gpu->util_gpu_pct; break;
-	case GM_GPU_UTIL_MEM_PCT: need = GM_HAS_UTIL; v = gpu->util_mem_pct; break;
-	case GM_GPU_POWER_MW: need = GM_HAS_POWER; v = gpu->power_mw; break;
-	case GM_GPU_POWER_LIMIT_MW: need = GM_HAS_POWER_LIMIT; v = gpu->power_limit_mw; break;
-	case GM_GPU_TEMPERATURE_C: need = GM_HAS_TEMPERATURE; v = gpu->temperature_c; break;
-	case GM_GPU_CC_MAJOR: need = GM_HAS_CC; v = gpu->cc_major; break;
-	case GM_GPU_CC_MINOR: need = GM_HAS_CC; v = gpu->cc_minor; break;
-	case GM_GPU_COMPUTE_MODE: need = GM_HAS_COMPUTE_MODE; v = gpu->compute_mode; break;
-	case GM_GPU_MIG_MODE: need = GM_HAS_MIG; v = gpu->mig_mode; break;
-	case GM_GPU_CUDA_RANK: need = GM_HAS_CUDA_RANK; v = (int64_t)gpu->cuda_rank; break;
-	case GM_GPU_CLOCK_SM_MHZ: need = GM_HAS_CLOCK_SM; v = gpu->clock_mhz[GM_CLOCK_SM]; break;
-	case GM_GPU_CLOCK_MEM_MHZ: need = GM_HAS_CLOCK_MEM; v = gpu->clock_mhz[GM_CLOCK_MEM]; break;
+	case GM_GPU_MEM_TOTAL_MIB:
+		need = GM_HAS_MEMORY;
+		v = (int64_t)gpu->mem_total_mib;
+		break;
+	case GM_GPU_MEM_FREE_MIB:
+		need = GM_HAS_MEMORY;
+		v = (int64_t)gpu->mem_free_mib;
+		break;
+	case GM_GPU_MEM_USED_MIB:
+		need = GM_HAS_MEMORY;
+		v = (int64_t)gpu->mem_used_mib;
+		break;
+	case GM_GPU_UTIL_GPU_PCT:
+		need = GM_HAS_UTIL;
+		v = gpu->util_gpu_pct;
+		break;
+	case GM_GPU_UTIL_MEM_PCT:
+		need = GM_HAS_UTIL;
+		v = gpu->util_mem_pct;
+		break;
+	case GM_GPU_POWER_MW:
+		need = GM_HAS_POWER;
+		v = gpu->power_mw;
+		break;
+	case GM_GPU_POWER_LIMIT_MW:
+		need = GM_HAS_POWER_LIMIT;
+		v = gpu->power_limit_mw;
+		break;
+	case GM_GPU_TEMPERATURE_C:
+		need = GM_HAS_TEMPERATURE;
+		v = gpu->temperature_c;
+		break;
+	case GM_GPU_CC_MAJOR:
+		need = GM_HAS_CC;
+		v = gpu->cc_major;
+		break;
+	case GM_GPU_CC_MINOR:
+		need = GM_HAS_CC;
+		v = gpu->cc_minor;
+		break;
+	case GM_GPU_COMPUTE_MODE:
+		need = GM_HAS_COMPUTE_MODE;
+		v = gpu->compute_mode;
+		break;
+	case GM_GPU_MIG_MODE:
+		need = GM_HAS_MIG;
+		v = gpu->mig_mode;
+		break;
+	case GM_GPU_CUDA_RANK:
+		need = GM_HAS_CUDA_RANK;
+		v = (int64_t)gpu->cuda_rank;
+		break;
+	case GM_GPU_CLOCK_SM_MHZ:
+		need = GM_HAS_CLOCK_SM;
+		v = gpu->clock_mhz[GM_CLOCK_SM];
+		break;
+	case GM_GPU_CLOCK_MEM_MHZ:
+		need = GM_HAS_CLOCK_MEM;
+		v = gpu->clock_mhz[GM_CLOCK_MEM];
+		break;
 	case GM_GPU_CLOCK_GRAPHICS_MHZ:
 		need = GM_HAS_CLOCK_GRAPHICS;
 		v = gpu->clock_mhz[GM_CLOCK_GRAPHICS];
@@ -95,7 +161,8 @@ GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_
 		need = GM_HAS_MAX_CLOCK_GRAPHICS;
 		v = gpu->clock_max_mhz[GM_CLOCK_GRAPHICS];
 		break;
-	default: return 0;  /* asked by a program built against a newer header */
+	default:
+		return 0; /* asked by a program built against a newer header */
 	}
 	if (!(gpu->valid & need))
 		return 0;
@@ -103,11 +170,26 @@ GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_
 	return 1;
 }
 
-GM_API unsigned gm_proc_pid(const struct gm_proc *proc) { return proc->pid; }
-GM_API unsigned gm_proc_gpu(const struct gm_proc *proc) { return proc->gpu; }
-GM_API unsigned gm_proc_kind(const struct gm_proc *proc) { return proc->kind; }
-GM_API const char *gm_proc_user(const struct gm_proc *proc) { return proc->user; }
-GM_API const char *gm_proc_command(const struct gm_proc *proc) { return proc->command; }
+GM_API unsigned gm_proc_pid(const struct gm_proc *proc)
+{
+	return proc->pid;
+}
+GM_API unsigned gm_proc_gpu(const struct gm_proc *proc)
+{
+	return proc->gpu;
+}
+GM_API unsigned gm_proc_kind(const struct gm_proc *proc)
+{
+	return proc->kind;
+}
+GM_API const char *gm_proc_user(const struct gm_proc *proc)
+{
+	return proc->user;
+}
+GM_API const char *gm_proc_command(const struct gm_proc *proc)
+{
+	return proc->command;
+}
 
 GM_API int gm_proc_used_mib(const struct gm_proc *proc, uint64_t *out)
 {
@@ -135,11 +217,26 @@ GM_API const struct gm_mig *gm_snapshot_mig(const struct gm_snapshot *snap, size
 	return i < snap->mig_count ? &snap->migs[i] : NULL;
 }
 
-GM_API unsigned gm_mig_gpu(const struct gm_mig *mig) { return mig->gpu; }
-GM_API const char *gm_mig_uuid(const struct gm_mig *mig) { return mig->uuid; }
-GM_API const char *gm_mig_name(const struct gm_mig *mig) { return mig->name; }
-GM_API const char *gm_mig_profile(const struct gm_mig *mig) { return mig->profile; }
-GM_API unsigned gm_mig_valid(const struct gm_mig *mig) { return mig->valid; }
+GM_API unsigned gm_mig_gpu(const struct gm_mig *mig)
+{
+	return mig->gpu;
+}
+GM_API const char *gm_mig_uuid(const struct gm_mig *mig)
+{
+	return mig->uuid;
+}
+GM_API const char *gm_mig_name(const struct gm_mig *mig)
+{
+	return mig->name;
+}
+GM_API const char *gm_mig_profile(const struct gm_mig *mig)
+{
+	return mig->profile;
+}
+GM_API unsigned gm_mig_valid(const struct gm_mig *mig)
+{
+	return mig->valid;
+}
 
 GM_API int gm_mig_value(const struct gm_mig *mig, enum gm_mig_value what, int64_t *out)
 {
@@ -147,12 +244,28 @@ GM_API int gm_mig_value(const struct gm_mig *mig, enum gm_mig_value what, int64_
 	int64_t v;
 
 	switch (what) {
-	case GM_MIG_MEM_TOTAL_MIB: need = GM_MIG_HAS_MEMORY; v = (int64_t)mig->mem_total_mib; break;
-	case GM_MIG_MEM_FREE_MIB: need = GM_MIG_HAS_MEMORY; v = (int64_t)mig->mem_free_mib; break;
-	case GM_MIG_MEM_USED_MIB: need = GM_MIG_HAS_MEMORY; v = (int64_t)mig->mem_used_mib; break;
-	case GM_MIG_GPU_INSTANCE_ID: need = GM_MIG_HAS_INSTANCE; v = mig->gpu_instance_id; break;
-	case GM_MIG_COMPUTE_INSTANCE_ID: need = GM_MIG_HAS_INSTANCE; v = mig->compute_instance_id; break;
-	default: return 0;  /* asked by a program built against a newer header */
+	case GM_MIG_MEM_TOTAL_MIB:
+		need = GM_MIG_HAS_MEMORY;
+		v = (int64_t)mig->mem_total_mib;
+		break;
+	case GM_MIG_MEM_FREE_MIB:
+		need = GM_MIG_HAS_MEMORY;
+		v = (int64_t)mig->mem_free_mib;
+		break;
+	case GM_MIG_MEM_USED_MIB:
+		need = GM_MIG_HAS_MEMORY;
+		v = (int64_t)mig->mem_used_mib;
+		break;
+	case GM_MIG_GPU_INSTANCE_ID:
+		need = GM_MIG_HAS_INSTANCE;
+		v = mig->gpu_instance_id;
+		break;
+	case GM_MIG_COMPUTE_INSTANCE_ID:
+		need = GM_MIG_HAS_INSTANCE;
+		v = mig->compute_instance_id;
+		break;
+	default:
+		return 0; /* asked by a program built against a newer header */
 	}
 	if (!(mig->valid & need))
 		return 0;

@@ -16,20 +16,20 @@
 #include "gpuman.h"
 
 struct gm_gpu {
-	unsigned index;        /* NVML index (PCI bus order) */
+	unsigned index; /* NVML index (PCI bus order) */
 	enum gm_gpu_state state;
-	char note[160];        /* why the state is not OK, for people */
-	char uuid[96];         /* "GPU-..." (empty if unreadable) */
+	char note[160]; /* why the state is not OK, for people */
+	char uuid[96];  /* "GPU-..." (empty if unreadable) */
 	char name[96];
-	char pci_bus_id[32];   /* "00000000:02:00.0" */
-	unsigned valid;        /* enum gm_field bits */
+	char pci_bus_id[32]; /* "00000000:02:00.0" */
+	unsigned valid;      /* enum gm_field bits */
 	uint64_t mem_total_mib, mem_free_mib, mem_used_mib;
 	unsigned util_gpu_pct, util_mem_pct;
 	unsigned power_mw, power_limit_mw;
 	unsigned temperature_c;
 	int cc_major, cc_minor;
-	int compute_mode;      /* enum gm_compute_mode */
-	int mig_mode;          /* 0 disabled, 1 enabled */
+	int compute_mode; /* enum gm_compute_mode */
+	int mig_mode;     /* 0 disabled, 1 enabled */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
 	 * FASTEST_FIRST device order follows; higher comes first. */
 	uint64_t cuda_rank;
@@ -40,14 +40,14 @@ struct gm_gpu {
 
 struct gm_proc {
 	unsigned pid;
-	unsigned gpu;           /* NVML index of its GPU */
-	int has_mem;            /* 0 when NVML does not report its memory */
+	unsigned gpu; /* NVML index of its GPU */
+	int has_mem;  /* 0 when NVML does not report its memory */
 	uint64_t used_mib;
-	unsigned kind;          /* enum gm_proc_kind bits */
-	int has_user;           /* /proc showed the owner */
+	unsigned kind; /* enum gm_proc_kind bits */
+	int has_user;  /* /proc showed the owner */
 	unsigned uid;
 	char user[33];
-	char command[256];      /* command line, empty if /proc hides it */
+	char command[256]; /* command line, empty if /proc hides it */
 	/* SM utilization of this process on this GPU over the recent samples
 	 * (gpuman status/ps/top/waste ask for it; gm_snapshot_take does not,
 	 * to stay fast): has_util 0 when not asked or not reported. */
@@ -58,30 +58,30 @@ struct gm_proc {
 /* One MIG slice (MIG device) of a GPU in MIG mode: a device of its own for
  * CUDA (CUDA_VISIBLE_DEVICES=MIG-<uuid>). */
 struct gm_mig {
-	unsigned gpu;           /* NVML index of its GPU */
-	char uuid[96];          /* "MIG-..." (empty if unreadable) */
-	char name[96];          /* "NVIDIA A100-SXM4-80GB MIG 1g.10gb" */
-	char profile[32];       /* "1g.10gb"; empty if the name does not say */
-	unsigned valid;         /* enum gm_mig_field bits */
+	unsigned gpu;     /* NVML index of its GPU */
+	char uuid[96];    /* "MIG-..." (empty if unreadable) */
+	char name[96];    /* "NVIDIA A100-SXM4-80GB MIG 1g.10gb" */
+	char profile[32]; /* "1g.10gb"; empty if the name does not say */
+	unsigned valid;   /* enum gm_mig_field bits */
 	uint64_t mem_total_mib, mem_free_mib, mem_used_mib;
 	unsigned gpu_instance_id, compute_instance_id;
 	size_t pid_count;
-	unsigned *pids;         /* processes running in the slice, sorted; owned */
+	unsigned *pids; /* processes running in the slice, sorted; owned */
 };
 
 struct gm_snapshot {
-	char driver_version[80];   /* empty if unknown */
-	int cuda_driver_version;   /* 13000 means 13.0; 0 if unknown */
+	char driver_version[80]; /* empty if unknown */
+	int cuda_driver_version; /* 13000 means 13.0; 0 if unknown */
 	size_t gpu_count;
-	struct gm_gpu *gpus;       /* sorted by NVML index */
+	struct gm_gpu *gpus; /* sorted by NVML index */
 	size_t proc_count;
-	struct gm_proc *procs;     /* sorted by GPU, then pid */
+	struct gm_proc *procs; /* sorted by GPU, then pid */
 	size_t note_count;
-	char **notes;              /* GPUs skipped and other remarks, for people */
-	int64_t taken_ms;          /* wall-clock time of the snapshot */
+	char **notes;     /* GPUs skipped and other remarks, for people */
+	int64_t taken_ms; /* wall-clock time of the snapshot */
 	/* MIG slices, read through gm_snapshot_mig() */
 	size_t mig_count;
-	struct gm_mig *migs;       /* sorted by GPU, then GPU instance id */
+	struct gm_mig *migs; /* sorted by GPU, then GPU instance id */
 };
 
 #endif

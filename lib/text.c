@@ -38,8 +38,8 @@ static size_t utf8_seq(const unsigned char *s, unsigned *cp)
 /* Code points that reorder or hide what follows them on screen. */
 static int is_bidi_control(unsigned cp)
 {
-	return (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) ||
-	       cp == 0x200E || cp == 0x200F || cp == 0x061C;
+	return (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E ||
+	       cp == 0x200F || cp == 0x061C;
 }
 
 char *text_printable(char *dst, size_t len, const char *src)

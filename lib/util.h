@@ -15,16 +15,16 @@
 /* Write a message into a caller's buffer; NULL or zero-length is allowed.
  * Returns err so that callers can `return gm_fail(GM_ERR_X, buf, len, ...)`. */
 enum gm_err gm_fail(enum gm_err err, char *buf, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /* Copy src into dst of size bytes, truncating; dst is always terminated. */
 void str_copy(char *dst, size_t size, const char *src);
 
-int64_t now_ms(void);          /* CLOCK_REALTIME, milliseconds */
-int64_t monotonic_ms(void);    /* CLOCK_MONOTONIC, milliseconds */
+int64_t now_ms(void);       /* CLOCK_REALTIME, milliseconds */
+int64_t monotonic_ms(void); /* CLOCK_MONOTONIC, milliseconds */
 
 /* Append a printf-formatted note to snap->notes; ignores out-of-memory. */
 void snapshot_add_note(struct gm_snapshot *snap, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -234,7 +234,7 @@ static long resolve_uuid(const struct gm_snapshot *snap, const char *prefix)
 }
 
 size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap, int pci_order,
-		       long *entry_gpu)
+                       long *entry_gpu)
 {
 	size_t i, j, k, usable = vis->count;
 	const char *e;
@@ -299,7 +299,7 @@ static int parse_slurm_list(const char *s, size_t *out, size_t max, size_t *coun
 }
 
 size_t visible_resolve_slurm(const struct visible *vis, const char *slurm_gpus,
-			     const struct gm_snapshot *snap, long *entry_gpu)
+                             const struct gm_snapshot *snap, long *entry_gpu)
 {
 	size_t *idx, n = 0, i, k, j;
 	long pos;

@@ -14,12 +14,15 @@
 #include "gpuman.h"
 
 struct visible {
-	int set;          /* 0: variable unset (all GPUs visible) */
-	size_t count;     /* entries CUDA accepts (after truncation) */
-	char **entries;   /* owned; the original spelling of each entry */
-	int truncated;    /* an invalid entry cut the list short */
+	int set;        /* 0: variable unset (all GPUs visible) */
+	size_t count;   /* entries CUDA accepts (after truncation) */
+	char **entries; /* owned; the original spelling of each entry */
+	int truncated;  /* an invalid entry cut the list short */
 };
-#define VISIBLE_INIT { 0, 0, NULL, 0 }
+#define VISIBLE_INIT                                                                               \
+	{                                                                                          \
+		0, 0, NULL, 0                                                                      \
+	}
 
 /*
  * Parse a CUDA_VISIBLE_DEVICES value; NULL means unset.  Entries are
@@ -60,7 +63,7 @@ size_t visible_cuda_order(const struct gm_snapshot *snap, int pci_order, size_t 
  * entries (the prefix up to the first unresolvable one).
  */
 size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap, int pci_order,
-		       long *entry_gpu);
+                       long *entry_gpu);
 
 /*
  * Inside a Slurm job, Slurm's own record of its GPUs (SLURM_STEP_GPUS in a
@@ -80,6 +83,6 @@ size_t visible_resolve(const struct visible *vis, const struct gm_snapshot *snap
  * for visible_resolve; unchanged on (size_t)-1 only in what it means.
  */
 size_t visible_resolve_slurm(const struct visible *vis, const char *slurm_gpus,
-			     const struct gm_snapshot *snap, long *entry_gpu);
+                             const struct gm_snapshot *snap, long *entry_gpu);
 
 #endif

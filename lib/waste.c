@@ -8,7 +8,7 @@
 #include "text.h"
 #include "waste.h"
 
-#define BIT(i) ((uint64_t)1 << ((i) & 63))
+#define BIT(i) ((uint64_t)1 << ((i)&63))
 
 static int add_item(struct waste_report *rep, size_t *cap, const struct waste_item *it)
 {
@@ -26,7 +26,7 @@ static int add_item(struct waste_report *rep, size_t *cap, const struct waste_it
 }
 
 static void item_from_proc(struct waste_item *it, enum waste_kind kind, const struct gm_proc *p,
-			   long lease)
+                           long lease)
 {
 	memset(it, 0, sizeof *it);
 	it->kind = kind;
@@ -54,7 +54,7 @@ static long lease_on(const struct registry_view *view, uint64_t mask, long own)
 /* One pass per distinct pid: where it holds memory idle, where it computes,
  * and whether it is outside every lease. */
 static int find_procs(const struct gm_snapshot *snap, const struct registry_view *view,
-		      const long *proc_lease, struct waste_report *rep, size_t *cap)
+                      const long *proc_lease, struct waste_report *rep, size_t *cap)
 {
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
@@ -101,8 +101,8 @@ static int find_procs(const struct gm_snapshot *snap, const struct registry_view
 }
 
 static int find_leases(const struct gm_snapshot *snap, const struct registry_view *view,
-		       const long *proc_lease, const struct waste_opts *opts,
-		       struct waste_report *rep, size_t *cap)
+                       const long *proc_lease, const struct waste_opts *opts,
+                       struct waste_report *rep, size_t *cap)
 {
 	for (size_t i = 0; i < view->lease_count; i++) {
 		const struct lease_info *l = &view->leases[i];
@@ -150,7 +150,7 @@ static int item_cmp(const void *a, const void *b)
 }
 
 int waste_find(const struct gm_snapshot *snap, const struct registry_view *view,
-	       const long *proc_lease, const struct waste_opts *opts, struct waste_report *out)
+               const long *proc_lease, const struct waste_opts *opts, struct waste_report *out)
 {
 	size_t cap = 0;
 	int rc;
@@ -177,9 +177,12 @@ void waste_report_release(struct waste_report *rep)
 const char *waste_kind_name(enum waste_kind kind)
 {
 	switch (kind) {
-	case WASTE_HOG: return "hog";
-	case WASTE_IDLE_LEASE: return "idle-lease";
-	case WASTE_UNLEASED: return "unleased";
+	case WASTE_HOG:
+		return "hog";
+	case WASTE_IDLE_LEASE:
+		return "idle-lease";
+	case WASTE_UNLEASED:
+		return "unleased";
 	}
 	return "waste";
 }
@@ -222,7 +225,8 @@ static const char *age_text(char *buf, size_t len, int64_t ms)
 	else if (s < 3600)
 		snprintf(buf, len, "%lldm", (long long)(s / 60));
 	else
-		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600),
+		         (long long)(s % 3600 / 60));
 	return buf;
 }
 
@@ -232,7 +236,7 @@ static const char *gpus_text(char *buf, size_t len, uint64_t mask)
 	char list[256];
 
 	snprintf(buf, len, "GPU%s %s", popcount64(mask) > 1 ? "s" : "",
-		 waste_gpu_list(mask, list, sizeof list));
+	         waste_gpu_list(mask, list, sizeof list));
 	return buf;
 }
 
@@ -251,7 +255,7 @@ static const char *who_text(char *buf, size_t len, const struct waste_item *it)
 }
 
 char *waste_what(const struct gm_snapshot *snap, const struct registry_view *view,
-		 const struct waste_opts *opts, const struct waste_item *it, char *buf, size_t len)
+                 const struct waste_opts *opts, const struct waste_item *it, char *buf, size_t len)
 {
 	char who[256], a[300], b[300], size[16], age[32], id[80], user[80];
 
@@ -261,36 +265,38 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 	case WASTE_HOG:
 		if (it->busy_gpus)
 			snprintf(buf, len, "%s holds %s on %s but computes only on %s", who,
-				 size_text(size, sizeof size, it->held_mib),
-				 gpus_text(a, sizeof a, it->idle_gpus),
-				 waste_gpu_list(it->busy_gpus, b, sizeof b));
+			         size_text(size, sizeof size, it->held_mib),
+			         gpus_text(a, sizeof a, it->idle_gpus),
+			         waste_gpu_list(it->busy_gpus, b, sizeof b));
 		else
 			snprintf(buf, len, "%s holds %s on %s and computed nothing in the last %us",
-				 who, size_text(size, sizeof size, it->held_mib),
-				 gpus_text(a, sizeof a, it->idle_gpus), opts->window_s);
+			         who, size_text(size, sizeof size, it->held_mib),
+			         gpus_text(a, sizeof a, it->idle_gpus), opts->window_s);
 		break;
 	case WASTE_IDLE_LEASE:
 		text_printable(id, sizeof id, view->leases[it->lease].id);
-		snprintf(buf, len, "lease %s of %s has held %s for %s with none of its processes on %s",
-			 id, who, gpus_text(a, sizeof a, it->idle_gpus),
-			 age_text(age, sizeof age, it->age_ms),
-			 popcount64(it->idle_gpus) > 1 ? "them" : "it");
+		snprintf(buf, len,
+		         "lease %s of %s has held %s for %s with none of its processes on %s", id,
+		         who, gpus_text(a, sizeof a, it->idle_gpus),
+		         age_text(age, sizeof age, it->age_ms),
+		         popcount64(it->idle_gpus) > 1 ? "them" : "it");
 		break;
 	case WASTE_UNLEASED:
 		if (it->on_lease >= 0)
-			snprintf(buf, len, "%s runs on %s outside gpuman, on a GPU leased to %s", who,
-				 gpus_text(a, sizeof a, it->gpus),
-				 text_printable(user, sizeof user, view->leases[it->on_lease].user));
+			snprintf(
+			    buf, len, "%s runs on %s outside gpuman, on a GPU leased to %s", who,
+			    gpus_text(a, sizeof a, it->gpus),
+			    text_printable(user, sizeof user, view->leases[it->on_lease].user));
 		else
 			snprintf(buf, len, "%s runs on %s outside gpuman (no lease)", who,
-				 gpus_text(a, sizeof a, it->gpus));
+			         gpus_text(a, sizeof a, it->gpus));
 		break;
 	}
 	return buf;
 }
 
 char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *view,
-		   const struct waste_item *it, char *buf, size_t len)
+                   const struct waste_item *it, char *buf, size_t len)
 {
 	char list[256], uuid[16] = "";
 	const struct lease_info *l;
@@ -304,38 +310,39 @@ char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *v
 		}
 		if (it->busy_gpus && uuid[0])
 			snprintf(buf, len,
-				 "give it only the GPU it uses: gpuman run --only %s -- CMD, or "
-				 "CUDA_VISIBLE_DEVICES=%s; with TensorFlow also set allow_growth "
-				 "(set_memory_growth)",
-				 waste_gpu_list(it->busy_gpus, list, sizeof list), uuid);
+			         "give it only the GPU it uses: gpuman run --only %s -- CMD, or "
+			         "CUDA_VISIBLE_DEVICES=%s; with TensorFlow also set allow_growth "
+			         "(set_memory_growth)",
+			         waste_gpu_list(it->busy_gpus, list, sizeof list), uuid);
 		else if (it->busy_gpus)
 			snprintf(buf, len,
-				 "give it only the GPUs it uses: gpuman run --only %s -- CMD; with "
-				 "TensorFlow also set allow_growth (set_memory_growth)",
-				 waste_gpu_list(it->busy_gpus, list, sizeof list));
+			         "give it only the GPUs it uses: gpuman run --only %s -- CMD; with "
+			         "TensorFlow also set allow_growth (set_memory_growth)",
+			         waste_gpu_list(it->busy_gpus, list, sizeof list));
 		else
-			snprintf(buf, len,
-				 "if it is idle (a notebook kernel, a finished run), end it (kill %u) "
-				 "or free its GPU memory; if it is still loading data, look again soon",
-				 it->pid);
+			snprintf(
+			    buf, len,
+			    "if it is idle (a notebook kernel, a finished run), end it (kill %u) "
+			    "or free its GPU memory; if it is still loading data, look again soon",
+			    it->pid);
 		break;
 	case WASTE_IDLE_LEASE:
 		l = &view->leases[it->lease];
 		if (popcount64(it->idle_gpus) < (int)l->gpu_count)
 			snprintf(buf, len,
-				 "ask for fewer GPUs next time (-n); end it if its work is done "
-				 "(kill %d)",
-				 l->pid);
+			         "ask for fewer GPUs next time (-n); end it if its work is done "
+			         "(kill %d)",
+			         l->pid);
 		else
 			snprintf(buf, len,
-				 "use the GPUs or give them back: end the holder if its work is "
-				 "done (kill %d)",
-				 l->pid);
+			         "use the GPUs or give them back: end the holder if its work is "
+			         "done (kill %d)",
+			         l->pid);
 		break;
 	case WASTE_UNLEASED:
 		snprintf(buf, len,
-			 "start GPU work with gpuman run or submit, so that gpuman places "
-			 "nobody else's job beside it");
+		         "start GPU work with gpuman run or submit, so that gpuman places "
+		         "nobody else's job beside it");
 		break;
 	}
 	return buf;

@@ -30,40 +30,46 @@
 #include "snapshot_types.h"
 
 struct waste_opts {
-	int64_t now_ms;          /* wall clock, to age leases */
-	int64_t lease_grace_ms;  /* younger leases are still starting */
-	unsigned window_s;       /* the utilization window, for the words */
+	int64_t now_ms;         /* wall clock, to age leases */
+	int64_t lease_grace_ms; /* younger leases are still starting */
+	unsigned window_s;      /* the utilization window, for the words */
 };
-#define WASTE_OPTS_INIT { 0, 10 * 60 * 1000, 10 }
+#define WASTE_OPTS_INIT                                                                            \
+	{                                                                                          \
+		0, 10 * 60 * 1000, 10                                                              \
+	}
 
 enum waste_kind { WASTE_HOG = 1, WASTE_IDLE_LEASE, WASTE_UNLEASED };
 
 /* GPU sets are bit masks of NVML indices (gpuman reads at most 64 GPUs). */
 struct waste_item {
 	enum waste_kind kind;
-	unsigned pid;            /* the process; for a lease, its holder */
+	unsigned pid; /* the process; for a lease, its holder */
 	int has_user;
 	char user[33];
-	char command[256];       /* raw: escape it before showing it */
-	long lease;              /* position in the view's leases, -1 none */
-	uint64_t held_mib;       /* HOG: memory on its idle GPUs; else on gpus */
-	uint64_t idle_gpus;      /* HOG: held without computing; IDLE_LEASE: idle */
-	uint64_t busy_gpus;      /* HOG: where it computes */
-	uint64_t gpus;           /* UNLEASED: where it runs */
-	long on_lease;           /* UNLEASED: a lease of someone else on its GPUs */
-	int64_t age_ms;          /* IDLE_LEASE: held for */
+	char command[256];  /* raw: escape it before showing it */
+	long lease;         /* position in the view's leases, -1 none */
+	uint64_t held_mib;  /* HOG: memory on its idle GPUs; else on gpus */
+	uint64_t idle_gpus; /* HOG: held without computing; IDLE_LEASE: idle */
+	uint64_t busy_gpus; /* HOG: where it computes */
+	uint64_t gpus;      /* UNLEASED: where it runs */
+	long on_lease;      /* UNLEASED: a lease of someone else on its GPUs */
+	int64_t age_ms;     /* IDLE_LEASE: held for */
 };
 
 struct waste_report {
 	size_t count;
-	struct waste_item *items;    /* by user (unknown last), kind, pid */
+	struct waste_item *items; /* by user (unknown last), kind, pid */
 };
-#define WASTE_REPORT_INIT { 0, NULL }
+#define WASTE_REPORT_INIT                                                                          \
+	{                                                                                          \
+		0, NULL                                                                            \
+	}
 
 /* proc_lease[i]: the position in view->leases of the lease that
  * snap->procs[i] runs under, or -1.  Returns 0, or -1 out of memory. */
 int waste_find(const struct gm_snapshot *snap, const struct registry_view *view,
-	       const long *proc_lease, const struct waste_opts *opts, struct waste_report *out);
+               const long *proc_lease, const struct waste_opts *opts, struct waste_report *out);
 void waste_report_release(struct waste_report *rep);
 
 /* "waste", "hog", "idle-lease", "unleased". */
@@ -72,9 +78,9 @@ const char *waste_kind_name(enum waste_kind kind);
 char *waste_gpu_list(uint64_t mask, char *buf, size_t len);
 /* What the item is, one sentence for people (raw text escaped). */
 char *waste_what(const struct gm_snapshot *snap, const struct registry_view *view,
-		 const struct waste_opts *opts, const struct waste_item *it, char *buf, size_t len);
+                 const struct waste_opts *opts, const struct waste_item *it, char *buf, size_t len);
 /* What to do about it, one sentence. */
 char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *view,
-		   const struct waste_item *it, char *buf, size_t len);
+                   const struct waste_item *it, char *buf, size_t len);
 
 #endif

@@ -59,14 +59,14 @@ struct args {
 	int attempt;
 	int run_fd, go_fd, lease_fd;
 	const char *lease_path, *lease_id, *gpus, *uuids, *cuda_visible;
-	int share;                 /* --mem-fraction: a memory share */
+	int share; /* --mem-fraction: a memory share */
 	double mem_fraction;
 	int no_framework_env;
 	const char *log;
 	const char *cwd;
-	int task;                  /* batch: GPUMAN_TASK */
-	const char *line;          /* batch: a command line */
-	char **argv;               /* queue: the argument vector */
+	int task;         /* batch: GPUMAN_TASK */
+	const char *line; /* batch: a command line */
+	char **argv;      /* queue: the argument vector */
 };
 
 static volatile sig_atomic_t r_stop, r_kill;
@@ -100,9 +100,9 @@ static int64_t now_ms(void)
 }
 
 static void write_result(const struct args *a, int64_t start, int64_t end, int status, int oom,
-			 enum protocol_stop stop)
+                         enum protocol_stop stop)
 {
-	struct protocol_result r = { a->job, a->attempt, start, end, status, oom, stop };
+	struct protocol_result r = {a->job, a->attempt, start, end, status, oom, stop};
 	char line[PROTOCOL_RESULT_ROOM + 1];
 	int n = protocol_result_format(&r, line, sizeof line);
 
@@ -171,10 +171,12 @@ static int log_has_oom(int fd, off_t from)
 static int needs_shell(const char *line)
 {
 	static const char *const words[] = {
-		"!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in",
-		"then", "until", "while", ".", ":", "alias", "break", "cd", "command", "continue",
-		"eval", "exec", "exit", "export", "read", "readonly", "return", "set", "shift",
-		"source", "test", "times", "trap", "ulimit", "umask", "unset", "wait", "[",
+	    "!",        "{",        "}",     "case",  "do",     "done",   "elif",
+	    "else",     "esac",     "fi",    "for",   "if",     "in",     "then",
+	    "until",    "while",    ".",     ":",     "alias",  "break",  "cd",
+	    "command",  "continue", "eval",  "exec",  "exit",   "export", "read",
+	    "readonly", "return",   "set",   "shift", "source", "test",   "times",
+	    "trap",     "ulimit",   "umask", "unset", "wait",   "[",
 	};
 	size_t first;
 
@@ -242,13 +244,13 @@ static char *resolve_program(const char *argv0, const struct child_env *env)
 }
 
 struct job_exec {
-	const char *program;   /* resolved path, or NULL: not found */
+	const char *program; /* resolved path, or NULL: not found */
 	char **argv;
 	char **envp;
 	const char *cwd;
 	int log_fd, lease_fd, run_fd, null_fd;
 	pid_t runner;
-	char msg[512];         /* "gpuman: cannot run 'x': " */
+	char msg[512]; /* "gpuman: cannot run 'x': " */
 	size_t msg_len;
 };
 
@@ -258,8 +260,8 @@ struct job_exec {
  */
 static void job_exec(const struct job_exec *x)
 {
-	static const int sigs[] = { SIGINT, SIGQUIT, SIGHUP, SIGPIPE, SIGTERM,
-				    SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD };
+	static const int sigs[] = {SIGINT,  SIGQUIT, SIGHUP,  SIGPIPE, SIGTERM,
+	                           SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD};
 	struct sigaction dfl;
 	sigset_t none;
 	const char *why;
@@ -388,7 +390,7 @@ static int parse_args(int argc, char **argv, struct args *a)
  * in us (its lock, another runner's go pipe). */
 static void close_others(const struct args *a)
 {
-	int keep[3] = { a->run_fd, a->go_fd, a->lease_fd };
+	int keep[3] = {a->run_fd, a->go_fd, a->lease_fd};
 	unsigned lo = 3;
 
 	for (int i = 0; i < 3; i++)
@@ -413,14 +415,13 @@ static void close_others(const struct args *a)
 	}
 }
 
-
 int main(int argc, char **argv)
 {
-	static const int handled[] = { SIGTERM, SIGUSR1, SIGUSR2, SIGALRM };
-	static const int ignored[] = { SIGINT, SIGQUIT, SIGHUP, SIGPIPE };
+	static const int handled[] = {SIGTERM, SIGUSR1, SIGUSR2, SIGALRM};
+	static const int ignored[] = {SIGINT, SIGQUIT, SIGHUP, SIGPIPE};
 	struct args a;
 	struct child_env env = CHILD_ENV_INIT;
-	struct protocol_job job = { 0 };
+	struct protocol_job job = {0};
 	struct job_exec x;
 	struct sigaction sa;
 	sigset_t none, all, old;

@@ -24,23 +24,23 @@ enum doc { DOC_METRICS, DOC_STATUS, DOC_HISTORY, DOC_PAGE, DOC_COUNT };
 static const struct {
 	const char *path, *type;
 } docs[DOC_COUNT] = {
-	[DOC_METRICS] = { "/metrics", "text/plain; version=0.0.4; charset=utf-8" },
-	[DOC_STATUS] = { "/api/v1/status", "application/json" },
-	[DOC_HISTORY] = { "/api/v1/history", "application/json" },
-	[DOC_PAGE] = { "/", "text/html; charset=utf-8" },
+    [DOC_METRICS] = {"/metrics", "text/plain; version=0.0.4; charset=utf-8"},
+    [DOC_STATUS] = {"/api/v1/status", "application/json"},
+    [DOC_HISTORY] = {"/api/v1/history", "application/json"},
+    [DOC_PAGE] = {"/", "text/html; charset=utf-8"},
 };
 
 struct serve_http {
 	struct MHD_Daemon *daemon;
-	pthread_mutex_t lock;                 /* guards doc[] */
-	struct MHD_Response *doc[DOC_COUNT];  /* NULL until the first sample */
+	pthread_mutex_t lock;                /* guards doc[] */
+	struct MHD_Response *doc[DOC_COUNT]; /* NULL until the first sample */
 	struct MHD_Response *not_found, *not_allowed, *not_ready, *no_body;
 };
 
 static struct MHD_Response *fixed(const char *text)
 {
 	struct MHD_Response *r =
-		MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+	    MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
 
 	if (r)
 		MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
@@ -50,17 +50,17 @@ static struct MHD_Response *fixed(const char *text)
 /* Does the request announce a body?  Nothing here reads one. */
 static int has_body(struct MHD_Connection *conn)
 {
-	const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-						      MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *len =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 
 	return (len && strspn(len, "0") != strlen(len)) ||
 	       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-					   MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	                                   MHD_HTTP_HEADER_TRANSFER_ENCODING);
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
-			      const char *method, const char *version, const char *upload,
-			      size_t *upload_size, void **state)
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **state)
 {
 	struct serve_http *http = cls;
 	struct MHD_Response *r = NULL;
@@ -101,7 +101,7 @@ static int listen_on(const char *addr, int *family, unsigned *port, char *err, s
 {
 	char host[256];
 	const char *colon;
-	struct addrinfo hints = { 0 }, *ai = NULL;
+	struct addrinfo hints = {0}, *ai = NULL;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof ss;
 	int fd = -1, one = 1, rc;
@@ -118,16 +118,20 @@ static int listen_on(const char *addr, int *family, unsigned *port, char *err, s
 			snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
 	}
 	if (!colon || !colon[1] || colon == addr) {
-		snprintf(err, errlen, "--listen '%s': use ADDRESS:PORT, such as 127.0.0.1:9400, "
-			 "[::1]:9400 or 0.0.0.0:9400", addr);
+		snprintf(err, errlen,
+		         "--listen '%s': use ADDRESS:PORT, such as 127.0.0.1:9400, "
+		         "[::1]:9400 or 0.0.0.0:9400",
+		         addr);
 		return -2;
 	}
 	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
 	hints.ai_socktype = SOCK_STREAM;
 	rc = getaddrinfo(host, colon + 1, &hints, &ai);
 	if (rc) {
-		snprintf(err, errlen, "--listen '%s': %s (the address must be numeric, such as "
-			 "127.0.0.1:9400)", addr, gai_strerror(rc));
+		snprintf(err, errlen,
+		         "--listen '%s': %s (the address must be numeric, such as "
+		         "127.0.0.1:9400)",
+		         addr, gai_strerror(rc));
 		return -2;
 	}
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -142,13 +146,13 @@ static int listen_on(const char *addr, int *family, unsigned *port, char *err, s
 	}
 	*family = ai->ai_family;
 	*port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-					 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	                                 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	freeaddrinfo(ai);
 	return fd;
 }
 
 int serve_http_start(struct serve_http **out, const char *addr, const struct serve_limits *lim,
-		     unsigned *port, char *err, size_t errlen)
+                     unsigned *port, char *err, size_t errlen)
 {
 	struct serve_http *http = calloc(1, sizeof *http);
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
@@ -175,15 +179,16 @@ int serve_http_start(struct serve_http **out, const char *addr, const struct ser
 		flags |= MHD_USE_IPv6;
 	if (http->not_found && http->not_allowed && http->not_ready && http->no_body)
 		http->daemon = MHD_start_daemon(
-			flags, 0, NULL, NULL, answer, http, MHD_OPTION_LISTEN_SOCKET, fd,
-			MHD_OPTION_CONNECTION_LIMIT, lim->max_connections,
-			MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim->per_ip,
-			MHD_OPTION_CONNECTION_TIMEOUT, lim->timeout_s,
-			MHD_OPTION_CONNECTION_MEMORY_LIMIT, lim->conn_memory,
-			MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_END);
+		    flags, 0, NULL, NULL, answer, http, MHD_OPTION_LISTEN_SOCKET, fd,
+		    MHD_OPTION_CONNECTION_LIMIT, lim->max_connections,
+		    MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim->per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+		    lim->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, lim->conn_memory,
+		    MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_END);
 	if (!http->daemon) {
-		snprintf(err, errlen, "cannot start the HTTP server on %s (libmicrohttpd refused "
-			 "the limits or ran out of memory)", addr);
+		snprintf(err, errlen,
+		         "cannot start the HTTP server on %s (libmicrohttpd refused "
+		         "the limits or ran out of memory)",
+		         addr);
 		close(fd);
 		serve_http_stop(http);
 		return -1;
@@ -208,22 +213,23 @@ static struct MHD_Response *rendered(enum doc d, char *body, size_t len)
 	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
 	if (d == DOC_PAGE)
 		/* Nothing but gpuman itself: no external scripts, fonts, beacons. */
-		MHD_add_response_header(r, "Content-Security-Policy",
-					"default-src 'none'; script-src 'unsafe-inline'; "
-					"style-src 'unsafe-inline'; connect-src 'self'; "
-					"img-src 'self' data:; base-uri 'none'; form-action 'none'");
+		MHD_add_response_header(
+		    r, "Content-Security-Policy",
+		    "default-src 'none'; script-src 'unsafe-inline'; "
+		    "style-src 'unsafe-inline'; connect-src 'self'; "
+		    "img-src 'self' data:; base-uri 'none'; form-action 'none'");
 	return r;
 }
 
 void serve_http_publish(struct serve_http *http, char *metrics, size_t metrics_len, char *status,
-			size_t status_len, char *history, size_t history_len, char *page,
-			size_t page_len)
+                        size_t status_len, char *history, size_t history_len, char *page,
+                        size_t page_len)
 {
 	struct MHD_Response *fresh[DOC_COUNT] = {
-		[DOC_METRICS] = rendered(DOC_METRICS, metrics, metrics_len),
-		[DOC_STATUS] = rendered(DOC_STATUS, status, status_len),
-		[DOC_HISTORY] = rendered(DOC_HISTORY, history, history_len),
-		[DOC_PAGE] = rendered(DOC_PAGE, page, page_len),
+	    [DOC_METRICS] = rendered(DOC_METRICS, metrics, metrics_len),
+	    [DOC_STATUS] = rendered(DOC_STATUS, status, status_len),
+	    [DOC_HISTORY] = rendered(DOC_HISTORY, history, history_len),
+	    [DOC_PAGE] = rendered(DOC_PAGE, page, page_len),
 	};
 	struct MHD_Response *old[DOC_COUNT];
 

@@ -29,9 +29,9 @@
 #include "util.h"
 #include "waste.h"
 
-#define HISTORY_MS (3600 * 1000)   /* the page plots the last hour */
-#define HISTORY_MAX 3600           /* samples kept at most, whatever the interval */
-#define HISTORY_POINTS 240         /* points per plotted series */
+#define HISTORY_MS (3600 * 1000) /* the page plots the last hour */
+#define HISTORY_MAX 3600         /* samples kept at most, whatever the interval */
+#define HISTORY_POINTS 240       /* points per plotted series */
 
 enum { OPT_LISTEN = OPT_CMD_BASE, OPT_INTERVAL, OPT_MAX_CONN, OPT_TIMEOUT };
 
@@ -43,7 +43,7 @@ struct serve_opts {
 
 /* A positive number within [lo, hi]; the culprit is named on failure. */
 static int number_option(struct cli *cli, const char *name, const char *arg, double lo, double hi,
-			 double *out)
+                         double *out)
 {
 	char *end;
 
@@ -93,9 +93,10 @@ static void fit_descriptors(struct cli *cli, struct serve_limits *lim)
 	setrlimit(RLIMIT_NOFILE, &rl);
 	if (rl.rlim_cur < need) {
 		lim->max_connections = rl.rlim_cur > 128 ? (unsigned)(rl.rlim_cur - 64) : 64;
-		cli_error(cli, 0, "warning: only %u connections at once: the descriptor limit is "
-			  "%llu (raise it with ulimit -n or LimitNOFILE=)",
-			  lim->max_connections, (unsigned long long)rl.rlim_cur);
+		cli_error(cli, 0,
+		          "warning: only %u connections at once: the descriptor limit is "
+		          "%llu (raise it with ulimit -n or LimitNOFILE=)",
+		          lim->max_connections, (unsigned long long)rl.rlim_cur);
 	}
 }
 
@@ -111,11 +112,11 @@ static char *dump(json_t *doc, size_t *len)
 
 /* Render every document from the latest snapshot and hand them over. */
 static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot *snap,
-		    struct registry_view *view, const struct serve_history *hist,
-		    const struct serve_queue *queue, const struct serve_health *health,
-		    const char *host)
+                    struct registry_view *view, const struct serve_history *hist,
+                    const struct serve_queue *queue, const struct serve_health *health,
+                    const char *host)
 {
-	struct cli_look look = { NULL, snap, view };
+	struct cli_look look = {NULL, snap, view};
 	struct waste_opts wopts = WASTE_OPTS_INIT;
 	struct waste_report waste = WASTE_REPORT_INIT;
 	size_t ml = 0, sl = 0, hl = 0, pl = 0;
@@ -127,8 +128,8 @@ static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot
 		serve_cut_program(waste.items[i].command);
 	metrics = serve_metrics(snap, view, have_waste ? &waste : NULL, queue, health, host, &ml);
 	status = dump(serve_status_json(snap, view,
-					have_waste ? cli_waste_json(&look, &wopts, &waste) : NULL),
-		      &sl);
+	                                have_waste ? cli_waste_json(&look, &wopts, &waste) : NULL),
+	              &sl);
 	history = dump(serve_history_json(hist, HISTORY_POINTS), &hl);
 	page = status && history ? serve_page(status, history, health->interval_ms, &pl) : NULL;
 	waste_report_release(&waste);
@@ -138,7 +139,7 @@ static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot
 /* The leases and the line; an unusable registry shows none, counted, with a
  * warning only when its reason changes. */
 static void read_view(struct registry_view *view, struct serve_health *health, char *last_err,
-		      size_t len)
+                      size_t len)
 {
 	struct registry *reg;
 	char err[GM_ERRBUF_SIZE];
@@ -183,7 +184,7 @@ static void read_queue(struct serve_queue *q, char *last_err, size_t len)
 }
 
 static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapshot *snap,
-		      struct serve_http *http, struct serve_health *health, const sigset_t *stop)
+                      struct serve_http *http, struct serve_health *health, const sigset_t *stop)
 {
 	struct serve_history hist;
 	struct registry_view view = REGISTRY_VIEW_INIT;
@@ -220,8 +221,8 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 			int64_t t0 = monotonic_ms();
 			/* Per-process utilization too, as status reads it: the
 			 * waste finder judges hogs by it. */
-			enum gm_err rc = snapshot_take(ctx, CLI_UTIL_WINDOW_S * 1000, 1, &fresh, err,
-						       sizeof err);
+			enum gm_err rc = snapshot_take(ctx, CLI_UTIL_WINDOW_S * 1000, 1, &fresh,
+			                               err, sizeof err);
 
 			health->snapshots++;
 			health->last_duration_s = (monotonic_ms() - t0) / 1000.0;
@@ -250,15 +251,14 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 static int serve_run(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		CLI_COMMON_OPTIONS,
-		{ "listen", required_argument, NULL, OPT_LISTEN },
-		{ "interval", required_argument, NULL, OPT_INTERVAL },
-		{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
-		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-		{ 0 }
-	};
-	struct serve_opts o = { "127.0.0.1:9400", 5000, { 1024, 0, 10, 16384 } };
-	struct serve_health health = { 0 };
+	    CLI_COMMON_OPTIONS,
+	    {"listen", required_argument, NULL, OPT_LISTEN},
+	    {"interval", required_argument, NULL, OPT_INTERVAL},
+	    {"max-connections", required_argument, NULL, OPT_MAX_CONN},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {0}};
+	struct serve_opts o = {"127.0.0.1:9400", 5000, {1024, 0, 10, 16384}};
+	struct serve_health health = {0};
 	struct gm_context *ctx = NULL;
 	struct gm_snapshot *snap = NULL;
 	struct serve_http *http = NULL;
@@ -302,7 +302,7 @@ static int serve_run(struct cli *cli, int argc, char **argv)
 		goto done;
 	}
 	fprintf(stderr, "gpuman serve: listening on %s (port %u): /, /metrics, /api/v1/status\n",
-		o.listen, port);
+	        o.listen, port);
 	rc = serve_loop(cli, ctx, snap, http, &health, &stop);
 done:
 	serve_http_stop(http);
@@ -312,7 +312,7 @@ done:
 
 int main(int argc, char **argv)
 {
-	struct cli cli = { 0 };
+	struct cli cli = {0};
 	int rc;
 
 	cli.cmd = "serve";

@@ -72,56 +72,98 @@ static void gpu_labels(struct out *o, const struct gm_gpu *g)
 }
 
 enum gpu_field {
-	FB_USED, FB_FREE, FB_TOTAL, UTIL, MEM_UTIL, POWER, POWER_LIMIT, TEMP,
-	SM_CLOCK, MEM_CLOCK, MAX_SM_CLOCK, MAX_MEM_CLOCK, GR_CLOCK, MAX_GR_CLOCK, UP
+	FB_USED,
+	FB_FREE,
+	FB_TOTAL,
+	UTIL,
+	MEM_UTIL,
+	POWER,
+	POWER_LIMIT,
+	TEMP,
+	SM_CLOCK,
+	MEM_CLOCK,
+	MAX_SM_CLOCK,
+	MAX_MEM_CLOCK,
+	GR_CLOCK,
+	MAX_GR_CLOCK,
+	UP
 };
 
 static const struct {
 	const char *name, *help;
 	unsigned need; /* gm_field bits */
 } gpu_metrics[] = {
-	[FB_USED] = { "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", GM_HAS_MEMORY },
-	[FB_FREE] = { "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", GM_HAS_MEMORY },
-	[FB_TOTAL] = { "DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", GM_HAS_MEMORY },
-	[UTIL] = { "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", GM_HAS_UTIL },
-	[MEM_UTIL] = { "DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", GM_HAS_UTIL },
-	[POWER] = { "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", GM_HAS_POWER },
-	[POWER_LIMIT] = { "DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
-			  GM_HAS_POWER_LIMIT },
-	[TEMP] = { "DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", GM_HAS_TEMPERATURE },
-	[SM_CLOCK] = { "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", GM_HAS_CLOCK_SM },
-	[MEM_CLOCK] = { "DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).",
-			GM_HAS_CLOCK_MEM },
-	[MAX_SM_CLOCK] = { "DCGM_FI_DEV_MAX_SM_CLOCK", "Maximum SM clock frequency (in MHz).",
-			   GM_HAS_MAX_CLOCK_SM },
-	[MAX_MEM_CLOCK] = { "DCGM_FI_DEV_MAX_MEM_CLOCK", "Maximum memory clock frequency (in MHz).",
-			    GM_HAS_MAX_CLOCK_MEM },
-	/* dcgm-exporter has no graphics clock */
-	[GR_CLOCK] = { "gpuman_gpu_graphics_clock_mhz", "Graphics clock frequency (in MHz).",
-		       GM_HAS_CLOCK_GRAPHICS },
-	[MAX_GR_CLOCK] = { "gpuman_gpu_max_graphics_clock_mhz",
-			   "Maximum graphics clock frequency (in MHz).", GM_HAS_MAX_CLOCK_GRAPHICS },
-	[UP] = { "gpuman_gpu_up", "1 if NVML answers for the GPU, 0 if it is lost or fails.", 0 },
+    [FB_USED] = {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", GM_HAS_MEMORY},
+    [FB_FREE] = {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", GM_HAS_MEMORY},
+    [FB_TOTAL] = {"DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", GM_HAS_MEMORY},
+    [UTIL] = {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", GM_HAS_UTIL},
+    [MEM_UTIL] = {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", GM_HAS_UTIL},
+    [POWER] = {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", GM_HAS_POWER},
+    [POWER_LIMIT] = {"DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
+                     GM_HAS_POWER_LIMIT},
+    [TEMP] = {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", GM_HAS_TEMPERATURE},
+    [SM_CLOCK] = {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", GM_HAS_CLOCK_SM},
+    [MEM_CLOCK] = {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", GM_HAS_CLOCK_MEM},
+    [MAX_SM_CLOCK] = {"DCGM_FI_DEV_MAX_SM_CLOCK", "Maximum SM clock frequency (in MHz).",
+                      GM_HAS_MAX_CLOCK_SM},
+    [MAX_MEM_CLOCK] = {"DCGM_FI_DEV_MAX_MEM_CLOCK", "Maximum memory clock frequency (in MHz).",
+                       GM_HAS_MAX_CLOCK_MEM},
+    /* dcgm-exporter has no graphics clock */
+    [GR_CLOCK] = {"gpuman_gpu_graphics_clock_mhz", "Graphics clock frequency (in MHz).",
+                  GM_HAS_CLOCK_GRAPHICS},
+    [MAX_GR_CLOCK] = {"gpuman_gpu_max_graphics_clock_mhz",
+                      "Maximum graphics clock frequency (in MHz).", GM_HAS_MAX_CLOCK_GRAPHICS},
+    [UP] = {"gpuman_gpu_up", "1 if NVML answers for the GPU, 0 if it is lost or fails.", 0},
 };
 
 static void gpu_value(struct out *o, const struct gm_gpu *g, enum gpu_field f)
 {
 	switch (f) {
-	case FB_USED: fprintf(o->f, "%llu", (unsigned long long)g->mem_used_mib); break;
-	case FB_FREE: fprintf(o->f, "%llu", (unsigned long long)g->mem_free_mib); break;
-	case FB_TOTAL: fprintf(o->f, "%llu", (unsigned long long)g->mem_total_mib); break;
-	case UTIL: fprintf(o->f, "%u", g->util_gpu_pct); break;
-	case MEM_UTIL: fprintf(o->f, "%u", g->util_mem_pct); break;
-	case POWER: fprintf(o->f, "%.3f", g->power_mw / 1000.0); break;
-	case POWER_LIMIT: fprintf(o->f, "%.3f", g->power_limit_mw / 1000.0); break;
-	case TEMP: fprintf(o->f, "%u", g->temperature_c); break;
-	case SM_CLOCK: fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_SM]); break;
-	case MEM_CLOCK: fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_MEM]); break;
-	case MAX_SM_CLOCK: fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_SM]); break;
-	case MAX_MEM_CLOCK: fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_MEM]); break;
-	case GR_CLOCK: fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_GRAPHICS]); break;
-	case MAX_GR_CLOCK: fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_GRAPHICS]); break;
-	case UP: fputc(g->state == GM_GPU_OK ? '1' : '0', o->f); break;
+	case FB_USED:
+		fprintf(o->f, "%llu", (unsigned long long)g->mem_used_mib);
+		break;
+	case FB_FREE:
+		fprintf(o->f, "%llu", (unsigned long long)g->mem_free_mib);
+		break;
+	case FB_TOTAL:
+		fprintf(o->f, "%llu", (unsigned long long)g->mem_total_mib);
+		break;
+	case UTIL:
+		fprintf(o->f, "%u", g->util_gpu_pct);
+		break;
+	case MEM_UTIL:
+		fprintf(o->f, "%u", g->util_mem_pct);
+		break;
+	case POWER:
+		fprintf(o->f, "%.3f", g->power_mw / 1000.0);
+		break;
+	case POWER_LIMIT:
+		fprintf(o->f, "%.3f", g->power_limit_mw / 1000.0);
+		break;
+	case TEMP:
+		fprintf(o->f, "%u", g->temperature_c);
+		break;
+	case SM_CLOCK:
+		fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_SM]);
+		break;
+	case MEM_CLOCK:
+		fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_MEM]);
+		break;
+	case MAX_SM_CLOCK:
+		fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_SM]);
+		break;
+	case MAX_MEM_CLOCK:
+		fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_MEM]);
+		break;
+	case GR_CLOCK:
+		fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_GRAPHICS]);
+		break;
+	case MAX_GR_CLOCK:
+		fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_GRAPHICS]);
+		break;
+	case UP:
+		fputc(g->state == GM_GPU_OK ? '1' : '0', o->f);
+		break;
 	}
 }
 
@@ -134,7 +176,7 @@ static void gpus(struct out *o, const struct gm_snapshot *snap)
 
 			/* A field the GPU does not report is left out, never 0. */
 			if (m != UP && (g->state != GM_GPU_OK ||
-					(g->valid & gpu_metrics[m].need) != gpu_metrics[m].need))
+			                (g->valid & gpu_metrics[m].need) != gpu_metrics[m].need))
 				continue;
 			fprintf(o->f, "%s{", gpu_metrics[m].name);
 			gpu_labels(o, g);
@@ -187,7 +229,8 @@ static void lease_gpus(char *buf, size_t len, const struct lease_info *l)
 
 	buf[0] = '\0';
 	for (size_t k = 0; k < l->gpu_count && used < len; k++)
-		used += (size_t)snprintf(buf + used, len - used, "%s%u", k ? "," : "", l->indices[k]);
+		used +=
+		    (size_t)snprintf(buf + used, len - used, "%s%u", k ? "," : "", l->indices[k]);
 }
 
 static void lease_labels(struct out *o, const struct lease_info *l)
@@ -202,8 +245,8 @@ static void lease_labels(struct out *o, const struct lease_info *l)
 	label(o, 0, "hostname", o->host);
 }
 
-static void leases(struct out *o, const struct gm_snapshot *snap,
-		   const struct registry_view *view, int64_t now)
+static void leases(struct out *o, const struct gm_snapshot *snap, const struct registry_view *view,
+                   int64_t now)
 {
 	size_t excl = 0, share = 0;
 
@@ -222,7 +265,8 @@ static void leases(struct out *o, const struct gm_snapshot *snap,
 		lease_labels(o, &view->leases[i]);
 		fprintf(o->f, "} %zu\n", view->leases[i].gpu_count);
 	}
-	head(o, "gpuman_lease_share_mib", "gauge", "Memory a shared lease reserves per GPU (in MiB).");
+	head(o, "gpuman_lease_share_mib", "gauge",
+	     "Memory a shared lease reserves per GPU (in MiB).");
 	for (size_t i = 0; i < view->lease_count; i++) {
 		if (view->leases[i].exclusive)
 			continue;
@@ -353,7 +397,7 @@ static void health(struct out *o, const struct gm_snapshot *snap, const struct s
  * it holds (hogs and processes outside gpuman) or how long (idle leases). */
 static void waste(struct out *o, const struct registry_view *view, const struct waste_report *rep)
 {
-	static const enum waste_kind kinds[] = { WASTE_HOG, WASTE_IDLE_LEASE, WASTE_UNLEASED };
+	static const enum waste_kind kinds[] = {WASTE_HOG, WASTE_IDLE_LEASE, WASTE_UNLEASED};
 	char num[32], gpus_buf[256];
 
 	head(o, "gpuman_waste_findings", "gauge",
@@ -382,7 +426,7 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 		snprintf(num, sizeof num, "%u", it->pid);
 		label(o, 0, "pid", num);
 		waste_gpu_list(it->kind == WASTE_HOG ? it->idle_gpus : it->gpus, gpus_buf,
-			       sizeof gpus_buf);
+		               sizeof gpus_buf);
 		label(o, 0, "gpus", gpus_buf);
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %llu\n", (unsigned long long)it->held_mib);
@@ -406,11 +450,11 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 }
 
 char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
-		    const struct waste_report *rep, const struct serve_queue *q,
-		    const struct serve_health *h, const char *hostname, size_t *len)
+                    const struct waste_report *rep, const struct serve_queue *q,
+                    const struct serve_health *h, const char *hostname, size_t *len)
 {
 	char *buf = NULL;
-	struct out o = { NULL, hostname };
+	struct out o = {NULL, hostname};
 	int64_t now = now_ms();
 
 	o.f = open_memstream(&buf, len);

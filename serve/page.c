@@ -14,13 +14,13 @@
 
 /* page.html, embedded by the assembler; NUL-terminated. */
 __asm__(".section .rodata\n"
-	".global serve_page_html\n"
-	".type serve_page_html, @object\n"
-	".balign 16\n"
-	"serve_page_html:\n"
-	".incbin \"serve/page.html\"\n"
-	".byte 0\n"
-	".previous\n");
+        ".global serve_page_html\n"
+        ".type serve_page_html, @object\n"
+        ".balign 16\n"
+        "serve_page_html:\n"
+        ".incbin \"serve/page.html\"\n"
+        ".byte 0\n"
+        ".previous\n");
 extern const char serve_page_html[];
 
 int serve_history_init(struct serve_history *h, size_t cap)
@@ -75,8 +75,8 @@ void serve_history_add(struct serve_history *h, const struct gm_snapshot *snap)
 
 		h->util_pct[at] = ok && (g->valid & GM_HAS_UTIL) ? (float)g->util_gpu_pct : -1;
 		h->mem_pct[at] = ok && (g->valid & GM_HAS_MEMORY) && g->mem_total_mib
-					 ? (float)(100.0 * g->mem_used_mib / g->mem_total_mib)
-					 : -1;
+		                     ? (float)(100.0 * g->mem_used_mib / g->mem_total_mib)
+		                     : -1;
 		h->power_w[at] = ok && (g->valid & GM_HAS_POWER) ? g->power_mw / 1000.0f : -1;
 	}
 	h->next = (h->next + 1) % h->cap;
@@ -87,7 +87,7 @@ void serve_history_add(struct serve_history *h, const struct gm_snapshot *snap)
 /* Mean of the known values of one series over samples [from, to) in age
  * order; null when none is known. */
 static json_t *mean(const struct serve_history *h, const float *col, size_t gpu, size_t from,
-		    size_t to)
+                    size_t to)
 {
 	double sum = 0;
 	size_t n = 0, first = (h->next + h->cap - h->count) % h->cap;
@@ -158,23 +158,22 @@ static void cut_command(json_t *obj)
 }
 
 json_t *serve_status_json(const struct gm_snapshot *snap, const struct registry_view *view,
-			  json_t *waste)
+                          json_t *waste)
 {
 	json_t *o = cli_status_json(snap, view), *v;
-	static const char *const lists[] = { "processes", "leases", "waiters", "waste" };
+	static const char *const lists[] = {"processes", "leases", "waiters", "waste"};
 	size_t i;
 
 	json_object_set_new(o, "waste", waste ? waste : json_null());
 	for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++)
-		json_array_foreach(json_object_get(o, lists[l]), i, v)
-			cut_command(v);
+		json_array_foreach(json_object_get(o, lists[l]), i, v) cut_command(v);
 	/* Each GPU carries its processes again. */
-	json_array_foreach(json_object_get(o, "gpus"), i, v) {
+	json_array_foreach(json_object_get(o, "gpus"), i, v)
+	{
 		json_t *p;
 		size_t k;
 
-		json_array_foreach(json_object_get(v, "processes"), k, p)
-			cut_command(p);
+		json_array_foreach(json_object_get(v, "processes"), k, p) cut_command(p);
 	}
 	return o;
 }
@@ -191,8 +190,7 @@ static void put_inline(FILE *f, const char *json)
 	}
 }
 
-char *serve_page(const char *status_json, const char *history_json, int interval_ms,
-		 size_t *len)
+char *serve_page(const char *status_json, const char *history_json, int interval_ms, size_t *len)
 {
 	const char *mark = strstr(serve_page_html, "<!--DATA-->");
 	char *buf = NULL;

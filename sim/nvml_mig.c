@@ -19,7 +19,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetGpuInstanceId(struct scenario_gpu *devi
 SIM_EXPORT enum nvml_return nvmlDeviceGetComputeInstanceId(struct scenario_gpu *device,
                                                            unsigned *id);
 SIM_EXPORT enum nvml_return
-nvmlDeviceGetDeviceHandleFromMigDeviceHandle(struct scenario_gpu *mig, struct scenario_gpu **device);
+nvmlDeviceGetDeviceHandleFromMigDeviceHandle(struct scenario_gpu *mig,
+                                             struct scenario_gpu **device);
 
 /* Slots a MIG-capable GPU has (A100, H100: 7); a GPU the scenario gives no
  * MIG mode is not MIG-capable. */

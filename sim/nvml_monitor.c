@@ -16,7 +16,12 @@
 #include "nvml_sim.h"
 
 /* nvmlTemperatureThresholds_t, nvmlPcieUtilCounter_t, nvmlClockType_t */
-enum { THRESHOLD_SHUTDOWN = 0, THRESHOLD_SLOWDOWN = 1, THRESHOLD_MEM_MAX = 2, THRESHOLD_GPU_MAX = 3 };
+enum {
+	THRESHOLD_SHUTDOWN = 0,
+	THRESHOLD_SLOWDOWN = 1,
+	THRESHOLD_MEM_MAX = 2,
+	THRESHOLD_GPU_MAX = 3
+};
 enum { PCIE_TX_BYTES = 0, PCIE_RX_BYTES = 1 };
 enum { CLOCK_GRAPHICS = 0, CLOCK_SM = 1, CLOCK_MEM = 2, CLOCK_VIDEO = 3 };
 /* nvmlTemperature_v1_t: clients that find nvmlDeviceGetTemperatureV (the
@@ -81,9 +86,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinity(struct scenario_gpu *device
 SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinityWithinScope(struct scenario_gpu *device,
                                                                 unsigned size, unsigned long *set,
                                                                 int scope);
-SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryAffinity(struct scenario_gpu *device,
-                                                        unsigned size, unsigned long *set,
-                                                        int scope);
+SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryAffinity(struct scenario_gpu *device, unsigned size,
+                                                        unsigned long *set, int scope);
 SIM_EXPORT enum nvml_return nvmlDeviceGetP2PStatus(struct scenario_gpu *a, struct scenario_gpu *b,
                                                    int index, int *status);
 int sim_unmodelled(void);
@@ -204,14 +208,14 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetCurrPcieLinkWidth(struct scenario_gpu *
 SIM_EXPORT enum nvml_return nvmlDeviceGetPcieThroughput(struct scenario_gpu *device, int counter,
                                                         unsigned *kbps)
 {
-	enum nvml_return ret =
-	    sim_device_query(FN_nvmlDeviceGetPcieThroughput, device,
-	                     kbps != NULL && (counter == PCIE_TX_BYTES || counter == PCIE_RX_BYTES), 0);
+	enum nvml_return ret = sim_device_query(
+	    FN_nvmlDeviceGetPcieThroughput, device,
+	    kbps != NULL && (counter == PCIE_TX_BYTES || counter == PCIE_RX_BYTES), 0);
 
 	if (ret != NVML_SUCCESS)
 		return ret;
-	return sim_reading(device, counter == PCIE_TX_BYTES ? READING_PCIE_TX_KBPS : READING_PCIE_RX_KBPS,
-	                   kbps);
+	return sim_reading(
+	    device, counter == PCIE_TX_BYTES ? READING_PCIE_TX_KBPS : READING_PCIE_RX_KBPS, kbps);
 }
 
 /* Thresholds other than these four (acoustic, GPS) are not modelled. */
@@ -241,11 +245,12 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetFanSpeed(struct scenario_gpu *device, u
 SIM_EXPORT enum nvml_return nvmlDeviceGetFanSpeed_v2(struct scenario_gpu *device, unsigned fan,
                                                      unsigned *pct)
 {
-	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetFanSpeed_v2, device, pct != NULL, 0);
+	enum nvml_return ret =
+	    sim_device_query(FN_nvmlDeviceGetFanSpeed_v2, device, pct != NULL, 0);
 
 	if (ret == NVML_SUCCESS && fan != 0)
 		ret = (device->reading_has & (1u << READING_FAN_PCT)) ? NVML_ERROR_INVALID_ARGUMENT
-		                                                       : NVML_ERROR_NOT_SUPPORTED;
+		                                                      : NVML_ERROR_NOT_SUPPORTED;
 	return ret == NVML_SUCCESS ? sim_reading(device, READING_FAN_PCT, pct) : ret;
 }
 
@@ -326,8 +331,8 @@ nvmlDeviceGetPowerManagementLimitConstraints(struct scenario_gpu *device, unsign
 SIM_EXPORT enum nvml_return nvmlDeviceGetPerformanceState(struct scenario_gpu *device, int *pstate)
 {
 	unsigned v;
-	enum nvml_return ret = one(FN_nvmlDeviceGetPerformanceState, device, READING_PSTATE,
-	                           pstate ? &v : NULL);
+	enum nvml_return ret =
+	    one(FN_nvmlDeviceGetPerformanceState, device, READING_PSTATE, pstate ? &v : NULL);
 
 	if (ret == NVML_SUCCESS)
 		*pstate = (int)v;
@@ -374,7 +379,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetBAR1MemoryInfo(struct scenario_gpu *dev
 
 	if (ret == NVML_SUCCESS)
 		ret = sim_reading(device, READING_BAR1_TOTAL_MIB, &total);
-	if (ret == NVML_SUCCESS && sim_reading(device, READING_BAR1_USED_MIB, &used) != NVML_SUCCESS)
+	if (ret == NVML_SUCCESS &&
+	    sim_reading(device, READING_BAR1_USED_MIB, &used) != NVML_SUCCESS)
 		used = 0;
 	if (ret == NVML_SUCCESS) {
 		used = used < total ? used : total;
@@ -448,7 +454,8 @@ static enum nvml_return affinity(enum scenario_fn fn, struct scenario_gpu *devic
 SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinity(struct scenario_gpu *device, unsigned size,
                                                      unsigned long *set)
 {
-	return affinity(FN_nvmlDeviceGetCpuAffinity, device, size, set, sysconf(_SC_NPROCESSORS_CONF));
+	return affinity(FN_nvmlDeviceGetCpuAffinity, device, size, set,
+	                sysconf(_SC_NPROCESSORS_CONF));
 }
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinityWithinScope(struct scenario_gpu *device,
@@ -460,9 +467,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetCpuAffinityWithinScope(struct scenario_
 	                sysconf(_SC_NPROCESSORS_CONF));
 }
 
-SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryAffinity(struct scenario_gpu *device,
-                                                        unsigned size, unsigned long *set,
-                                                        int scope)
+SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryAffinity(struct scenario_gpu *device, unsigned size,
+                                                        unsigned long *set, int scope)
 {
 	(void)scope;
 	return affinity(FN_nvmlDeviceGetMemoryAffinity, device, size, set, 1);

@@ -41,8 +41,13 @@
 #define MIB 1048576ULL
 
 enum { NVML_TEMPERATURE_GPU = 0 };
-enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_VIDEO = 3,
-       NVML_CLOCK_COUNT = 4 };
+enum {
+	NVML_CLOCK_GRAPHICS = 0,
+	NVML_CLOCK_SM = 1,
+	NVML_CLOCK_MEM = 2,
+	NVML_CLOCK_VIDEO = 3,
+	NVML_CLOCK_COUNT = 4
+};
 
 /* nvmlMemory_t: bytes; "used" includes reserved memory. */
 struct nvml_memory {
@@ -184,9 +189,9 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetNumGpuCores(struct scenario_gpu *device
 SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *device, int type,
                                                       unsigned *clock_mhz);
 SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu *device,
-                                                             struct nvml_proc_util_sample *samples,
-                                                             unsigned *count,
-                                                             unsigned long long last_seen_us);
+                                                            struct nvml_proc_util_sample *samples,
+                                                            unsigned *count,
+                                                            unsigned long long last_seen_us);
 SIM_EXPORT const char *gpumanSimError(void);
 
 /*
@@ -258,7 +263,8 @@ static void live_refresh(void)
 	for (i = 0; i < sim_live.count; i++) {
 		gpu = scenario_find_uuid(sim, sim_live.uses[i].uuid);
 		if (gpu < 0) {
-			const struct scenario_gpu *mig = scenario_find_mig(sim, sim_live.uses[i].uuid);
+			const struct scenario_gpu *mig =
+			    scenario_find_mig(sim, sim_live.uses[i].uuid);
 
 			if (!mig)
 				continue; /* an entry written for another scenario's GPU */
@@ -305,7 +311,8 @@ static int branch_mismatch(const struct scenario *sc)
 		if (slash)
 			*slash = '\0';
 		/* r470/ beside r580/ (the default library is a link into r580/) */
-		if ((slash = strrchr(dir, '/')) && slash[1] == 'r' && slash[2] >= '0' && slash[2] <= '9')
+		if ((slash = strrchr(dir, '/')) && slash[1] == 'r' && slash[2] >= '0' &&
+		    slash[2] <= '9')
 			*slash = '\0';
 	}
 	snprintf(sim_error, sizeof sim_error,
@@ -488,8 +495,8 @@ static int device_valid(const struct scenario_gpu *dev)
  * a handle we gave out, sane arguments, the GPU's injected fault, and
  * whether the GPU reports the field at all (need: enum scenario_has bits).
  */
-enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu *dev,
-                                     int args_ok, unsigned need)
+enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu *dev, int args_ok,
+                                  unsigned need)
 {
 	enum nvml_return ret = sim_system_query(fn, 1);
 
@@ -504,8 +511,7 @@ enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu
 }
 
 /* One of the scenario's readings, or NOT_SUPPORTED where it gives none. */
-enum nvml_return sim_reading(const struct scenario_gpu *dev, enum scenario_reading r,
-                                unsigned *out)
+enum nvml_return sim_reading(const struct scenario_gpu *dev, enum scenario_reading r, unsigned *out)
 {
 	if (!(dev->reading_has & (1u << r)))
 		return NVML_ERROR_NOT_SUPPORTED;
@@ -613,7 +619,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetHandleByUUID(const char *uuid,
 	enum nvml_return ret =
 	    sim_system_query(FN_nvmlDeviceGetHandleByUUID, uuid != NULL && device != NULL);
 	long pos = ret == NVML_SUCCESS ? scenario_find_uuid(sim, uuid) : -1;
-	struct scenario_gpu *mig = ret == NVML_SUCCESS && pos < 0 ? scenario_find_mig(sim, uuid) : NULL;
+	struct scenario_gpu *mig =
+	    ret == NVML_SUCCESS && pos < 0 ? scenario_find_mig(sim, uuid) : NULL;
 
 	if (mig && (mig->parent->fail_at_handle || mig->parent->fail == NVML_ERROR_NO_PERMISSION))
 		return (enum nvml_return)mig->parent->fail;
@@ -710,7 +717,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetPciInfo(struct scenario_gpu *device,
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetMinorNumber(struct scenario_gpu *device, unsigned *minor)
 {
-	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetMinorNumber, device, minor != NULL, 0);
+	enum nvml_return ret =
+	    sim_device_query(FN_nvmlDeviceGetMinorNumber, device, minor != NULL, 0);
 
 	if (ret == NVML_SUCCESS)
 		*minor = device->minor_number;
@@ -758,8 +766,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo_v2(struct scenario_gpu *devi
 SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo(struct scenario_gpu *device,
                                                     struct nvml_memory *memory)
 {
-	enum nvml_return ret =
-	    sim_device_query(FN_nvmlDeviceGetMemoryInfo, device, memory != NULL, SCENARIO_HAS_MEMORY);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetMemoryInfo, device, memory != NULL,
+	                                        SCENARIO_HAS_MEMORY);
 	uint64_t used;
 
 	if (ret == NVML_SUCCESS) {
@@ -775,8 +783,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMemoryInfo(struct scenario_gpu *device,
 SIM_EXPORT enum nvml_return nvmlDeviceGetUtilizationRates(struct scenario_gpu *device,
                                                           struct nvml_utilization *util)
 {
-	enum nvml_return ret =
-	    sim_device_query(FN_nvmlDeviceGetUtilizationRates, device, util != NULL, SCENARIO_HAS_UTIL);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetUtilizationRates, device,
+	                                        util != NULL, SCENARIO_HAS_UTIL);
 	unsigned gpu;
 
 	/* As on real hardware, a GPU split into MIG slices has no utilization. */
@@ -795,8 +803,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetUtilizationRates(struct scenario_gpu *d
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetPowerUsage(struct scenario_gpu *device, unsigned *power_mw)
 {
-	enum nvml_return ret =
-	    sim_device_query(FN_nvmlDeviceGetPowerUsage, device, power_mw != NULL, SCENARIO_HAS_POWER);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetPowerUsage, device,
+	                                        power_mw != NULL, SCENARIO_HAS_POWER);
 
 	if (ret == NVML_SUCCESS)
 		*power_mw = device->power_mw;
@@ -807,7 +815,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetEnforcedPowerLimit(struct scenario_gpu 
                                                             unsigned *limit_mw)
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetEnforcedPowerLimit, device,
-	                                    limit_mw != NULL, SCENARIO_HAS_POWER_LIMIT);
+	                                        limit_mw != NULL, SCENARIO_HAS_POWER_LIMIT);
 
 	if (ret == NVML_SUCCESS)
 		*limit_mw = device->power_limit_mw;
@@ -818,8 +826,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetTemperature(struct scenario_gpu *device
                                                      unsigned *temp_c)
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetTemperature, device,
-	                                    temp_c != NULL && sensor == NVML_TEMPERATURE_GPU,
-	                                    SCENARIO_HAS_TEMPERATURE);
+	                                        temp_c != NULL && sensor == NVML_TEMPERATURE_GPU,
+	                                        SCENARIO_HAS_TEMPERATURE);
 
 	if (ret == NVML_SUCCESS)
 		*temp_c = device->temperature_c;
@@ -830,7 +838,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetCudaComputeCapability(struct scenario_g
                                                                int *major, int *minor)
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetCudaComputeCapability, device,
-	                                    major != NULL && minor != NULL, SCENARIO_HAS_CC);
+	                                        major != NULL && minor != NULL, SCENARIO_HAS_CC);
 
 	if (ret == NVML_SUCCESS) {
 		*major = device->cc_major;
@@ -1008,15 +1016,14 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMPSComputeRunningProcesses(struct scena
                                                                     unsigned *count,
                                                                     struct nvml_process_v1 *infos)
 {
-	return list_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses, device,
-	                      SCENARIO_PROC_MPS, count, infos, 1);
+	return list_processes(FN_nvmlDeviceGetMPSComputeRunningProcesses, device, SCENARIO_PROC_MPS,
+	                      count, infos, 1);
 }
-
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetComputeMode(struct scenario_gpu *device, int *mode)
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetComputeMode, device, mode != NULL,
-	                                    SCENARIO_HAS_COMPUTE_MODE);
+	                                        SCENARIO_HAS_COMPUTE_MODE);
 
 	if (ret == NVML_SUCCESS)
 		*mode = device->compute_mode;
@@ -1026,8 +1033,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetComputeMode(struct scenario_gpu *device
 SIM_EXPORT enum nvml_return nvmlDeviceGetMigMode(struct scenario_gpu *device, unsigned *current,
                                                  unsigned *pending)
 {
-	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetMigMode, device,
-	                                    current != NULL && pending != NULL, SCENARIO_HAS_MIG);
+	enum nvml_return ret = sim_device_query(
+	    FN_nvmlDeviceGetMigMode, device, current != NULL && pending != NULL, SCENARIO_HAS_MIG);
 
 	if (ret == NVML_SUCCESS) {
 		*current = device->mig_mode;
@@ -1038,8 +1045,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMigMode(struct scenario_gpu *device, un
 
 SIM_EXPORT enum nvml_return nvmlDeviceGetNumGpuCores(struct scenario_gpu *device, unsigned *cores)
 {
-	enum nvml_return ret =
-	    sim_device_query(FN_nvmlDeviceGetNumGpuCores, device, cores != NULL, SCENARIO_HAS_CORES);
+	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetNumGpuCores, device, cores != NULL,
+	                                        SCENARIO_HAS_CORES);
 
 	if (ret == NVML_SUCCESS)
 		*cores = device->cuda_cores;
@@ -1053,7 +1060,7 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *devic
 {
 	enum nvml_return ret =
 	    sim_device_query(FN_nvmlDeviceGetMaxClockInfo, device,
-	                 clock_mhz != NULL && type >= 0 && type < NVML_CLOCK_COUNT, 0);
+	                     clock_mhz != NULL && type >= 0 && type < NVML_CLOCK_COUNT, 0);
 
 	if (ret != NVML_SUCCESS)
 		return ret;
@@ -1063,9 +1070,10 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *devic
 		*clock_mhz = device->max_sm_clock_mhz;
 		return NVML_SUCCESS;
 	}
-	return sim_reading(device, type == NVML_CLOCK_MEM ? READING_MAX_CLOCK_MEM_MHZ
-	                                              : READING_MAX_CLOCK_VIDEO_MHZ,
-	               clock_mhz);
+	return sim_reading(device,
+	                   type == NVML_CLOCK_MEM ? READING_MAX_CLOCK_MEM_MHZ
+	                                          : READING_MAX_CLOCK_VIDEO_MHZ,
+	                   clock_mhz);
 }
 
 /*
@@ -1078,9 +1086,9 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetMaxClockInfo(struct scenario_gpu *devic
  * for the process lists.
  */
 SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu *device,
-                                                             struct nvml_proc_util_sample *samples,
-                                                             unsigned *count,
-                                                             unsigned long long last_seen_us)
+                                                            struct nvml_proc_util_sample *samples,
+                                                            unsigned *count,
+                                                            unsigned long long last_seen_us)
 {
 	enum nvml_return ret = sim_device_query(FN_nvmlDeviceGetProcessUtilization, device,
 	                                        count != NULL, SCENARIO_HAS_UTIL);
@@ -1103,7 +1111,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu 
 	for (j = 0; j < device->proc_count; j++)
 		n += device->procs[j].utilization > 0;
 	for (j = 0; j < sim_live.count; j++)
-		n += sim_live.uses[j].utilization > 0 && !strcmp(sim_live.uses[j].uuid, device->uuid);
+		n += sim_live.uses[j].utilization > 0 &&
+		     !strcmp(sim_live.uses[j].uuid, device->uuid);
 	if (n == 0) {
 		ret = NVML_ERROR_NOT_FOUND;
 	} else if (*count < n || !samples) {
@@ -1117,7 +1126,8 @@ SIM_EXPORT enum nvml_return nvmlDeviceGetProcessUtilization(struct scenario_gpu 
 				pid = device->procs[j].pid;
 				util = device->procs[j].utilization;
 			} else {
-				const struct simstate_use *u = &sim_live.uses[j - device->proc_count];
+				const struct simstate_use *u =
+				    &sim_live.uses[j - device->proc_count];
 
 				if (strcmp(u->uuid, device->uuid))
 					continue;

@@ -42,8 +42,8 @@ extern struct scenario *sim;
 enum nvml_return sim_system_query(enum scenario_fn fn, int args_ok);
 /* ... and every device query: a handle we gave out, the GPU's injected
  * fault, and whether the GPU reports the field (enum scenario_has bits). */
-enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu *dev,
-                                  int args_ok, unsigned need);
+enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu *dev, int args_ok,
+                                  unsigned need);
 /* One of the scenario's readings, or NOT_SUPPORTED where it gives none. */
 enum nvml_return sim_reading(const struct scenario_gpu *dev, enum scenario_reading r,
                              unsigned *out);

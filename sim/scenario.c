@@ -54,9 +54,14 @@ static const char *const compute_modes[] = {
 };
 
 /* Every object may carry a "comment": JSON has no comments of its own. */
-static const char *const top_keys[] = {"comment",    "driver_version",  "cuda_driver_version",
-                                       "init_error", "missing_symbols", "gpus",
-                                       "timeline",   NULL};
+static const char *const top_keys[] = {"comment",
+                                       "driver_version",
+                                       "cuda_driver_version",
+                                       "init_error",
+                                       "missing_symbols",
+                                       "gpus",
+                                       "timeline",
+                                       NULL};
 static const char *const timeline_keys[] = {"comment", "repeat_s", "phases", NULL};
 static const char *const phase_keys[] = {"comment", "at_s", "gpus", NULL};
 static const char *const phase_gpu_keys[] = {"comment",         "gpu",       "utilization_gpu",
@@ -87,7 +92,7 @@ static const char *const gpu_keys[] = {"comment",
 #define READING_KEY(id, key, min, max, scale) key,
                                        SCENARIO_READINGS(READING_KEY)
 #undef READING_KEY
-                                       NULL};
+                                           NULL};
 
 static const struct {
 	const char *key;
@@ -98,10 +103,14 @@ static const struct {
 #undef READING_ROW
 };
 _Static_assert(READING_COUNT <= 32, "reading_has has 32 bits");
-static const char *const mig_keys[] = {"comment",          "profile",
-                                       "uuid",             "memory_total_mib",
-                                       "memory_used_mib",  "gpu_instance_id",
-                                       "compute_instance_id", "processes",
+static const char *const mig_keys[] = {"comment",
+                                       "profile",
+                                       "uuid",
+                                       "memory_total_mib",
+                                       "memory_used_mib",
+                                       "gpu_instance_id",
+                                       "compute_instance_id",
+                                       "processes",
                                        NULL};
 static const char *const proc_keys[] = {"comment", "pid", "used_mib", "utilization", "type", NULL};
 
@@ -416,8 +425,8 @@ static int parse_proc(struct loader *ld, const json_t *obj, const char *where,
 	else if (!strcmp(type, "both"))
 		proc->kind = SCENARIO_PROC_COMPUTE | SCENARIO_PROC_GRAPHICS;
 	else
-		return bad(ld, where, "type", "unknown type '%s' (use compute, graphics, both or mps)",
-		           type);
+		return bad(ld, where, "type",
+		           "unknown type '%s' (use compute, graphics, both or mps)", type);
 	return 0;
 }
 
@@ -661,10 +670,11 @@ static int parse_mig(struct loader *ld, const json_t *obj, const char *where,
 			if (!(*p == '-' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
 				break;
 		if (strncmp(s, "MIG-", 4) || *p || !s[4])
-			return bad(ld, where, "uuid",
-			           "'%s' is not a MIG UUID (expected \"MIG-\" followed by lowercase "
-			           "hex digits and dashes)",
-			           s);
+			return bad(
+			    ld, where, "uuid",
+			    "'%s' is not a MIG UUID (expected \"MIG-\" followed by lowercase "
+			    "hex digits and dashes)",
+			    s);
 		strcpy(mig->uuid, s);
 	} else {
 		uint64_t hi = mix64(0x6d696700u + 64 * (uint64_t)gpu->index + 2 * k);
@@ -879,12 +889,13 @@ static int parse_phase_gpu(struct loader *ld, const json_t *obj, const char *whe
 		return bad(ld, where, "gpu", "%u: the scenario has %zu GPUs", (unsigned)x,
 		           sc->gpu_count);
 	if (seen[(size_t)x]++)
-		return bad(ld, where, "gpu", "GPU %u is already changed in this phase", (unsigned)x);
+		return bad(ld, where, "gpu", "GPU %u is already changed in this phase",
+		           (unsigned)x);
 	gpu = &sc->gpus[(size_t)x];
 	st = &states[(size_t)x];
 	if (gpu->mig_count)
-		return bad(ld, where, "gpu", "GPU %u has MIG slices, which a timeline cannot change",
-		           gpu->index);
+		return bad(ld, where, "gpu",
+		           "GPU %u has MIG slices, which a timeline cannot change", gpu->index);
 	f = get_number(ld, obj, where, "utilization_gpu", 0, 100, 1, &x);
 	if (f < 0)
 		return -1;
@@ -961,8 +972,8 @@ static int parse_timeline(struct loader *ld, const json_t *root, struct scenario
 	 * array gpus[] points to belongs to a state. */
 	for (size_t i = 0; i < sc->gpu_count; i++) {
 		const struct scenario_gpu *g = &sc->gpus[i];
-		struct scenario_gpu_state from = {g->util_gpu_pct,  g->mem_used_mib,
-		                                  g->proc_count,    g->procs,
+		struct scenario_gpu_state from = {g->util_gpu_pct,   g->mem_used_mib,
+		                                  g->proc_count,     g->procs,
 		                                  g->procs_used_mib, g->procs_util_pct};
 
 		sc->base[i] = from;
@@ -986,7 +997,8 @@ static int parse_timeline(struct loader *ld, const json_t *root, struct scenario
 			return bad(ld, where, "at_s", "%g is not after the phase before (%g)", x,
 			           sc->phases[p - 1].at_s);
 		if (sc->repeat_s > 0 && x >= sc->repeat_s)
-			return bad(ld, where, "at_s", "%g is not before repeat_s (%g)", x, sc->repeat_s);
+			return bad(ld, where, "at_s", "%g is not before repeat_s (%g)", x,
+			           sc->repeat_s);
 		phase->at_s = x;
 		phase->gpus = calloc(sc->gpu_count ? sc->gpu_count : 1, sizeof *phase->gpus);
 		if (!phase->gpus)
@@ -997,7 +1009,8 @@ static int parse_timeline(struct loader *ld, const json_t *root, struct scenario
 				return bad(ld, where, NULL, "out of memory");
 		list = json_object_get(ph, "gpus");
 		if (!list || !json_is_array(list))
-			return bad(ld, where, "gpus", "expected an array of the GPUs the phase changes");
+			return bad(ld, where, "gpus",
+			           "expected an array of the GPUs the phase changes");
 		memset(seen, 0, sizeof seen);
 		for (size_t k = 0; k < json_array_size(list); k++) {
 			snprintf(gwhere, sizeof gwhere, "%s.gpus[%zu]", where, k);

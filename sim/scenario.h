@@ -90,23 +90,23 @@
 	X(nvmlDeviceGetPowerManagementLimitConstraints)                                            \
 	X(nvmlDeviceGetPerformanceState)                                                           \
 	X(nvmlDeviceGetPersistenceMode)                                                            \
-	X(nvmlDeviceGetProcessUtilization)                                                          \
-	X(nvmlDeviceGetTemperatureV)                                                                \
-	X(nvmlDeviceGetMaxMigDeviceCount)                                                           \
-	X(nvmlDeviceGetMigDeviceHandleByIndex)                                                      \
-	X(nvmlDeviceIsMigDeviceHandle)                                                              \
-	X(nvmlDeviceGetGpuInstanceId)                                                               \
-	X(nvmlDeviceGetComputeInstanceId)                                                           \
-	X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)                                             \
-	X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                               \
-	X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                               \
-	X(nvmlDeviceGetMPSComputeRunningProcesses)                                                  \
-	X(nvmlDeviceGetBAR1MemoryInfo)                                                              \
-	X(nvmlSystemGetProcessName)                                                                 \
-	X(nvmlDeviceGetTotalEnergyConsumption)                                                      \
-	X(nvmlDeviceGetCpuAffinity)                                                                 \
-	X(nvmlDeviceGetCpuAffinityWithinScope)                                                      \
-	X(nvmlDeviceGetMemoryAffinity)                                                              \
+	X(nvmlDeviceGetProcessUtilization)                                                         \
+	X(nvmlDeviceGetTemperatureV)                                                               \
+	X(nvmlDeviceGetMaxMigDeviceCount)                                                          \
+	X(nvmlDeviceGetMigDeviceHandleByIndex)                                                     \
+	X(nvmlDeviceIsMigDeviceHandle)                                                             \
+	X(nvmlDeviceGetGpuInstanceId)                                                              \
+	X(nvmlDeviceGetComputeInstanceId)                                                          \
+	X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)                                            \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v3)                                              \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v2)                                              \
+	X(nvmlDeviceGetMPSComputeRunningProcesses)                                                 \
+	X(nvmlDeviceGetBAR1MemoryInfo)                                                             \
+	X(nvmlSystemGetProcessName)                                                                \
+	X(nvmlDeviceGetTotalEnergyConsumption)                                                     \
+	X(nvmlDeviceGetCpuAffinity)                                                                \
+	X(nvmlDeviceGetCpuAffinityWithinScope)                                                     \
+	X(nvmlDeviceGetMemoryAffinity)                                                             \
 	X(nvmlDeviceGetP2PStatus)
 
 /* clang-format off */
@@ -164,7 +164,7 @@ enum scenario_has {
 	X(POWER_MIN_MW, "power_limit_min_w", 0, 100000, 1000)                                      \
 	X(POWER_MAX_MW, "power_limit_max_w", 0, 100000, 1000)                                      \
 	X(PSTATE, "performance_state", 0, 15, 1)                                                   \
-	X(PERSISTENCE, "persistence_mode", 0, 1, 1)                                               \
+	X(PERSISTENCE, "persistence_mode", 0, 1, 1)                                                \
 	X(BAR1_TOTAL_MIB, "bar1_total_mib", 1, 1e7, 1)                                             \
 	X(BAR1_USED_MIB, "bar1_used_mib", 0, 1e7, 1)
 
@@ -226,8 +226,8 @@ struct scenario_gpu {
 	/* cores x max SM clock, what CUDA's fastest-first order sorts by; the
 	 * defaults stand in where the scenario makes NVML hide the fields. */
 	uint64_t cuda_rank;
-	int fail; /* NVML error code injected for this GPU, 0 none */
-	int fail_at_handle; /* fail answers the handle lookup itself ("fail_at": "handle") */
+	int fail;                  /* NVML error code injected for this GPU, 0 none */
+	int fail_at_handle;        /* fail answers the handle lookup itself ("fail_at": "handle") */
 	uint64_t mem_reserved_mib; /* memory_reserved_mib: the driver's, never free */
 	unsigned reading[READING_COUNT];
 	uint32_t reading_has; /* bit i: reading[i] was given */
@@ -256,8 +256,8 @@ struct scenario_gpu_state {
 };
 
 struct scenario_phase {
-	double at_s;                      /* from this many seconds into the timeline */
-	struct scenario_gpu_state *gpus;  /* [gpu_count], owned */
+	double at_s;                     /* from this many seconds into the timeline */
+	struct scenario_gpu_state *gpus; /* [gpu_count], owned */
 };
 
 struct scenario {
@@ -280,11 +280,11 @@ struct scenario {
 	 * the current phase into gpus[].
 	 */
 	size_t phase_count;
-	struct scenario_phase *phases;    /* owned; at_s increasing */
-	struct scenario_gpu_state *base;  /* [gpu_count], owned; NULL without a timeline */
+	struct scenario_phase *phases;   /* owned; at_s increasing */
+	struct scenario_gpu_state *base; /* [gpu_count], owned; NULL without a timeline */
 	double repeat_s;
-	int64_t epoch_ms;                 /* the file's modification time */
-	long applied;                     /* phase in gpus[]: -1 base */
+	int64_t epoch_ms; /* the file's modification time */
+	long applied;     /* phase in gpus[]: -1 base */
 };
 
 /*

@@ -16,31 +16,31 @@ static const struct {
 	unsigned bit;
 	int64_t want;
 } values[] = {
-	{ GM_GPU_MEM_TOTAL_MIB, GM_HAS_MEMORY, 24576 },
-	{ GM_GPU_MEM_FREE_MIB, GM_HAS_MEMORY, 20000 },
-	{ GM_GPU_MEM_USED_MIB, GM_HAS_MEMORY, 4576 },
-	{ GM_GPU_UTIL_GPU_PCT, GM_HAS_UTIL, 30 },
-	{ GM_GPU_UTIL_MEM_PCT, GM_HAS_UTIL, 15 },
-	{ GM_GPU_POWER_MW, GM_HAS_POWER, 61000 },
-	{ GM_GPU_POWER_LIMIT_MW, GM_HAS_POWER_LIMIT, 280000 },
-	{ GM_GPU_TEMPERATURE_C, GM_HAS_TEMPERATURE, 40 },
-	{ GM_GPU_CC_MAJOR, GM_HAS_CC, 8 },
-	{ GM_GPU_CC_MINOR, GM_HAS_CC, 6 },
-	{ GM_GPU_COMPUTE_MODE, GM_HAS_COMPUTE_MODE, GM_COMPUTE_EXCLUSIVE_PROCESS },
-	{ GM_GPU_MIG_MODE, GM_HAS_MIG, 1 },
-	{ GM_GPU_CUDA_RANK, GM_HAS_CUDA_RANK, 123456789012LL },
-	{ GM_GPU_CLOCK_SM_MHZ, GM_HAS_CLOCK_SM, 1410 },
-	{ GM_GPU_CLOCK_MEM_MHZ, GM_HAS_CLOCK_MEM, 9501 },
-	{ GM_GPU_CLOCK_GRAPHICS_MHZ, GM_HAS_CLOCK_GRAPHICS, 1395 },
-	{ GM_GPU_MAX_CLOCK_SM_MHZ, GM_HAS_MAX_CLOCK_SM, 1980 },
-	{ GM_GPU_MAX_CLOCK_MEM_MHZ, GM_HAS_MAX_CLOCK_MEM, 9751 },
-	{ GM_GPU_MAX_CLOCK_GRAPHICS_MHZ, GM_HAS_MAX_CLOCK_GRAPHICS, 1965 },
+    {GM_GPU_MEM_TOTAL_MIB, GM_HAS_MEMORY, 24576},
+    {GM_GPU_MEM_FREE_MIB, GM_HAS_MEMORY, 20000},
+    {GM_GPU_MEM_USED_MIB, GM_HAS_MEMORY, 4576},
+    {GM_GPU_UTIL_GPU_PCT, GM_HAS_UTIL, 30},
+    {GM_GPU_UTIL_MEM_PCT, GM_HAS_UTIL, 15},
+    {GM_GPU_POWER_MW, GM_HAS_POWER, 61000},
+    {GM_GPU_POWER_LIMIT_MW, GM_HAS_POWER_LIMIT, 280000},
+    {GM_GPU_TEMPERATURE_C, GM_HAS_TEMPERATURE, 40},
+    {GM_GPU_CC_MAJOR, GM_HAS_CC, 8},
+    {GM_GPU_CC_MINOR, GM_HAS_CC, 6},
+    {GM_GPU_COMPUTE_MODE, GM_HAS_COMPUTE_MODE, GM_COMPUTE_EXCLUSIVE_PROCESS},
+    {GM_GPU_MIG_MODE, GM_HAS_MIG, 1},
+    {GM_GPU_CUDA_RANK, GM_HAS_CUDA_RANK, 123456789012LL},
+    {GM_GPU_CLOCK_SM_MHZ, GM_HAS_CLOCK_SM, 1410},
+    {GM_GPU_CLOCK_MEM_MHZ, GM_HAS_CLOCK_MEM, 9501},
+    {GM_GPU_CLOCK_GRAPHICS_MHZ, GM_HAS_CLOCK_GRAPHICS, 1395},
+    {GM_GPU_MAX_CLOCK_SM_MHZ, GM_HAS_MAX_CLOCK_SM, 1980},
+    {GM_GPU_MAX_CLOCK_MEM_MHZ, GM_HAS_MAX_CLOCK_MEM, 9751},
+    {GM_GPU_MAX_CLOCK_GRAPHICS_MHZ, GM_HAS_MAX_CLOCK_GRAPHICS, 1965},
 };
 
 static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
 {
 	struct gm_gpu *g = fake_gpu(snap, 3, "GPU-8f3a0000-1111-2222-3333-444455556666", 24576,
-				    20000, 30, 61000, 280000, 123456789012LL);
+	                            20000, 30, 61000, 280000, 123456789012LL);
 
 	g->compute_mode = GM_COMPUTE_EXCLUSIVE_PROCESS;
 	g->mig_mode = 1;
@@ -50,8 +50,8 @@ static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
 	g->clock_max_mhz[GM_CLOCK_SM] = 1980;
 	g->clock_max_mhz[GM_CLOCK_MEM] = 9751;
 	g->clock_max_mhz[GM_CLOCK_GRAPHICS] = 1965;
-	g->valid |= GM_HAS_CLOCK_SM | GM_HAS_CLOCK_MEM | GM_HAS_CLOCK_GRAPHICS | GM_HAS_MAX_CLOCK_SM |
-		    GM_HAS_MAX_CLOCK_MEM | GM_HAS_MAX_CLOCK_GRAPHICS;
+	g->valid |= GM_HAS_CLOCK_SM | GM_HAS_CLOCK_MEM | GM_HAS_CLOCK_GRAPHICS |
+	            GM_HAS_MAX_CLOCK_SM | GM_HAS_MAX_CLOCK_MEM | GM_HAS_MAX_CLOCK_GRAPHICS;
 	return g;
 }
 
@@ -71,7 +71,7 @@ static void test_every_value_reads_its_own_field(void **state)
 		assert_int_equal(gm_gpu_value(g, values[i].what, &v), 1);
 		if (v != values[i].want)
 			fail_msg("value %d: %lld, want %lld", (int)values[i].what, (long long)v,
-				 (long long)values[i].want);
+			         (long long)values[i].want);
 	}
 	assert_int_equal(gm_gpu_index(g), 3);
 	assert_string_equal(gm_gpu_uuid(g), "GPU-8f3a0000-1111-2222-3333-444455556666");
@@ -134,11 +134,11 @@ static void test_processes_and_counts(void **state)
 	fake_gpu_mem(&snap, 0, 8000, 8000);
 	fake_gpu_mem(&snap, 1, 8000, 8000);
 	fake_proc(&snap, 1, 500, 1024);
-	fake_proc(&snap, 0, 900, -1);  /* memory not reported */
+	fake_proc(&snap, 0, 900, -1); /* memory not reported */
 	snap.procs[1].has_user = 0;
 	assert_int_equal(gm_snapshot_gpu_count(&snap), 2);
 	assert_int_equal(gm_snapshot_proc_count(&snap), 2);
-	p = gm_snapshot_proc(&snap, 0);  /* sorted by GPU */
+	p = gm_snapshot_proc(&snap, 0); /* sorted by GPU */
 	assert_int_equal(gm_proc_pid(p), 900);
 	assert_int_equal(gm_proc_gpu(p), 0);
 	assert_int_equal(gm_proc_used_mib(p, &mib), 0);
@@ -175,8 +175,8 @@ static void test_mig_slices_and_their_processes(void **state)
 	raw = fake_mig(&snap, 0, "1g.10gb", "1d", 9728, 9700, 0);
 	raw->valid &= ~GM_MIG_HAS_MEMORY;
 	fake_proc(&snap, 0, 700, 30000);
-	fake_proc(&snap, 0, 800, 100);  /* on GPU 0, in no slice we know */
-	fake_proc(&snap, 1, 700, 100);  /* the same pid on another GPU */
+	fake_proc(&snap, 0, 800, 100); /* on GPU 0, in no slice we know */
+	fake_proc(&snap, 1, 700, 100); /* the same pid on another GPU */
 
 	assert_int_equal(gm_snapshot_mig_count(&snap), 2);
 	assert_null(gm_snapshot_mig(&snap, 2));
@@ -207,11 +207,11 @@ static void test_mig_slices_and_their_processes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_every_value_reads_its_own_field),
-		cmocka_unit_test(test_a_value_without_its_bit_is_not_reported),
-		cmocka_unit_test(test_a_lost_gpu_reports_nothing_but_why),
-		cmocka_unit_test(test_processes_and_counts),
-		cmocka_unit_test(test_mig_slices_and_their_processes),
+	    cmocka_unit_test(test_every_value_reads_its_own_field),
+	    cmocka_unit_test(test_a_value_without_its_bit_is_not_reported),
+	    cmocka_unit_test(test_a_lost_gpu_reports_nothing_but_why),
+	    cmocka_unit_test(test_processes_and_counts),
+	    cmocka_unit_test(test_mig_slices_and_their_processes),
 	};
 
 	return cmocka_run_group_tests_name("access", tests, NULL, NULL);

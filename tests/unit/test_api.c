@@ -78,13 +78,13 @@ static void test_version_macros_match_the_library(void **state)
 
 	(void)state;
 	assert_int_equal(GM_VERSION,
-			 GM_VERSION_MAJOR << 16 | GM_VERSION_MINOR << 8 | GM_VERSION_PATCH);
+	                 GM_VERSION_MAJOR << 16 | GM_VERSION_MINOR << 8 | GM_VERSION_PATCH);
 	snprintf(text, sizeof text, "%d.%d.%d", GM_VERSION_MAJOR, GM_VERSION_MINOR,
-		 GM_VERSION_PATCH);
+	         GM_VERSION_PATCH);
 	assert_string_equal(GM_VERSION_STRING, text);
 	assert_string_equal(gm_version(), GM_VERSION_STRING);
 	assert_int_equal(gm_version_number(), GM_VERSION);
-	assert_true(GM_VERSION >= 0x000200);  /* the accessors came with 0.2.0 */
+	assert_true(GM_VERSION >= 0x000200); /* the accessors came with 0.2.0 */
 }
 
 static void test_snapshot_read_through_accessors(void **state)
@@ -209,16 +209,16 @@ static void test_request_text_reads_back_as_the_same_request(void **state)
 		const char *opts[20];
 		const char *text;
 	} cases[] = {
-		{ { NULL }, "" },
-		{ { "n", "2", "by", "util", NULL }, "-n 2 --by util" },
-		{ { "min-free", "8192", "max-util", "50%", NULL }, "--min-free 8G --max-util 50" },
-		{ { "mem", "1.5G", "only", "0,GPU-8f3", "exclude", "3", NULL },
-		  "--only 0,GPU-8f3 --exclude 3 --mem 1536M" },
-		{ { "mem", "50%", "idle", NULL, "wait", "1h30m", NULL }, "--mem 50% --idle --wait=1h30m" },
-		{ { "mem", "1T", "wait", NULL, NULL }, "--mem 1T --wait" },
-		{ { "wait", "2.5", NULL }, "--wait=2500ms" },
-		{ { "wait", "0", NULL }, "--wait=0ms" },
-		{ { "mem", "8G", "exclusive", NULL, "wait", "90", NULL }, "--wait=1m30s" },
+	    {{NULL}, ""},
+	    {{"n", "2", "by", "util", NULL}, "-n 2 --by util"},
+	    {{"min-free", "8192", "max-util", "50%", NULL}, "--min-free 8G --max-util 50"},
+	    {{"mem", "1.5G", "only", "0,GPU-8f3", "exclude", "3", NULL},
+	     "--only 0,GPU-8f3 --exclude 3 --mem 1536M"},
+	    {{"mem", "50%", "idle", NULL, "wait", "1h30m", NULL}, "--mem 50% --idle --wait=1h30m"},
+	    {{"mem", "1T", "wait", NULL, NULL}, "--mem 1T --wait"},
+	    {{"wait", "2.5", NULL}, "--wait=2500ms"},
+	    {{"wait", "0", NULL}, "--wait=0ms"},
+	    {{"mem", "8G", "exclusive", NULL, "wait", "90", NULL}, "--wait=1m30s"},
 	};
 
 	(void)state;
@@ -232,7 +232,7 @@ static void test_request_text_reads_back_as_the_same_request(void **state)
 		again = gm_request_text(back);
 		assert_string_equal(again, text);
 		dup = gm_request_dup(req);
-		gm_request_free(req);  /* the copy owns its own lists */
+		gm_request_free(req); /* the copy owns its own lists */
 		dup_text = gm_request_text(dup);
 		assert_string_equal(dup_text, cases[i].text);
 		gm_free(text);
@@ -245,7 +245,7 @@ static void test_request_text_reads_back_as_the_same_request(void **state)
 
 static void test_leases_json_lists_a_live_lease(void **state)
 {
-	static const char *const two[] = { "n", "2", NULL };
+	static const char *const two[] = {"n", "2", NULL};
 	struct gm_context *ctx;
 	struct gm_request *req = request(two);
 	struct gm_lease *lease = NULL;
@@ -310,11 +310,11 @@ static int tickets(void)
  * wait must end and leave no ticket to block later requests, every time. */
 static void test_cancel_from_another_thread_leaves_no_ticket(void **state)
 {
-	static const char *const two[] = { "n", "2", "wait", NULL, NULL };
+	static const char *const two[] = {"n", "2", "wait", NULL, NULL};
 	struct gm_context *holder;
 	struct gm_request *one = request(NULL);
 	struct gm_lease *held;
-	struct waiter w = { NULL, request(two), GM_OK };
+	struct waiter w = {NULL, request(two), GM_OK};
 	char err[GM_ERRBUF_SIZE] = "";
 
 	(void)state;
@@ -346,12 +346,12 @@ static void test_cancel_from_another_thread_leaves_no_ticket(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_version_macros_match_the_library),
-		cmocka_unit_test(test_snapshot_read_through_accessors),
-		cmocka_unit_test(test_json_is_freed_with_gm_free),
-		cmocka_unit_test(test_request_text_reads_back_as_the_same_request),
-		cmocka_unit_test(test_leases_json_lists_a_live_lease),
-		cmocka_unit_test(test_cancel_from_another_thread_leaves_no_ticket),
+	    cmocka_unit_test(test_version_macros_match_the_library),
+	    cmocka_unit_test(test_snapshot_read_through_accessors),
+	    cmocka_unit_test(test_json_is_freed_with_gm_free),
+	    cmocka_unit_test(test_request_text_reads_back_as_the_same_request),
+	    cmocka_unit_test(test_leases_json_lists_a_live_lease),
+	    cmocka_unit_test(test_cancel_from_another_thread_leaves_no_ticket),
 	};
 
 	return cmocka_run_group_tests_name("api", tests, setup, teardown);

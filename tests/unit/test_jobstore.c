@@ -110,14 +110,17 @@ static void test_update_only_from_the_expected_state_and_attempt(void **state)
 	claim.attempts = 1;
 	claim.gpus = (char *)"3";
 	claim.run_slot = 2;
-	assert_int_equal(jobstore_update(f->st, &claim, JOB_QUEUED, 0, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_update(f->st, &claim, JOB_QUEUED, 0, &changed, err, sizeof err),
+	                 GM_OK);
 	assert_int_equal(changed, 1);
 	/* a second claim of the same job (a dispatcher that lost a race) */
-	assert_int_equal(jobstore_update(f->st, &claim, JOB_QUEUED, 0, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_update(f->st, &claim, JOB_QUEUED, 0, &changed, err, sizeof err),
+	                 GM_OK);
 	assert_int_equal(changed, 0);
 	/* the result of another attempt changes nothing */
 	claim.state = JOB_DONE;
-	assert_int_equal(jobstore_update(f->st, &claim, JOB_RUNNING, 2, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_update(f->st, &claim, JOB_RUNNING, 2, &changed, err, sizeof err),
+	                 GM_OK);
 	assert_int_equal(changed, 0);
 	claim.has_exit = 1;
 	claim.exit_status = 0;
@@ -125,7 +128,8 @@ static void test_update_only_from_the_expected_state_and_attempt(void **state)
 	claim.peak_mem_mib = 2048;
 	claim.util_samples = 2;
 	claim.util_sum = 170.0;
-	assert_int_equal(jobstore_update(f->st, &claim, JOB_RUNNING, 1, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_update(f->st, &claim, JOB_RUNNING, 1, &changed, err, sizeof err),
+	                 GM_OK);
 	assert_int_equal(changed, 1);
 	job_release(&j);
 	assert_int_equal(jobstore_get(f->st, id, 0, &j, err, sizeof err), GM_OK);
@@ -152,12 +156,14 @@ static void test_lists_counts_and_transactions(void **state)
 	assert_int_equal(jobstore_get(f->st, 2, 0, &j, err, sizeof err), GM_OK);
 	j.state = JOB_CANCELLED;
 	assert_int_equal(jobstore_begin(f->st, err, sizeof err), GM_OK);
-	assert_int_equal(jobstore_update(f->st, &j, JOB_QUEUED, 0, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_update(f->st, &j, JOB_QUEUED, 0, &changed, err, sizeof err),
+	                 GM_OK);
 	jobstore_rollback(f->st);
 	assert_int_equal(jobstore_counts(f->st, counts, err, sizeof err), GM_OK);
 	assert_int_equal(counts[JOB_QUEUED], 5);
 	assert_int_equal(jobstore_begin(f->st, err, sizeof err), GM_OK);
-	assert_int_equal(jobstore_update(f->st, &j, JOB_QUEUED, 0, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_update(f->st, &j, JOB_QUEUED, 0, &changed, err, sizeof err),
+	                 GM_OK);
 	assert_int_equal(jobstore_commit(f->st, err, sizeof err), GM_OK);
 	job_release(&j);
 	assert_int_equal(jobstore_counts(f->st, counts, err, sizeof err), GM_OK);
@@ -211,7 +217,7 @@ static void test_each_streams_a_set_of_states(void **state)
 {
 	struct fixture *f = *state;
 	char err[GM_ERRBUF_SIZE];
-	struct seen s = { { 0 }, 0, 0 };
+	struct seen s = {{0}, 0, 0};
 	int stopped = -1, live = -1;
 
 	for (int i = 0; i < 5; i++)
@@ -219,7 +225,7 @@ static void test_each_streams_a_set_of_states(void **state)
 	finish(f->st, 2, JOB_DONE, 5000);
 	finish(f->st, 4, JOB_FAILED, 6000);
 	assert_int_equal(jobstore_each(f->st, JOB_STATES_LIVE, note, &s, &stopped, err, sizeof err),
-			 GM_OK);
+	                 GM_OK);
 	assert_int_equal(stopped, 0);
 	assert_int_equal(s.n, 3);
 	assert_int_equal(s.ids[0], 1);
@@ -227,8 +233,8 @@ static void test_each_streams_a_set_of_states(void **state)
 	assert_int_equal(s.ids[2], 5);
 	s.n = 0;
 	assert_int_equal(jobstore_each(f->st, JOB_STATES(JOB_FAILED) | JOB_STATES(JOB_DONE), note,
-				       &s, NULL, err, sizeof err),
-			 GM_OK);
+	                               &s, NULL, err, sizeof err),
+	                 GM_OK);
 	assert_int_equal(s.n, 2);
 	assert_int_equal(s.ids[1], 4);
 	s.n = 0;
@@ -250,7 +256,7 @@ static void test_ended_reads_only_final_states_and_names_unknown_ids(void **stat
 	char err[GM_ERRBUF_SIZE];
 	struct job_end *ended;
 	size_t n;
-	int64_t ids[] = { 3, 1, 2 }, bad[] = { 1, 99 };
+	int64_t ids[] = {3, 1, 2}, bad[] = {1, 99};
 
 	for (int i = 0; i < 3; i++)
 		add(f->st, 0, "j");
@@ -264,7 +270,7 @@ static void test_ended_reads_only_final_states_and_names_unknown_ids(void **stat
 	assert_int_equal(ended[1].state, JOB_DONE);
 	free(ended);
 	assert_int_equal(jobstore_ended(f->st, bad, 2, &ended, &n, err, sizeof err),
-			 GM_ERR_NOT_FOUND);
+	                 GM_ERR_NOT_FOUND);
 	assert_non_null(strstr(err, "no job 99"));
 }
 
@@ -280,7 +286,7 @@ static void test_prune_deletes_only_jobs_that_ended_before(void **state)
 {
 	struct fixture *f = *state;
 	char err[GM_ERRBUF_SIZE];
-	struct seen s = { { 0 }, 0, 0 };
+	struct seen s = {{0}, 0, 0};
 	struct job j;
 	size_t n = 0;
 
@@ -349,20 +355,21 @@ static void test_newer_schema_is_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_insert_get_roundtrip_private_file, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_batch_ids_are_task_numbers_queue_ids_never_reused,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_update_only_from_the_expected_state_and_attempt,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_lists_counts_and_transactions, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_each_streams_a_set_of_states, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ended_reads_only_final_states_and_names_unknown_ids,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_prune_deletes_only_jobs_that_ended_before, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
-		cmocka_unit_test(test_state_names),
-		cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_insert_get_roundtrip_private_file, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_batch_ids_are_task_numbers_queue_ids_never_reused,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_update_only_from_the_expected_state_and_attempt,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lists_counts_and_transactions, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_each_streams_a_set_of_states, setup, teardown),
+	    cmocka_unit_test_setup_teardown(
+	        test_ended_reads_only_final_states_and_names_unknown_ids, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prune_deletes_only_jobs_that_ended_before, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
+	    cmocka_unit_test(test_state_names),
+	    cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("jobstore", tests, NULL, NULL);

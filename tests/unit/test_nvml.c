@@ -330,7 +330,8 @@ static void test_old_library(void **state)
 	}
 	/* The R390 library: no _v3/_v2 process lists, memory _v2, PCI _v3 or
 	 * CUDA version _v2 at all (dlsym finds none), and no core count. */
-	nv = machine_ok("{ \"driver_version\": \"390.157\", \"cuda_driver_version\": 9010," LAB_GPUS "}",
+	nv = machine_ok("{ \"driver_version\": \"390.157\", \"cuda_driver_version\": 9010," LAB_GPUS
+	                "}",
 	                old_lib);
 	take(nv, &snap);
 	check_lab_driver(&snap, "390.157", 9010);
@@ -649,13 +650,13 @@ static int group_teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_values),      cmocka_unit_test(test_v1_fallbacks),
-	    cmocka_unit_test(test_old_library), cmocka_unit_test(test_unsupported),
-	    cmocka_unit_test(test_clocks),
-	    cmocka_unit_test(test_gpu_lost),    cmocka_unit_test(test_no_permission),
-	    cmocka_unit_test(test_no_gpu),      cmocka_unit_test(test_init_error),
-	    cmocka_unit_test(test_bad_key),     cmocka_unit_test(test_bad_path),
-	    cmocka_unit_test(test_not_nvml),    cmocka_unit_test(test_cache),
+	    cmocka_unit_test(test_values),        cmocka_unit_test(test_v1_fallbacks),
+	    cmocka_unit_test(test_old_library),   cmocka_unit_test(test_unsupported),
+	    cmocka_unit_test(test_clocks),        cmocka_unit_test(test_gpu_lost),
+	    cmocka_unit_test(test_no_permission), cmocka_unit_test(test_no_gpu),
+	    cmocka_unit_test(test_init_error),    cmocka_unit_test(test_bad_key),
+	    cmocka_unit_test(test_bad_path),      cmocka_unit_test(test_not_nvml),
+	    cmocka_unit_test(test_cache),
 	};
 
 	return cmocka_run_group_tests_name("nvml", tests, group_setup, group_teardown);

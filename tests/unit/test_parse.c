@@ -46,8 +46,8 @@ static void test_size_plain_number_is_mib(void **state)
 
 static void test_size_binary_units_any_spelling(void **state)
 {
-	static const char *const eight_gib[] = {"8G", "8GiB", "8gb", "8g", "8Gi",
-						"8GB", "8gib", "8 GiB"};
+	static const char *const eight_gib[] = {"8G",  "8GiB", "8gb",  "8g",
+	                                        "8Gi", "8GB",  "8gib", "8 GiB"};
 	size_t i;
 
 	(void)state;
@@ -338,23 +338,23 @@ static void test_list_matches(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_size_plain_number_is_mib),
-		cmocka_unit_test(test_size_binary_units_any_spelling),
-		cmocka_unit_test(test_size_decimals_exact),
-		cmocka_unit_test(test_size_sub_mib_rounds_up),
-		cmocka_unit_test(test_size_percent),
-		cmocka_unit_test(test_size_errors_say_what_is_wrong),
-		cmocka_unit_test(test_size_large_but_valid),
-		cmocka_unit_test(test_size_format),
-		cmocka_unit_test(test_duration_forms),
-		cmocka_unit_test(test_duration_errors),
-		cmocka_unit_test(test_duration_limit),
-		cmocka_unit_test(test_percent),
-		cmocka_unit_test(test_count),
-		cmocka_unit_test(test_list_parse),
-		cmocka_unit_test(test_list_errors),
-		cmocka_unit_test(test_spec_matches),
-		cmocka_unit_test(test_list_matches),
+	    cmocka_unit_test(test_size_plain_number_is_mib),
+	    cmocka_unit_test(test_size_binary_units_any_spelling),
+	    cmocka_unit_test(test_size_decimals_exact),
+	    cmocka_unit_test(test_size_sub_mib_rounds_up),
+	    cmocka_unit_test(test_size_percent),
+	    cmocka_unit_test(test_size_errors_say_what_is_wrong),
+	    cmocka_unit_test(test_size_large_but_valid),
+	    cmocka_unit_test(test_size_format),
+	    cmocka_unit_test(test_duration_forms),
+	    cmocka_unit_test(test_duration_errors),
+	    cmocka_unit_test(test_duration_limit),
+	    cmocka_unit_test(test_percent),
+	    cmocka_unit_test(test_count),
+	    cmocka_unit_test(test_list_parse),
+	    cmocka_unit_test(test_list_errors),
+	    cmocka_unit_test(test_spec_matches),
+	    cmocka_unit_test(test_list_matches),
 	};
 
 	return cmocka_run_group_tests_name("parse", tests, NULL, NULL);

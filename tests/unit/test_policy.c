@@ -57,7 +57,7 @@ static struct policy_input input(const struct gm_snapshot *snap)
 }
 
 static struct policy_lease lease(const struct gm_snapshot *snap, unsigned index, int exclusive,
-				 uint64_t share_mib, uint64_t pending_mib, const char *holder)
+                                 uint64_t share_mib, uint64_t pending_mib, const char *holder)
 {
 	struct policy_lease l;
 	size_t i;
@@ -75,7 +75,7 @@ static struct policy_lease lease(const struct gm_snapshot *snap, unsigned index,
 }
 
 static void choose(const struct policy_input *in, const struct gm_request *req,
-		   struct policy_result *res)
+                   struct policy_result *res)
 {
 	assert_int_equal(policy_choose(in, req, res), 0);
 	assert_int_equal(res->gpu_count, in->snap->gpu_count);
@@ -84,7 +84,7 @@ static void choose(const struct policy_input *in, const struct gm_request *req,
 
 /* The chosen NVML indices, in order, must be exactly want[0..n). */
 static void assert_chosen(const struct gm_snapshot *snap, const struct policy_result *res,
-			  const unsigned *want, size_t n)
+                          const unsigned *want, size_t n)
 {
 	size_t i;
 
@@ -93,12 +93,12 @@ static void assert_chosen(const struct gm_snapshot *snap, const struct policy_re
 	for (i = 0; i < n; i++)
 		if (snap->gpus[res->chosen[i]].index != want[i])
 			fail_msg("choice %zu is GPU %u, expected GPU %u", i,
-				 snap->gpus[res->chosen[i]].index, want[i]);
+			         snap->gpus[res->chosen[i]].index, want[i]);
 }
 
 /* The reason given for the GPU at pos must mention each of the facts. */
 static void assert_why(const struct policy_result *res, size_t pos, const char *fact1,
-		       const char *fact2)
+                       const char *fact2)
 {
 	if (!strstr(res->why[pos], fact1))
 		fail_msg("why[%zu] = '%s' does not mention '%s'", pos, res->why[pos], fact1);
@@ -169,12 +169,12 @@ static void test_power_lowest_draw_ratio_missing_last(void **state)
 
 	(void)state;
 	fake_snapshot_init(&snap);
-	fake_gpu(&snap, 0, NULL, 24576, 20000, 0, 100000, 250000, 1);  /* 0.4 */
-	fake_gpu(&snap, 1, NULL, 24576, 20000, 0, 350000, 700000, 1);  /* 0.5 */
-	fake_gpu(&snap, 2, NULL, 24576, 1000, 0, 50000, 250000, 1);    /* 0.2 */
+	fake_gpu(&snap, 0, NULL, 24576, 20000, 0, 100000, 250000, 1);   /* 0.4 */
+	fake_gpu(&snap, 1, NULL, 24576, 20000, 0, 350000, 700000, 1);   /* 0.5 */
+	fake_gpu(&snap, 2, NULL, 24576, 1000, 0, 50000, 250000, 1);     /* 0.2 */
 	fake_gpu(&snap, 3, NULL, 24576, 24000, 0, 10000, FAKE_NONE, 1); /* laptop: no limit */
 	fake_gpu(&snap, 4, NULL, 24576, 24000, 0, FAKE_NONE, 250000, 1);
-	fake_gpu(&snap, 5, NULL, 24576, 20000, 0, 200000, 500000, 1);  /* 0.4, ties with 0 */
+	fake_gpu(&snap, 5, NULL, 24576, 20000, 0, 200000, 500000, 1); /* 0.4, ties with 0 */
 	in = input(&snap);
 	req.count = 6;
 	req.by = GM_BY_POWER;
@@ -1029,7 +1029,8 @@ static void test_mig_leased_slice_is_not_now_with_its_holder(void **state)
 	strcpy(req.mig, "1g.10gb");
 	choose(&in, &req, &res);
 	assert_int_equal(res.outcome, POLICY_NOT_NOW);
-	assert_why(&res, 1, "1g.10gb MIG-1c running pid 4242", "1g.10gb MIG-1d leased by alice (pid 77)");
+	assert_why(&res, 1, "1g.10gb MIG-1c running pid 4242",
+	           "1g.10gb MIG-1d leased by alice (pid 77)");
 	policy_result_release(&res);
 
 	/* a slice lease leaves the other slices free: not the whole GPU's */
@@ -1114,39 +1115,39 @@ static void test_mig_slices_outside_inherited_allocation(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_memory_most_free_first_ties_by_index),
-		cmocka_unit_test(test_memory_rate_and_memory_differ),
-		cmocka_unit_test(test_power_lowest_draw_ratio_missing_last),
-		cmocka_unit_test(test_util_lowest_first_missing_last),
-		cmocka_unit_test(test_index_ignores_load),
-		cmocka_unit_test(test_n3_takes_the_three_best),
-		cmocka_unit_test(test_min_free_mib),
-		cmocka_unit_test(test_min_free_percent_of_each_gpu),
-		cmocka_unit_test(test_max_util),
-		cmocka_unit_test(test_only_indices_and_uuid_prefix),
-		cmocka_unit_test(test_exclude_indices_and_uuid_prefix),
-		cmocka_unit_test(test_usable_mask_is_cuda_visible_devices),
-		cmocka_unit_test(test_idle_means_no_process_and_no_lease),
-		cmocka_unit_test(test_compute_modes),
-		cmocka_unit_test(test_exclusive_process_gpu_takes_one_lease),
-		cmocka_unit_test(test_exclusive_lease_blocks_shares),
-		cmocka_unit_test(test_share_blocks_exclusive),
-		cmocka_unit_test(test_shares_pack_until_effective_free_runs_out),
-		cmocka_unit_test(test_pending_counts_in_ordering_and_min_free),
-		cmocka_unit_test(test_memory_not_reported),
-		cmocka_unit_test(test_held_for_earlier_waiter),
-		cmocka_unit_test(test_lost_and_failed_gpus_never_chosen),
-		cmocka_unit_test(test_more_gpus_than_the_machine_has_is_never),
-		cmocka_unit_test(test_all_leased_is_not_now),
-		cmocka_unit_test(test_more_memory_than_any_gpu_has_is_never),
-		cmocka_unit_test(test_no_gpus_at_all),
-		cmocka_unit_test(test_candidate_is_what_waiting_could_get),
-		cmocka_unit_test(test_policy_names),
-		cmocka_unit_test(test_mig_gpu_never_handed_out_whole),
-		cmocka_unit_test(test_mig_request_gets_a_free_slice_of_its_profile),
-		cmocka_unit_test(test_mig_leased_slice_is_not_now_with_its_holder),
-		cmocka_unit_test(test_mig_unknown_profile_is_never_and_lists_what_exists),
-		cmocka_unit_test(test_mig_slices_outside_inherited_allocation),
+	    cmocka_unit_test(test_memory_most_free_first_ties_by_index),
+	    cmocka_unit_test(test_memory_rate_and_memory_differ),
+	    cmocka_unit_test(test_power_lowest_draw_ratio_missing_last),
+	    cmocka_unit_test(test_util_lowest_first_missing_last),
+	    cmocka_unit_test(test_index_ignores_load),
+	    cmocka_unit_test(test_n3_takes_the_three_best),
+	    cmocka_unit_test(test_min_free_mib),
+	    cmocka_unit_test(test_min_free_percent_of_each_gpu),
+	    cmocka_unit_test(test_max_util),
+	    cmocka_unit_test(test_only_indices_and_uuid_prefix),
+	    cmocka_unit_test(test_exclude_indices_and_uuid_prefix),
+	    cmocka_unit_test(test_usable_mask_is_cuda_visible_devices),
+	    cmocka_unit_test(test_idle_means_no_process_and_no_lease),
+	    cmocka_unit_test(test_compute_modes),
+	    cmocka_unit_test(test_exclusive_process_gpu_takes_one_lease),
+	    cmocka_unit_test(test_exclusive_lease_blocks_shares),
+	    cmocka_unit_test(test_share_blocks_exclusive),
+	    cmocka_unit_test(test_shares_pack_until_effective_free_runs_out),
+	    cmocka_unit_test(test_pending_counts_in_ordering_and_min_free),
+	    cmocka_unit_test(test_memory_not_reported),
+	    cmocka_unit_test(test_held_for_earlier_waiter),
+	    cmocka_unit_test(test_lost_and_failed_gpus_never_chosen),
+	    cmocka_unit_test(test_more_gpus_than_the_machine_has_is_never),
+	    cmocka_unit_test(test_all_leased_is_not_now),
+	    cmocka_unit_test(test_more_memory_than_any_gpu_has_is_never),
+	    cmocka_unit_test(test_no_gpus_at_all),
+	    cmocka_unit_test(test_candidate_is_what_waiting_could_get),
+	    cmocka_unit_test(test_policy_names),
+	    cmocka_unit_test(test_mig_gpu_never_handed_out_whole),
+	    cmocka_unit_test(test_mig_request_gets_a_free_slice_of_its_profile),
+	    cmocka_unit_test(test_mig_leased_slice_is_not_now_with_its_holder),
+	    cmocka_unit_test(test_mig_unknown_profile_is_never_and_lists_what_exists),
+	    cmocka_unit_test(test_mig_slices_outside_inherited_allocation),
 	};
 
 	return cmocka_run_group_tests_name("policy", tests, NULL, NULL);

@@ -21,10 +21,10 @@
 static void test_result_round_trip(void **state)
 {
 	static const struct protocol_result rows[] = {
-		{ 1, 1, 1700000000000LL, 1700000000123LL, 0, 0, PROTOCOL_STOP_NONE },
-		{ 42, 3, 5, 6, 137, 1, PROTOCOL_STOP_CANCELLED },
-		{ 9007199254740993LL, 2147483647, 0, 0, -1, 0, PROTOCOL_STOP_ABORTED },
-		{ 7, 1, 10, 20, 130, 0, PROTOCOL_STOP_INTERRUPTED },
+	    {1, 1, 1700000000000LL, 1700000000123LL, 0, 0, PROTOCOL_STOP_NONE},
+	    {42, 3, 5, 6, 137, 1, PROTOCOL_STOP_CANCELLED},
+	    {9007199254740993LL, 2147483647, 0, 0, -1, 0, PROTOCOL_STOP_ABORTED},
+	    {7, 1, 10, 20, 130, 0, PROTOCOL_STOP_INTERRUPTED},
 	};
 
 	(void)state;
@@ -37,21 +37,21 @@ static void test_result_round_trip(void **state)
 		assert_int_equal(line[n - 1], '\n');
 		assert_int_equal(protocol_result_parse(line, &back), 0);
 		assert_true(back.job == rows[i].job && back.attempt == rows[i].attempt &&
-			    back.start_ms == rows[i].start_ms && back.end_ms == rows[i].end_ms &&
-			    back.status == rows[i].status && back.oom == rows[i].oom &&
-			    back.stop == rows[i].stop);
+		            back.start_ms == rows[i].start_ms && back.end_ms == rows[i].end_ms &&
+		            back.status == rows[i].status && back.oom == rows[i].oom &&
+		            back.stop == rows[i].stop);
 	}
 }
 
 static void test_result_rejects(void **state)
 {
 	static const char *const bad[] = {
-		"",
-		"\0\0\0\0",                    /* the room before a result */
-		"gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none",
-		"gpuman-run 2 job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none\n",
-		"gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 status=0\n",
-		"job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none\n",
+	    "",
+	    "\0\0\0\0", /* the room before a result */
+	    "gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none",
+	    "gpuman-run 2 job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none\n",
+	    "gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 status=0\n",
+	    "job=1 attempt=1 start_ms=1 end_ms=2 status=0 oom=0 stop=none\n",
 	};
 	struct protocol_result r;
 
@@ -61,7 +61,9 @@ static void test_result_rejects(void **state)
 			fail_msg("accepted '%s'", bad[i]);
 	/* an unknown stop name reads as none (a newer runner's) */
 	assert_int_equal(protocol_result_parse("gpuman-run 1 job=1 attempt=1 start_ms=1 end_ms=2 "
-					       "status=0 oom=0 stop=later\n", &r), 0);
+	                                       "status=0 oom=0 stop=later\n",
+	                                       &r),
+	                 0);
 	assert_int_equal(r.stop, PROTOCOL_STOP_NONE);
 	assert_string_equal(protocol_stop_name(PROTOCOL_STOP_CANCELLED), "cancelled");
 	assert_string_equal(protocol_stop_name((enum protocol_stop)99), "none");
@@ -94,12 +96,12 @@ static void test_exit_status(void **state)
 		int wait_status, status;
 		const char *text;
 	} rows[] = {
-		{ 0, 0, "exit status 0" },
-		{ 3 << 8, 3, "exit status 3" },
-		{ 127 << 8, 127, "exit status 127 (command not found?)" },
-		{ 9, 137, "killed by signal 9 (Killed)" },
-		{ 15, 143, "killed by signal 15 (Terminated)" },
-		{ 255 << 8, 255, "exit status 255" },
+	    {0, 0, "exit status 0"},
+	    {3 << 8, 3, "exit status 3"},
+	    {127 << 8, 127, "exit status 127 (command not found?)"},
+	    {9, 137, "killed by signal 9 (Killed)"},
+	    {15, 143, "killed by signal 15 (Terminated)"},
+	    {255 << 8, 255, "exit status 255"},
 	};
 
 	(void)state;
@@ -119,15 +121,15 @@ static void test_says_oom(void **state)
 		const char *text;
 		int oom;
 	} rows[] = {
-		{ "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 1 },
-		{ "RuntimeError: CUDA error: out of memory", 1 },
-		{ "CUDA_ERROR_OUT_OF_MEMORY", 1 },
-		{ "cuda_error_out_of_memory", 1 },
-		{ "cudaErrorMemoryAllocation: out of memory", 1 },
-		{ "RESOURCE_EXHAUSTED: Out Of Memory while trying to allocate", 1 },
-		{ "Segmentation fault", 0 },
-		{ "memory usage: 3 GiB of 24 GiB", 0 },
-		{ "", 0 },
+	    {"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 1},
+	    {"RuntimeError: CUDA error: out of memory", 1},
+	    {"CUDA_ERROR_OUT_OF_MEMORY", 1},
+	    {"cuda_error_out_of_memory", 1},
+	    {"cudaErrorMemoryAllocation: out of memory", 1},
+	    {"RESOURCE_EXHAUSTED: Out Of Memory while trying to allocate", 1},
+	    {"Segmentation fault", 0},
+	    {"memory usage: 3 GiB of 24 GiB", 0},
+	    {"", 0},
 	};
 
 	(void)state;
@@ -141,14 +143,13 @@ static void test_substitute(void **state)
 	static const struct {
 		const char *line, *gpus, *uuids, *out;
 	} rows[] = {
-		{ "train --gpu {gpu} --shot {task}", "1,7", "GPU-a,GPU-b",
-		  "train --gpu 1,7 --shot 12" },
-		{ "x {uuid}{uuid} {task}{task}", "0", "GPU-a", "x GPU-aGPU-a 1212" },
-		{ "as read before it runs: {gpu} {uuid} {task}", NULL, NULL,
-		  "as read before it runs: {gpu} {uuid} 12" },
-		{ "a step fills in {gpu} itself", NULL, NULL, "a step fills in {gpu} itself" },
-		{ "{gp} {task {TASK} {}", "3", "U", "{gp} {task {TASK} {}" },
-		{ "", "3", "U", "" },
+	    {"train --gpu {gpu} --shot {task}", "1,7", "GPU-a,GPU-b", "train --gpu 1,7 --shot 12"},
+	    {"x {uuid}{uuid} {task}{task}", "0", "GPU-a", "x GPU-aGPU-a 1212"},
+	    {"as read before it runs: {gpu} {uuid} {task}", NULL, NULL,
+	     "as read before it runs: {gpu} {uuid} 12"},
+	    {"a step fills in {gpu} itself", NULL, NULL, "a step fills in {gpu} itself"},
+	    {"{gp} {task {TASK} {}", "3", "U", "{gp} {task {TASK} {}"},
+	    {"", "3", "U", ""},
 	};
 
 	(void)state;
@@ -173,11 +174,12 @@ static const char *var(const struct child_env *env, const char *name)
 
 static void test_job_env(void **state)
 {
-	static const char block[] = "PATH=/bin\0CUDA_VISIBLE_DEVICES=0,1\0XLA_CLIENT_MEM_FRACTION=0.9\0";
+	static const char block[] =
+	    "PATH=/bin\0CUDA_VISIBLE_DEVICES=0,1\0XLA_CLIENT_MEM_FRACTION=0.9\0";
 	struct child_env env = CHILD_ENV_INIT;
-	struct protocol_job job = { "GPU-aaaa,GPU-bbbb", "2,5", "lease-1", "GPUMAN_TASK", 17,
-				    1, 0.25, 0 };
-	struct protocol_job cpu = { .cuda_visible = "", .gpus = "" };
+	struct protocol_job job = {
+	    "GPU-aaaa,GPU-bbbb", "2,5", "lease-1", "GPUMAN_TASK", 17, 1, 0.25, 0};
+	struct protocol_job cpu = {.cuda_visible = "", .gpus = ""};
 
 	(void)state;
 	assert_int_equal(child_env_init_block(&env, block, sizeof block - 1), 0);
@@ -212,13 +214,10 @@ static void test_job_env(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_result_round_trip),
-		cmocka_unit_test(test_result_rejects),
-		cmocka_unit_test(test_run_path_and_go),
-		cmocka_unit_test(test_exit_status),
-		cmocka_unit_test(test_says_oom),
-		cmocka_unit_test(test_substitute),
-		cmocka_unit_test(test_job_env),
+	    cmocka_unit_test(test_result_round_trip), cmocka_unit_test(test_result_rejects),
+	    cmocka_unit_test(test_run_path_and_go),   cmocka_unit_test(test_exit_status),
+	    cmocka_unit_test(test_says_oom),          cmocka_unit_test(test_substitute),
+	    cmocka_unit_test(test_job_env),
 	};
 
 	return cmocka_run_group_tests_name("protocol", tests, NULL, NULL);

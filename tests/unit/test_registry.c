@@ -73,7 +73,8 @@ static pid_t hold_in_child(void)
 		struct gm_lease *lease;
 		char err[GM_ERRBUF_SIZE];
 
-		if (gm_open(&ctx, err, sizeof err) != GM_OK || try_acquire(ctx, NULL, &lease) != GM_OK)
+		if (gm_open(&ctx, err, sizeof err) != GM_OK ||
+		    try_acquire(ctx, NULL, &lease) != GM_OK)
 			_exit(1);
 		if (write(p[1], "h", 1) != 1)
 			_exit(1);
@@ -145,8 +146,8 @@ static void test_cancel_ends_a_wait(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_lease_dies_with_its_holder),
-		cmocka_unit_test(test_cancel_ends_a_wait),
+	    cmocka_unit_test(test_lease_dies_with_its_holder),
+	    cmocka_unit_test(test_cancel_ends_a_wait),
 	};
 
 	return cmocka_run_group_tests_name("registry", tests, setup, NULL);

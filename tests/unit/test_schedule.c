@@ -37,33 +37,33 @@ static enum place fake_place(struct engine *e, int64_t id)
 	return answer[id];
 }
 
-static const struct placement fake = { .name = "fake", .full = fake_full, .place = fake_place };
+static const struct placement fake = {.name = "fake", .full = fake_full, .place = fake_place};
 
 static void test_rounds(void **state)
 {
 	static const struct {
 		const char *what;
-		const char *answers;   /* per id 1..6: S started, K skipped, L later, B blocked */
+		const char *answers; /* per id 1..6: S started, K skipped, L later, B blocked */
 		unsigned max_running;
 		size_t full_after;
-		const char *tried;     /* ids place() was asked for, in order */
-		const char *left;      /* the queue afterwards */
+		const char *tried; /* ids place() was asked for, in order */
+		const char *left;  /* the queue afterwards */
 	} rows[] = {
-		{ "all start", "SSSSSS", 0, 0, "123456", "" },
-		{ "the head blocks: first come, first served", "SBSSSS", 0, 0, "12", "23456" },
-		{ "one waits in its place, later ones start", "SLSSSS", 0, 0, "123456", "2" },
-		{ "two wait, then a block", "LLSBSS", 0, 0, "1234", "12456" },
-		{ "skipped jobs leave the queue", "KSKLKS", 0, 0, "123456", "4" },
-		{ "-j 2", "SSSSSS", 2, 0, "12", "3456" },
-		{ "-j 2 counts only started ones", "LSLSSS", 2, 0, "1234", "1356" },
-		{ "the placement is full after 3", "SLSSSS", 0, 3, "1234", "256" },
+	    {"all start", "SSSSSS", 0, 0, "123456", ""},
+	    {"the head blocks: first come, first served", "SBSSSS", 0, 0, "12", "23456"},
+	    {"one waits in its place, later ones start", "SLSSSS", 0, 0, "123456", "2"},
+	    {"two wait, then a block", "LLSBSS", 0, 0, "1234", "12456"},
+	    {"skipped jobs leave the queue", "KSKLKS", 0, 0, "123456", "4"},
+	    {"-j 2", "SSSSSS", 2, 0, "12", "3456"},
+	    {"-j 2 counts only started ones", "LSLSSS", 2, 0, "1234", "1356"},
+	    {"the placement is full after 3", "SLSSSS", 0, 3, "1234", "256"},
 	};
 
 	(void)state;
 	for (size_t r = 0; r < ARRAY_LEN(rows); r++) {
 		struct engine_config cfg;
 		struct engine e;
-		int64_t queue[6] = { 1, 2, 3, 4, 5, 6 };
+		int64_t queue[6] = {1, 2, 3, 4, 5, 6};
 		char got[16] = "", left[16] = "";
 
 		memset(&cfg, 0, sizeof cfg);
@@ -89,14 +89,14 @@ static void test_rounds(void **state)
 		if (strcmp(got, rows[r].tried) || strcmp(left, rows[r].left) ||
 		    e.counts.queued != strlen(rows[r].left))
 			fail_msg("%s: tried %s, left %s (%zu queued)", rows[r].what, got, left,
-				 e.counts.queued);
+			         e.counts.queued);
 	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rounds),
+	    cmocka_unit_test(test_rounds),
 	};
 
 	return cmocka_run_group_tests_name("schedule", tests, NULL, NULL);

@@ -28,8 +28,10 @@
 
 /* NVML's documented sizes and offsets (LP64). */
 enum {
-	PCI_V2_SIZE = 52, /* busId[16], domain, bus, device, pciDeviceId, pciSubSystemId, reserved[4] */
-	PCI_V3_SIZE = 68, /* busIdLegacy[16], domain, bus, device, pciDeviceId, pciSubSystemId, busId[32] */
+	PCI_V2_SIZE =
+	    52, /* busId[16], domain, bus, device, pciDeviceId, pciSubSystemId, reserved[4] */
+	PCI_V3_SIZE =
+	    68, /* busIdLegacy[16], domain, bus, device, pciDeviceId, pciSubSystemId, busId[32] */
 	PCI_DOMAIN_OFF = 16,
 	PCI_BUS_OFF = 20,
 	PCI_DEVICE_OFF = 24,
@@ -74,8 +76,8 @@ static void canary_intact(const unsigned char *b, size_t size, const char *what)
 {
 	for (size_t i = 0; i < CANARY_LEN; i++)
 		if (b[size + i] != CANARY_BYTE)
-			fail_msg("%s wrote byte %zu past its documented %zu-byte struct", what,
-				 i, size);
+			fail_msg("%s wrote byte %zu past its documented %zu-byte struct", what, i,
+			         size);
 }
 
 static unsigned u32_at(const unsigned char *b, size_t off)
@@ -96,8 +98,8 @@ static unsigned long long u64_at(const unsigned char *b, size_t off)
 
 static void *device(unsigned index)
 {
-	int (*by_index)(unsigned, void **) = (int (*)(unsigned, void **))sym(
-	    "nvmlDeviceGetHandleByIndex_v2");
+	int (*by_index)(unsigned, void **) =
+	    (int (*)(unsigned, void **))sym("nvmlDeviceGetHandleByIndex_v2");
 	void *dev = NULL;
 
 	assert_int_equal(by_index(index, &dev), 0);
@@ -203,7 +205,7 @@ static void memory_layouts(void **state)
 
 	/* A bare 2 instead of the version word: FUNCTION_NOT_FOUND, untouched. */
 	memset(b, CANARY_BYTE, MEMORY_V2_SIZE + CANARY_LEN);
-	memcpy(b, &(unsigned){ 2 }, sizeof(unsigned));
+	memcpy(b, &(unsigned){2}, sizeof(unsigned));
 	assert_int_equal(v2(device(0), b), 13);
 	canary_intact(b, 4, "nvmlDeviceGetMemoryInfo_v2 with a bad version");
 	free(a);
@@ -213,10 +215,10 @@ static void memory_layouts(void **state)
 static void utilization_and_strings(void **state)
 {
 	int (*util)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetUtilizationRates");
-	int (*name)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))sym(
-	    "nvmlDeviceGetName");
-	int (*uuid)(void *, char *, unsigned) = (int (*)(void *, char *, unsigned))sym(
-	    "nvmlDeviceGetUUID");
+	int (*name)(void *, char *, unsigned) =
+	    (int (*)(void *, char *, unsigned))sym("nvmlDeviceGetName");
+	int (*uuid)(void *, char *, unsigned) =
+	    (int (*)(void *, char *, unsigned))sym("nvmlDeviceGetUUID");
 	int (*drv)(char *, unsigned) = (int (*)(char *, unsigned))sym("nvmlSystemGetDriverVersion");
 	unsigned char *u = zone(UTIL_SIZE, 0), *n = zone(NAME_LEN, 0);
 
@@ -377,7 +379,7 @@ static void temperature_v(void **state)
 	canary_intact(b, 12, "nvmlDeviceGetTemperatureV");
 	memcpy(&t, b + 8, sizeof t);
 	assert_int_equal(t, 83);
-	memcpy(b, &(unsigned){ 12 }, sizeof(unsigned)); /* no version in the word */
+	memcpy(b, &(unsigned){12}, sizeof(unsigned)); /* no version in the word */
 	assert_int_equal(get(device(0), b), 25);
 	free(b);
 }
@@ -386,9 +388,8 @@ static void temperature_v(void **state)
 static void bar1_and_process_samples(void **state)
 {
 	int (*bar1)(void *, void *) = (int (*)(void *, void *))sym("nvmlDeviceGetBAR1MemoryInfo");
-	int (*util)(void *, void *, unsigned *, unsigned long long) =
-	    (int (*)(void *, void *, unsigned *, unsigned long long))sym(
-		"nvmlDeviceGetProcessUtilization");
+	int (*util)(void *, void *, unsigned *, unsigned long long) = (int (*)(
+	    void *, void *, unsigned *, unsigned long long))sym("nvmlDeviceGetProcessUtilization");
 	unsigned char *b = zone(24, 0);
 	unsigned count = 0;
 
@@ -407,7 +408,7 @@ static void bar1_and_process_samples(void **state)
 	assert_int_equal(util(device(0), b, &count, 0), 0);
 	canary_intact(b, 32, "nvmlDeviceGetProcessUtilization");
 	assert_int_equal(u32_at(b, 0), 2028329);
-	assert_true(u64_at(b, 8) > 0); /* timestamp */
+	assert_true(u64_at(b, 8) > 0);       /* timestamp */
 	assert_int_equal(u32_at(b, 16), 97); /* smUtil */
 	free(b);
 	count = 4;
@@ -523,21 +524,21 @@ static void handle_by_pci_bus_id(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(pci_v1_is_52_bytes),
-		cmocka_unit_test(pci_v2_is_52_bytes),
-		cmocka_unit_test(pci_v3_is_68_bytes),
-		cmocka_unit_test(memory_layouts),
-		cmocka_unit_test(utilization_and_strings),
-		cmocka_unit_test(process_lists),
-		cmocka_unit_test(every_function_resolves),
-		cmocka_unit_test(monitoring_readings),
-		cmocka_unit_test(unmodelled_functions_touch_nothing),
-		cmocka_unit_test(handle_by_pci_bus_id),
-		cmocka_unit_test(temperature_v),
-		cmocka_unit_test(bar1_and_process_samples),
-		cmocka_unit_test(mps_list),
-		cmocka_unit_test(process_names),
-		cmocka_unit_test(energy_affinity_p2p),
+	    cmocka_unit_test(pci_v1_is_52_bytes),
+	    cmocka_unit_test(pci_v2_is_52_bytes),
+	    cmocka_unit_test(pci_v3_is_68_bytes),
+	    cmocka_unit_test(memory_layouts),
+	    cmocka_unit_test(utilization_and_strings),
+	    cmocka_unit_test(process_lists),
+	    cmocka_unit_test(every_function_resolves),
+	    cmocka_unit_test(monitoring_readings),
+	    cmocka_unit_test(unmodelled_functions_touch_nothing),
+	    cmocka_unit_test(handle_by_pci_bus_id),
+	    cmocka_unit_test(temperature_v),
+	    cmocka_unit_test(bar1_and_process_samples),
+	    cmocka_unit_test(mps_list),
+	    cmocka_unit_test(process_names),
+	    cmocka_unit_test(energy_affinity_p2p),
 	};
 
 	return cmocka_run_group_tests_name("simabi", tests, setup, teardown);

@@ -63,26 +63,28 @@ static void test_step_causes(void **state)
 
 	(void)state;
 	slurm_step_cause("slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED AT "
-			 "2026-11-25T18:18:47 DUE TO TIME LIMIT ***\nsrun: error: n1: task 0: "
-			 "Terminated\n",
-			 why, sizeof why, &requeue);
+	                 "2026-11-25T18:18:47 DUE TO TIME LIMIT ***\nsrun: error: n1: task 0: "
+	                 "Terminated\n",
+	                 why, sizeof why, &requeue);
 	assert_string_equal(why, "killed by Slurm: time limit");
 	assert_false(requeue); /* it would hit the limit again */
 	slurm_step_cause("*** JOB 7 ON n2 CANCELLED AT 2026-11-25T10:00:00 DUE TO NODE FAILURE ***",
-			 why, sizeof why, &requeue);
+	                 why, sizeof why, &requeue);
 	assert_string_equal(why, "killed by Slurm: node failure");
 	assert_true(requeue); /* not the task's fault */
-	slurm_step_cause("*** STEP 9.3 ON n1 CANCELLED AT 2026-11-25T10:00:00 DUE TO PREEMPTION ***",
-			 why, sizeof why, &requeue);
+	slurm_step_cause(
+	    "*** STEP 9.3 ON n1 CANCELLED AT 2026-11-25T10:00:00 DUE TO PREEMPTION ***", why,
+	    sizeof why, &requeue);
 	assert_string_equal(why, "killed by Slurm: preempted");
 	assert_true(requeue);
 	slurm_step_cause("*** STEP 9.3 ON n1 CANCELLED AT 2026-11-25T10:00:00 ***", why, sizeof why,
-			 &requeue);
+	                 &requeue);
 	assert_string_equal(why, "cancelled in Slurm (scancel)");
 	assert_false(requeue);
 	/* the task's own words are not Slurm's */
-	slurm_step_cause("Traceback: ValueError\nsrun: error: n1: task 0: Exited with exit code 1\n",
-			 why, sizeof why, &requeue);
+	slurm_step_cause(
+	    "Traceback: ValueError\nsrun: error: n1: task 0: Exited with exit code 1\n", why,
+	    sizeof why, &requeue);
 	assert_string_equal(why, "");
 	assert_false(requeue);
 }
@@ -90,10 +92,10 @@ static void test_step_causes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_job_gres_typed),
-		cmocka_unit_test(test_job_gres_untyped_and_others),
-		cmocka_unit_test(test_gres_per_node),
-		cmocka_unit_test(test_step_causes),
+	    cmocka_unit_test(test_job_gres_typed),
+	    cmocka_unit_test(test_job_gres_untyped_and_others),
+	    cmocka_unit_test(test_gres_per_node),
+	    cmocka_unit_test(test_step_causes),
 	};
 
 	return cmocka_run_group_tests_name("slurm", tests, NULL, NULL);

@@ -16,7 +16,7 @@
 
 /* pid on gpu with memory and (util < 0: not reported) utilization. */
 static struct gm_proc *proc(struct gm_snapshot *snap, unsigned gpu, unsigned pid, long long mib,
-			    int util)
+                            int util)
 {
 	struct gm_proc *p = fake_proc(snap, gpu, pid, mib);
 
@@ -37,7 +37,7 @@ static char uuids[2][8][96];
 
 /* A lease of user on the GPUs listed, started age_ms ago, job job_pid. */
 static void lease(struct registry_view *view, size_t pos, const char *user, int job_pid,
-		  int64_t age_ms, size_t n, const unsigned *gpus)
+                  int64_t age_ms, size_t n, const unsigned *gpus)
 {
 	struct lease_info *l = &view->leases[pos];
 
@@ -90,7 +90,7 @@ static void test_hog_on_many_gpus_computing_on_one(void **state)
 	assert_int_equal(rep.items[0].held_mib, 3 * 485);
 	waste_what(&snap, &view, &o, &rep.items[0], text, sizeof text);
 	assert_string_equal(text, "pid 42 (alice, python train.py) holds 1.4G on GPUs 0,2,3 but "
-				  "computes only on 1");
+	                          "computes only on 1");
 	waste_advice(&snap, &view, &rep.items[0], text, sizeof text);
 	assert_non_null(strstr(text, "gpuman run --only 1 -- CMD"));
 	assert_non_null(strstr(text, "CUDA_VISIBLE_DEVICES=GPU-00000001"));
@@ -105,18 +105,18 @@ static void test_idle_holder_unknown_util_and_graphics(void **state)
 	struct gm_snapshot snap;
 	struct registry_view view = REGISTRY_VIEW_INIT;
 	struct lease_info leases[1];
-	long in_lease[3] = { 0, 0, 0 };
+	long in_lease[3] = {0, 0, 0};
 	struct waste_report rep;
 	struct waste_opts o = opts();
 	char text[1024];
-	const unsigned g[] = { 0, 1, 2 };
+	const unsigned g[] = {0, 1, 2};
 
 	(void)state;
 	machine(&snap, 3);
 	view.leases = leases;
-	lease(&view, 0, "bob", 50, 1 * MIN, 3, g); /* young: not an idle lease */
-	proc(&snap, 0, 50, 9000, 0);                /* computes nothing */
-	proc(&snap, 1, 51, 9000, -1);               /* no reading: not judged */
+	lease(&view, 0, "bob", 50, 1 * MIN, 3, g);           /* young: not an idle lease */
+	proc(&snap, 0, 50, 9000, 0);                         /* computes nothing */
+	proc(&snap, 1, 51, 9000, -1);                        /* no reading: not judged */
 	proc(&snap, 2, 52, 400, 0)->kind = GM_PROC_GRAPHICS; /* a display */
 	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
 	assert_int_equal(rep.count, 1);
@@ -125,8 +125,9 @@ static void test_idle_holder_unknown_util_and_graphics(void **state)
 	assert_int_equal(rep.items[0].busy_gpus, 0);
 	assert_int_equal(rep.items[0].lease, 0);
 	waste_what(&snap, &view, &o, &rep.items[0], text, sizeof text);
-	assert_string_equal(text, "pid 50 (alice, python train.py) holds 8.8G on GPU 0 and computed "
-				  "nothing in the last 10s");
+	assert_string_equal(text,
+	                    "pid 50 (alice, python train.py) holds 8.8G on GPU 0 and computed "
+	                    "nothing in the last 10s");
 	waste_advice(&snap, &view, &rep.items[0], text, sizeof text);
 	assert_non_null(strstr(text, "kill 50"));
 	waste_report_release(&rep);
@@ -138,19 +139,19 @@ static void test_idle_lease_and_intruder(void **state)
 	struct gm_snapshot snap;
 	struct registry_view view = REGISTRY_VIEW_INIT;
 	struct lease_info leases[2];
-	long in_lease[2] = { 0, -1 };
+	long in_lease[2] = {0, -1};
 	struct waste_report rep;
 	struct waste_opts o = opts();
 	char text[1024];
-	const unsigned g0[] = { 0, 1 }, g1[] = { 2 };
+	const unsigned g0[] = {0, 1}, g1[] = {2};
 
 	(void)state;
 	machine(&snap, 3);
 	view.leases = leases;
 	lease(&view, 0, "bob", 60, 30 * MIN, 2, g0);
 	lease(&view, 1, "carol", 70, 2 * 60 * MIN, 1, g1);
-	proc(&snap, 0, 60, 8000, 90);  /* bob's job works on GPU 0 only */
-	proc(&snap, 2, 99, 1000, 50);  /* someone outside gpuman on carol's GPU */
+	proc(&snap, 0, 60, 8000, 90); /* bob's job works on GPU 0 only */
+	proc(&snap, 2, 99, 1000, 50); /* someone outside gpuman on carol's GPU */
 	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
 	assert_int_equal(rep.count, 3);
 	/* alice (the intruder's user), then bob, then carol */
@@ -158,14 +159,16 @@ static void test_idle_lease_and_intruder(void **state)
 	assert_int_equal(rep.items[0].pid, 99);
 	assert_int_equal(rep.items[0].on_lease, 1);
 	waste_what(&snap, &view, &o, &rep.items[0], text, sizeof text);
-	assert_string_equal(text, "pid 99 (alice, python train.py) runs on GPU 2 outside gpuman, on "
-				  "a GPU leased to carol");
+	assert_string_equal(text,
+	                    "pid 99 (alice, python train.py) runs on GPU 2 outside gpuman, on "
+	                    "a GPU leased to carol");
 	assert_int_equal(rep.items[1].kind, WASTE_IDLE_LEASE);
 	assert_string_equal(rep.items[1].user, "bob");
 	assert_int_equal(rep.items[1].idle_gpus, 0x2);
 	waste_what(&snap, &view, &o, &rep.items[1], text, sizeof text);
-	assert_string_equal(text, "lease lease-0 of pid 59 (bob, python sweep.py) has held GPU 1 for "
-				  "30m with none of its processes on it");
+	assert_string_equal(text,
+	                    "lease lease-0 of pid 59 (bob, python sweep.py) has held GPU 1 for "
+	                    "30m with none of its processes on it");
 	waste_advice(&snap, &view, &rep.items[1], text, sizeof text);
 	assert_non_null(strstr(text, "fewer GPUs"));
 	assert_int_equal(rep.items[2].kind, WASTE_IDLE_LEASE);
@@ -181,10 +184,10 @@ static void test_healthy_machine(void **state)
 	struct gm_snapshot snap;
 	struct registry_view view = REGISTRY_VIEW_INIT;
 	struct lease_info leases[1];
-	long in_lease[2] = { 0, 0 };
+	long in_lease[2] = {0, 0};
 	struct waste_report rep;
 	struct waste_opts o = opts();
-	const unsigned g[] = { 0, 1 };
+	const unsigned g[] = {0, 1};
 
 	(void)state;
 	machine(&snap, 2);
@@ -204,16 +207,22 @@ static void test_text_printable(void **state)
 
 	(void)state;
 	assert_string_equal(text_printable(buf, sizeof buf, "python train.py --lr 0.1"),
-			    "python train.py --lr 0.1");
+	                    "python train.py --lr 0.1");
 	assert_string_equal(text_printable(buf, sizeof buf, "a\033]0;x\007\033[2J\r\n\tb\177"),
-			    "a\\e]0;x\\x07\\e[2J\\r\\n\\tb\\x7F");
+	                    "a\\e]0;x\\x07\\e[2J\\r\\n\\tb\\x7F");
 	/* UTF-8 stays; C1 controls, bidi overrides and broken bytes do not */
 	assert_string_equal(text_printable(buf, sizeof buf, "caf\xc3\xa9 \xe2\x82\xac"),
-			    "caf\xc3\xa9 \xe2\x82\xac");
-	assert_string_equal(text_printable(buf, sizeof buf, "\xc2\x9b" "2J"), "\\u009b2J");
-	assert_string_equal(text_printable(buf, sizeof buf, "ab\xe2\x80\xae" "cd"), "ab\\u202ecd");
+	                    "caf\xc3\xa9 \xe2\x82\xac");
+	assert_string_equal(text_printable(buf, sizeof buf,
+	                                   "\xc2\x9b"
+	                                   "2J"),
+	                    "\\u009b2J");
+	assert_string_equal(text_printable(buf, sizeof buf,
+	                                   "ab\xe2\x80\xae"
+	                                   "cd"),
+	                    "ab\\u202ecd");
 	assert_string_equal(text_printable(buf, sizeof buf, "\xff\xc3(\xc0\xaf"),
-			    "\\xFF\\xC3(\\xC0\\xAF");
+	                    "\\xFF\\xC3(\\xC0\\xAF");
 	/* truncation never cuts an escape or a character in half */
 	assert_string_equal(text_printable(buf, 6, "abcd\033"), "abcd");
 	assert_string_equal(text_printable(buf, 5, "abc\xc3\xa9"), "abc");
@@ -223,11 +232,11 @@ static void test_text_printable(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_hog_on_many_gpus_computing_on_one),
-		cmocka_unit_test(test_idle_holder_unknown_util_and_graphics),
-		cmocka_unit_test(test_idle_lease_and_intruder),
-		cmocka_unit_test(test_healthy_machine),
-		cmocka_unit_test(test_text_printable),
+	    cmocka_unit_test(test_hog_on_many_gpus_computing_on_one),
+	    cmocka_unit_test(test_idle_holder_unknown_util_and_graphics),
+	    cmocka_unit_test(test_idle_lease_and_intruder),
+	    cmocka_unit_test(test_healthy_machine),
+	    cmocka_unit_test(test_text_printable),
 	};
 
 	return cmocka_run_group_tests_name("waste", tests, NULL, NULL);

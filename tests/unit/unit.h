@@ -63,9 +63,9 @@ static inline void fake_snapshot_release(struct gm_snapshot *snap)
  * append a slice of it: profile "1g.10gb", UUID "MIG-<uuid_tail>", memory,
  * and pid (0: none) running in it.  Add slices in GPU order.
  */
-static inline struct gm_mig *fake_mig(struct gm_snapshot *snap, unsigned index,
-				      const char *profile, const char *uuid_tail,
-				      uint64_t total_mib, uint64_t free_mib, unsigned pid)
+static inline struct gm_mig *fake_mig(struct gm_snapshot *snap, unsigned index, const char *profile,
+                                      const char *uuid_tail, uint64_t total_mib, uint64_t free_mib,
+                                      unsigned pid)
 {
 	struct gm_mig *m;
 	size_t i;
@@ -112,8 +112,8 @@ static inline void fake_uuid(char *buf, size_t len, unsigned index)
  * process list readable, compute capability 8.6.
  */
 static inline struct gm_gpu *fake_gpu(struct gm_snapshot *snap, unsigned index, const char *uuid,
-				      long long total_mib, long long free_mib, long long util,
-				      long long power_mw, long long limit_mw, long long cuda_rank)
+                                      long long total_mib, long long free_mib, long long util,
+                                      long long power_mw, long long limit_mw, long long cuda_rank)
 {
 	struct gm_gpu *g;
 
@@ -129,7 +129,7 @@ static inline struct gm_gpu *fake_gpu(struct gm_snapshot *snap, unsigned index, 
 	snprintf(g->name, sizeof g->name, "Fake GPU %u", index);
 	snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "00000000:%02X:00.0", index + 1);
 	g->valid = GM_HAS_CC | GM_HAS_COMPUTE_MODE | GM_HAS_MIG | GM_HAS_PROCESSES | GM_HAS_PCI |
-		   GM_HAS_TEMPERATURE;
+	           GM_HAS_TEMPERATURE;
 	g->cc_major = 8;
 	g->cc_minor = 6;
 	g->compute_mode = GM_COMPUTE_DEFAULT;
@@ -162,7 +162,7 @@ static inline struct gm_gpu *fake_gpu(struct gm_snapshot *snap, unsigned index, 
 
 /* A GPU with only memory readings, the rest idle: the common case. */
 static inline struct gm_gpu *fake_gpu_mem(struct gm_snapshot *snap, unsigned index,
-					  long long total_mib, long long free_mib)
+                                          long long total_mib, long long free_mib)
 {
 	return fake_gpu(snap, index, NULL, total_mib, free_mib, 0, 50000, 250000, 100);
 }
@@ -194,7 +194,7 @@ static inline struct gm_gpu *fake_gpu_at(struct gm_snapshot *snap, unsigned inde
  * GPU's numbers as the scenario needs.
  */
 static inline struct gm_proc *fake_proc(struct gm_snapshot *snap, unsigned gpu, unsigned pid,
-					long long used_mib)
+                                        long long used_mib)
 {
 	struct gm_proc *p;
 	size_t i;
