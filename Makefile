@@ -73,7 +73,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(SIM_LIBS) $(EXAMPLE_BIN)
 
-.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format clients cudaload
+.PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format format-check clients cudaload
 all: deps $(PROGRAMS)
 
 deps:
@@ -322,8 +322,18 @@ deb:
 check-deb: deb
 	sh scripts/check-deb $(abspath $(BUILD))/deb
 
+FORMAT_SRC = $(wildcard include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] serve/*.[ch] runner/*.c sim/*.[ch] \
+	     tests/unit/*.[ch] examples/*.c)
 format:
-	clang-format -i include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] serve/*.[ch] runner/*.c sim/*.[ch] tests/unit/*.[ch] examples/*.c
+	clang-format -i $(FORMAT_SRC)
+# make check's verdict on the house format, as a TAP line (tests/run-all).
+format-check:
+	@if clang-format --dry-run -Werror $(FORMAT_SRC) 2>$(BUILD)/format.log; then \
+		echo "ok 1 - every C file is as .clang-format says"; \
+	else \
+		echo "not ok 1 - C files differ from .clang-format: run 'make format' (first lines below)"; \
+		grep -m 10 'error:' $(BUILD)/format.log | sed 's/^/# /'; \
+	fi
 
 clean:
 	rm -rf build build-asan
