@@ -272,8 +272,9 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 		for (size_t i = 0; i < e->nslots; i++)
 			if (e->slots[i]->pidfd >= 0)
 				pfd[np++] = (struct pollfd){e->slots[i]->pidfd, POLLIN, 0};
-		/* The broker answered the head job's place in its line. */
-		wake = e->qcount > e->qhead && !e->interrupt && !e->stop
+		/* The broker answered the head job's place in its line (a
+		 * Slurm allocation has no registry, hence no broker). */
+		wake = e->cfg->reg && e->qcount > e->qhead && !e->interrupt && !e->stop
 		           ? registry_wake_fd(e->cfg->reg)
 		           : -1;
 		pfd[np] = (struct pollfd){wake, POLLIN, 0};

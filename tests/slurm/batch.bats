@@ -37,6 +37,12 @@ teardown_file() {
 
 setup() { cluster_setup; }
 
+# An allocation a failed test left behind (gpuman killed before its
+# scancel) must not hold the next test's sbatch pending for ever: cancel
+# what ran in partition "gpu" (the time-limit job of setup_file runs in
+# "short" and stays).
+teardown() { scancel --partition=gpu --quiet 2>/dev/null || true; }
+
 # sweep N FILE - N tasks of 1 s (0.5 s on an A100) recording into rec
 sweep() {
 	for i in $(seq "$1"); do
