@@ -4,57 +4,14 @@
 # What ran is proved by the jobs' own marker files and simload records.
 
 load helpers
+load helpers/queue
 
 setup() {
 	gm_setup
 	cd "$BATS_TEST_TMPDIR"
 }
 
-# The live dispatcher of this test's queue, if any: the lock is held and
-# the pid in it is a gpuman dispatcher of this queue.
-dispatcher_pid() {
-	local lock=$GPUMAN_QUEUE_DIR/dispatcher.lock d
-	[ -e "$lock" ] || return 1
-	flock -n "$lock" true && return 1
-	d=$(cat "$lock" 2>/dev/null)
-	[ -n "$d" ] && tr '\0' ' ' <"/proc/$d/cmdline" 2>/dev/null |
-		grep -q "dispatcher .*$GPUMAN_QUEUE_DIR" || return 1
-	echo "$d"
-}
-
-teardown() {
-	local d
-	if d=$(dispatcher_pid); then
-		kill -9 "$d" 2>/dev/null || true
-	fi
-	for r in $(pgrep -f "gpuman-runner .*--lease-path=$GPUMAN_STATE_DIR/" || true); do
-		kill -9 "$r" 2>/dev/null || true
-	done
-}
-
-# gpus N - N identical simulated GPUs (16000 MiB, speed 1).
-gpus() {
-	local sep=
-	{
-		printf '{ "gpus": ['
-		for i in $(seq 0 $(($1 - 1))); do
-			printf '%s{ "name": "Sim", "uuid": "GPU-00000000-0000-0000-0000-0000000000%02d", ' "$sep" "$i"
-			printf '"memory_total_mib": 16000, "memory_used_mib": 0, "speed": 1.0 }'
-			sep=,
-		done
-		printf '] }\n'
-	} >"$BATS_TEST_TMPDIR/gpus.json"
-	export GPUMAN_SIM=$BATS_TEST_TMPDIR/gpus.json
-}
-
-# dispatcher_gone - the dispatcher exits once nothing is queued (5 s at most).
-dispatcher_gone() {
-	for _ in $(seq 100); do
-		dispatcher_pid >/dev/null || return 0
-		sleep 0.05
-	done
-	return 1
-}
+teardown() { queue_teardown; }
 
 @test "submit records the working directory and environment; wait, logs and queue --json report the job" {
 	gpus 2
