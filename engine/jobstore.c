@@ -562,20 +562,27 @@ void jobstore_free_list(struct job *jobs, size_t count)
 	free(jobs);
 }
 
-enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids, size_t *count,
-                         char *err, size_t len)
+/* Step s (bound, or NULL after a failed prepare) and collect column 0 of
+ * its rows into *ids (malloc'd); with waiting, a row whose column 1 is
+ * non-zero is counted there instead. */
+static enum gm_err collect_ids(struct jobstore *st, sqlite3_stmt *s, int64_t **ids, size_t *count,
+                               size_t *waiting, char *err, size_t len)
 {
-	sqlite3_stmt *s = stmt(st, ST_IDS);
 	int64_t *list = NULL;
 	size_t n = 0, cap = 0;
 	int step;
 
 	*ids = NULL;
 	*count = 0;
+	if (waiting)
+		*waiting = 0;
 	if (!s)
 		return db_fail(st, err, len, "list");
-	sqlite3_bind_text(s, 1, job_state_name(state), -1, SQLITE_STATIC);
 	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+		if (waiting && sqlite3_column_int(s, 1)) {
+			(*waiting)++;
+			continue;
+		}
 		if (n == cap) {
 			size_t ncap = cap ? cap * 2 : 64;
 			int64_t *grown = realloc(list, ncap * sizeof *grown);
@@ -598,6 +605,16 @@ enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **id
 	*ids = list;
 	*count = n;
 	return GM_OK;
+}
+
+enum gm_err jobstore_ids(struct jobstore *st, enum job_state state, int64_t **ids, size_t *count,
+                         char *err, size_t len)
+{
+	sqlite3_stmt *s = stmt(st, ST_IDS);
+
+	if (s)
+		sqlite3_bind_text(s, 1, job_state_name(state), -1, SQLITE_STATIC);
+	return collect_ids(st, s, ids, count, NULL, err, len);
 }
 
 enum gm_err jobstore_counts(struct jobstore *st, size_t *counts, char *err, size_t len)
@@ -836,79 +853,13 @@ done:
 enum gm_err jobstore_ready_ids(struct jobstore *st, int64_t **ids, size_t *count, size_t *waiting,
                                char *err, size_t len)
 {
-	sqlite3_stmt *s = stmt(st, ST_READY);
-	int64_t *list = NULL;
-	size_t n = 0, cap = 0;
-	int step;
-
-	*ids = NULL;
-	*count = *waiting = 0;
-	if (!s)
-		return db_fail(st, err, len, "list");
-	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
-		if (sqlite3_column_int(s, 1)) {
-			(*waiting)++;
-			continue;
-		}
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			int64_t *grown = realloc(list, ncap * sizeof *grown);
-
-			if (!grown) {
-				free(list);
-				sqlite3_reset(s);
-				return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-			}
-			list = grown;
-			cap = ncap;
-		}
-		list[n++] = sqlite3_column_int64(s, 0);
-	}
-	sqlite3_reset(s);
-	if (step != SQLITE_DONE) {
-		free(list);
-		return db_fail(st, err, len, "list");
-	}
-	*ids = list;
-	*count = n;
-	return GM_OK;
+	return collect_ids(st, stmt(st, ST_READY), ids, count, waiting, err, len);
 }
 
 enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count, char *err,
                                 size_t len)
 {
-	sqlite3_stmt *s = stmt(st, ST_NOTIFY_DUE);
-	int64_t *list = NULL;
-	size_t n = 0, cap = 0;
-	int step;
-
-	*ids = NULL;
-	*count = 0;
-	if (!s)
-		return db_fail(st, err, len, "list");
-	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			int64_t *grown = realloc(list, ncap * sizeof *grown);
-
-			if (!grown) {
-				free(list);
-				sqlite3_reset(s);
-				return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-			}
-			list = grown;
-			cap = ncap;
-		}
-		list[n++] = sqlite3_column_int64(s, 0);
-	}
-	sqlite3_reset(s);
-	if (step != SQLITE_DONE) {
-		free(list);
-		return db_fail(st, err, len, "list");
-	}
-	*ids = list;
-	*count = n;
-	return GM_OK;
+	return collect_ids(st, stmt(st, ST_NOTIFY_DUE), ids, count, NULL, err, len);
 }
 
 enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *err, size_t len)
