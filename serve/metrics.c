@@ -222,6 +222,53 @@ static void processes(struct out *o, const struct gm_snapshot *snap)
 	}
 }
 
+/*
+ * MIG slices, one series per slice with its GPU's labels plus the slice's:
+ * dcgm-exporter puts slices on the GPU's own names with GPU_I_ID and
+ * GPU_I_PROFILE labels, which would double-count a GPU's memory in a sum by
+ * gpu; gpuman keeps them apart under names of their own.
+ */
+static void mig_slices(struct out *o, const struct gm_snapshot *snap)
+{
+	static const struct {
+		const char *name, *help;
+		enum gm_mig_value what;
+	} mig_metrics[] = {
+	    {"gpuman_mig_fb_used", "Memory used in a MIG slice (in MiB).", GM_MIG_MEM_USED_MIB},
+	    {"gpuman_mig_fb_free", "Memory free in a MIG slice (in MiB).", GM_MIG_MEM_FREE_MIB},
+	    {"gpuman_mig_fb_capacity", "Memory of a MIG slice (in MiB).", GM_MIG_MEM_TOTAL_MIB},
+	};
+	size_t n = gm_snapshot_mig_count(snap);
+	char num[32];
+
+	if (n == 0)
+		return;
+	for (size_t m = 0; m < sizeof mig_metrics / sizeof mig_metrics[0]; m++) {
+		head(o, mig_metrics[m].name, "gauge", mig_metrics[m].help);
+		for (size_t i = 0; i < n; i++) {
+			const struct gm_mig *mig = gm_snapshot_mig(snap, i);
+			const struct gm_gpu *g = NULL;
+			int64_t v, gi;
+
+			for (size_t k = 0; k < snap->gpu_count; k++)
+				if (snap->gpus[k].index == gm_mig_gpu(mig))
+					g = &snap->gpus[k];
+			/* A value the slice does not report is left out, never 0. */
+			if (!g || !gm_mig_value(mig, mig_metrics[m].what, &v))
+				continue;
+			fprintf(o->f, "%s{", mig_metrics[m].name);
+			gpu_labels(o, g);
+			label(o, 0, "mig_uuid", gm_mig_uuid(mig));
+			label(o, 0, "gpu_i_profile", gm_mig_profile(mig));
+			num[0] = '\0';
+			if (gm_mig_value(mig, GM_MIG_GPU_INSTANCE_ID, &gi))
+				snprintf(num, sizeof num, "%lld", (long long)gi);
+			label(o, 0, "gpu_i_id", num);
+			fprintf(o->f, "} %lld\n", (long long)v);
+		}
+	}
+}
+
 /* "0,3": a lease's GPUs as one label value. */
 static void lease_gpus(char *buf, size_t len, const struct lease_info *l)
 {
@@ -462,6 +509,7 @@ char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *
 		return NULL;
 	gpus(&o, snap);
 	processes(&o, snap);
+	mig_slices(&o, snap);
 	leases(&o, snap, view, now);
 	line(&o, view, now);
 	queue(&o, q);

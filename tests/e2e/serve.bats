@@ -88,6 +88,21 @@ hold_lease() {
 	[[ "$output" == *"text/plain; version=0.0.4"* ]]
 }
 
+@test "serve: MIG slices have series of their own with their profile; a GPU without slices has none" {
+	export GPUMAN_SIM="$GM_ROOT/examples/mig-a100.json"
+	serve_start
+	run -0 curl -sf "$URL/metrics"
+	slice() { printf '%s\n' "$output" | sed -n "s/^$1{gpu=\"0\",.*mig_uuid=\"$2\",.*} //p"; }
+	# the training job's 30720 MiB plus the slice's own 13
+	[ "$(slice gpuman_mig_fb_used MIG-3a000000-1111-4000-8000-000000000001)" = 30733 ]
+	[ "$(slice gpuman_mig_fb_capacity MIG-3a000000-1111-4000-8000-000000000001)" = 40192 ]
+	[ "$(slice gpuman_mig_fb_free MIG-1d000000-1111-4000-8000-000000000004)" = 9722 ]
+	[[ "$output" == *'mig_uuid="MIG-1c000000-1111-4000-8000-000000000003",gpu_i_profile="1g.10gb",gpu_i_id="13"}'* ]]
+	[ "$(printf '%s\n' "$output" | grep -c '^gpuman_mig_fb_used{')" = 4 ]
+	[[ "$output" != *'gpuman_mig_fb_used{gpu="1"'* ]]
+	printf '%s\n' "$output" | promtool check metrics
+}
+
 @test "serve: a lease and the waiting line appear in /metrics within an interval" {
 	four_gpus
 	serve_start
