@@ -207,6 +207,32 @@ static void draw_bar(int y, int x, int width, unsigned pct, const char *label)
 	mvaddch(y, x + 1 + inner, ']');
 }
 
+/* A row per MIG slice under its GPU: profile, instance id, memory bar (a
+ * slice is a device of its own for CUDA; utilization is per GPU only). */
+static void draw_slices(const struct gm_snapshot *snap, const struct gm_gpu *g, int bar, int *y)
+{
+	char a[16], b[16], label[48];
+
+	for (size_t i = 0; i < gm_snapshot_mig_count(snap) && *y < LINES - 4; i++) {
+		const struct gm_mig *mig = gm_snapshot_mig(snap, i);
+		int64_t used, total, gi;
+
+		if (gm_mig_gpu(mig) != g->index)
+			continue;
+		mvprintw(*y, 0, "    %-8.8s",
+		         gm_mig_profile(mig)[0] ? gm_mig_profile(mig) : "slice");
+		if (gm_mig_value(mig, GM_MIG_GPU_INSTANCE_ID, &gi))
+			printw(" gi %-3lld", (long long)gi);
+		if (bar >= 8 && gm_mig_value(mig, GM_MIG_MEM_USED_MIB, &used) &&
+		    gm_mig_value(mig, GM_MIG_MEM_TOTAL_MIB, &total) && total > 0) {
+			snprintf(label, sizeof label, "%s/%s", fmt_mib(a, sizeof a, (uint64_t)used),
+			         fmt_mib(b, sizeof b, (uint64_t)total));
+			draw_bar(*y, 25, bar, (unsigned)(used * 100 / total), label);
+		}
+		(*y)++;
+	}
+}
+
 static void draw_gpus(const struct top *t, int *y)
 {
 	const struct gm_snapshot *snap = t->look.snap;
@@ -238,6 +264,7 @@ static void draw_gpus(const struct top *t, int *y)
 				printw(" %3uW", g->power_mw / 1000);
 		}
 		(*y)++;
+		draw_slices(snap, g, bar, y);
 	}
 }
 

@@ -139,3 +139,13 @@ wait_screen() {
 	gpuman cancel 1 2 3 >/dev/null
 	wait_for '! screen | grep -q "your queue"'
 }
+
+@test "top shows a MIG GPU's slices under it with their memory" {
+	export GPUMAN_SIM="$GM_ROOT/examples/mig-a100.json"
+	TOP_READY="A100" top_start -d 0.3
+	run screen
+	# the 3g.40gb slice: the training job's 30 GiB of 39.2 GiB
+	[[ "$output" == *"3g.40gb  gi 1 "*"[|||"*"30.0G/39.2G]"* ]]
+	[[ "$output" == *"1g.10gb  gi 14"*"6M/9.5G]"* ]]
+	[ "$(printf '%s\n' "$output" | grep -c '^    [123]g\.')" = 4 ]
+}
