@@ -38,7 +38,7 @@ static int parse_states(struct cli *cli, const char *arg, unsigned *states)
 		if (s < 0) {
 			rc = cli_usage(cli,
 			               "--state '%s': no such state (use queued, running, done, "
-			               "failed, cancelled or interrupted)",
+			               "failed, cancelled, interrupted or timeout)",
 			               w);
 			break;
 		}
@@ -210,7 +210,7 @@ const struct cmd_entry cmd_queue = {
     "\n"
     "  -a, --all       finished jobs too (done, failed, cancelled), with the reason\n"
     "  --state LIST    only jobs in these states: queued, running, done, failed,\n"
-    "                  cancelled, interrupted (comma-separated)\n"
+    "                  cancelled, interrupted, timeout (comma-separated)\n"
     "  --clear         forget every finished job and delete its log; queued and\n"
     "                  running jobs stay\n"
     "  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"

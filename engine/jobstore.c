@@ -12,14 +12,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "jobstore.h"
+#include "jobstore_db.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 #define BUSY_TIMEOUT_MS 10000
 
 static const char *const state_names[JOB_STATE_COUNT] = {
-    [JOB_QUEUED] = "queued", [JOB_RUNNING] = "running",     [JOB_DONE] = "done",
-    [JOB_FAILED] = "failed", [JOB_CANCELLED] = "cancelled", [JOB_INTERRUPTED] = "interrupted",
+    [JOB_QUEUED] = "queued",   [JOB_RUNNING] = "running",     [JOB_DONE] = "done",
+    [JOB_FAILED] = "failed",   [JOB_CANCELLED] = "cancelled", [JOB_INTERRUPTED] = "interrupted",
+    [JOB_TIMEOUT] = "timeout",
 };
 
 const char *job_state_name(enum job_state state)
@@ -54,6 +56,8 @@ void job_release(struct job *job)
 	free(job->name);
 	free(job->after);
 	free(job->notify);
+	free(job->node);
+	free(job->machine);
 	*job = (struct job)JOB_INIT;
 }
 
@@ -63,7 +67,11 @@ void job_release(struct job *job)
 	"uuids, exit_status, reason, attempts, retries, ooms, min_free_mib, placed_free_mib, "     \
 	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name, priority, notify, "     \
 	"(SELECT group_concat(after) FROM (SELECT after FROM deps WHERE deps.job = jobs.id "       \
-	"ORDER BY after))"
+	"ORDER BY after)), time_limit_s, node, machine, array_task"
+
+/* A dispatcher sees the jobs of its own machine only (jobstore_set_machine);
+ * jobs of an older store (NULL) are the default machine's (""). */
+#define MACHINE "(:machine IS NULL OR IFNULL(machine, '') = :machine)"
 
 enum stmt_id {
 	ST_INSERT,
@@ -86,13 +94,15 @@ enum stmt_id {
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-    [ST_INSERT] = "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
-                  "submit_ms, attempts, retries, min_free_mib, name, priority, notify) "
-                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    [ST_INSERT] =
+        "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
+        "submit_ms, attempts, retries, min_free_mib, name, priority, notify, time_limit_s, "
+        "machine, array_task) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+        "?12, ?13, ?14, ?15, ?16, ?17, ?18)",
     [ST_INSERT_DEP] = "INSERT OR IGNORE INTO deps (job, after) VALUES (?1, ?2)",
     [ST_READY] = "SELECT id, EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after "
                  "WHERE d.job = j.id AND p.state != 'done') FROM jobs j "
-                 "WHERE state = 'queued' ORDER BY priority DESC, id",
+                 "WHERE state = 'queued' AND " MACHINE " ORDER BY priority DESC, id",
     [ST_GET] = "SELECT " COLUMNS " FROM jobs WHERE id = ?1",
     [ST_GET_ENV] = "SELECT " COLUMNS ", env FROM jobs WHERE id = ?1",
     [ST_UPDATE] = "UPDATE jobs SET state = ?2, start_ms = ?3, end_ms = ?4, gpus = ?5, "
@@ -102,12 +112,13 @@ static const char *const stmt_sql[ST_COUNT] = {
                   "run_slot = ?20 WHERE id = ?1 AND state = ?18 AND attempts = ?19",
     [ST_ACCOUNT] = "UPDATE jobs SET peak_mem_mib = ?2, util_samples = ?3, util_sum = ?4 "
                    "WHERE id = ?1 AND state = 'running'",
-    [ST_IDS] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id",
+    [ST_IDS] = "SELECT id FROM jobs WHERE state = ?1 AND " MACHINE " ORDER BY id",
     [ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
-    [ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running')) OR "
-                    "EXISTS (SELECT 1 FROM jobs WHERE notify IS NOT NULL AND notified = 0)",
+    [ST_HAS_LIVE] = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running') "
+                    "AND " MACHINE ") OR EXISTS (SELECT 1 FROM jobs WHERE notify IS NOT NULL "
+                    "AND notified = 0 AND " MACHINE ")",
     [ST_NOTIFY_DUE] = "SELECT id FROM jobs WHERE notify IS NOT NULL AND notified = 0 "
-                      "AND state NOT IN ('queued', 'running') ORDER BY id",
+                      "AND state NOT IN ('queued', 'running') AND " MACHINE " ORDER BY id",
     [ST_NOTIFIED] = "UPDATE jobs SET notified = 1 WHERE id = ?1",
     [ST_ENDED_SINCE] = "SELECT id, state FROM jobs WHERE end_ms >= ?1 "
                        "AND state NOT IN ('queued', 'running')",
@@ -120,12 +131,44 @@ struct jobstore {
 	sqlite3 *db;
 	char path[4096];
 	sqlite3_stmt *stmt[ST_COUNT];
+	sqlite3_stmt *extra[JOBSTORE_EXTRA_STMTS]; /* jobstore_cached() */
+	char *machine;                             /* jobstore_set_machine; NULL: all */
 };
 
 static enum gm_err db_fail(struct jobstore *st, char *err, size_t len, const char *what)
 {
 	return gm_fail(GM_ERR_IO, err, len, "job store '%s': %s: %s", st->path, what,
 	               sqlite3_errmsg(st->db));
+}
+
+enum gm_err jobstore_db_fail(struct jobstore *st, char *err, size_t len, const char *what)
+{
+	return db_fail(st, err, len, what);
+}
+
+sqlite3_stmt *jobstore_cached(struct jobstore *st, unsigned slot, const char *sql)
+{
+	if (slot >= JOBSTORE_EXTRA_STMTS)
+		return NULL;
+	if (!st->extra[slot] && sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
+	                                           &st->extra[slot], NULL) != SQLITE_OK)
+		return NULL;
+	sqlite3_reset(st->extra[slot]);
+	sqlite3_clear_bindings(st->extra[slot]);
+	return st->extra[slot];
+}
+
+static void bind_machine(sqlite3_stmt *s, const char *machine)
+{
+	int at = sqlite3_bind_parameter_index(s, ":machine");
+
+	if (at)
+		sqlite3_bind_text(s, at, machine, -1, SQLITE_STATIC);
+}
+
+char **jobstore_machine_filter(struct jobstore *st)
+{
+	return &st->machine;
 }
 
 static sqlite3_stmt *stmt(struct jobstore *st, enum stmt_id id)
@@ -135,6 +178,8 @@ static sqlite3_stmt *stmt(struct jobstore *st, enum stmt_id id)
 		return NULL;
 	sqlite3_reset(st->stmt[id]);
 	sqlite3_clear_bindings(st->stmt[id]);
+	if (st->machine)
+		bind_machine(st->stmt[id], st->machine);
 	return st->stmt[id];
 }
 
@@ -198,7 +243,7 @@ static const char schema3[] =
     "CREATE TRIGGER IF NOT EXISTS deps_forget AFTER DELETE ON jobs"
     " BEGIN DELETE FROM deps WHERE job = OLD.id; END;";
 
-static const char *const migrations[SCHEMA_VERSION] = {schema, schema2, schema3};
+static const char *const migrations[SCHEMA_VERSION] = {schema, schema2, schema3, jobstore_schema4};
 
 /* Run sql, retrying while another connection holds a lock that the busy
  * handler does not wait for (switching to WAL, a fresh database's first
@@ -329,6 +374,9 @@ void jobstore_close(struct jobstore *st)
 		return;
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(st->stmt[i]);
+	for (int i = 0; i < JOBSTORE_EXTRA_STMTS; i++)
+		sqlite3_finalize(st->extra[i]);
+	free(st->machine);
 	sqlite3_close(st->db);
 	free(st);
 }
@@ -397,6 +445,9 @@ enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *err, siz
 	bind_text(s, 13, job->name);
 	sqlite3_bind_int(s, 14, job->priority);
 	bind_text(s, 15, job->notify);
+	bind_opt_int(s, 16, job->time_limit_s > 0, job->time_limit_s);
+	bind_text(s, 17, job->machine);
+	bind_opt_int(s, 18, job->array_task >= 0, job->array_task);
 	if (step_done(s) < 0)
 		return db_fail(st, err, len, "insert");
 	job->id = sqlite3_last_insert_rowid(st->db);
@@ -422,7 +473,7 @@ static char *col_text(sqlite3_stmt *s, int col)
 	return t ? strdup((const char *)t) : NULL;
 }
 
-/* One row of COLUMNS (and env at column 28 if with_env) into a job. */
+/* One row of COLUMNS (and env at column 32 if with_env) into a job. */
 static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 {
 	int state;
@@ -460,9 +511,13 @@ static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 	j->priority = sqlite3_column_int(s, 25);
 	j->notify = col_text(s, 26);
 	j->after = col_text(s, 27);
-	if (with_env && sqlite3_column_type(s, 28) != SQLITE_NULL) {
-		int n = sqlite3_column_bytes(s, 28);
-		const void *blob = sqlite3_column_blob(s, 28);
+	j->time_limit_s = sqlite3_column_int64(s, 28);
+	j->node = col_text(s, 29);
+	j->machine = col_text(s, 30);
+	j->array_task = sqlite3_column_type(s, 31) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 31);
+	if (with_env && sqlite3_column_type(s, 32) != SQLITE_NULL) {
+		int n = sqlite3_column_bytes(s, 32);
+		const void *blob = sqlite3_column_blob(s, 32);
 
 		j->env = malloc((size_t)n + 1);
 		if (!j->env)

@@ -35,12 +35,13 @@
 enum job_state {
 	JOB_QUEUED = 0,
 	JOB_RUNNING = 1,
-	JOB_DONE = 2,       /* exited 0 */
-	JOB_FAILED = 3,     /* non-zero exit, signal, never placeable, runner died */
-	JOB_CANCELLED = 4,  /* gpuman cancel */
-	JOB_INTERRUPTED = 5 /* batch stopped by Ctrl-C while it ran */
+	JOB_DONE = 2,        /* exited 0 */
+	JOB_FAILED = 3,      /* non-zero exit, signal, never placeable, runner died */
+	JOB_CANCELLED = 4,   /* gpuman cancel */
+	JOB_INTERRUPTED = 5, /* batch stopped by Ctrl-C while it ran */
+	JOB_TIMEOUT = 6      /* ended, whole, at its time limit (submit --time) */
 };
-#define JOB_STATE_COUNT 6
+#define JOB_STATE_COUNT 7
 
 /* "queued", "running", ...; job_state_parse returns -1 for unknown names. */
 const char *job_state_name(enum job_state state);
@@ -79,11 +80,16 @@ struct job {
 	int priority;         /* submit --priority (schema 3): higher starts first */
 	char *after;          /* submit --after: ids "3,4" it waits for; NULL: none */
 	char *notify;         /* submit --notify: how its end is told (notify.h); NULL: not */
+	int64_t time_limit_s; /* submit --time (schema 4): ended, whole, after this; 0 none */
+	char *node;           /* the node it ran on (batch --slurm); NULL: this machine */
+	char *machine;        /* where it runs (submit's GPUMAN_SIM, ...: jobs.h); NULL: here */
+	int array_task;       /* submit --array: its index; -1 not part of an array */
 };
 #define JOB_INIT                                                                                   \
 	{                                                                                          \
 		0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0,   \
-		    NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL, 0, NULL, NULL                 \
+		    NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL, 0, NULL, NULL, 0, NULL, NULL, \
+		    -1                                                                             \
 	}
 
 /* Free the strings of a job read from the store; keep the struct. */
@@ -147,6 +153,18 @@ enum gm_err jobstore_each(struct jobstore *st, unsigned states,
 enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *count, char *errbuf,
                                 size_t errlen);
 enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *errbuf, size_t errlen);
+
+/* Record the node a job ran on (batch --slurm; NULL: none). */
+enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node, char *errbuf,
+                              size_t errlen);
+/*
+ * From now on this connection's dispatching reads (jobstore_ready_ids,
+ * _ids, _has_live, _notify_due) see only the jobs whose job->machine is
+ * machine ("" also takes the jobs of a store older than machines); NULL:
+ * every job, as before.  The queue's dispatchers run one per machine.
+ */
+enum gm_err jobstore_set_machine(struct jobstore *st, const char *machine, char *errbuf,
+                                 size_t errlen);
 
 /* Is any job queued or running, or an end still to be told?  (Then a
  * dispatcher must live.)  Index probes. */

@@ -41,7 +41,8 @@ void engine_count_move(struct engine *e, enum job_state from, enum job_state to)
 {
 	size_t *c[JOB_STATE_COUNT] = {&e->counts.queued,    &e->counts.running,
 	                              &e->counts.done,      &e->counts.failed,
-	                              &e->counts.cancelled, &e->counts.interrupted};
+	                              &e->counts.cancelled, &e->counts.interrupted,
+	                              &e->counts.failed /* timeout: a failure to count */};
 
 	if (*c[from])
 		(*c[from])--;

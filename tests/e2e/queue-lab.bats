@@ -193,5 +193,5 @@ PY
 	run -0 gpuman submit --name new -- true
 	[ "$output" = 2 ]
 	run -0 gpuman wait 2
-	[ "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$GPUMAN_QUEUE_DIR/jobs.db")" = 3 ]
+	[ "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$GPUMAN_QUEUE_DIR/jobs.db")" = 4 ]
 }

@@ -326,6 +326,81 @@ static void test_name_roundtrip(void **state)
 	job_release(&j);
 }
 
+/* Schema 4: time limit, machine and array task go in with the job; the
+ * node is set afterwards; a dispatcher's machine filter sees its own jobs
+ * (and those of a store older than machines as the default machine's). */
+static void test_schema4_fields_and_machine_filter(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct job j = JOB_INIT;
+	int64_t *ids = NULL, lab, laptop, old;
+	size_t n = 0, waiting = 0;
+	int live = 0, changed = 0;
+
+	j.command = (char *)"train";
+	j.time_limit_s = 90;
+	j.machine = (char *)"GPUMAN_SIM=lab.json";
+	j.array_task = 3;
+	assert_int_equal(jobstore_insert(f->st, &j, err, sizeof err), GM_OK);
+	lab = j.id;
+	j = (struct job)JOB_INIT;
+	j.command = (char *)"eval";
+	j.machine = (char *)"GPUMAN_SIM=laptop.json";
+	assert_int_equal(jobstore_insert(f->st, &j, err, sizeof err), GM_OK);
+	laptop = j.id;
+	old = add(f->st, 0, "from schema 3"); /* machine NULL */
+	assert_int_equal(jobstore_set_node(f->st, lab, "n7", err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_get(f->st, lab, 0, &j, err, sizeof err), GM_OK);
+	assert_int_equal(j.time_limit_s, 90);
+	assert_string_equal(j.machine, "GPUMAN_SIM=lab.json");
+	assert_string_equal(j.node, "n7");
+	assert_int_equal(j.array_task, 3);
+	job_release(&j);
+	assert_int_equal(jobstore_get(f->st, old, 0, &j, err, sizeof err), GM_OK);
+	assert_int_equal(j.time_limit_s, 0);
+	assert_null(j.node);
+	assert_null(j.machine);
+	assert_int_equal(j.array_task, -1);
+	job_release(&j);
+
+	assert_int_equal(jobstore_set_machine(f->st, "GPUMAN_SIM=laptop.json", err, sizeof err),
+	                 GM_OK);
+	assert_int_equal(jobstore_ready_ids(f->st, &ids, &n, &waiting, err, sizeof err), GM_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(ids[0], laptop);
+	free(ids);
+	assert_int_equal(jobstore_set_machine(f->st, "", err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_ready_ids(f->st, &ids, &n, &waiting, err, sizeof err), GM_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(ids[0], old);
+	free(ids);
+	assert_int_equal(jobstore_set_machine(f->st, "elsewhere", err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_has_live(f->st, &live, err, sizeof err), GM_OK);
+	assert_false(live);
+	assert_int_equal(jobstore_set_machine(f->st, NULL, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_ready_ids(f->st, &ids, &n, &waiting, err, sizeof err), GM_OK);
+	assert_int_equal(n, 3);
+	free(ids);
+
+	/* A job that times out cancels the job after it, as a failure does. */
+	j = (struct job)JOB_INIT;
+	j.command = (char *)"after";
+	j.after = (char *)"1";
+	assert_int_equal(jobstore_insert(f->st, &j, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_get(f->st, lab, 0, &j, err, sizeof err), GM_OK);
+	j.state = JOB_TIMEOUT;
+	j.end_ms = 5000;
+	assert_int_equal(
+	    jobstore_update(f->st, &j, JOB_QUEUED, j.attempts, &changed, err, sizeof err), GM_OK);
+	assert_true(changed);
+	job_release(&j);
+	assert_int_equal(jobstore_get(f->st, 4, 0, &j, err, sizeof err), GM_OK);
+	assert_int_equal(j.state, JOB_CANCELLED);
+	assert_string_equal(j.reason, "not started: job 1 (--after) timed out");
+	job_release(&j);
+}
+
 static void test_state_names(void **state)
 {
 	(void)state;
@@ -336,6 +411,8 @@ static void test_state_names(void **state)
 	assert_false(job_state_final(JOB_RUNNING));
 	assert_true(job_state_final(JOB_DONE));
 	assert_true(job_state_final(JOB_INTERRUPTED));
+	assert_true(job_state_final(JOB_TIMEOUT));
+	assert_string_equal(job_state_name(JOB_TIMEOUT), "timeout");
 }
 
 static void test_newer_schema_is_refused(void **state)
@@ -368,6 +445,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_prune_deletes_only_jobs_that_ended_before, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_schema4_fields_and_machine_filter, setup,
+	                                    teardown),
 	    cmocka_unit_test(test_state_names),
 	    cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
 	};

@@ -1,0 +1,63 @@
+/*
+ * jobstore_ext.c - the job store's schema 4: time limits (submit --time),
+ * the state timeout, the node a job ran on, the machine a job belongs to
+ * and array tasks.  Kept apart from jobstore.c, which is long enough.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "jobstore_db.h"
+#include "util.h"
+
+/*
+ * Schema 3 to 4.  A job that times out cancels the jobs after it as a
+ * failure does: the trigger is made again with the new state.  A store
+ * written before machines were recorded keeps NULL there: the default
+ * machine's jobs (jobstore_set_machine).
+ */
+const char jobstore_schema4[] =
+    "ALTER TABLE jobs ADD COLUMN time_limit_s INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN node TEXT;"
+    "ALTER TABLE jobs ADD COLUMN machine TEXT;"
+    "ALTER TABLE jobs ADD COLUMN array_task INTEGER;"
+    "DROP TRIGGER IF EXISTS deps_cancel;"
+    "CREATE TRIGGER deps_cancel AFTER UPDATE OF state ON jobs"
+    " WHEN NEW.state IN ('failed', 'cancelled', 'interrupted', 'timeout')"
+    "  AND OLD.state != NEW.state"
+    " BEGIN"
+    "  UPDATE jobs SET state = 'cancelled',"
+    "   end_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),"
+    "   reason = 'not started: job ' || NEW.id || ' (--after) ' ||"
+    "    CASE NEW.state WHEN 'cancelled' THEN 'was cancelled'"
+    "     WHEN 'timeout' THEN 'timed out' ELSE NEW.state END"
+    "  WHERE state = 'queued' AND id IN (SELECT job FROM deps WHERE after = NEW.id);"
+    " END;";
+
+enum { X_SET_NODE };
+
+enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node, char *err,
+                              size_t len)
+{
+	sqlite3_stmt *s =
+	    jobstore_cached(st, X_SET_NODE, "UPDATE jobs SET node = ?2 WHERE id = ?1");
+	int rc;
+
+	if (!s)
+		return jobstore_db_fail(st, err, len, "update");
+	sqlite3_bind_int64(s, 1, id);
+	if (node)
+		sqlite3_bind_text(s, 2, node, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	return rc == SQLITE_DONE ? GM_OK : jobstore_db_fail(st, err, len, "update");
+}
+
+enum gm_err jobstore_set_machine(struct jobstore *st, const char *machine, char *err, size_t len)
+{
+	char **filter = jobstore_machine_filter(st), *copy = NULL;
+
+	if (machine && !(copy = strdup(machine)))
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	free(*filter);
+	*filter = copy;
+	return GM_OK;
+}
