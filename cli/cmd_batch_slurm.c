@@ -286,7 +286,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE], tpn[48];
 	const char *file;
 	sigset_t mask, old;
-	int status, lock_fd = -1, have_alloc = 0;
+	int status, lock_fd = -1, dir_fd = -1, have_alloc = 0;
 	int64_t started, ended;
 	FILE *f;
 
@@ -373,22 +373,30 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	if (make_dirs(path, 0755) < 0 || !realpath(path, dir)) {
-		status = cli_error(cli, EXIT_FAIL, "log directory '%s': %s", path, strerror(errno));
+	/* The local batch's checks: the Slurm tasks' logs and records are
+	 * written here (by srun, and by the wrapper on the nodes, as the same
+	 * user), so another user must not be able to plant or swap them. */
+	dir_fd = safedir_open(path, o.b.log_dir ? 1 : 2, dir, sizeof dir, err, sizeof err);
+	if (dir_fd < 0) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
 	snprintf(runs, sizeof runs, "%s/.runs", dir);
-	if (mkdir(runs, 0755) < 0 && errno != EEXIST) {
+	if (batch_private_entry(dir_fd, ".runs", S_IFDIR) < 0) {
 		status = cli_error(cli, EXIT_FAIL, "'%s': %s", runs, strerror(errno));
 		goto done;
 	}
-	snprintf(path, sizeof path, "%s/batch.lock", dir);
-	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	lock_fd = openat(dir_fd, "batch.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		status = cli_error(cli, EXIT_FAIL,
-		                   "another gpuman batch is running in '%s' (use --log-dir for a "
-		                   "second one)",
+		                   lock_fd < 0 ? "'%s': cannot open its lock"
+		                               : "another gpuman batch is running in '%s' (use "
+		                                 "--log-dir for a second one)",
 		                   dir);
+		goto done;
+	}
+	if (batch_private_entry(dir_fd, "jobs.db", S_IFREG) < 0) {
+		status = cli_error(cli, EXIT_FAIL, "'%s/jobs.db': %s", dir, strerror(errno));
 		goto done;
 	}
 	snprintf(path, sizeof path, "%s/jobs.db", dir);
@@ -396,11 +404,10 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	status = prepare_store(cli, st, tasks, ntasks, &o.b, dir, -1, &skipped);
+	status = prepare_store(cli, st, tasks, ntasks, &o.b, dir, dir_fd, &skipped);
 	if (status != EXIT_OK)
 		goto done;
-	snprintf(path, sizeof path, "%s/summary.json", dir);
-	unlink(path);
+	unlinkat(dir_fd, "summary.json", 0);
 	if (skipped)
 		fprintf(stderr, "gpuman batch: --resume: %zu of %zu tasks already succeeded\n",
 		        skipped, ntasks);
@@ -529,6 +536,8 @@ done:
 	tasks_free(tasks, ntasks);
 	if (lock_fd >= 0)
 		close(lock_fd);
+	if (dir_fd >= 0)
+		close(dir_fd);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return status;
 }

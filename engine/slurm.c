@@ -39,7 +39,8 @@ static const char wrapper[] =
     "out=; rest=$line\n"
     "while :; do case $rest in *'{gpu}'*) out=$out${rest%%'{gpu}'*}$g; "
     "rest=${rest#*'{gpu}'};; *) break;; esac; done\n"
-    "echo \"start $(date +%s%3N) ${SLURMD_NODENAME:-$(hostname)} ${g:--}\" >\"$r\"\n"
+    "(umask 077; echo \"start $(date +%s%3N) ${SLURMD_NODENAME:-$(hostname)} ${g:--}\" "
+    ">\"$r\")\n"
     "/bin/sh -c \"$out$rest\"\n"
     "s=$?\n"
     "echo \"end $(date +%s%3N) $s\" >>\"$r\"\n"
@@ -199,7 +200,10 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	snprintf(name, sizeof name, "gpuman-task-%lld", (long long)id);
 	snprintf(num, sizeof num, "%lld", (long long)id);
 	unlink(rec);
-	fd = line && job.log ? open(job.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+	/* private, as the local batch's logs (the directory passed safedir) */
+	fd = line && job.log
+	         ? open(job.log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600)
+	         : -1;
 	if (fd < 0) {
 		gm_fail(GM_ERR_IO, e->err, sizeof e->err, "'%s': %s", job.log ? job.log : "?",
 		        line ? strerror(errno) : "out of memory");

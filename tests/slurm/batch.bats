@@ -137,6 +137,40 @@ TXT
 	[ -z "$(squeue -h -t PD,R -p gpu)" ]
 }
 
+@test "slurm batch: the log directory passes the local batch's checks; logs 0600 in 0700 whatever the umask" {
+	gm_user mallory
+	# a shared directory like /tmp, where another user can plant things
+	SHARED=$(mktemp -d /tmp/gm-shared.XXXXXX)
+	chmod 1777 "$SHARED"
+	cd "$SHARED"
+	echo 'echo secret-{task}' >t.txt
+	# mallory plants the directory gpuman would make: refused, nothing asked of Slurm
+	as_user mallory mkdir -m 777 -p gpuman-logs/t.txt
+	run -1 gpuman batch --slurm --gres=gpu:1 t.txt
+	[[ "$output" == *"$SHARED/gpuman-logs' belongs to user 'gmtest-mallory', not you"*"--log-dir"* ]]
+	[[ "$output" != *"salloc"* ]]
+	[ -z "$(ls -A gpuman-logs/t.txt)" ]
+	# ours but writable by others; a link of mallory's to a directory of ours
+	mkdir -m 777 open
+	run -1 gpuman batch --slurm --gres=gpu:1 --log-dir open t.txt
+	[[ "$output" == *"'$SHARED/open' is writable by other users (mode 0777)"*"chmod go-w"* ]]
+	mkdir -m 700 mine
+	as_user mallory ln -s "$SHARED/mine" logs
+	run -1 gpuman batch --slurm --gres=gpu:1 --log-dir logs t.txt
+	[[ "$output" == *"'$SHARED/logs' is a symbolic link of user 'gmtest-mallory'"* ]]
+	[ -z "$(ls -A mine)" ]
+	[ -z "$(squeue -h -t PD,R -p gpu)" ]
+	# a good one: the log (written through srun) and the node's record are private
+	run -0 sh -c 'umask 0; exec gpuman batch --slurm --gres=gpu:1 --log-dir priv t.txt'
+	[ "$(cat priv/task-1.log)" = secret-1 ]
+	[ "$(stat -c %a priv priv/task-1.log priv/.runs priv/jobs.db | paste -sd' ')" = "700 600 700 600" ]
+	[ "$(stat -c %a priv/.runs/task-1.where)" = 600 ]
+	run ! as_user mallory cat priv/task-1.log
+	[[ "$output" != *secret* ]]
+	cd /
+	rm -rf "$SHARED"
+}
+
 @test "slurm batch: Ctrl-C stops the tasks and cancels the allocation it made" {
 	printf 'sleep 60\nsleep 60\nsleep 60\n' >s.txt
 	gpuman batch --slurm --gres=gpu:2 s.txt >out 2>&1 3>&- &

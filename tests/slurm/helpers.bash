@@ -44,3 +44,22 @@ cluster_setup() {
 jqr() {
 	printf '%s' "$output" | jq -r "$@"
 }
+
+# gm_user NAME - a real Unix user gmtest-NAME (as tests/e2e/helpers.bash)
+gm_user() {
+	local u="gmtest-$1"
+	command -v useradd >/dev/null || skip "useradd is missing"
+	for _ in $(seq 50); do
+		id -u "$u" >/dev/null 2>&1 && return 0
+		useradd --system --no-create-home --shell /usr/sbin/nologin "$u" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	id -u "$u" >/dev/null 2>&1
+}
+
+# as_user NAME CMD... - run CMD as gmtest-NAME
+as_user() {
+	local u="gmtest-$1"
+	shift
+	setpriv --reuid="$u" --regid="$u" --clear-groups env HOME=/tmp PATH="$PATH" "$@"
+}
