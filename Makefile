@@ -49,7 +49,8 @@ ENGINE_SRC := $(sort $(wildcard engine/*.c))
 ENGINE_PUBLIC := engine/engine.h engine/jobstore.h engine/outcome.h engine/protocol.h
 LIB_SRC := $(sort $(wildcard lib/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
-SIM_COMMON := sim/scenario.c sim/simstate.c
+SIM_COMMON := sim/scenario.c sim/scenario_load.c sim/scenario_gpu.c sim/scenario_timeline.c \
+	sim/simstate.c
 # Driver branches the simulator is built as, oldest first; the last is the
 # default library, build/sim/libnvidia-ml.so.1 (a link to its r580/ copy).
 SIM_BRANCHES := 390 470 535 580
