@@ -59,7 +59,8 @@ SIM_OLDER := $(filter-out $(SIM_NEWEST),$(SIM_BRANCHES))
 SIM_LIBS := $(SIM_BRANCHES:%=$(BUILD)/sim/r%/libnvidia-ml.so.1) $(BUILD)/sim/libnvidia-ml.so.1
 # The simulator library: the modelled functions and a generated weak stub for
 # every other function of NVML's list.
-SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/nvml_mig.o $(BUILD)/sim/stubs.o \
+SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_device.o $(BUILD)/sim/nvml_procs.o \
+	$(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/nvml_mig.o $(BUILD)/sim/stubs.o \
 	$(SIM_COMMON:%.c=$(BUILD)/%.o)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
@@ -166,7 +167,7 @@ $(BUILD)/gpuman-runner: runner/gpuman-runner.c engine/protocol.h $(BUILD)/libgme
 # One library per driver branch: the same objects, a different branch.o and
 # a version script exporting exactly that branch's functions, so that dlsym
 # really finds no nvmlDeviceGetNumGpuCores in the r470 library.
-$(BUILD)/sim/r%/branch.o: sim/branch.c sim/nvml_sim.h sim/scenario.h
+$(BUILD)/sim/r%/branch.o: sim/branch.c sim/nvml_sim.h sim/scenario.h sim/simstate.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -DSIM_BRANCH=$* \
 		-DSIM_BRANCHES='$(subst $(space),$(comma),$(SIM_BRANCHES))' -c -o $@ $<

@@ -6,7 +6,10 @@
 #ifndef GM_SIM_NVML_SIM_H
 #define GM_SIM_NVML_SIM_H
 
+#include <pthread.h>
+#include <stdint.h>
 #include "scenario.h"
+#include "simstate.h"
 
 #define SIM_EXPORT __attribute__((visibility("default")))
 
@@ -36,6 +39,27 @@ extern const unsigned sim_branches[];
 
 /* The loaded scenario; NULL before the first and after the last init. */
 extern struct scenario *sim;
+
+#define MIB 1048576ULL
+
+/*
+ * The live-process cache (nvml_sim.c), which the device and process queries
+ * (nvml_device.c, nvml_procs.c) read: take sim_mutex, call
+ * sim_live_refresh() (or sim_timeline_refresh() where only the scenario's
+ * own processes matter), read, unlock.
+ */
+extern pthread_mutex_t sim_mutex;
+/* The gpuman-simload processes running now, and per GPU (by index) the MiB
+ * and utilization percent they add. */
+extern struct simstate_live sim_live;
+extern uint64_t sim_live_used_mib[SCENARIO_MAX_GPUS];
+extern unsigned sim_live_util_pct[SCENARIO_MAX_GPUS];
+/* The timeline's phase of this moment into sim->gpus. */
+void sim_timeline_refresh(void);
+/* That, and the live processes re-read if the last reading is stale. */
+void sim_live_refresh(void);
+/* The MiB live processes use on one MIG slice. */
+uint64_t sim_live_mig_mib(const struct scenario_gpu *mig);
 
 /* The checks every system query makes, in NVML's order: initialised,
  * present in this driver, sane arguments. */
