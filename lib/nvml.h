@@ -1,8 +1,8 @@
 /*
- * nvml.h - the NVML backend.  lib/nvml.c is the only file that knows NVML:
- * it dlopens the library, declares the few types it needs itself, looks up
- * versioned symbols with fallbacks, and turns NVML's answers into a
- * gm_snapshot.
+ * nvml.h - the NVML backend.  lib/nvml*.c are the only files that know
+ * NVML: nvml.c dlopens the library and looks up versioned symbols with
+ * fallbacks; nvml_gpu.c and nvml_procs.c turn NVML's answers into a
+ * gm_snapshot; nvml_abi.h declares the few types they need themselves.
  */
 #ifndef GM_NVML_H
 #define GM_NVML_H
