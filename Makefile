@@ -34,7 +34,11 @@ ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
 DATADIR ?= $(PREFIX)/share/gpuman
-CPPFLAGS += -Iinclude -Ilib -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
+# Every program sees include/ (the public gpuman.h); each folder adds what it
+# may see beyond it: engine/ and the unit tests lib/'s private headers, the
+# commands (cli/, serve/) only lib/internal/gpuman-internal.h, which names
+# what they still need of the library's insides and why.
+CPPFLAGS += -Iinclude -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
 LIBS    := -ljansson -linih -ldl -lpthread
 
@@ -92,11 +96,11 @@ $(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
 	$(CC) $(CPPFLAGS) -DGM_BUILDING_LIB -fPIC -fvisibility=hidden $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/engine/%.o: engine/%.c $(wildcard engine/*.h) $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Iengine -Ilib $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(ENGINE_PUBLIC) \
-		$(wildcard lib/*.h) include/gpuman.h
+		lib/internal/gpuman-internal.h $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
 # The simulator is never sanitized: it stands for the driver, and it is
 # loaded by programs (Python's ctypes) that carry no sanitizer runtime.
 SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
@@ -142,9 +146,10 @@ $(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
 # The HTTP server behind `gpuman serve`, a program of its own: libmicrohttpd
 # pulls in GnuTLS and p11-kit, whose loading would cost every gpuman command
 # about 10 ms.  Its page is compiled in (.incbin), so its object depends on it.
-$(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h cli/jobs.h $(wildcard lib/*.h engine/*.h) include/gpuman.h
+$(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h cli/jobs.h lib/internal/gpuman-internal.h \
+		$(wildcard lib/*.h engine/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Icli -Iengine $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Icli -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/serve/page.o: serve/page.html
 # It reads the queue of the user it runs as (cli/jobs.c, the job store):
 # SQLite as the command has it; libinih for gpuman.conf (the registry).
@@ -193,7 +198,7 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 
 $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a tests/unit/*.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(LIBS) \
+	$(CC) $(CPPFLAGS) -Iengine -Ilib $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(LIBS) \
 		-lsqlite3 -lcmocka
 
 demo: all

@@ -19,11 +19,9 @@
 #include "cli.h"
 #include "engine.h"
 #include "jobs.h"
-#include "parse.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "safedir.h"
 #include "select_help.h"
-#include "util.h"
 
 int batch_option(struct cli *cli, int opt, const char *arg, void *data)
 {

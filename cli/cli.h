@@ -10,7 +10,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include "gpuman.h"
-#include "snapshot_types.h"
+#include "gpuman-internal.h"
 
 /* Exit statuses (README "Exit status"). */
 enum {

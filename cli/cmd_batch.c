@@ -24,12 +24,9 @@
 #include "cli.h"
 #include "engine.h"
 #include "jobs.h"
-#include "parse.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "safedir.h"
 #include "select_help.h"
-#include "snapshot.h"
-#include "util.h"
 
 static void tally(const struct job *jobs, size_t n, const struct gm_snapshot *snap,
                   struct gpu_tally **out, size_t *count)

@@ -32,10 +32,8 @@
 #include <unistd.h>
 #include "batch.h"
 #include "jobs.h"
-#include "parse.h"
+#include "gpuman-internal.h"
 #include "protocol.h"
-#include "slurm.h"
-#include "util.h"
 
 enum {
 	OPT_SLURM = OPT_BATCH_END + 1,

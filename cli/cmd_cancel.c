@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "jobs.h"
 #include "protocol.h"
-#include "util.h"
+#include "gpuman-internal.h"
 
 /* Signal a running job's runner, if it still lives.  Its run file is
  * locked exactly while it lives, which also proves its pid is not reused. */

@@ -18,7 +18,7 @@
 #include "cli.h"
 #include "jobs.h"
 #include "engine.h"
-#include "snapshot.h"
+#include "gpuman-internal.h"
 
 /* Operands by command; one row per command that takes any. */
 static const char *const operand_kinds[][2] = {

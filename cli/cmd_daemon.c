@@ -34,13 +34,8 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include "broker.h"
+#include "gpuman-internal.h"
 #include "cli.h"
-#include "parse.h"
-#include "pick.h"
-#include "policy.h"
-#include "proctree.h"
-#include "util.h"
 
 #define DEFAULT_STATE "/run/gpuman-broker/leases.json"
 /* A connection must say what it wants this soon (a stalled or silent

@@ -18,7 +18,7 @@
 #include "engine.h"
 #include "jobs.h"
 #include "notify.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 
 static void stamp(char *buf, size_t len)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "snapshot.h"
+#include "gpuman-internal.h"
 
 #define ROW(label, ...) (printf("  %-22s", label), printf(__VA_ARGS__), putchar('\n'))
 #define NA "not supported"

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
-#include "util.h"
+#include "gpuman-internal.h"
 
 enum { OPT_FOLLOW = OPT_CMD_BASE, OPT_TAIL };
 

@@ -5,11 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "pick.h"
-#include "policy.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "select_help.h"
-#include "snapshot.h"
 
 static int pick_exec(struct cli *cli, int argc, char **argv)
 {

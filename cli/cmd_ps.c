@@ -7,9 +7,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 #include "cli.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "select.h"
-#include "snapshot.h"
 
 static const struct csv_column ps_columns[] = {
     {"gpu", "NVML index"},

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
-#include "util.h"
+#include "gpuman-internal.h"
 
 enum { OPT_ALL = OPT_CMD_BASE, OPT_STATE, OPT_CLEAR };
 

@@ -21,10 +21,7 @@
 #include <unistd.h>
 #include "protocol.h"
 #include "cli.h"
-#include "policy.h"
-#include "context.h"
-#include "lease.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "select_help.h"
 
 static volatile sig_atomic_t interrupted;

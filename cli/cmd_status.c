@@ -7,10 +7,8 @@
 #include "cli.h"
 #include <signal.h>
 #include <time.h>
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "select.h"
-#include "snapshot.h"
-#include "waste.h"
 
 /* Findings shown at the end of status; `gpuman waste` shows them all. */
 #define STATUS_WASTE_LINES 5

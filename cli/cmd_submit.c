@@ -10,13 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "config.h"
+#include "gpuman-internal.h"
 #include "engine.h"
 #include "jobs.h"
 #include "notify.h"
-#include "parse.h"
 #include "select_help.h"
-#include "util.h"
 
 extern char **environ;
 

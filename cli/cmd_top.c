@@ -15,9 +15,8 @@
 #include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "select.h"
-#include "waste.h"
 
 enum { OPT_DELAY = OPT_CMD_BASE };
 enum sort_key { SORT_GPU, SORT_UTIL, SORT_MEM, SORT_PID, SORT_USER, SORT_COUNT };

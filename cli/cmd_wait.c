@@ -20,7 +20,7 @@
 #include <jansson.h>
 #include "cli.h"
 #include "jobs.h"
-#include "util.h"
+#include "gpuman-internal.h"
 
 /* The ids still waited for: sorted, without repeats. */
 struct pending {

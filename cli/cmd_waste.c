@@ -7,10 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "parse.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "select.h"
-#include "waste.h"
 
 enum { OPT_GRACE = OPT_CMD_BASE };
 

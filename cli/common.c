@@ -11,14 +11,7 @@
 #include <unistd.h>
 #include <time.h>
 #include "cli.h"
-#include "listing.h"
-#include "policy.h"
-#include "parse.h"
-#include "proctree.h"
-#include "registry.h"
-#include "snapshot.h"
-#include "text.h"
-#include "waste.h"
+#include "gpuman-internal.h"
 
 /* Set once JSON went to stdout: a later error must not add a second
  * document to a stream that readers parse as one. */

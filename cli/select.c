@@ -7,10 +7,8 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
-#include "parse.h"
-#include "pick.h"
+#include "gpuman-internal.h"
 #include "select.h"
-#include "text.h"
 
 static int add_user(struct cli *cli, struct cli_select *sel, const char *name)
 {

@@ -23,11 +23,8 @@
 #include <unistd.h>
 #include "cli.h"
 #include "jobs.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "serve.h"
-#include "snapshot.h"
-#include "util.h"
-#include "waste.h"
 
 #define HISTORY_MS (3600 * 1000) /* the page plots the last hour */
 #define HISTORY_MAX 3600         /* samples kept at most, whatever the interval */

@@ -11,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "registry.h"
+#include "gpuman-internal.h"
 #include "serve.h"
-#include "util.h"
-#include "waste.h"
 
 struct out {
 	FILE *f;

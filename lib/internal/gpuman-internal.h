@@ -1,0 +1,57 @@
+/*
+ * gpuman-internal.h - what gpuman's own programs (cli/, serve/) use of the
+ * library beyond the public include/gpuman.h.  Not installed, no ABI: it may
+ * change with every commit.  The CLI is built on include/ and this folder
+ * only (no -Ilib), so each private header it leans on is named here, with
+ * the reason the public API does not serve yet; a header that leaves this
+ * list because gpuman.h gained what it was needed for is the goal.
+ *
+ * lib/ and engine/ include their headers directly; nothing in lib/ includes
+ * this file.
+ */
+#ifndef GM_INTERNAL_H
+#define GM_INTERNAL_H
+
+#include "gpuman.h"
+
+/* The snapshot's layouts (struct gm_gpu, gm_proc, gm_mig, gm_snapshot):
+ * every table the CLI prints reads their fields; the public header has
+ * accessors for some only. */
+#include "../snapshot_types.h"
+/* snapshot_take (batch and status take one snapshot, no gm_context), the
+ * JSON forms of a snapshot, a GPU, a process and a slice (json_text,
+ * snapshot_*_json), state and compute-mode names, CUDA index and position. */
+#include "../snapshot.h"
+/* registry_open/_close/_read/_pick/_acquire and struct registry_view: the
+ * dispatcher, batch, run, pick and status hold the registry itself (its
+ * wake-up descriptor, its view of leases and waiters); gpuman.h has a
+ * context-wide acquire only. */
+#include "../registry.h"
+/* struct gm_lease's fields (exclusive, note) that run prints. */
+#include "../lease.h"
+/* policy_choose/_candidate/_result_release: the broker daemon places its
+ * clients' requests with the library's own policy. */
+#include "../policy.h"
+/* pick_env_* and pick_explain: the environment pick prints, and why. */
+#include "../pick.h"
+/* parse_count, parse_duration_ms, size_mib, size_format: option values the
+ * CLI reads in the library's units and words. */
+#include "../parse.h"
+/* text_printable: what the CLI echoes of a user's string. */
+#include "../text.h"
+/* now_ms, monotonic_ms, str_copy. */
+#include "../util.h"
+/* proctree_*: which processes belong to a lease (status, the daemon). */
+#include "../proctree.h"
+/* waste_*: the idle-lease report of status, top and waste. */
+#include "../waste.h"
+/* listing_leases_json, listing_waiters_json: status --json. */
+#include "../listing.h"
+/* config_load/_release: gpuman.conf's limits, which submit checks early. */
+#include "../config.h"
+/* broker_take_line: the daemon's side of the broker's wait line. */
+#include "../broker.h"
+/* slurm_*: batch --slurm's allocation (issue 6's back-end). */
+#include "../slurm.h"
+
+#endif
