@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "jobs.h"
 #include "gpuman-internal.h"
+#include "protocol.h"
 
 enum { OPT_ALL = OPT_CMD_BASE, OPT_STATE, OPT_CLEAR };
 
@@ -107,6 +108,12 @@ static int print_row(void *data, const struct job *j)
 	else if (j->state == JOB_QUEUED && j->after)
 		printf("%6s  %sstarts after job%s %s has succeeded%s\n", "", c_dim(cli),
 		       strchr(j->after, ',') ? "s" : "", j->after, c_reset(cli));
+	if (!job_state_final(j->state) && j->time_limit_s > 0) {
+		char limit[32];
+
+		protocol_format_limit(j->time_limit_s, limit, sizeof limit);
+		printf("%6s  %stime limit %s%s\n", "", c_dim(cli), limit, c_reset(cli));
+	}
 	return 0;
 }
 

@@ -18,7 +18,7 @@
 
 extern char **environ;
 
-enum { OPT_RETRIES = OPT_CMD_BASE, OPT_NAME, OPT_AFTER, OPT_PRIORITY, OPT_NOTIFY };
+enum { OPT_RETRIES = OPT_CMD_BASE, OPT_NAME, OPT_AFTER, OPT_PRIORITY, OPT_NOTIFY, OPT_TIME };
 
 #define NAME_MAX_LEN 64
 
@@ -34,6 +34,7 @@ struct submit_opts {
 	size_t nafter;
 	int notify;             /* --notify given */
 	const char *notify_how; /* its =HOW; NULL: the default */
+	long long time_limit;   /* --time, seconds; 0 none */
 };
 
 /* --after ID[,ID]: job ids, at most AFTER_MAX; may be given more than once. */
@@ -130,6 +131,10 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 		return CLI_CONTINUE;
 	case OPT_AFTER:
 		return parse_after(cli, arg, o);
+	case OPT_TIME:
+		if (parse_time_limit(arg, &o->time_limit, err, sizeof err) < 0)
+			return cli_usage(cli, "%s", err);
+		return CLI_CONTINUE;
 	case OPT_PRIORITY: {
 		char *end;
 		long v;
@@ -211,6 +216,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	    {"after", required_argument, NULL, OPT_AFTER},
 	    {"priority", required_argument, NULL, OPT_PRIORITY},
 	    {"notify", optional_argument, NULL, OPT_NOTIFY},
+	    {"time", required_argument, NULL, OPT_TIME},
 	    {0}};
 	char notify[4200];
 	struct submit_opts o;
@@ -292,6 +298,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	job.name = (char *)o.name;
 	job.priority = o.priority;
 	job.notify = o.notify ? notify : NULL;
+	job.time_limit_s = o.time_limit;
 	/* The jobs waited for are checked and the job inserted in one
 	 * transaction: none of them can end unseen in between.  A job can
 	 * only wait for jobs that exist already, so --after never makes a
@@ -342,7 +349,7 @@ const struct cmd_entry cmd_submit = {
     "submit",
     "queue a command; a dispatcher runs it when GPUs fit",
     "usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
-    "                     [--priority N] [--retries N] -- CMD [ARG...]\n"
+    "                     [--priority N] [--time LIMIT] [--retries N] -- CMD [ARG...]\n"
     "\n"
     "Put CMD in your persistent queue and print its job id.  The working\n"
     "directory and the environment are recorded now; CMD runs with them, without\n"
@@ -371,6 +378,10 @@ const struct cmd_entry cmd_submit = {
     "                     GPUMAN_JOB_NAME and GPUMAN_JOB_REASON set)\n"
     "  --priority N       -1000..1000 (default 0): of your queued jobs, higher\n"
     "                     ones start first; equal ones first come, first served\n"
+    "  --time LIMIT       end it, with every process it started, once it has run\n"
+    "                     this long: SIGTERM, SIGKILL 10 s later; recorded as\n"
+    "                     timeout.  90s, 30m, 2h, 1h30m, 1d, or Slurm's MM:SS,\n"
+    "                     HH:MM:SS, D-HH[:MM[:SS]] (a bare number is refused)\n"
     "  --retries N        run it again up to N times if it fails (default 0)\n"
     "  --json             print {\"id\": N} instead of the bare id\n"
     "\n" SELECT_HELP "\n"
@@ -391,6 +402,7 @@ const struct cmd_entry cmd_submit = {
     "  gpuman submit -n 2 --min-free 20G -- torchrun --nproc-per-node 2 train.py\n"
     "  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n"
     "  p=$(gpuman submit -- python prep.py) && t=$(gpuman submit --after $p -- python train.py)\n"
-    "  gpuman submit --after $t --notify -- python evaluate.py\n",
+    "  gpuman submit --after $t --notify -- python evaluate.py\n"
+    "  gpuman submit --time 2h -- python train.py\n",
     submit_exec,
 };

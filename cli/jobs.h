@@ -81,4 +81,12 @@ char *fmt_util(char *buf, size_t len, const struct job *job);
 /* Parse a job id operand; -1 if it is not one. */
 int64_t parse_job_id(const char *s);
 
+/* ---- jobspec.c: what submit records beside the command ---------------- */
+
+/* submit --time: "90s", "30m", "2h", "1h30m", "1d", or Slurm's "MM:SS",
+ * "HH:MM:SS", "D-HH[:MM[:SS]]"; a bare number is refused (minutes to
+ * Slurm, seconds elsewhere).  Whole seconds, 1s to 366d; -1 with a message
+ * that names the option. */
+int parse_time_limit(const char *s, long long *secs, char *errbuf, size_t errlen);
+
 #endif

@@ -210,6 +210,10 @@ json_t *job_json(const struct job *job, const char *log_path, int batch)
 		json_object_set_new(o, "after", after);
 		json_object_set_new(o, "notify",
 		                    job->notify ? json_string(job->notify) : json_null());
+		json_object_set_new(o, "time_limit_s",
+		                    opt_int(job->time_limit_s > 0, job->time_limit_s));
+		json_object_set_new(o, "array_task",
+		                    opt_int(job->array_task >= 0, job->array_task));
 	}
 	json_object_set_new(o, "command", json_string(job->command ? job->command : ""));
 	if (!batch) {

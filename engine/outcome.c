@@ -115,6 +115,15 @@ void outcome_decide(const struct outcome_in *in, struct outcome *out)
 		snprintf(out->reason, sizeof out->reason, "cancelled");
 		return;
 	}
+	if (r->stop == PROTOCOL_STOP_TIMEOUT) {
+		char limit[32];
+
+		protocol_format_limit(job->time_limit_s, limit, sizeof limit);
+		out->state = JOB_TIMEOUT;
+		snprintf(out->reason, sizeof out->reason,
+		         "time limit (%s) reached: ended with its processes", limit);
+		return;
+	}
 	if (r->stop == PROTOCOL_STOP_INTERRUPTED) {
 		out->state = JOB_INTERRUPTED;
 		snprintf(out->reason, sizeof out->reason, "interrupted (Ctrl-C)");

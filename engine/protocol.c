@@ -13,7 +13,7 @@
 #define RESULT_MAGIC "gpuman-run 1 "
 #define GO_BYTE 'g'
 
-static const char *const stop_names[] = {"none", "cancelled", "interrupted", "aborted"};
+static const char *const stop_names[] = {"none", "cancelled", "interrupted", "aborted", "timeout"};
 
 int protocol_give_go(int fd)
 {
@@ -49,6 +49,27 @@ void protocol_describe_status(int status, char *buf, size_t len)
 		snprintf(buf, len, "exit status 127 (command not found?)");
 	else
 		snprintf(buf, len, "exit status %d", status);
+}
+
+void protocol_format_limit(long long seconds, char *buf, size_t len)
+{
+	static const struct {
+		long long secs;
+		char unit;
+	} units[] = {{86400, 'd'}, {3600, 'h'}, {60, 'm'}, {1, 's'}};
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof units / sizeof units[0] && used < len; i++) {
+		long long n = seconds / units[i].secs;
+
+		seconds %= units[i].secs;
+		if (n)
+			used +=
+			    (size_t)snprintf(buf + used, len - used, "%lld%c", n, units[i].unit);
+	}
+	if (!buf[0])
+		snprintf(buf, len, "0s");
 }
 
 const char *protocol_stop_name(enum protocol_stop stop)

@@ -16,6 +16,7 @@
  *   commit the claim; the go byte   ----->  protocol_await_go: runs the job
  *     (end of file: "do not run")           (or writes stop=aborted)
  *   SIGTERM (cancel), SIGUSR1 (Ctrl-C),     SIGTERM to the job's group,
+ *     or its time limit passes (SIGALRM),
  *     SIGUSR2 (kill)                          SIGKILL PROTOCOL_CANCEL_GRACE_S
  *                                             later (at once on SIGUSR2)
  *   reads the result line           <-----  protocol_result_format into the
@@ -47,7 +48,11 @@ int protocol_exit_status(int wait_status);
 /* "killed by signal 9 (Killed)" / "exit status 3", for reasons. */
 void protocol_describe_status(int status, char *buf, size_t len);
 
-/* Cancelling a job: SIGTERM to its process group, SIGKILL this much later. */
+/* A time limit for people: "1d2h", "1h30m", "90s" -> "1m30s". */
+void protocol_format_limit(long long seconds, char *buf, size_t len);
+
+/* Cancelling a job: SIGTERM to its process group, SIGKILL this much later.
+ * A job that reaches its time limit is ended the same way. */
 #define PROTOCOL_CANCEL_GRACE_S 10
 
 /* ---- run files and results --------------------------------------------- */
@@ -57,7 +62,8 @@ enum protocol_stop {
 	PROTOCOL_STOP_NONE = 0,        /* it ended by itself */
 	PROTOCOL_STOP_CANCELLED = 1,   /* SIGTERM: gpuman cancel */
 	PROTOCOL_STOP_INTERRUPTED = 2, /* SIGUSR1: batch's Ctrl-C */
-	PROTOCOL_STOP_ABORTED = 3      /* no go: it never ran, stays queued */
+	PROTOCOL_STOP_ABORTED = 3,     /* no go: it never ran, stays queued */
+	PROTOCOL_STOP_TIMEOUT = 4      /* its time limit (--time-limit) passed */
 };
 const char *protocol_stop_name(enum protocol_stop stop);
 

@@ -304,6 +304,10 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	    strv_add(&args, &n, "--cuda-visible=%s", gm_lease_cuda_visible(lease)) ||
 	    strv_add(&args, &n, "--log=%s", L->log))
 		goto oom;
+	/* The runner keeps the time: the limit holds while the engine is away. */
+	if (job->time_limit_s > 0 &&
+	    strv_add(&args, &n, "--time-limit=%lld", (long long)job->time_limit_s))
+		goto oom;
 	if (!lease->exclusive &&
 	    (strv_add(&args, &n, "--mem-fraction=%.6f", gm_lease_mem_fraction(lease)) ||
 	     (L->no_framework_env && strv_add(&args, &n, "--no-framework-env"))))

@@ -23,6 +23,12 @@
  * copy-on-write fault for each page either side writes), and the engine is
  * the one process every task waits for.
  *
+ * A time limit (--time-limit, submit --time) ends the job as a cancel does:
+ * SIGALRM at the limit, SIGTERM to the job's group, SIGKILL
+ * PROTOCOL_CANCEL_GRACE_S later, its leftovers killed as always; the result
+ * says stop=timeout and the log says so.  The runner keeps the time, so the
+ * limit holds while the engine is away.
+ *
  * Signals: SIGTERM cancels (SIGTERM to the job's group, SIGKILL
  * PROTOCOL_CANCEL_GRACE_S later, or at once on a second SIGTERM); SIGUSR1 interrupts (batch's
  * Ctrl-C: SIGTERM, recorded as interrupted); SIGUSR2 kills.  SIGINT, SIGHUP
@@ -32,7 +38,7 @@
  *   --job=ID --attempt=N --run-fd=FD --go-fd=FD --lease-fd=FD
  *   --lease-path=PATH --lease-id=ID --gpus=1,7 --uuids=GPU-..,GPU-..
  *   --cuda-visible=VALUE [--mem-fraction=F [--no-framework-env]]
- *   --log=PATH [--cwd=DIR] [--task]
+ *   --log=PATH [--cwd=DIR] [--task] [--time-limit=SECONDS]
  *   (--line=SHELL-LINE | -- PROGRAM ARG...)
  * Its environment is the job's.
  */
@@ -53,6 +59,8 @@
 #include "protocol.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
 
 struct args {
 	long long job;
@@ -64,19 +72,23 @@ struct args {
 	int no_framework_env;
 	const char *log;
 	const char *cwd;
-	int task;         /* batch: GPUMAN_TASK */
-	const char *line; /* batch: a command line */
-	char **argv;      /* queue: the argument vector */
+	int task;             /* batch: GPUMAN_TASK */
+	const char *line;     /* batch: a command line */
+	char **argv;          /* queue: the argument vector */
+	long long time_limit; /* seconds; 0 none */
 };
 
-static volatile sig_atomic_t r_stop, r_kill;
+/* r_limit: the pending SIGALRM is the time limit, not a grace period. */
+static volatile sig_atomic_t r_stop, r_kill, r_limit;
 static volatile pid_t r_job;
 
 static void on_signal(int sig)
 {
 	int saved = errno;
 
-	if (sig == SIGTERM && r_stop)
+	if (sig == SIGALRM && r_limit && !r_stop)
+		r_stop = PROTOCOL_STOP_TIMEOUT;
+	else if (sig == SIGTERM && r_stop)
 		r_kill = 1;
 	else if (sig == SIGTERM)
 		r_stop = PROTOCOL_STOP_CANCELLED;
@@ -86,8 +98,9 @@ static void on_signal(int sig)
 		r_kill = 1;
 	if (r_job > 0)
 		kill(-r_job, r_kill ? SIGKILL : SIGTERM);
-	if (sig == SIGTERM && !r_kill)
+	if ((sig == SIGTERM || (sig == SIGALRM && r_limit)) && !r_kill)
 		alarm(PROTOCOL_CANCEL_GRACE_S);
+	r_limit = 0;
 	errno = saved;
 }
 
@@ -376,6 +389,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->cwd = v;
 		else if (!strcmp(arg, "--line"))
 			a->line = v;
+		else if (!strcmp(arg, "--time-limit"))
+			a->time_limit = strtoll(v, NULL, 10);
 		else
 			return -1;
 	}
@@ -543,8 +558,12 @@ int main(int argc, char **argv)
 		dprintf(log_fd, "gpuman: cannot start the job: %s\n", strerror(errno));
 		goto finish;
 	}
-	if (r_stop)
+	if (r_stop) {
 		kill(-pid, r_kill ? SIGKILL : SIGTERM);
+	} else if (a.time_limit > 0) {
+		r_limit = 1;
+		alarm(a.time_limit > 0xfffffff ? 0xfffffff : (unsigned)a.time_limit);
+	}
 	/* Processes the job orphans come to us (a subreaper): reap them as
 	 * they end, or they would pile up as zombies for as long as it runs. */
 	for (pid_t got; (got = waitpid(-1, &ws, 0)) != pid;)
@@ -555,6 +574,16 @@ int main(int argc, char **argv)
 	r_job = 0;
 	end = now_ms();
 	status = protocol_exit_status(ws);
+	if (r_stop == PROTOCOL_STOP_TIMEOUT) {
+		char limit[32];
+
+		protocol_format_limit(a.time_limit, limit, sizeof limit);
+		dprintf(log_fd,
+		        "gpuman: job %lld reached its time limit (%s): SIGTERM to its processes%s; "
+		        "recorded as timeout\n",
+		        a.job, limit,
+		        r_kill ? ", SIGKILL " TEXT(PROTOCOL_CANCEL_GRACE_S) " s later" : "");
+	}
 	if (status != 0)
 		oom = log_has_oom(log_fd, from);
 	/* The result first: the engine reads it only once we have exited,

@@ -126,6 +126,8 @@ static void test_decide(void **state)
 	     JOB_QUEUED, 1, 0, 0, 0, "earlier"},
 	    {"cancelled", 1, 0, PROTOCOL_STOP_CANCELLED, 143, 0, 1, 0, 5, -1, 0, NULL,
 	     JOB_CANCELLED, 0, 0, 1, 0, "cancelled"},
+	    {"timeout: never retried", 1, 0, PROTOCOL_STOP_TIMEOUT, 143, 0, 1, 0, 5, -1, 0, NULL,
+	     JOB_TIMEOUT, 0, 0, 1, 0, "time limit (1h30m) reached: ended with its processes"},
 	    {"interrupted", 1, 0, PROTOCOL_STOP_INTERRUPTED, 130, 0, 1, 0, 5, -1, 0, NULL,
 	     JOB_INTERRUPTED, 0, 0, 1, 0, "interrupted (Ctrl-C)"},
 	    {"OOM: needs more than it had", 1, 0, PROTOCOL_STOP_NONE, 1, 1, 1, 0, 0, 5000, 0, NULL,
@@ -160,6 +162,7 @@ static void test_decide(void **state)
 		job.placed_free_mib = rows[i].placed_free;
 		job.min_free_mib = rows[i].min_free;
 		job.gpus = (char *)"3";
+		job.time_limit_s = 5400;
 		job.reason = (char *)rows[i].prior;
 		in.have_result = rows[i].have;
 		in.requeue_dead = rows[i].requeue_dead;

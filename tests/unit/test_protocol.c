@@ -25,6 +25,7 @@ static void test_result_round_trip(void **state)
 	    {42, 3, 5, 6, 137, 1, PROTOCOL_STOP_CANCELLED},
 	    {9007199254740993LL, 2147483647, 0, 0, -1, 0, PROTOCOL_STOP_ABORTED},
 	    {7, 1, 10, 20, 130, 0, PROTOCOL_STOP_INTERRUPTED},
+	    {8, 1, 10, 20, 143, 0, PROTOCOL_STOP_TIMEOUT},
 	};
 
 	(void)state;
@@ -67,6 +68,24 @@ static void test_result_rejects(void **state)
 	assert_int_equal(r.stop, PROTOCOL_STOP_NONE);
 	assert_string_equal(protocol_stop_name(PROTOCOL_STOP_CANCELLED), "cancelled");
 	assert_string_equal(protocol_stop_name((enum protocol_stop)99), "none");
+	assert_string_equal(protocol_stop_name(PROTOCOL_STOP_TIMEOUT), "timeout");
+}
+
+static void test_format_limit(void **state)
+{
+	static const struct {
+		long long secs;
+		const char *text;
+	} rows[] = {{0, "0s"},          {1, "1s"},        {90, "1m30s"},
+	            {3600, "1h"},       {5400, "1h30m"},  {86400, "1d"},
+	            {88205, "1d30m5s"}, {3599, "59m59s"}, {86399, "23h59m59s"}};
+	char buf[32];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		protocol_format_limit(rows[i].secs, buf, sizeof buf);
+		assert_string_equal(buf, rows[i].text);
+	}
 }
 
 static void test_run_path_and_go(void **state)
@@ -215,9 +234,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_result_round_trip), cmocka_unit_test(test_result_rejects),
-	    cmocka_unit_test(test_run_path_and_go),   cmocka_unit_test(test_exit_status),
-	    cmocka_unit_test(test_says_oom),          cmocka_unit_test(test_substitute),
-	    cmocka_unit_test(test_job_env),
+	    cmocka_unit_test(test_format_limit),      cmocka_unit_test(test_run_path_and_go),
+	    cmocka_unit_test(test_exit_status),       cmocka_unit_test(test_says_oom),
+	    cmocka_unit_test(test_substitute),        cmocka_unit_test(test_job_env),
 	};
 
 	return cmocka_run_group_tests_name("protocol", tests, NULL, NULL);

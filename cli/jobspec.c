@@ -1,0 +1,115 @@
+/*
+ * jobspec.c - what submit records about a job beyond its command: its time
+ * limit (--time), its array (--array) and the machine it belongs to (see
+ * jobs.h).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "jobs.h"
+#include "gpuman-internal.h"
+
+/* Longest time limit: a year is a mistake, not a plan. */
+#define LIMIT_MAX_S (366LL * 86400)
+
+/* Whole non-negative number of at most 9 digits at *p; -1 if none. */
+static long long number(const char **p)
+{
+	long long v = 0;
+	int digits = 0;
+
+	while (isdigit((unsigned char)**p) && digits < 10) {
+		v = v * 10 + (**p - '0');
+		(*p)++;
+		digits++;
+	}
+	return digits && digits < 10 ? v : -1;
+}
+
+/* Slurm's forms: MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. */
+static int slurm_form(const char *s, long long *secs)
+{
+	long long f[3] = {0, 0, 0}, days = 0;
+	const char *p = s;
+	int n = 0, dash = 0;
+
+	if (strchr(s, '-')) {
+		days = number(&p);
+		if (days < 0 || *p++ != '-')
+			return -1;
+		dash = 1;
+	}
+	for (;;) {
+		if (n == 3 || (f[n] = number(&p)) < 0)
+			return -1;
+		n++;
+		if (!*p)
+			break;
+		if (*p++ != ':')
+			return -1;
+	}
+	if (n > 1)
+		for (int i = 1; i < n; i++)
+			if (f[i] > 59)
+				return -1;
+	if (dash) /* D-HH[:MM[:SS]] */
+		*secs = days * 86400 + f[0] * 3600 + f[1] * 60 + f[2];
+	else if (n == 2) /* MM:SS */
+		*secs = f[0] * 60 + f[1];
+	else if (n == 3) /* HH:MM:SS */
+		*secs = f[0] * 3600 + f[1] * 60 + f[2];
+	else
+		return -1;
+	return 0;
+}
+
+int parse_time_limit(const char *s, long long *secs, char *err, size_t len)
+{
+	int64_t ms;
+	char why[200];
+	const char *p = s;
+
+	*secs = 0;
+	if (!*s) {
+		snprintf(err, len, "--time '': give a limit such as 90s, 30m, 2h or 1-00:00:00");
+		return -1;
+	}
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (!*p) {
+		/* Slurm reads a bare number as minutes, gpuman's other
+		 * durations as seconds: a guess would be wrong for someone. */
+		snprintf(err, len,
+		         "--time '%s': say %ss or %sm (a bare number is minutes to Slurm but "
+		         "seconds elsewhere in gpuman)",
+		         s, s, s);
+		return -1;
+	}
+	if (strchr(s, ':') || (isdigit((unsigned char)*s) && *p == '-')) {
+		if (slurm_form(s, secs) < 0) {
+			snprintf(err, len,
+			         "--time '%s': not a time limit (Slurm's forms: MM:SS, HH:MM:SS, "
+			         "D-HH, D-HH:MM, D-HH:MM:SS; or 90s, 30m, 2h, 1d)",
+			         s);
+			return -1;
+		}
+	} else if (parse_duration_ms(s, &ms, why, sizeof why) < 0) {
+		snprintf(err, len, "--time: %s", why);
+		return -1;
+	} else {
+		*secs = (ms + 999) / 1000; /* a started second counts */
+	}
+	if (*secs <= 0) {
+		snprintf(err, len, "--time '%s': a limit must be at least 1s", s);
+		return -1;
+	}
+	if (*secs > LIMIT_MAX_S) {
+		snprintf(err, len, "--time '%s': at most 366 days", s);
+		return -1;
+	}
+	return 0;
+}
