@@ -171,7 +171,7 @@ void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed
 void print_summary(struct cli *cli, const struct job *jobs, size_t n, const struct gpu_tally *t,
                    size_t nt)
 {
-	char dur[32], peak[32], util[16];
+	char dur[32], peak[32], util[16], where[160];
 
 	printf("%s%5s  %-11s %-5s %8s %6s %5s %5s  %s%s\n", c_bold(cli), "TASK", "STATE", "GPU",
 	       "TIME", "PEAK", "UTIL", "TRIES", "COMMAND", c_reset(cli));
@@ -186,7 +186,7 @@ void print_summary(struct cli *cli, const struct job *jobs, size_t n, const stru
 
 		printf("%5lld  %s%-11s%s %-5s %8s %6s %5s %5d  %s\n", (long long)j->id, color,
 		       job_state_name(j->state), c_reset(cli),
-		       j->gpus && j->state != JOB_QUEUED ? j->gpus : "-",
+		       j->state != JOB_QUEUED ? job_where(j, where, sizeof where) : "-",
 		       fmt_duration(dur, sizeof dur,
 		                    j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1),
 		       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j), j->attempts,

@@ -128,7 +128,7 @@ static void node_table(struct cli *cli, const struct job *jobs, size_t n, json_t
 		int64_t busy_ms;
 	} *rows = calloc(n + 1, sizeof *rows);
 	size_t nr = 0;
-	char dur[32];
+	char dur[32], where[160];
 
 	if (!rows)
 		return;
@@ -137,10 +137,11 @@ static void node_table(struct cli *cli, const struct job *jobs, size_t n, json_t
 
 		if (jobs[i].state != JOB_DONE || !jobs[i].gpus)
 			continue;
-		for (k = 0; k < nr && strcmp(rows[k].where, jobs[i].gpus); k++)
+		job_where(&jobs[i], where, sizeof where);
+		for (k = 0; k < nr && strcmp(rows[k].where, where); k++)
 			;
 		if (k == nr)
-			snprintf(rows[nr++].where, sizeof rows[0].where, "%s", jobs[i].gpus);
+			snprintf(rows[nr++].where, sizeof rows[0].where, "%s", where);
 		rows[k].tasks++;
 		rows[k].busy_ms += jobs[i].end_ms - jobs[i].start_ms;
 	}
@@ -168,16 +169,19 @@ static void node_table(struct cli *cli, const struct job *jobs, size_t n, json_t
 	free(rows);
 }
 
-/* Each task's "node" and its "gpus" there (the store holds "n1:2,3"). */
+/* Tasks of a store written before nodes had their column ("n1:2,3" in
+ * gpus): their "node" and "gpus" from that. */
 static void task_nodes(json_t *tasks, const struct job *jobs, size_t n)
 {
 	for (size_t i = 0; i < n && i < json_array_size(tasks); i++) {
-		json_t *t = json_array_get(tasks, i), *gpus = json_array();
+		json_t *t = json_array_get(tasks, i), *gpus;
 		const char *w = jobs[i].gpus, *colon = w ? strrchr(w, ':') : NULL;
 
-		json_object_set_new(t, "node",
-		                    colon ? json_stringn(w, (size_t)(colon - w)) : json_null());
-		for (const char *p = colon ? colon + 1 : ""; *p && *p != '-';) {
+		if (jobs[i].node || !colon)
+			continue;
+		gpus = json_array();
+		json_object_set_new(t, "node", json_stringn(w, (size_t)(colon - w)));
+		for (const char *p = colon + 1; *p && *p != '-';) {
 			json_t *g = json_object();
 
 			json_object_set_new(g, "index", json_integer(strtol(p, NULL, 10)));

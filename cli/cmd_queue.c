@@ -82,7 +82,7 @@ static int print_row(void *data, const struct job *j)
 	struct lister *l = data;
 	struct cli *cli = l->cli;
 	char dur[32], peak[32], util[16], cmd[CLI_SAFE_SIZE], why[CLI_SAFE_SIZE],
-	    name[CLI_SAFE_SIZE];
+	    name[CLI_SAFE_SIZE], where[160];
 	const char *color = j->state == JOB_FAILED    ? c_red(cli)
 	                    : j->state == JOB_RUNNING ? c_green(cli)
 	                    : j->state == JOB_DONE    ? ""
@@ -100,7 +100,7 @@ static int print_row(void *data, const struct job *j)
 		             j->start_ms && j->end_ms ? j->end_ms - j->start_ms : -1);
 	printf("%6lld  %s%-11s%s %-5s %9s %6s %5s  %-12s %s\n", (long long)j->id, color,
 	       job_state_name(j->state), c_reset(cli),
-	       j->state == JOB_QUEUED || !j->gpus ? "-" : j->gpus, dur,
+	       j->state == JOB_QUEUED ? "-" : job_where(j, where, sizeof where), dur,
 	       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j),
 	       j->name ? cli_safe(name, j->name) : "-", cli_safe(cmd, j->command));
 	if (j->reason && (j->state != JOB_DONE || j->ooms))
@@ -221,8 +221,8 @@ const struct cmd_entry cmd_queue = {
     "  --clear         forget every finished job and delete its log; queued and\n"
     "                  running jobs stay\n"
     "  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"
-    "                  priority, after ([ids]), notify, command, argv, cwd, gpus\n"
-    "                  ([{index, uuid}]), submit_ms,\n"
+    "                  priority, after ([ids]), notify, command, argv, cwd, node\n"
+    "                  (Slurm), gpus ([{index, uuid}]), submit_ms,\n"
     "                  start_ms, end_ms, duration_ms, exit_status, reason, attempts,\n"
     "                  oom_requeues, peak_mem_mib, mean_util_pct, util_samples, log\n"
     "                  (null: unknown); with --clear {\"cleared\": N}\n"

@@ -122,4 +122,8 @@ struct gm_request *engine_request_parse(const char *json, int *no_framework_env,
 struct json_t;
 struct json_t *job_json(const struct job *job, const char *log_path, int batch);
 
+/* Where a job ran, as the GPU columns show it: "NODE:GPUS" for a Slurm
+ * task (job->node), else its GPUs; "-" when none.  Returns buf. */
+const char *job_where(const struct job *job, char *buf, size_t len);
+
 #endif

@@ -73,7 +73,8 @@ struct slot {
 	int samples;
 	double util_sum;
 	int acct_dirty;
-	int signalled; /* interrupts sent */
+	int signalled;   /* interrupts sent */
+	int where_known; /* slurm: its node and GPUs are in the store */
 };
 
 struct engine {

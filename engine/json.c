@@ -173,6 +173,17 @@ static json_t *opt_int(int has, int64_t v)
 	return has ? json_integer(v) : json_null();
 }
 
+const char *job_where(const struct job *job, char *buf, size_t len)
+{
+	if (!job->gpus || !*job->gpus)
+		snprintf(buf, len, "-");
+	else if (job->node)
+		snprintf(buf, len, "%s:%s", job->node, job->gpus);
+	else
+		snprintf(buf, len, "%s", job->gpus);
+	return buf;
+}
+
 json_t *job_json(const struct job *job, const char *log_path, int batch)
 {
 	json_t *o = json_object(), *gpus = json_array(), *argv = NULL;
@@ -222,6 +233,7 @@ json_t *job_json(const struct job *job, const char *log_path, int batch)
 	} else {
 		json_decref(argv);
 	}
+	json_object_set_new(o, "node", job->node ? json_string(job->node) : json_null());
 	json_object_set_new(o, "gpus", gpus);
 	if (!batch)
 		json_object_set_new(o, "submit_ms", opt_int(job->submit_ms != 0, job->submit_ms));

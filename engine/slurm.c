@@ -27,13 +27,17 @@
 
 /*
  * Run inside each step by /bin/sh: $1 record file, $2 the task's line,
- * $3 its number.  {gpu} becomes the step's GPUs as Slurm numbers them on
- * the node (SLURM_STEP_GPUS), also in GPUMAN_GPUS.  The record's lines:
+ * $3 its number, $4 gpuman (its path here; the nodes see the same file
+ * system).  {gpu} becomes the step's GPUs as Slurm numbers them on the
+ * node (SLURM_STEP_GPUS), also in GPUMAN_GPUS.  The record's lines:
  *   start MS NODE GPUS
  *   end MS STATUS
+ * Beside the task, `gpuman slurm-sample` keeps its peak GPU memory and
+ * utilization in the record's .usage file, as the local engine samples
+ * them (skipped where gpuman is not on the node).
  */
 static const char wrapper[] =
-    "r=$1; line=$2; GPUMAN_TASK=$3\n"
+    "r=$1; line=$2; GPUMAN_TASK=$3; gm=$4; sp=\n"
     "g=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}\n"
     "GPUMAN_GPUS=$g; export GPUMAN_TASK GPUMAN_GPUS\n"
     "out=; rest=$line\n"
@@ -41,8 +45,12 @@ static const char wrapper[] =
     "rest=${rest#*'{gpu}'};; *) break;; esac; done\n"
     "(umask 077; echo \"start $(date +%s%3N) ${SLURMD_NODENAME:-$(hostname)} ${g:--}\" "
     ">\"$r\")\n"
+    "if [ -x \"$gm\" ]; then\n"
+    "  \"$gm\" slurm-sample $$ \"${r%.where}.usage\" </dev/null >/dev/null 2>&1 & sp=$!\n"
+    "fi\n"
     "/bin/sh -c \"$out$rest\"\n"
     "s=$?\n"
+    "[ -z \"$sp\" ] || { kill $sp; wait $sp; } 2>/dev/null\n"
     "echo \"end $(date +%s%3N) $s\" >>\"$r\"\n"
     "exit $s\n";
 
@@ -60,6 +68,7 @@ struct slurm_state {
 	unsigned used[SLURM_MAX_TYPES]; /* per type: GPUs its running steps hold */
 	unsigned *oom_types;            /* per task id: bit t = ran out of memory on type t */
 	size_t noom;
+	char gpuman[PATH_MAX]; /* this program, for the steps' sampler; "" if unknown */
 };
 
 static void read_record(const char *path, struct record *r)
@@ -82,6 +91,27 @@ static void read_record(const char *path, struct record *r)
 			r->end_ms = ms;
 			r->status = st;
 		}
+	}
+	fclose(f);
+}
+
+/* The step's sampler's figures (gpuman slurm-sample): "PEAK|- N SUM". */
+static void read_usage(const char *record, struct job *j)
+{
+	char path[PATH_MAX + 80], peak[32];
+	FILE *f;
+	int n;
+	double sum;
+
+	snprintf(path, sizeof path, "%.*s.usage", (int)(strlen(record) - strlen(".where")), record);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fscanf(f, "%31s %d %lf", peak, &n, &sum) == 3 && n >= 0) {
+		j->has_peak = strcmp(peak, "-") != 0;
+		j->peak_mem_mib = j->has_peak ? strtoll(peak, NULL, 10) : 0;
+		j->util_samples = n;
+		j->util_sum = sum;
 	}
 	fclose(f);
 }
@@ -155,6 +185,11 @@ static int slurm_init(struct engine *e, char *err, size_t len)
 	ss->cfg = e->cfg->slurm;
 	ss->alloc = ss->cfg->alloc;
 	ss->cfg->ended[0] = '\0';
+	{
+		ssize_t n = readlink("/proc/self/exe", ss->gpuman, sizeof ss->gpuman - 1);
+
+		ss->gpuman[n > 0 ? n : 0] = '\0';
+	}
 	e->place_data = ss;
 	return 0;
 }
@@ -175,7 +210,7 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	struct job job, upd;
 	struct slot *s;
 	struct stat sb;
-	char rec[PATH_MAX + 64], name[48], num[24], *line;
+	char rec[PATH_MAX + 64], usage[PATH_MAX + 80], name[48], num[24], *line;
 	const char *tname;
 	int fd, changed = 0;
 	long t;
@@ -200,6 +235,8 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	snprintf(name, sizeof name, "gpuman-task-%lld", (long long)id);
 	snprintf(num, sizeof num, "%lld", (long long)id);
 	unlink(rec);
+	snprintf(usage, sizeof usage, "%.*s.usage", (int)(strlen(rec) - strlen(".where")), rec);
+	unlink(usage);
 	/* private, as the local batch's logs (the directory passed safedir) */
 	fd = line && job.log
 	         ? open(job.log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600)
@@ -215,7 +252,8 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	if (fstat(fd, &sb) < 0)
 		sb.st_size = 0;
 	{
-		const char *cmd[] = {"/bin/sh", "-c", wrapper, "sh", rec, line, num, NULL};
+		const char *cmd[] = {"/bin/sh", "-c", wrapper,    "sh", rec,
+		                     line,      num,  ss->gpuman, NULL};
 
 		pid = slurm_step_spawn(ss->alloc, tname, ss->cfg->per_task, name,
 		                       ss->cfg->step_args, cmd, fd);
@@ -247,9 +285,16 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	upd.end_ms = 0;
 	upd.has_exit = 0;
 	upd.runner_pid = pid;
+	upd.has_peak = 0; /* this attempt's, as the sampler measures it */
+	upd.util_samples = 0;
+	upd.util_sum = 0;
 	upd.gpus = (char *)(tname[0] ? tname : "?");
 	if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job.attempts,
 	                                        &changed, e->err, sizeof e->err) != GM_OK)
+		e->failed = 1;
+	/* a requeued task's node was the last attempt's: not known yet */
+	if (changed && job.node &&
+	    jobstore_set_node(e->cfg->store, id, NULL, e->err, sizeof e->err) != GM_OK)
 		e->failed = 1;
 	if (changed)
 		engine_count_move(e, JOB_QUEUED, JOB_RUNNING);
@@ -258,6 +303,37 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	upd.gpus = NULL;
 	job_release(&job);
 	return changed ? PLACE_STARTED : PLACE_SKIPPED;
+}
+
+/* Each second: the node and GPUs of steps that started since, from their
+ * wrapper's record, into the store (queue and status show them). */
+static void slurm_tick(struct engine *e)
+{
+	for (size_t i = 0; i < e->nslots; i++) {
+		struct slot *s = e->slots[i];
+		char rec[PATH_MAX + 64];
+		struct record rc;
+		struct job job;
+		int changed = 0;
+
+		if (s->where_known || s->runner <= 0)
+			continue;
+		record_path(e, s->id, rec, sizeof rec);
+		read_record(rec, &rc);
+		if (!rc.started ||
+		    jobstore_get(e->cfg->store, s->id, 0, &job, e->err, sizeof e->err) != GM_OK)
+			continue;
+		free(job.gpus);
+		job.gpus = strcmp(rc.gpus, "-") ? strdup(rc.gpus) : NULL;
+		if (engine_tx(e) < 0 ||
+		    jobstore_update(e->cfg->store, &job, JOB_RUNNING, s->attempt, &changed, e->err,
+		                    sizeof e->err) != GM_OK ||
+		    (changed && jobstore_set_node(e->cfg->store, s->id, rc.node, e->err,
+		                                  sizeof e->err) != GM_OK))
+			e->failed = 1;
+		s->where_known = 1;
+		job_release(&job);
+	}
 }
 
 /* Has the allocation ended (time limit, scancel)?  Then say why, once. */
@@ -307,8 +383,9 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	where[0] = '\0';
 	if (rc.started) {
 		snprintf(where, sizeof where, "%s:%s", rc.node, rc.gpus);
-		upd.gpus = where;
+		upd.gpus = strcmp(rc.gpus, "-") ? rc.gpus : NULL;
 	}
+	read_usage(rec, &upd);
 	upd.start_ms = rc.started ? rc.start_ms : s->start_ms;
 	upd.end_ms = rc.ended ? rc.end_ms : now_ms();
 	upd.has_exit = status >= 0;
@@ -368,6 +445,9 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	upd.reason = why[0] ? why : NULL;
 	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_RUNNING, s->attempt,
 	                                         &changed, e->err, sizeof e->err) != GM_OK)
+		e->failed = 1;
+	if (changed && rc.started && !s->where_known &&
+	    jobstore_set_node(e->cfg->store, s->id, rc.node, e->err, sizeof e->err) != GM_OK)
 		e->failed = 1;
 	if (changed) {
 		engine_count_move(e, JOB_RUNNING, upd.state);
@@ -436,7 +516,7 @@ static void slurm_release_state(struct engine *e)
 const struct placement placement_slurm = {
     .name = "slurm",
     .init = slurm_init,
-    .tick = NULL,
+    .tick = slurm_tick,
     .full = slurm_full,
     .place = slurm_place,
     .ended = slurm_ended,

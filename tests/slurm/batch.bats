@@ -68,6 +68,7 @@ check_sweep() {
 @test "slurm batch: 40 tasks over 2 nodes x 4 mixed GPUs, each once, never two on a GPU, fast GPUs take more" {
 	sweep 40 sweep.txt
 	run -0 gpuman batch --slurm -N2 --gres=gpu:a100:2,gpu:t4:2 sweep.txt
+	summary=$output
 	[[ "$output" == *"40 tasks: 40 done"* ]]
 	[[ "$output" == *"NODE:GPU"* ]]
 	check_sweep 40
@@ -75,8 +76,15 @@ check_sweep() {
 	sum=gpuman-logs/sweep.txt/summary.json
 	[ "$(jq '[.tasks[] | select(.state == "done")] | length' $sum)" -eq 40 ]
 	[ "$(jq -r '[.tasks[].node] | unique | join(",")' $sum)" = "n1,n2" ]
+	[ "$(jq -r '[.tasks[].gpus[].index] | unique | join(",")' $sum)" = "0,1,2,3" ]
 	[ "$(jq '[.gpus[].tasks] | add' $sum)" -eq 40 ]
 	[ -s gpuman-logs/sweep.txt/task-40.log ] || [ -f gpuman-logs/sweep.txt/task-40.log ]
+	# peak memory and utilization, measured on the node beside each task
+	# (gpuman slurm-sample): the 1 GiB at 50 % each task held; a task
+	# shorter than the first sample (0.2 s in) on a loaded machine has none
+	[ "$(jq '[.tasks[] | select(.peak_mem_mib != null)] | length' $sum)" -ge 20 ]
+	[ "$(jq -r '[.tasks[] | select(.peak_mem_mib != null) | "\(.peak_mem_mib) \(.mean_util_pct)"] | unique | join(",")' $sum)" = "1024 50" ]
+	[[ "$summary" == *" 1.0G   50% "* ]]
 }
 
 @test "slurm batch: plain 'gpuman batch' inside an sbatch allocation spreads over all its nodes" {
@@ -161,7 +169,10 @@ TXT
 	[ -z "$(ls -A mine)" ]
 	[ -z "$(squeue -h -t PD,R -p gpu)" ]
 	# a good one: the log (written through srun) and the node's record are private
-	run -0 sh -c 'umask 0; exec gpuman batch --slurm --gres=gpu:1 --log-dir priv t.txt'
+	run sh -c 'umask 0; exec gpuman batch --slurm --gres=gpu:1 --log-dir priv t.txt'
+	echo "$output"
+	[ "$status" -eq 0 ]
+	cat priv/task-1.log
 	[ "$(cat priv/task-1.log)" = secret-1 ]
 	[ "$(stat -c %a priv priv/task-1.log priv/.runs priv/jobs.db | paste -sd' ')" = "700 600 700 600" ]
 	[ "$(stat -c %a priv/.runs/task-1.where)" = 600 ]
@@ -181,6 +192,18 @@ TXT
 		sleep 0.1
 	done
 	[ "$(squeue -h -s -j "$job" -o %j | grep -c gpuman-task)" -eq 2 ]
+	# the store has each running task's node and GPU (its own column),
+	# read from the step within a second
+	for _ in $(seq 30); do
+		where=$(python3 -c 'import sqlite3, sys
+for n, g in sqlite3.connect(sys.argv[1]).execute(
+        "SELECT node, gpus FROM jobs WHERE state = ? ORDER BY id", ("running",)):
+    print("%s:%s" % (n, g))' gpuman-logs/s.txt/jobs.db)
+		[ "$(grep -c '^n1:[01]$' <<<"$where")" -eq 2 ] && break
+		sleep 0.1
+	done
+	echo "$where"
+	[ "$(grep -c '^n1:[01]$' <<<"$where")" -eq 2 ]
 	kill -INT $pid
 	status=0
 	wait $pid || status=$?
