@@ -15,6 +15,15 @@
  * broker that is killed and started again keeps the leases whose job (or,
  * without one, holder) still lives, watching it with a pidfd, and accepts
  * their release from a new connection with the lease's token.
+ *
+ * A reservation (gpuman reserve) is a lease that no connection holds: it
+ * ends at its expires_ms, checked on the loop's timer, or when its user (or
+ * root) releases it by id.  The admin's gpuman.conf binds every grant here
+ * through lib/caps.c, the functions the daemonless registry calls: a
+ * waiter over its max_gpus holds nothing back and is not served, GPUs kept
+ * out or kept for a group are never candidates for others, and a
+ * reservation longer than max_reserve is refused.  The file is read again
+ * when it changes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -76,8 +85,9 @@ struct conn {
 	/* in the line */
 	struct gm_request *req;
 	int wait;
-	int told;         /* "queued" sent */
-	int64_t since_ms; /* wall clock */
+	int64_t reserve_ms; /* > 0: a reservation for this long */
+	int told;           /* "queued" sent */
+	int64_t since_ms;   /* wall clock */
 	uint64_t seq;
 	char command[256];
 	char summary[128];
@@ -111,7 +121,9 @@ struct blease {
 	size_t n;
 	unsigned *indices;
 	char (*uuids)[96];
-	struct conn *conn; /* NULL: restored, watched by pidfd */
+	int reservation;    /* held by nobody until expires_ms */
+	int64_t expires_ms; /* wall clock */
+	struct conn *conn;  /* NULL: restored, watched by pidfd, or a reservation */
 	int pidfd;
 	struct blease *prev, *next;
 	int ended; /* freed at the end of the loop turn */
@@ -140,6 +152,9 @@ struct daemon {
 	struct conn *dead_conns;
 	struct blease *ended_leases;
 	struct broker_buf scratch;
+	struct config cfg;        /* the admin's gpuman.conf */
+	struct timespec cfg_mtim; /* of the file read; reread when it changes */
+	int cfg_read;
 };
 
 static volatile sig_atomic_t stopping;
@@ -386,6 +401,10 @@ static json_t *lease_json(const struct blease *l, int secret)
 	json_object_set_new(o, "kind", json_string(l->exclusive ? "exclusive" : "share"));
 	json_object_set_new(o, "share_mib",
 	                    l->exclusive ? json_null() : json_integer((json_int_t)l->share_mib));
+	if (l->reservation) {
+		json_object_set_new(o, "reservation", json_true());
+		json_object_set_new(o, "expires_ms", json_integer(l->expires_ms));
+	}
 	for (size_t i = 0; i < l->n; i++) {
 		json_t *g = json_object();
 
@@ -578,6 +597,66 @@ static void accept_all(struct daemon *d)
 	}
 }
 
+/* ---- the admin's limits ------------------------------------------------- */
+
+/* Read gpuman.conf again if it changed since (or was never read).  A file
+ * that no longer parses keeps the limits read before it.  0, or -1 when
+ * there are none to go by. */
+static int config_fresh(struct daemon *d)
+{
+	const char *env = getenv("GPUMAN_CONFIG");
+	struct config cfg;
+	struct stat st;
+	char err[GM_ERRBUF_SIZE];
+	int exists = stat(env && *env ? env : CONFIG_SYSTEM_PATH, &st) == 0;
+
+	if (d->cfg_read && exists && st.st_mtim.tv_sec == d->cfg_mtim.tv_sec &&
+	    st.st_mtim.tv_nsec == d->cfg_mtim.tv_nsec)
+		return 0;
+	if (d->cfg_read && !exists && !d->cfg_mtim.tv_sec && !d->cfg_mtim.tv_nsec)
+		return 0;
+	if (config_load(&cfg, 0, err, sizeof err) != GM_OK) {
+		say("%s (%s)", err, d->cfg_read ? "keeping the limits read before" : "no limits");
+		return d->cfg_read ? 0 : -1;
+	}
+	if (d->cfg_read)
+		config_release(&d->cfg);
+	d->cfg = cfg;
+	d->cfg_read = 1;
+	d->cfg_mtim = exists ? st.st_mtim : (struct timespec){0, 0};
+	return 0;
+}
+
+/* GPUs that uid's leases and reservations hold. */
+static unsigned held_by(const struct daemon *d, unsigned uid)
+{
+	unsigned n = 0;
+
+	for (const struct blease *l = d->leases; l; l = l->next)
+		n += l->uid == uid ? (unsigned)l->n : 0;
+	return n;
+}
+
+/* Reservations whose time is up end; returns the next expiry (wall clock
+ * ms), or -1 for none. */
+static int64_t expire(struct daemon *d)
+{
+	int64_t now = now_ms(), next = -1;
+
+	for (struct blease *l = d->leases, *n; l; l = n) {
+		n = l->next;
+		if (!l->reservation)
+			continue;
+		if (l->expires_ms <= now) {
+			say("reservation %s of %s expired", l->id, l->user);
+			lease_end(d, l);
+		} else if (next < 0 || l->expires_ms < next) {
+			next = l->expires_ms;
+		}
+	}
+	return next;
+}
+
 /* ---- placement ------------------------------------------------------------ */
 
 static struct gm_snapshot *snapshot(struct daemon *d, int fresh)
@@ -626,7 +705,12 @@ static int placed_build(struct placed *p, const struct daemon *d, const struct g
 	for (const struct blease *l = d->leases; l; l = l->next, i++) {
 		int job = l->job_pid ? l->job_pid : l->pid;
 
-		snprintf(p->holders[i], sizeof p->holders[i], "%s (pid %d)", l->user, job);
+		if (l->reservation)
+			snprintf(p->holders[i], sizeof p->holders[i],
+			         "%s (reservation, %llds left)", l->user,
+			         (long long)((l->expires_ms - now_ms()) / 1000));
+		else
+			snprintf(p->holders[i], sizeof p->holders[i], "%s (pid %d)", l->user, job);
 		for (size_t g = 0; g < l->n; g++) {
 			struct policy_lease *x = &p->pl[p->count++];
 			const struct gm_gpu *gpu = gm_snapshot_find(snap, l->uuids[g]);
@@ -717,6 +801,10 @@ static void grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	c->state = CONN_LEASED;
 	c->lease = l;
 	l->conn = c;
+	if (c->reserve_ms > 0) {
+		l->reservation = 1;
+		l->expires_ms = l->start_ms + c->reserve_ms;
+	}
 	lease_add(d, l);
 	json_object_set_new(m, "op", json_string("granted"));
 	json_object_set_new(m, "id", json_string(l->id));
@@ -726,6 +814,13 @@ static void grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	/* On record before the caller hears of it: a broker killed right
 	 * after still knows the lease when it starts again. */
 	persist(d);
+	if (l->reservation) {
+		/* Nobody holds it: the connection ends, the reservation lasts. */
+		c->lease = NULL;
+		l->conn = NULL;
+		conn_finish(d, c, m);
+		return;
+	}
 	if (conn_send(d, c, m) < 0)
 		conn_close(d, c); /* ends the lease */
 }
@@ -754,8 +849,8 @@ static void serve_line(struct daemon *d, int fresh)
 {
 	struct gm_snapshot *snap;
 	struct placed placed = {0};
-	const char **held_for = NULL;
-	char(*held_text)[160] = NULL;
+	const char **held_for = NULL, **barred = NULL;
+	char(*held_text)[160] = NULL, (*barred_text)[160] = NULL;
 	size_t position = 0, held = 0;
 	struct conn *c, *next;
 	char user[33];
@@ -766,9 +861,13 @@ static void serve_line(struct daemon *d, int fresh)
 	snap = snapshot(d, fresh);
 	if (!snap)
 		return;
+	config_fresh(d);
 	held_for = calloc(snap->gpu_count + 1, sizeof *held_for);
 	held_text = calloc(snap->gpu_count + 1, sizeof *held_text);
-	if (!held_for || !held_text || placed_build(&placed, d, snap) < 0)
+	barred = calloc(snap->gpu_count + 1, sizeof *barred);
+	barred_text = calloc(snap->gpu_count + 1, sizeof *barred_text);
+	if (!held_for || !held_text || !barred || !barred_text ||
+	    placed_build(&placed, d, snap) < 0)
 		goto done;
 	for (c = d->line_head; c; c = next) {
 		struct policy_result res = POLICY_RESULT_INIT;
@@ -776,12 +875,33 @@ static void serve_line(struct daemon *d, int fresh)
 		                          .leases = placed.pl,
 		                          .lease_count = placed.count,
 		                          .held_for = held_for};
-		unsigned char *usable = usable_for(c, snap);
-		char *why;
+		unsigned char *usable;
+		char *why, limit[200];
+		int over;
 
 		next = c->lnext;
 		position++;
+		/* Over its cap, it is not served and holds nothing back: first
+		 * come, first served within what each user may have. */
+		over = caps_over(&d->cfg, c->uid, held_by(d, c->uid), c->req->count, limit,
+		                 sizeof limit);
+		if (over == 2 || (over && !c->wait)) {
+			refuse(d, c, over == 2 ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,
+			       over == 2 ? "no GPU of this machine can ever meet the request"
+			                 : "no GPU meets the request now",
+			       limit);
+			position--;
+			continue;
+		}
+		if (over) {
+			if (!c->told)
+				tell_queued(d, c, position, limit);
+			continue;
+		}
+		usable = usable_for(c, snap);
 		in.usable = usable;
+		if (caps_barred(&d->cfg, c->uid, snap, barred, barred_text))
+			in.barred = barred;
 		if (held == snap->gpu_count) {
 			/* Everything is held for earlier requests. */
 			if (!c->wait)
@@ -843,6 +963,8 @@ done:
 	free(placed.holders);
 	free(held_for);
 	free(held_text);
+	free((void *)barred);
+	free(barred_text);
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -886,6 +1008,14 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		}
 	}
 	c->wait = json_is_true(json_object_get(msg, "wait"));
+	c->reserve_ms = json_integer_value(json_object_get(msg, "reserve_ms"));
+	config_fresh(d);
+	if (c->reserve_ms < 0 ||
+	    (c->reserve_ms > 0 &&
+	     caps_reserve_ok(&d->cfg, c->uid, c->reserve_ms, err, sizeof err) < 0)) {
+		refuse(d, c, GM_ERR_INVALID, c->reserve_ms < 0 ? "malformed request" : err, NULL);
+		return;
+	}
 	c->usable = json_incref(usable);
 	if (cmd)
 		str_copy(c->command, sizeof c->command, cmd);
@@ -904,10 +1034,20 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	u = usable_for(c, snap);
 	in.snap = snap;
 	in.usable = u;
-	c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
-	for (size_t pos = 0; c->cand && pos < snap->gpu_count; pos++)
-		if (policy_candidate(&in, c->req, pos))
-			str_copy(c->cand[c->cand_count++], sizeof c->cand[0], snap->gpus[pos].uuid);
+	{
+		const char **barred = calloc(snap->gpu_count + 1, sizeof *barred);
+		char(*text)[160] = calloc(snap->gpu_count + 1, sizeof *text);
+
+		if (barred && text && caps_barred(&d->cfg, c->uid, snap, barred, text))
+			in.barred = barred;
+		c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
+		for (size_t pos = 0; c->cand && pos < snap->gpu_count; pos++)
+			if (policy_candidate(&in, c->req, pos))
+				str_copy(c->cand[c->cand_count++], sizeof c->cand[0],
+				         snap->gpus[pos].uuid);
+		free((void *)barred);
+		free(text);
+	}
 	free(u);
 	c->state = CONN_WAITING;
 	c->in_line = 1;
@@ -947,6 +1087,35 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 		conn_finish(d, c, m);
 		return;
 	}
+	for (struct blease *l = d->leases; id && !token && l; l = l->next)
+		if (l->reservation && !strcmp(l->id, id)) {
+			char why[160];
+
+			/* The kernel says who asks: the owner, or root. */
+			if (l->uid == c->uid || c->uid == 0) {
+				say("reservation %s of %s released", l->id, l->user);
+				lease_end(d, l);
+				conn_finish(d, c, m);
+				return;
+			}
+			json_decref(m);
+			snprintf(why, sizeof why,
+			         "reservation '%.64s' is %s's: only they (or root) can release it",
+			         id, l->user);
+			refuse(d, c, GM_ERR_INVALID, why, NULL);
+			return;
+		}
+	if (id && !token) {
+		char why[200];
+
+		json_decref(m);
+		snprintf(why, sizeof why,
+		         "no reservation '%.64s' (it may have expired; gpuman status lists the "
+		         "live ones)",
+		         id);
+		refuse(d, c, GM_ERR_INVALID, why, NULL);
+		return;
+	}
 	for (struct blease *l = d->leases; id && token && l; l = l->next)
 		if (!strcmp(l->id, id)) {
 			/* The kernel says who asks; the token proves the lease was
@@ -968,7 +1137,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 static void on_view(struct daemon *d, struct conn *c)
 {
 	json_t *m = json_object(), *leases = json_array(), *waiters = json_array();
-	char user[33];
+	char user[33], limit[200];
 
 	for (struct blease *l = d->leases; l; l = l->next)
 		json_array_append_new(leases, lease_json(l, 0));
@@ -985,6 +1154,9 @@ static void on_view(struct daemon *d, struct conn *c)
 		json_object_set_new(o, "command", json_string(w->command));
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
 		json_object_set_new(o, "summary", json_string(w->summary));
+		if (caps_over(&d->cfg, w->uid, held_by(d, w->uid), w->req->count, limit,
+		              sizeof limit))
+			json_object_set_new(o, "limit", json_string(limit));
 		for (size_t i = 0; i < w->cand_count; i++)
 			json_array_append_new(cand, json_string(w->cand[i]));
 		json_object_set_new(o, "candidates", cand);
@@ -1163,6 +1335,19 @@ static void restore(struct daemon *d)
 			str_copy(l->uuids[k], sizeof l->uuids[k],
 			         json_string_value(json_object_get(g, "uuid")) ?: "");
 		}
+		if (json_is_true(json_object_get(o, "reservation"))) {
+			/* Held by nobody: kept until it expires. */
+			l->reservation = 1;
+			l->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
+			if (l->expires_ms <= now_ms()) {
+				lease_free(l);
+				ended++;
+				continue;
+			}
+			lease_add(d, l);
+			kept++;
+			continue;
+		}
 		/* The job, if it was started; else whoever asked. */
 		watch = l->job_pid ? l->job_pid : l->pid;
 		start = l->job_pid ? l->job_start : l->pid_start;
@@ -1304,6 +1489,8 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (check_state_dir(d->state_path) < 0)
 		goto done;
+	if (config_fresh(d) < 0)
+		goto done;
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->epfd < 0)
 		goto done;
@@ -1321,12 +1508,16 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	while (!stopping) {
 		struct epoll_event evs[64];
 		int64_t now = monotonic_ms(), next_silent = drop_silent(d), until = -1;
+		int64_t next_expiry = expire(d);
 		int timeout = -1, n, recheck = 0;
 
 		if (d->line_head)
 			until = d->snap_at + RECHECK_MS;
 		if (next_silent >= 0 && (until < 0 || next_silent < until))
 			until = next_silent;
+		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
+		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
+			until = now + (next_expiry - now_ms());
 		if (until >= 0)
 			timeout = until > now ? (int)(until - now) : 0;
 		n = epoll_wait(d->epfd, evs, 64, timeout);
@@ -1355,6 +1546,7 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 					conn_readable(d, c);
 			}
 		}
+		expire(d);
 		if (d->line_head && monotonic_ms() - d->snap_at >= RECHECK_MS)
 			recheck = 1;
 		if (d->dirty || recheck)
@@ -1393,6 +1585,8 @@ done:
 		close(d->epfd);
 	gm_snapshot_free(d->snap);
 	gm_close(d->ctx);
+	if (d->cfg_read)
+		config_release(&d->cfg);
 	free(d);
 	return status;
 }
@@ -1417,6 +1611,10 @@ const struct cmd_entry cmd_daemon = {
     "                 (default " DEFAULT_STATE "; its directory must be\n"
     "                 yours and writable by nobody else)\n"
     "  --sim FILE     use the NVML simulator with this scenario\n"
+    "\n"
+    "The admin's gpuman.conf (GPUMAN_CONFIG, default " CONFIG_SYSTEM_PATH ") binds\n"
+    "every grant: max_gpus, max_reserve, keep_out and GPUs kept for a group,\n"
+    "as in the daemonless registry; it is read again when it changes.\n"
     "\n"
     "Runs until SIGINT, SIGTERM or SIGHUP (exit status 0; the leases stay in\n"
     "the state file for the next start), 1 if it cannot start (the socket is\n"

@@ -138,13 +138,28 @@ static void layout_init(struct layout *l, const struct cli_select *sel, const st
 	l->stacked = l->width && l->width < l->fixed_w + 1 + STATUS_ITEM_ROOM;
 }
 
+/* "1h05m", "42s": the time a reservation has left. */
+static const char *fmt_left(char *buf, size_t len, int64_t ms)
+{
+	int64_t sec = ms > 0 ? (ms + 999) / 1000 : 0;
+
+	if (sec < 60)
+		snprintf(buf, len, "%llds", (long long)sec);
+	else if (sec < 3600)
+		snprintf(buf, len, "%lldm%02llds", (long long)(sec / 60), (long long)(sec % 60));
+	else
+		snprintf(buf, len, "%lldh%02lldm", (long long)(sec / 3600),
+		         (long long)(sec % 3600 / 60));
+	return buf;
+}
+
 /* " [leased: alice]", ", [share: bob 8.0G]": the leases of the whole GPU g
  * (mig NULL), or of its slice mig. */
 static void put_leases(const struct cli *cli, const struct cli_select *sel,
                        const struct registry_view *view, const struct gm_gpu *g,
                        const struct gm_mig *mig, struct cursor *c)
 {
-	char size[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 64];
+	char size[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 64], left[32];
 	int n = 0;
 
 	for (size_t i = 0; i < view->lease_count; i++) {
@@ -155,7 +170,12 @@ static void put_leases(const struct cli *cli, const struct cli_select *sel,
 				continue;
 			if (mig ? strcmp(l->migs[k], mig->uuid) != 0 : l->migs[k][0] != '\0')
 				continue;
-			if (l->exclusive)
+			if (l->reservation)
+				snprintf(item, sizeof item, "%s[reserved: %s, %s left]%s",
+				         c_yellow(cli), cli_safe(user, l->user),
+				         fmt_left(left, sizeof left, l->expires_ms - now_ms()),
+				         c_reset(cli));
+			else if (l->exclusive)
 				snprintf(item, sizeof item, "%s[leased: %s]%s", c_yellow(cli),
 				         cli_safe(user, l->user), c_reset(cli));
 			else

@@ -436,6 +436,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			json_object_set_new(msg, "command", json_string(opts->command));
 		if (env.usable)
 			json_object_set_new(msg, "usable", usable_json(&env, snap));
+		if (opts && opts->reserve_ms > 0)
+			json_object_set_new(msg, "reserve_ms", json_integer(opts->reserve_ms));
 		if (broker_send(fd, msg) < 0) {
 			rc = gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path,
 			             strerror(errno));
@@ -599,6 +601,44 @@ void broker_release(struct gm_lease *lease)
 	json_decref(msg);
 }
 
+enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len)
+{
+	struct broker_buf *buf = calloc(1, sizeof *buf);
+	json_t *msg = json_object(), *reply = NULL;
+	enum gm_err rc = GM_OK;
+	int fd = -1;
+
+	if (!buf || !msg) {
+		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		goto done;
+	}
+	fd = broker_connect(path, err, len);
+	if (fd < 0) {
+		rc = GM_ERR_STATE;
+		goto done;
+	}
+	json_object_set_new(msg, "op", json_string("release"));
+	json_object_set_new(msg, "id", json_string(id));
+	if (broker_send(fd, msg) < 0 ||
+	    next_message(fd, buf, -1, NULL, monotonic_ms() + CONNECT_PATIENCE_MS, &reply) != 1) {
+		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' did not answer",
+		             path);
+		goto done;
+	}
+	if (strcmp(json_string_value(json_object_get(reply, "op")) ?: "", "released"))
+		rc = gm_fail((enum gm_err)json_integer_value(json_object_get(reply, "code"))
+		                 ?: GM_ERR_INVALID,
+		             err, len, "%s",
+		             json_string_value(json_object_get(reply, "error")) ?: "refused");
+done:
+	if (fd >= 0)
+		close(fd);
+	json_decref(msg);
+	json_decref(reply);
+	free(buf);
+	return rc;
+}
+
 /* ---- the view, for status ---------------------------------------------- */
 
 static const char *jstr(json_t *o, const char *key)
@@ -623,6 +663,8 @@ static int view_lease(json_t *o, struct lease_info *li)
 	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
 	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
 	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	li->reservation = json_is_true(json_object_get(o, "reservation"));
+	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
 	li->gpu_count = json_array_size(gpus);
 	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
 	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
@@ -650,6 +692,7 @@ static int view_waiter(json_t *o, struct waiter_info *wi)
 	str_copy(wi->command, sizeof wi->command, jstr(o, "command"));
 	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
 	str_copy(wi->summary, sizeof wi->summary, jstr(o, "summary"));
+	str_copy(wi->limit, sizeof wi->limit, jstr(o, "limit"));
 	wi->cand_count = json_array_size(cand);
 	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
 	if (!wi->cand)

@@ -15,8 +15,11 @@
  *
  *   client -> broker
  *     {"op":"acquire","request":{"n":"2","mem":"8G",...},"wait":true,
- *      "command":"...","usable":{"GPU-...":1,...}}   the request, as
- *                              gm_request_set() keys and values
+ *      "command":"...","usable":{"GPU-...":1,...},"reserve_ms":N}   the
+ *                              request, as gm_request_set() keys and
+ *                              values; with reserve_ms, a reservation
+ *                              that outlives the connection until then
+ *     {"op":"release","id":ID}  end one's own reservation (root: anyone's)
  *     {"op":"job","pid":N}      the lease's job was started (for restores)
  *     {"op":"release"}          end the lease now, whoever else holds it
  *     {"op":"release","id":ID,"token":T}   the same from a new connection
@@ -27,7 +30,10 @@
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
  *      "gpus":[{"index":I,"uuid":U,"total_mib":M}]}
  *     {"op":"refused","code":N,"error":"...","explain":"..."}  (code: gm_err)
- *     {"op":"view","leases":[...],"waiters":[...]}
+ *     {"op":"view","leases":[...],"waiters":[...]}   a reservation's lease
+ *                              has "reservation":true and "expires_ms"; a
+ *                              waiter held back by its cap a "limit"
+ *     {"op":"released"}
  */
 #ifndef GM_BROKER_H
 #define GM_BROKER_H
@@ -92,5 +98,8 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 /* End a broker lease: on its connection, or, when the broker was restarted
  * since, on a new one with the lease's token.  Does not free the lease. */
 void broker_release(struct gm_lease *lease);
+
+/* End this user's reservation id (registry_release() through the broker). */
+enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);
 
 #endif

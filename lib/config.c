@@ -6,13 +6,16 @@
 #include <grp.h>
 #include <ini.h>
 #include <pwd.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 #include "config.h"
 #include "parse.h"
+#include "policy.h"
 #include "util.h"
 
 struct loading {
@@ -70,6 +73,66 @@ static int parse_max_gpus(struct loading *l, int line, const char *value, unsign
 	return 1;
 }
 
+static int parse_positive_ms(struct loading *l, int line, const char *key, const char *value,
+                             int64_t *out)
+{
+	char err[128] = "", what[160];
+
+	if (parse_duration_ms(value, out, err, sizeof err) < 0 || *out <= 0) {
+		snprintf(what, sizeof what, "%s = %%s: %%s (a duration such as 8h)", key);
+		return fail_at(l, line, what, value, err[0] ? err : "must be more than 0");
+	}
+	return 1;
+}
+
+/* A LIST of GPUs (as --only takes), kept as text: matched per GPU later. */
+static int parse_gpus(struct loading *l, int line, const char *key, const char *value, char **out)
+{
+	struct gpu_list list = GPU_LIST_INIT;
+	char err[128], what[160];
+
+	if (gpu_list_parse(value, &list, err, sizeof err) < 0) {
+		snprintf(what, sizeof what, "%s = %%s: %%s (GPU indices or UUIDs, e.g. 6,7)", key);
+		return fail_at(l, line, what, value, err);
+	}
+	gpu_list_release(&list);
+	free(*out);
+	*out = strdup(value);
+	return *out ? 1 : fail_at(l, line, "out of memory%s%s", "", "");
+}
+
+/* [defaults]: what a command does when its option is not given. */
+static int on_default(struct loading *l, int line, const char *key, const char *value)
+{
+	struct config *cfg = l->cfg;
+	char err[128] = "";
+
+	if (!strcmp(key, "policy")) {
+		int by = policy_from_name(value);
+
+		if (by < 0)
+			return fail_at(
+			    l, line,
+			    "policy = %s: unknown policy (use memory, memory-rate, power, "
+			    "util or index)%s",
+			    value, "");
+		cfg->default_by = by;
+		return 1;
+	}
+	if (!strcmp(key, "wait")) {
+		if (!strcmp(value, "forever")) {
+			cfg->default_wait_ms = -1;
+		} else if (parse_duration_ms(value, &cfg->default_wait_ms, err, sizeof err) < 0) {
+			return fail_at(l, line,
+			               "wait = %s: %s (a duration such as 10m, or forever)", value,
+			               err);
+		}
+		cfg->has_default_wait = 1;
+		return 1;
+	}
+	return fail_at(l, line, "unknown key '%s' in [%s] (known: policy, wait)", key, "defaults");
+}
+
 static int on_entry(void *data, const char *section, const char *key, const char *value)
 {
 	struct loading *l = data;
@@ -93,13 +156,24 @@ static int on_entry(void *data, const char *section, const char *key, const char
 			               err[0] ? err : "must be more than 0");
 		return 1;
 	}
+	if (!strcmp(section, "defaults"))
+		return on_default(l, line, key, value);
 	if (l->is_user)
-		return fail_at(l, line, "[%s] is the admin's (%s); your file may only set [queue]",
+		return fail_at(l, line,
+		               "[%s] is the admin's (%s); your file may only set [queue] and "
+		               "[defaults]",
 		               section, cfg->system_path);
-	if (strcmp(key, "max_gpus"))
-		return fail_at(l, line, "unknown key '%s' in [%s] (known: max_gpus)", key, section);
-	if (!strcmp(section, "limits"))
-		return parse_max_gpus(l, line, value, &cfg->max_gpus);
+	if (!strcmp(section, "limits")) {
+		if (!strcmp(key, "max_gpus"))
+			return parse_max_gpus(l, line, value, &cfg->max_gpus);
+		if (!strcmp(key, "max_reserve"))
+			return parse_positive_ms(l, line, key, value, &cfg->max_reserve_ms);
+		if (!strcmp(key, "keep_out"))
+			return parse_gpus(l, line, key, value, &cfg->keep_out);
+		return fail_at(l, line,
+		               "unknown key '%s' in [%s] (known: max_gpus, max_reserve, keep_out)",
+		               key, section);
+	}
 	if (!strncmp(section, "user ", 5) || !strncmp(section, "group ", 6)) {
 		int user = section[0] == 'u';
 		const char *name = section + (user ? 5 : 6);
@@ -114,10 +188,21 @@ static int on_entry(void *data, const char *section, const char *key, const char
 		           : cap_for(&cfg->groups, &cfg->group_count, name);
 		if (!cap)
 			return fail_at(l, line, "out of memory%s%s", "", "");
-		return parse_max_gpus(l, line, value, &cap->max_gpus);
+		if (!strcmp(key, "max_gpus"))
+			return parse_max_gpus(l, line, value, &cap->max_gpus);
+		if (!strcmp(key, "max_reserve"))
+			return parse_positive_ms(l, line, key, value, &cap->max_reserve_ms);
+		if (!user && !strcmp(key, "gpus"))
+			return parse_gpus(l, line, key, value, &cap->gpus);
+		return fail_at(
+		    l, line,
+		    user ? "unknown key '%s' in [%s] (known: max_gpus, max_reserve)"
+		         : "unknown key '%s' in [%s] (known: max_gpus, max_reserve, gpus)",
+		    key, section);
 	}
 	return fail_at(l, line,
-	               "unknown section [%s] (known: queue, limits, user NAME, group NAME)%s",
+	               "unknown section [%s] (known: queue, defaults, limits, user NAME, group "
+	               "NAME)%s",
 	               section, "");
 }
 
@@ -164,12 +249,22 @@ enum gm_err config_load(struct config *cfg, int with_user, char *err, size_t len
 		goto failed;
 	if (!with_user)
 		return GM_OK;
-	if (xdg && *xdg == '/')
-		snprintf(user_path, sizeof user_path, "%s/gpuman/gpuman.conf", xdg);
-	else if (home && *home == '/')
-		snprintf(user_path, sizeof user_path, "%s/.config/gpuman/gpuman.conf", home);
-	if (!user_path[0])
-		return GM_OK;
+	/* "config" is the documented name; "gpuman.conf" was read before it. */
+	for (int i = 0; i < 2 && !user_path[0]; i++) {
+		const char *file = i ? "gpuman.conf" : "config";
+		char path[4096];
+		struct stat st;
+
+		if (xdg && *xdg == '/')
+			snprintf(path, sizeof path, "%s/gpuman/%s", xdg, file);
+		else if (home && *home == '/')
+			snprintf(path, sizeof path, "%s/.config/gpuman/%s", home, file);
+		else
+			return GM_OK;
+		if (stat(path, &st) == 0 || i == 1)
+			str_copy(user_path, sizeof user_path, path);
+	}
+	str_copy(cfg->user_path, sizeof cfg->user_path, user_path);
 	l.path = user_path;
 	l.is_user = 1;
 	if (load_file(&l) < 0)
@@ -182,46 +277,138 @@ failed:
 
 void config_release(struct config *cfg)
 {
+	for (size_t i = 0; i < cfg->group_count; i++)
+		free(cfg->groups[i].gpus);
 	free(cfg->users);
 	free(cfg->groups);
+	free(cfg->keep_out);
+	cfg->keep_out = NULL;
 	cfg->users = cfg->groups = NULL;
 	cfg->user_count = cfg->group_count = 0;
 }
 
-unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, size_t fromlen)
+/* Who uid is, for the sections that name users and groups. */
+struct who {
+	int known;
+	char name[256];
+	size_t group_count;
+	char groups[64][64];
+};
+
+static void who_is(const struct config *cfg, unsigned uid, struct who *w)
 {
 	struct passwd pw, *pwp = NULL;
 	char buf[4096];
-	gid_t groups[256];
-	int ngroups = (int)(sizeof groups / sizeof *groups);
-	unsigned best = 0;
+	gid_t gids[256];
+	int ngroups = (int)(sizeof gids / sizeof *gids);
 
-	snprintf(from, fromlen, "[limits]");
+	memset(w, 0, sizeof *w);
 	if (!cfg->user_count && !cfg->group_count)
-		return cfg->max_gpus;
+		return;
 	if (getpwuid_r((uid_t)uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp)
-		return cfg->max_gpus;
-	for (size_t i = 0; i < cfg->user_count; i++)
-		if (cfg->users[i].max_gpus && !strcmp(cfg->users[i].name, pw.pw_name)) {
-			snprintf(from, fromlen, "[user %s]", pw.pw_name);
-			return cfg->users[i].max_gpus;
-		}
-	if (!cfg->group_count || getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) < 0)
-		return cfg->max_gpus;
-	for (int g = 0; g < ngroups; g++) {
+		return;
+	w->known = 1;
+	str_copy(w->name, sizeof w->name, pw.pw_name);
+	if (!cfg->group_count || getgrouplist(pw.pw_name, pw.pw_gid, gids, &ngroups) < 0)
+		return;
+	for (int g = 0; g < ngroups && w->group_count < ARRAY_SIZE(w->groups); g++) {
 		struct group gr, *grp = NULL;
 		char gbuf[8192];
 
-		if (getgrgid_r(groups[g], &gr, gbuf, sizeof gbuf, &grp) != 0 || !grp)
-			continue;
-		for (size_t i = 0; i < cfg->group_count; i++)
-			if (cfg->groups[i].max_gpus && !strcmp(cfg->groups[i].name, gr.gr_name) &&
-			    cfg->groups[i].max_gpus > best) {
-				best = cfg->groups[i].max_gpus;
-				snprintf(from, fromlen, "[group %s]", gr.gr_name);
-			}
+		if (getgrgid_r(gids[g], &gr, gbuf, sizeof gbuf, &grp) == 0 && grp)
+			str_copy(w->groups[w->group_count++], sizeof w->groups[0], gr.gr_name);
 	}
-	if (!best)
-		snprintf(from, fromlen, "[limits]");
-	return best ? best : cfg->max_gpus;
+}
+
+static int in_group(const struct who *w, const char *group)
+{
+	for (size_t i = 0; i < w->group_count; i++)
+		if (!strcmp(w->groups[i], group))
+			return 1;
+	return 0;
+}
+
+/*
+ * One limit for uid: its [user] section's, else the most generous of its
+ * groups', else [limits]'s.  field picks the limit out of a config_cap.
+ */
+static int64_t limit_for(const struct config *cfg, unsigned uid, size_t field, int64_t all,
+                         char *from, size_t fromlen)
+{
+	struct who w;
+	int64_t best = 0;
+
+#define FIELD(c)                                                                                   \
+	(field == offsetof(struct config_cap, max_gpus) ? (int64_t)(c).max_gpus                    \
+	                                                : (c).max_reserve_ms)
+	snprintf(from, fromlen, "[limits]");
+	who_is(cfg, uid, &w);
+	if (!w.known)
+		return all;
+	for (size_t i = 0; i < cfg->user_count; i++)
+		if (FIELD(cfg->users[i]) && !strcmp(cfg->users[i].name, w.name)) {
+			snprintf(from, fromlen, "[user %s]", w.name);
+			return FIELD(cfg->users[i]);
+		}
+	for (size_t i = 0; i < cfg->group_count; i++)
+		if (FIELD(cfg->groups[i]) > best && in_group(&w, cfg->groups[i].name)) {
+			best = FIELD(cfg->groups[i]);
+			snprintf(from, fromlen, "[group %s]", cfg->groups[i].name);
+		}
+#undef FIELD
+	return best ? best : all;
+}
+
+unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, size_t fromlen)
+{
+	return (unsigned)limit_for(cfg, uid, offsetof(struct config_cap, max_gpus), cfg->max_gpus,
+	                           from, fromlen);
+}
+
+int64_t config_max_reserve_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen)
+{
+	return limit_for(cfg, uid, offsetof(struct config_cap, max_reserve_ms), cfg->max_reserve_ms,
+	                 from, fromlen);
+}
+
+static int list_names(const char *list, unsigned index, const char *uuid)
+{
+	struct gpu_list l = GPU_LIST_INIT;
+	int hit;
+
+	if (!list || gpu_list_parse(list, &l, NULL, 0) < 0)
+		return 0;
+	hit = gpu_list_matches(&l, index, uuid);
+	gpu_list_release(&l);
+	return hit;
+}
+
+const char *config_gpu_barred(const struct config *cfg, unsigned uid, unsigned index,
+                              const char *uuid, char *why, size_t len)
+{
+	char groups[256] = "";
+	size_t used = 0;
+	struct who w;
+	int kept = 0;
+
+	if (list_names(cfg->keep_out, index, uuid)) {
+		snprintf(why, len, "kept out of gpuman by the admin (keep_out in %s)",
+		         cfg->system_path);
+		return why;
+	}
+	for (size_t i = 0; i < cfg->group_count; i++)
+		if (list_names(cfg->groups[i].gpus, index, uuid)) {
+			if (!kept++)
+				who_is(cfg, uid, &w);
+			if (in_group(&w, cfg->groups[i].name))
+				return NULL;
+			if (used < sizeof groups)
+				used +=
+				    (size_t)snprintf(groups + used, sizeof groups - used, "%s%s",
+				                     used ? ", " : "", cfg->groups[i].name);
+		}
+	if (!kept)
+		return NULL;
+	snprintf(why, len, "kept for group %s ([group] gpus in %s)", groups, cfg->system_path);
+	return why;
 }

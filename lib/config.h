@@ -4,9 +4,10 @@
  *
  *   /etc/gpuman/gpuman.conf     the admin's (GPUMAN_CONFIG names another):
  *                               [limits], [user NAME], [group NAME], [queue]
- *   ${XDG_CONFIG_HOME:-~/.config}/gpuman/gpuman.conf
- *                               the user's own: [queue] only (limits are
- *                               the admin's)
+ *   ${XDG_CONFIG_HOME:-~/.config}/gpuman/config  (or gpuman.conf, the
+ *                               older name; config wins if both exist)
+ *                               the user's own: [queue] and [defaults]
+ *                               only (limits are the admin's)
  *
  *   [queue]
  *   keep = 30d          finished jobs older than this are forgotten (and
@@ -17,8 +18,15 @@
  *   [group students]
  *   max_gpus = 1        for members of the group (the most generous of a
  *                       user's groups applies)
+ *   max_reserve = 8h    the longest `gpuman reserve --for` (default: no limit)
+ *   keep_out = 7        GPUs gpuman never hands out ([limits] only)
  *   [user alice]
  *   max_gpus = 4        for this user (wins over groups and [limits])
+ *   [group vision]
+ *   gpus = 2,3          GPUs only members of this group are given
+ *   [defaults]
+ *   policy = util       --by when none is given (memory, util, ...)
+ *   wait = 10m          --wait when none is given (run, batch, reserve)
  *
  * Unknown sections and keys, and bad values, are errors naming the file and
  * line: a typo in a limit must not silently lift it.
@@ -34,20 +42,28 @@
 #define CONFIG_KEEP_DEFAULT_MS (90LL * 86400 * 1000)
 
 struct config_cap {
-	char name[64];     /* user or group name */
-	unsigned max_gpus; /* 0: not set here */
+	char name[64];          /* user or group name */
+	unsigned max_gpus;      /* 0: not set here */
+	int64_t max_reserve_ms; /* 0: not set here */
+	char *gpus;             /* [group]: the GPUs kept for it (a LIST); NULL: none */
 };
 
 struct config {
 	char system_path[4096]; /* the admin's file (read or not) */
+	char user_path[4096];   /* the user's file read; "" if none */
 	int64_t keep_ms;        /* [queue] keep; 0: forever */
 	unsigned max_gpus;      /* [limits]; 0: no limit */
+	int64_t max_reserve_ms; /* [limits]; 0: no limit */
+	char *keep_out;         /* [limits] keep_out (a LIST); NULL: none */
 	struct config_cap *users, *groups;
 	size_t user_count, group_count;
+	int default_by;          /* [defaults] policy (enum gm_policy); -1: not set */
+	int has_default_wait;    /* [defaults] wait */
+	int64_t default_wait_ms; /* -1: forever */
 };
 #define CONFIG_INIT                                                                                \
 	{                                                                                          \
-		"", CONFIG_KEEP_DEFAULT_MS, 0, NULL, NULL, 0, 0                                    \
+		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0             \
 	}
 
 /*
@@ -63,5 +79,15 @@ void config_release(struct config *cfg);
  * from ("[user alice]", "[group students]", "[limits]") into from.
  */
 unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
+
+/* The longest reservation uid may take (0: no limit), and where from. */
+int64_t config_max_reserve_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
+
+/*
+ * May uid be given the GPU (index, uuid)?  NULL yes; else why not, for
+ * people, in why: kept out of gpuman, or kept for groups uid is not in.
+ */
+const char *config_gpu_barred(const struct config *cfg, unsigned uid, unsigned index,
+                              const char *uuid, char *why, size_t len);
 
 #endif

@@ -36,6 +36,10 @@ json_t *listing_leases_json(const struct registry_view *view)
 		                    l->exclusive ? json_null()
 		                                 : json_integer((json_int_t)l->share_mib));
 		json_object_set_new(o, "gpus", gpus);
+		/* a reservation (gpuman reserve): held by nobody until then */
+		json_object_set_new(o, "reservation", json_boolean(l->reservation));
+		json_object_set_new(o, "expires_ms",
+		                    l->reservation ? json_integer(l->expires_ms) : json_null());
 		json_array_append_new(arr, o);
 	}
 	return arr;

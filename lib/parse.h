@@ -30,6 +30,8 @@ char *size_format(const struct gm_size *size, char *buf, size_t len);
 
 /* "90", "90s", "15m", "2h", "1h30m", "1d", "500ms"; -1 with a message. */
 int parse_duration_ms(const char *s, int64_t *ms, char *err, size_t errlen);
+/* The other way: "1h30m", "90s", "1500ms" (defined in request.c). */
+void duration_text(char *buf, size_t len, int64_t ms);
 /* "0".."100", optionally followed by "%". */
 int parse_percent(const char *s, unsigned *pct, char *err, size_t errlen);
 /* A positive count ("1".."1024"). */

@@ -199,6 +199,10 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 		say(why, "error: %s", gpu->note[0] ? gpu->note : "NVML answered an error");
 		return 1;
 	}
+	if (in->barred && in->barred[pos]) {
+		say(why, "%s", in->barred[pos]);
+		return 1;
+	}
 	if (req->mig[0])
 		return mig_static_reason(in, req, pos, why);
 	if (in->usable && in->usable[pos] == 2) {

@@ -67,6 +67,10 @@ struct policy_input {
 	/* Per slice (snap->migs): 0 = outside the inherited
 	 * CUDA_VISIBLE_DEVICES; NULL = every slice of a usable GPU usable. */
 	const unsigned char *mig_usable;
+	/* Per snapshot position: non-NULL = never given to this requester by
+	 * the admin's config (caps.h), with this text as the reason; NULL
+	 * array = none barred. */
+	const char *const *barred;
 };
 
 enum policy_outcome {

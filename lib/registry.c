@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "broker.h"
+#include "caps.h"
 #include "context.h"
 #include "lease.h"
 #include "parse.h"
@@ -38,6 +39,7 @@
 
 #define LEASE_PREFIX "lease."
 #define WAIT_PREFIX "wait."
+#define RESV_PREFIX "resv."
 #define TMP_PREFIX ".tmp."
 #define MAX_FILE_BYTES 65536
 /* A temporary file is locked right after its creation; one this old with no
@@ -406,7 +408,8 @@ static const char *jstr(json_t *o, const char *key)
 	return s ? s : "";
 }
 
-static int parse_lease(const char *text, const struct stat *st, struct lease_info *li)
+/* resv: read from a resv.<id> file, which alone may claim to be a reservation. */
+static int parse_lease(const char *text, const struct stat *st, struct lease_info *li, int resv)
 {
 	json_t *o = json_loads(text, 0, NULL), *gpus, *g;
 	size_t i;
@@ -416,11 +419,15 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	memset(li, 0, sizeof *li);
 	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
 	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	li->reservation = json_is_true(json_object_get(o, "reservation"));
+	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
 	/* Alive while its holder or its job lives (the job keeps the lease's
 	 * descriptor when gpuman run is killed), never on the lock alone: a
-	 * dead lease that someone else flocks is revived for nobody. */
-	if (!uid_matches(o, st) ||
-	    (holder_state(li->pid, st->st_uid, file_pidns(o)) == HOLDER_GONE &&
+	 * dead lease that someone else flocks is revived for nobody.  A
+	 * reservation lives by its file alone (parse_reservation). */
+	if (!uid_matches(o, st) || li->reservation != resv ||
+	    (resv && !json_object_get(o, "uid")) ||
+	    (!li->reservation && holder_state(li->pid, st->st_uid, file_pidns(o)) == HOLDER_GONE &&
 	     holder_state(li->job_pid, st->st_uid, file_pidns(o)) == HOLDER_GONE)) {
 		json_decref(o);
 		return 1;
@@ -448,6 +455,47 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 		snprintf(li->migs[i], sizeof li->migs[i], "%s", jstr(g, "mig_uuid"));
 	}
 	json_decref(o);
+	return 0;
+}
+
+/*
+ * A reservation (resv.<id>): no process holds it, so it is believed on the
+ * file alone -- its owner's, not writable by others, one link, naming its
+ * owner's uid -- until it expires.  With an admin's max_reserve, a file
+ * its owner edits by hand counts no longer than that after the edit.
+ * Returns 0 (live), 1 (expired or untrusted), -1 (out of memory).
+ */
+static int parse_reservation(const struct registry *reg, int dirfd, const char *name,
+                             struct lease_info *li)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc;
+	int64_t now = now_ms(), limit, ctime_ms;
+	char buf[8192], from[96];
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		return 1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH)) || (n = read(fd, buf, sizeof buf - 1)) <= 0) {
+		close(fd);
+		return 1;
+	}
+	close(fd);
+	buf[n] = '\0';
+	rc = parse_lease(buf, &st, li, 1);
+	if (rc != 0)
+		return rc;
+	limit = config_max_reserve_ms(&reg->cfg, li->uid, from, sizeof from);
+	ctime_ms = (int64_t)st.st_ctim.tv_sec * 1000 + st.st_ctim.tv_nsec / 1000000;
+	if (!li->reservation || li->expires_ms <= now || (limit && ctime_ms + limit <= now)) {
+		if (li->reservation && li->expires_ms <= now)
+			unlinkat(dirfd, name, 0); /* EPERM for others': left to them */
+		free(li->uuids);
+		free(li->indices);
+		free(li->migs);
+		return 1;
+	}
 	return 0;
 }
 
@@ -534,12 +582,30 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 	while ((de = readdir(d))) {
 		int is_lease = starts_with(de->d_name, LEASE_PREFIX);
 		int is_wait = starts_with(de->d_name, WAIT_PREFIX);
+		int is_resv = starts_with(de->d_name, RESV_PREFIX);
 		struct stat st;
 		char *text;
 		int live;
 
 		if (starts_with(de->d_name, TMP_PREFIX))
 			clean_tmp(dirfd(d), de->d_name);
+		if (is_resv) {
+			struct lease_info *l =
+			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+
+			if (!l) {
+				rc = GM_ERR_NOMEM;
+				break;
+			}
+			view->leases = l;
+			live = parse_reservation(reg, dirfd(d), de->d_name, &l[view->lease_count]);
+			if (live < 0) {
+				rc = GM_ERR_NOMEM;
+				break;
+			}
+			view->lease_count += live == 0;
+			continue;
+		}
 		if ((!is_lease && !is_wait) || (is_wait && upto && strcmp(de->d_name, upto) > 0))
 			continue;
 		live = read_live_file(dirfd(d), de->d_name, &text, &st);
@@ -555,7 +621,7 @@ static enum gm_err read_upto(struct registry *reg, struct registry_view *view, c
 
 			if (l) {
 				view->leases = l;
-				if (parse_lease(text, &st, &l[view->lease_count]) ==
+				if (parse_lease(text, &st, &l[view->lease_count], 0) ==
 				    0) /* 1: untrusted */
 					view->lease_count++;
 			}
@@ -626,7 +692,7 @@ static uint64_t job_used_mib(const struct gm_snapshot *snap, const struct proctr
 	return used;
 }
 
-/* ---- caps: the admin's max_gpus (config.h) ------------------------------ */
+/* ---- caps: the admin's limits (caps.h) ---------------------------------- */
 
 /* GPUs that uid's live leases hold. */
 static unsigned held_by(const struct registry_view *view, unsigned uid)
@@ -639,34 +705,11 @@ static unsigned held_by(const struct registry_view *view, unsigned uid)
 	return held;
 }
 
-/*
- * Would count more GPUs take uid beyond its cap?  0 no; 1 not now (what it
- * holds must end first); 2 never (count alone is beyond it).  why (may be
- * NULL) gets a line for people.
- */
+/* Would count more GPUs take uid beyond its cap?  caps_over(). */
 static int over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
                     unsigned count, char *why, size_t len)
 {
-	char from[96];
-	unsigned cap = config_max_gpus(&reg->cfg, uid, from, sizeof from), held;
-
-	if (why && len)
-		why[0] = '\0';
-	if (!cap)
-		return 0;
-	if (count > cap) {
-		if (why)
-			snprintf(why, len, "max_gpus: asks %u GPUs, the limit is %u (%s in %s)",
-			         count, cap, from, reg->cfg.system_path);
-		return 2;
-	}
-	held = held_by(view, uid);
-	if (held + count <= cap)
-		return 0;
-	if (why)
-		snprintf(why, len, "max_gpus: holds %u GPU%s already, the limit is %u (%s in %s)",
-		         held, held == 1 ? "" : "s", cap, from, reg->cfg.system_path);
-	return 1;
+	return caps_over(&reg->cfg, uid, held_by(view, uid), count, why, len);
 }
 
 /* A waiter that its own user's cap keeps waiting holds nothing back from
@@ -691,6 +734,8 @@ struct attempt {
 	char (*holders)[80];
 	const char **held_for;
 	char (*held_text)[160];
+	const char **barred;
+	char (*barred_text)[160];
 	struct policy_result res;
 	struct policy_input in;
 };
@@ -705,6 +750,8 @@ static void attempt_release(struct attempt *a)
 	free(a->holders);
 	free((void *)a->held_for);
 	free(a->held_text);
+	free((void *)a->barred);
+	free(a->barred_text);
 	policy_result_release(&a->res);
 	memset(a, 0, sizeof *a);
 }
@@ -760,7 +807,10 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	a->holders = calloc(a->view.lease_count + 1, sizeof *a->holders);
 	a->held_for = calloc(ngpu + 1, sizeof *a->held_for);
 	a->held_text = calloc(ngpu + 1, sizeof *a->held_text);
-	if (!a->leases || !a->holders || !a->held_for || !a->held_text)
+	a->barred = calloc(ngpu + 1, sizeof *a->barred);
+	a->barred_text = calloc(ngpu + 1, sizeof *a->barred_text);
+	if (!a->leases || !a->holders || !a->held_for || !a->held_text || !a->barred ||
+	    !a->barred_text)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	if (need_tree && proctree_read(&tree) < 0)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
@@ -768,8 +818,13 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	for (size_t i = 0; i < a->view.lease_count; i++) {
 		const struct lease_info *li = &a->view.leases[i];
 
-		snprintf(a->holders[i], sizeof a->holders[i], "%s (pid %d)", li->user,
-		         li->job_pid > 0 ? li->job_pid : li->pid);
+		if (li->reservation)
+			snprintf(a->holders[i], sizeof a->holders[i],
+			         "%s (reservation, %llds left)", li->user,
+			         (long long)((li->expires_ms - now_ms()) / 1000));
+		else
+			snprintf(a->holders[i], sizeof a->holders[i], "%s (pid %d)", li->user,
+			         li->job_pid > 0 ? li->job_pid : li->pid);
 		for (size_t g = 0; g < li->gpu_count; g++) {
 			struct policy_lease *pl = &a->leases[a->lease_count++];
 			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, li->uuids[g]);
@@ -815,6 +870,8 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	a->in.usable = a->env.usable;
 	a->in.held_for = a->held_for;
 	a->in.mig_usable = a->env.mig_usable;
+	if (caps_barred(&reg->cfg, (unsigned)geteuid(), a->snap, a->barred, a->barred_text))
+		a->in.barred = a->barred;
 	if (policy_choose(&a->in, req, &a->res) < 0)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	if (a->res.outcome != POLICY_NEVER) {
@@ -1075,7 +1132,12 @@ static enum gm_err publish_lease(struct registry *reg, struct attempt *a,
 	json_object_set_new(doc, "kind", json_string(req->share ? "share" : "exclusive"));
 	json_object_set_new(doc, "share_mib", json_integer((json_int_t)l->share_mib));
 	json_object_set_new(doc, "gpus", gpus);
-	snprintf(name, sizeof name, LEASE_PREFIX "%s", l->id);
+	if (opts && opts->reserve_ms > 0) {
+		json_object_set_new(doc, "reservation", json_true());
+		json_object_set_new(doc, "expires_ms", json_integer(now_ms() + opts->reserve_ms));
+	}
+	snprintf(name, sizeof name, "%s%s",
+	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, l->id);
 	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long",
 		             reg->dir);
@@ -1334,7 +1396,8 @@ static enum gm_err wait_for_change(struct waiting *w, int64_t deadline,
 			if (ev->mask & IN_Q_OVERFLOW) {
 				ahead_refresh(w);
 				wake = 1;
-			} else if (ev->len && starts_with(ev->name, LEASE_PREFIX)) {
+			} else if (ev->len && (starts_with(ev->name, LEASE_PREFIX) ||
+			                       starts_with(ev->name, RESV_PREFIX))) {
 				wake = 1;
 			} else if (ev->len && starts_with(ev->name, WAIT_PREFIX) &&
 			           strcmp(ev->name, w->mine) < 0) {
@@ -1715,6 +1778,9 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
+	if (opts && opts->reserve_ms > 0 &&
+	    caps_reserve_ok(&reg->cfg, (unsigned)geteuid(), opts->reserve_ms, err, len) < 0)
+		return GM_ERR_INVALID;
 	memset(&a, 0, sizeof a);
 	for (;;) {
 		rc = registry_lock(reg, deadline, &w, opts, err, len);
@@ -1790,6 +1856,35 @@ done:
 	ahead_release(&w.ah);
 	attempt_release(&a);
 	return rc;
+}
+
+enum gm_err registry_release(struct registry *reg, const char *id, char *err, size_t len)
+{
+	char name[128], user[33];
+	struct stat st;
+	int dfd;
+
+	if (reg->broker)
+		return broker_release_id(reg->broker, id, err, len);
+	if (!*id || strchr(id, '/') || strlen(id) > 64)
+		return gm_fail(GM_ERR_INVALID, err, len, "'%s' is not a reservation id", id);
+	snprintf(name, sizeof name, RESV_PREFIX "%s", id);
+	dfd = reg->lock_fd;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return gm_fail(GM_ERR_INVALID, err, len,
+		               "no reservation '%s' (it may have expired; gpuman status lists "
+		               "the live ones)",
+		               id);
+	user_name(st.st_uid, user, sizeof user);
+	/* The sticky directory refuses others anyway; say so plainly first. */
+	if (st.st_uid != geteuid() && geteuid() != 0)
+		return gm_fail(GM_ERR_INVALID, err, len,
+		               "reservation '%s' is %s's: only they (or root) can release it", id,
+		               user);
+	if (unlinkat(dfd, name, 0) < 0)
+		return gm_fail(GM_ERR_STATE, err, len, "cannot release reservation '%s': %s", id,
+		               strerror(errno));
+	return GM_OK;
 }
 
 int registry_wake_fd(const struct registry *reg)

@@ -12,6 +12,15 @@
  *                   alive exactly while some process holds an flock on it
  *   wait.<ns>.<id>  one per waiting request (its ticket), flock'd likewise;
  *                   names sort in arrival order, which is the serving order
+ *   resv.<id>       one per reservation (gpuman reserve): a lease that no
+ *                   process holds, alive until its "expires_ms" or until its
+ *                   owner removes it (the sticky directory lets only the
+ *                   owner and root); it counts only while it is a plain
+ *                   file of mode 0644 with one link, names its owner's uid,
+ *                   and -- with an admin's max_reserve -- no longer than
+ *                   that after its last change (ctime, which nobody sets
+ *                   back).  Nothing wakes waiters at its expiry: they look
+ *                   again within RECHECK_MS anyway.
  *
  * Files are created under a temporary name, locked, made 0644 whatever the
  * umask (others must read them), written, then renamed into place, so a
@@ -87,6 +96,8 @@ struct lease_info {
 	 * older than slices read it: for them the GPU is leased exclusively,
 	 * so they never place a job on it. */
 	char (*migs)[96];
+	int reservation;    /* held by nobody until expires_ms (gpuman reserve) */
+	int64_t expires_ms; /* wall clock; reservations only */
 };
 
 /* A live waiting request. */
@@ -155,6 +166,9 @@ struct acquire_opts {
 	 * poll registry_wake_fd() to learn when to try again.
 	 */
 	int keep_place;
+	/* > 0: take a reservation of this many ms (gpuman reserve): the lease
+	 * outlives this process; end it with registry_release(). */
+	int64_t reserve_ms;
 };
 
 /*
@@ -175,6 +189,13 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
                              const struct gm_request *req, const struct acquire_opts *opts,
                              struct gm_lease **out, char **explain, char *errbuf, size_t errlen);
+
+/*
+ * End the reservation id of this user (root: of anyone's) before it expires.
+ * GM_ERR_INVALID when there is none of that id, or it is another user's
+ * (err names the owner).
+ */
+enum gm_err registry_release(struct registry *reg, const char *id, char *errbuf, size_t errlen);
 
 /* Readable when the place that acquire_opts.keep_place kept may have been
  * served: time to call registry_acquire() again.  -1 when there is none. */

@@ -197,7 +197,7 @@ static void size_text(char *buf, size_t len, const struct gm_size *size)
 }
 
 /* A DURATION that parse_duration_ms reads back: "1h30m", "90s"... "1500ms". */
-static void duration_text(char *buf, size_t len, int64_t ms)
+void duration_text(char *buf, size_t len, int64_t ms)
 {
 	static const struct {
 		int64_t ms;

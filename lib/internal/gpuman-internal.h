@@ -49,6 +49,9 @@
 #include "../listing.h"
 /* config_load/_release: gpuman.conf's limits, which submit checks early. */
 #include "../config.h"
+/* caps_over, caps_barred, caps_reserve_ok: the admin's limits, which the
+ * daemon applies with the registry's own functions. */
+#include "../caps.h"
 /* broker_take_line: the daemon's side of the broker's wait line. */
 #include "../broker.h"
 /* slurm_*: batch --slurm's allocation (issue 6's back-end). */

@@ -1,0 +1,259 @@
+/*
+ * cmd_reserve.c - `gpuman reserve` and `gpuman release`: GPUs held for a
+ * user's interactive work (a notebook, a debugger) for a stated time, with
+ * no process of theirs holding the lease.  The registry records it as a
+ * resv.<id> file (registry.h), the broker in its memory and state file;
+ * both end it at its expiry or at `gpuman release`.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli.h"
+#include "gpuman-internal.h"
+#include "select_help.h"
+
+enum { OPT_FOR = OPT_CMD_BASE, OPT_RELEASE };
+
+struct reserve_args {
+	int64_t for_ms; /* 0: not given */
+	const char *release;
+};
+
+static int reserve_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	struct reserve_args *a = data;
+	char err[128];
+
+	if (opt == OPT_RELEASE) {
+		a->release = arg;
+		return CLI_CONTINUE;
+	}
+	if (opt != OPT_FOR)
+		return -1;
+	if (parse_duration_ms(arg, &a->for_ms, err, sizeof err) < 0 || a->for_ms <= 0)
+		return cli_usage(cli, "--for '%s': %s (a duration such as 90m or 4h)", arg,
+		                 a->for_ms <= 0 && !err[0] ? "must be more than 0" : err);
+	return CLI_CONTINUE;
+}
+
+static int release_id(struct cli *cli, const char *id)
+{
+	struct registry *reg = NULL;
+	char err[GM_ERRBUF_SIZE];
+	enum gm_err rc = registry_open(&reg, err, sizeof err);
+
+	if (rc == GM_OK)
+		rc = registry_release(reg, id, err, sizeof err);
+	registry_close(reg);
+	if (rc != GM_OK)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	if (cli->json) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "released", json_string(id));
+		return cli_print_json(o);
+	}
+	fprintf(stderr, "gpuman: reservation %s released\n", id);
+	return EXIT_OK;
+}
+
+/* The defaults of the admin's and the user's [defaults] (config.h) for
+ * what the command line did not say. */
+static int apply_defaults(struct cli *cli, int argc, char **argv)
+{
+	struct config cfg;
+	char err[GM_ERRBUF_SIZE];
+	int by = 0, wait = 0;
+
+	if (config_load(&cfg, 1, err, sizeof err) != GM_OK)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		by |= !strncmp(argv[i], "--by", 4);
+		wait |= !strncmp(argv[i], "--wait", 6);
+	}
+	if (!by && cfg.default_by >= 0)
+		cli->req->by = (enum gm_policy)cfg.default_by;
+	if (!wait && cfg.has_default_wait) {
+		cli->req->has_wait = 1;
+		cli->req->wait_ms = cfg.default_wait_ms;
+	}
+	config_release(&cfg);
+	return CLI_CONTINUE;
+}
+
+static void print_reserved(struct cli *cli, const struct gm_lease *l, int64_t for_ms)
+{
+	int64_t until = now_ms() + for_ms;
+	char when[32] = "?", dur[32];
+	time_t t = (time_t)(until / 1000);
+	struct tm tm;
+
+	duration_text(dur, sizeof dur, for_ms);
+	if (localtime_r(&t, &tm))
+		strftime(when, sizeof when, "%H:%M:%S", &tm);
+	if (cli->json) {
+		json_t *o = json_object(), *gpus = json_array();
+
+		for (size_t i = 0; i < l->gpu_count; i++) {
+			json_t *g = json_object();
+
+			json_object_set_new(g, "index", json_integer(l->indices[i]));
+			json_object_set_new(g, "uuid", json_string(l->uuids[i]));
+			json_array_append_new(gpus, g);
+		}
+		json_object_set_new(o, "id", json_string(l->id));
+		json_object_set_new(o, "gpus", gpus);
+		json_object_set_new(o, "cuda_visible_devices", json_string(l->cuda_visible));
+		json_object_set_new(o, "expires_ms", json_integer(until));
+		cli_print_json(o);
+		return;
+	}
+	/* stdout is for the shell (eval "$(gpuman reserve ...)"); people read
+	 * stderr. */
+	printf("export CUDA_VISIBLE_DEVICES=%s\n", l->cuda_visible);
+	printf("export GPUMAN_GPUS=%s\n", l->indices_text);
+	printf("export GPUMAN_RESERVATION=%s\n", l->id);
+	fprintf(stderr,
+	        "gpuman reserve: GPU %s reserved for %s (until %s), id %s\n"
+	        "  use it: eval \"$(gpuman reserve ...)\" sets the lines above; or run\n"
+	        "    CUDA_VISIBLE_DEVICES=%s jupyter lab\n"
+	        "  end it early: gpuman release %s\n",
+	        l->indices_text, dur, when, l->id, l->cuda_visible, l->id);
+}
+
+static int reserve_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         CLI_SELECT_OPTIONS,
+	                                         {"exclusive", no_argument, NULL, OPT_EXCLUSIVE},
+	                                         {"mem", required_argument, NULL, OPT_MEM},
+	                                         {"idle", no_argument, NULL, OPT_IDLE},
+	                                         {"wait", optional_argument, NULL, OPT_WAIT},
+	                                         {"for", required_argument, NULL, OPT_FOR},
+	                                         {"release", required_argument, NULL, OPT_RELEASE},
+	                                         {0}};
+	struct reserve_args args = {0, NULL};
+	struct acquire_opts opts = {0};
+	struct gm_context *ctx = NULL;
+	struct registry *reg = NULL;
+	struct gm_lease *lease = NULL;
+	char err[GM_ERRBUF_SIZE], *explain = NULL;
+	enum gm_err rc;
+	int status;
+
+	status = cli_parse(cli, &cmd_reserve, argc, argv, CLI_SELECT_SHORT, longopts,
+	                   reserve_option, &args);
+	if (status != CLI_CONTINUE)
+		return status;
+	if (optind < argc)
+		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	if (args.release)
+		return release_id(cli, args.release);
+	if (!args.for_ms)
+		return cli_usage(cli, "say how long with --for DURATION (e.g. --for 4h); a "
+		                      "reservation always ends");
+	if (cli->req->mig[0])
+		return cli_usage(cli, "--mig: MIG slices cannot be reserved yet; reserve the GPU");
+	status = apply_defaults(cli, argc, argv);
+	if (status != CLI_CONTINUE)
+		return status;
+	rc = gm_open(&ctx, err, sizeof err);
+	if (rc == GM_OK)
+		rc = registry_open(&reg, err, sizeof err);
+	if (rc != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	opts.command = "gpuman reserve";
+	opts.reserve_ms = args.for_ms;
+	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
+	switch (rc) {
+	case GM_OK:
+		print_reserved(cli, lease, args.for_ms);
+		/* The reservation outlives us: close, remove nothing. */
+		lease_detach(lease);
+		lease = NULL;
+		status = EXIT_OK;
+		break;
+	case GM_ERR_UNAVAILABLE:
+	case GM_ERR_NEVER:
+	case GM_ERR_TIMEOUT:
+		status = cli_error(cli, EXIT_UNAVAILABLE, "%s%s\n%s", err,
+		                   rc == GM_ERR_UNAVAILABLE ? " (add --wait to queue for it)" : "",
+		                   explain ? explain : "");
+		break;
+	case GM_ERR_INVALID:
+		status = cli_error(cli, EXIT_USAGE, "%s", err);
+		break;
+	default:
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		break;
+	}
+done:
+	gm_lease_release(lease);
+	free(explain);
+	registry_close(reg);
+	gm_close(ctx);
+	return status;
+}
+
+static int release_exec(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS, {0}};
+	int status = cli_parse(cli, &cmd_release, argc, argv, "", longopts, NULL, NULL);
+
+	if (status != CLI_CONTINUE)
+		return status;
+	if (optind + 1 != argc)
+		return cli_usage(cli, "name one reservation: gpuman release ID");
+	return release_id(cli, argv[optind]);
+}
+
+const struct cmd_entry cmd_reserve = {
+    "reserve",
+    "hold GPUs for interactive work for a while (a notebook, a debugger)",
+    "usage: gpuman reserve --for DURATION [SELECT] [--mem SIZE | --exclusive] [--idle]\n"
+    "                      [--wait[=DURATION]] [--json] [--sim FILE]\n"
+    "       gpuman reserve --release ID       (the same as gpuman release ID)\n"
+    "\n"
+    "Lease GPUs to you for DURATION (90m, 4h) with no process holding them: no\n"
+    "other user's run, batch, queue or reserve is given them until the time is\n"
+    "up or you release them.  Prints the environment to use them, as shell\n"
+    "lines on stdout (so that eval takes them) and in words on stderr:\n"
+    "  export CUDA_VISIBLE_DEVICES=GPU-...   the reserved GPUs, by UUID\n"
+    "  export GPUMAN_GPUS=0,1                their NVML indices\n"
+    "  export GPUMAN_RESERVATION=ID          the id to release it with\n"
+    "Your own programs started with that CUDA_VISIBLE_DEVICES use them; gpuman\n"
+    "status shows the reservation with the time left, and gpuman waste flags it\n"
+    "when its GPUs stay idle.\n"
+    "\n"
+    "  --for DURATION  how long (required; the admin's max_reserve may cap it)\n"
+    "  --release ID    end reservation ID now\n"
+    "  --json          the id, GPUs, CUDA_VISIBLE_DEVICES and expires_ms\n"
+    "\n" SELECT_HELP "\n"
+    "Exit 0 reserved; 75 nothing fits now (add --wait) or within the wait;\n"
+    "2 --for missing or longer than max_reserve; 1 any other error.\n"
+    "\n"
+    "examples:\n"
+    "  eval \"$(gpuman reserve -n 2 --for 4h)\"; jupyter lab\n"
+    "  gpuman reserve --mem 16G --for 90m --wait=10m\n"
+    "  gpuman release \"$GPUMAN_RESERVATION\"\n",
+    reserve_exec,
+};
+
+const struct cmd_entry cmd_release = {
+    "release",
+    "end one of your reservations before it expires",
+    "usage: gpuman release ID [--json]\n"
+    "\n"
+    "End reservation ID (gpuman reserve) now; its GPUs go to the next in line.\n"
+    "Only its owner (or root) can release it.  Exit 0 released; 1 no such\n"
+    "reservation (expired?) or another user's.\n"
+    "\n"
+    "example:\n"
+    "  gpuman release \"$GPUMAN_RESERVATION\"\n",
+    release_exec,
+};

@@ -1,0 +1,202 @@
+#!/usr/bin/env bats
+# gpuman reserve / release: GPUs held for a user's interactive work with no
+# process holding them, until released or expired -- against other real
+# users (gmtest-*), in the daemonless registry and through the broker.  And
+# the admin's policy bound where leases are granted: max_reserve, keep_out,
+# GPUs kept for a group, max_gpus in the broker, [defaults].
+
+load helpers
+
+setup() {
+	gm_setup
+	SHARED=$(mktemp -d /tmp/gm-reserve.XXXXXX)
+	chmod 755 "$SHARED"
+	mkdir -m 1777 "$SHARED/state" "$SHARED/sim"
+	install -m 666 /dev/null "$SHARED/sim/lock"
+	export GPUMAN_STATE_DIR="$SHARED/state" GPUMAN_SIM_STATE="$SHARED/sim"
+	export GPUMAN_CONFIG="$SHARED/gpuman.conf"
+	install -m 644 /dev/null "$GPUMAN_CONFIG"
+	# two empty GPUs every user can read
+	echo '{ "gpus": [ {"name":"g0","memory_total_mib":16000}, {"name":"g1","memory_total_mib":16000} ] }' \
+		>"$SHARED/gpus.json"
+	chmod 644 "$SHARED/gpus.json"
+	export GPUMAN_SIM="$SHARED/gpus.json"
+	DAEMON=
+}
+
+teardown() {
+	[ -z "$DAEMON" ] || kill "$DAEMON" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$SHARED"
+}
+
+# broker - the rest of the test goes through a broker of its own
+broker() {
+	export GPUMAN_BROKER=$SHARED/gpuman.sock
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$BATS_TEST_TMPDIR/broker/leases.json" \
+		2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log' 2>/dev/null"
+}
+
+# holds_against_others - alice reserves both GPUs; bob is refused, cannot
+# release it, and gets a GPU once alice releases it early
+holds_against_others() {
+	gm_user alice
+	gm_user bob
+	run -0 --separate-stderr as_user alice gpuman reserve -n 2 --for 60s
+	[[ "$output" == *"export CUDA_VISIBLE_DEVICES=GPU-"*"export GPUMAN_RESERVATION="* ]]
+	[[ "$stderr" == *"reserved for 1m"*"gpuman release "* ]]
+	id=$(printf '%s\n' "$output" | sed -n 's/^export GPUMAN_RESERVATION=//p')
+	# alice's shell takes the lines as they are
+	run -0 as_user alice sh -c "eval \"\$(gpuman reserve --for 1s 2>/dev/null || true)\"; echo \"x\$GPUMAN_GPUS\""
+	run -75 as_user bob gpuman run -- true
+	[[ "$output" == *"gmtest-alice (reservation, "*"s left)"* ]]
+	run -0 gpuman status --json
+	[ "$(jqr '.leases[0].reservation')" = true ]
+	[ "$(jqr '.leases[0].user')" = gmtest-alice ]
+	[ "$(jqr "(.leases[0].expires_ms - $(date +%s%3N)) / 1000 | floor | . > 50 and . <= 60")" = true ]
+	run -0 gpuman status
+	[[ "$output" == *"[reserved: gmtest-alice, "*"s left]"* ]]
+	run -1 as_user bob gpuman release "$id"
+	[[ "$output" == *"reservation '$id' is gmtest-alice's: only they (or root) can release it"* ]]
+	run -1 as_user bob gpuman reserve --release "$id"
+	run -75 as_user bob gpuman run -- true
+	run -0 as_user alice gpuman release "$id"
+	run -0 as_user bob gpuman run -n 2 -- true
+	run -1 as_user alice gpuman release "$id"
+	[[ "$output" == *"no reservation '$id'"* ]]
+}
+
+# expires_on_time - a 2 s reservation ends by itself: bob, waiting, gets the
+# GPUs about 2 s later, and none before
+expires_on_time() {
+	gm_user alice
+	gm_user bob
+	run -0 as_user alice gpuman reserve -n 2 --for 2s
+	start=$(date +%s%3N)
+	run -0 as_user bob gpuman run -n 2 --wait=10s -- true
+	took=$(( $(date +%s%3N) - start ))
+	echo "bob waited $took ms" >&3
+	[ "$took" -ge 1500 ] && [ "$took" -lt 4500 ]
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 0 ]
+}
+
+@test "registry: a reservation holds GPUs against another user, who cannot release it; released early" {
+	holds_against_others
+	# a reservation is a plain file of its owner: nobody else may write it
+	[ -z "$(find "$SHARED/state" -name 'resv.*' -perm /022)" ]
+}
+
+@test "registry: a reservation expires on time and its GPUs go to the waiter" {
+	expires_on_time
+}
+
+@test "broker: a reservation holds GPUs against another user, who cannot release it; released early" {
+	broker
+	holds_against_others
+	[ -z "$(ls "$SHARED/state")" ]
+}
+
+@test "broker: a reservation expires on time, and survives a restart of the broker" {
+	broker
+	gm_user alice
+	run -0 as_user alice gpuman reserve -n 1 --for 60s
+	kill "$DAEMON"
+	wait "$DAEMON" || true
+	broker
+	run -0 gpuman status --json
+	[ "$(jqr '.leases[0].user')" = gmtest-alice ]
+	[ "$(jqr '.leases[0].reservation')" = true ]
+	run -0 gpuman release "$(jqr '.leases[0].id')" # root may
+	expires_on_time
+}
+
+@test "reserve needs --for; a tampered reservation file of another user is not believed" {
+	run -2 gpuman reserve -n 1
+	[[ "$output" == *"--for DURATION"* ]]
+	run -2 gpuman reserve --for 0s
+	gm_user alice
+	gm_user mallory
+	run -0 as_user alice gpuman reserve -n 2 --for 60s
+	f=$(ls "$SHARED"/state/resv.*)
+	# a copy under another name, or a link, is not alice's reservation
+	as_user mallory sh -c "cat '$f' >'$SHARED/state/resv.forged'; chmod 644 '$SHARED/state/resv.forged'"
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 1 ]
+	# mallory cannot remove alice's file (sticky directory)
+	run -1 as_user mallory gpuman release "$(basename "$f" | cut -c6-)"
+	[ -e "$f" ]
+}
+
+@test "max_reserve: a longer --for is refused, naming the limit and where it is set (registry and broker)" {
+	printf '[limits]\nmax_reserve = 1h\n' >"$GPUMAN_CONFIG"
+	run -2 gpuman reserve --for 2h
+	[[ "$output" == *"max_reserve: --for 2h is longer than the limit, 1h ([limits] in $GPUMAN_CONFIG); reserve for 1h or less"* ]]
+	run -0 gpuman reserve --for 1h
+	broker
+	run -2 gpuman reserve --for 90m
+	[[ "$output" == *"max_reserve: --for 1h30m is longer than the limit, 1h"* ]]
+}
+
+@test "keep_out and [group] gpus: never handed to others, in the registry and through the broker" {
+	gm_user alice
+	printf '[limits]\nkeep_out = 1\n' >"$GPUMAN_CONFIG"
+	run -0 gpuman run -- sh -c 'echo $GPUMAN_GPUS'
+	[ "$output" = 0 ]
+	run -75 gpuman run -n 2 -- true
+	[[ "$output" == *"GPU 1 (g1): kept out of gpuman by the admin (keep_out in $GPUMAN_CONFIG)"* ]]
+	printf '[group root]\ngpus = 0\n' >"$GPUMAN_CONFIG"
+	run -75 as_user alice gpuman run -n 2 -- true
+	[[ "$output" == *"GPU 0 (g0): kept for group root ([group] gpus in $GPUMAN_CONFIG)"* ]]
+	run -0 as_user alice gpuman run -- sh -c 'echo $GPUMAN_GPUS'
+	[ "$output" = 1 ]
+	run -0 gpuman run -n 2 -- true
+	broker
+	run -75 as_user alice gpuman run -n 2 -- true
+	[[ "$output" == *"kept for group root"* ]]
+	run -0 as_user alice gpuman reserve --for 10s
+	run -0 gpuman run -- sh -c 'echo $GPUMAN_GPUS'
+	[ "$output" = 0 ]
+}
+
+@test "broker: max_gpus counts leases and reservations; a capped waiter shows why and blocks nobody" {
+	gm_user alice
+	gm_user bob
+	printf '[limits]\nmax_gpus = 1\n' >"$GPUMAN_CONFIG"
+	broker
+	run -0 as_user alice gpuman reserve --for 60s
+	run -75 as_user alice gpuman run -- true
+	[[ "$output" == *"max_gpus: holds 1 GPU already, the limit is 1 ([limits] in $GPUMAN_CONFIG)"* ]]
+	run -75 as_user alice gpuman reserve -n 2 --for 1s
+	[[ "$output" == *"max_gpus: asks 2 GPUs, the limit is 1"* ]]
+	as_user alice gpuman run --wait -- true &
+	waiter=$!
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	run -0 gpuman status --json
+	[ "$(jqr '.waiters[0].limit')" = "max_gpus: holds 1 GPU already, the limit is 1 ([limits] in $GPUMAN_CONFIG)" ]
+	run -0 gpuman status
+	[[ "$output" == *"waits for its user's limit, not in the way of others"* ]]
+	# bob came later and is served at once
+	run -0 as_user bob gpuman run -- true
+	run -0 gpuman release "$(gpuman status --json | jq -r '.leases[0].id')"
+	wait "$waiter"
+}
+
+@test "[defaults] and the personal ~/.config/gpuman/config: defaults only, never the admin's limits" {
+	mkdir -p "$XDG_CONFIG_HOME/gpuman"
+	printf '[defaults]\npolicy = index\nwait = 5s\n' >"$XDG_CONFIG_HOME/gpuman/config"
+	run -0 gpuman reserve --for 2s --json
+	[ "$(jqr '.gpus[0].index')" = 0 ]
+	# wait = 5s: the next one waits for the first to expire
+	run -0 gpuman reserve -n 2 --for 1s --json
+	printf '[limits]\nmax_gpus = 8\n' >"$XDG_CONFIG_HOME/gpuman/config"
+	run -1 gpuman reserve --for 1s
+	[[ "$output" == *"$XDG_CONFIG_HOME/gpuman/config:2: [limits] is the admin's ($GPUMAN_CONFIG); your file may only set [queue] and [defaults]"* ]]
+	# the older name still works; config wins when both exist
+	rm "$XDG_CONFIG_HOME/gpuman/config"
+	printf '[defaults]\npolicy = nope\n' >"$XDG_CONFIG_HOME/gpuman/gpuman.conf"
+	run -1 gpuman reserve --for 1s
+	[[ "$output" == *"gpuman.conf:2: policy = nope: unknown policy"* ]]
+}
