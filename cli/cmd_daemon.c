@@ -86,6 +86,7 @@ struct conn {
 	struct gm_request *req;
 	int wait;
 	int64_t reserve_ms; /* > 0: a reservation for this long */
+	char within[64];    /* inside this reservation of its user's; "" none */
 	int told;           /* "queued" sent */
 	int64_t since_ms;   /* wall clock */
 	uint64_t seq;
@@ -637,6 +638,15 @@ static unsigned held_by(const struct daemon *d, unsigned uid)
 	return n;
 }
 
+/* The reservation c asks inside of, if it is its user's and lives. */
+static const struct blease *within_of(const struct daemon *d, const struct conn *c)
+{
+	for (const struct blease *l = d->leases; c->within[0] && l; l = l->next)
+		if (l->reservation && l->uid == c->uid && !strcmp(l->id, c->within))
+			return l;
+	return NULL;
+}
+
 /* Reservations whose time is up end; returns the next expiry (wall clock
  * ms), or -1 for none. */
 static int64_t expire(struct daemon *d)
@@ -685,7 +695,8 @@ struct placed {
 	size_t count;
 };
 
-static int placed_build(struct placed *p, const struct daemon *d, const struct gm_snapshot *snap)
+static int placed_build(struct placed *p, const struct daemon *d, const struct gm_snapshot *snap,
+                        const struct blease *skip)
 {
 	struct proctree tree = PROCTREE_INIT;
 	size_t total = 0, i = 0;
@@ -705,6 +716,8 @@ static int placed_build(struct placed *p, const struct daemon *d, const struct g
 	for (const struct blease *l = d->leases; l; l = l->next, i++) {
 		int job = l->job_pid ? l->job_pid : l->pid;
 
+		if (l == skip)
+			continue;
 		if (l->reservation)
 			snprintf(p->holders[i], sizeof p->holders[i],
 			         "%s (reservation, %llds left)", l->user,
@@ -848,7 +861,7 @@ static void tell_queued(struct daemon *d, struct conn *c, size_t position, const
 static void serve_line(struct daemon *d, int fresh)
 {
 	struct gm_snapshot *snap;
-	struct placed placed = {0};
+	struct placed placed = {0}, mine = {0};
 	const char **held_for = NULL, **barred = NULL;
 	char(*held_text)[160] = NULL, (*barred_text)[160] = NULL;
 	size_t position = 0, held = 0;
@@ -867,7 +880,7 @@ static void serve_line(struct daemon *d, int fresh)
 	barred = calloc(snap->gpu_count + 1, sizeof *barred);
 	barred_text = calloc(snap->gpu_count + 1, sizeof *barred_text);
 	if (!held_for || !held_text || !barred || !barred_text ||
-	    placed_build(&placed, d, snap) < 0)
+	    placed_build(&placed, d, snap, NULL) < 0)
 		goto done;
 	for (c = d->line_head; c; c = next) {
 		struct policy_result res = POLICY_RESULT_INIT;
@@ -875,6 +888,7 @@ static void serve_line(struct daemon *d, int fresh)
 		                          .leases = placed.pl,
 		                          .lease_count = placed.count,
 		                          .held_for = held_for};
+		const struct blease *within;
 		unsigned char *usable;
 		char *why, limit[200];
 		int over;
@@ -883,8 +897,10 @@ static void serve_line(struct daemon *d, int fresh)
 		position++;
 		/* Over its cap, it is not served and holds nothing back: first
 		 * come, first served within what each user may have. */
-		over = caps_over(&d->cfg, c->uid, held_by(d, c->uid), c->req->count, limit,
-		                 sizeof limit);
+		within = within_of(d, c);
+		over = caps_over(&d->cfg, c->uid,
+		                 held_by(d, c->uid) - (within ? (unsigned)within->n : 0),
+		                 c->req->count, limit, sizeof limit);
 		if (over == 2 || (over && !c->wait)) {
 			refuse(d, c, over == 2 ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,
 			       over == 2 ? "no GPU of this machine can ever meet the request"
@@ -902,6 +918,11 @@ static void serve_line(struct daemon *d, int fresh)
 		in.usable = usable;
 		if (caps_barred(&d->cfg, c->uid, snap, barred, barred_text))
 			in.barred = barred;
+		/* Inside its own reservation: those GPUs are not taken from it. */
+		if (within && placed_build(&mine, d, snap, within) == 0) {
+			in.leases = mine.pl;
+			in.lease_count = mine.count;
+		}
 		if (held == snap->gpu_count) {
 			/* Everything is held for earlier requests. */
 			if (!c->wait)
@@ -922,7 +943,7 @@ static void serve_line(struct daemon *d, int fresh)
 		if (res.outcome == POLICY_OK) {
 			grant(d, c, snap, &res);
 			position--;
-			if (placed_build(&placed, d, snap) < 0) {
+			if (placed_build(&placed, d, snap, NULL) < 0) {
 				policy_result_release(&res);
 				free(usable);
 				break;
@@ -961,6 +982,8 @@ static void serve_line(struct daemon *d, int fresh)
 done:
 	free(placed.pl);
 	free(placed.holders);
+	free(mine.pl);
+	free(mine.holders);
 	free(held_for);
 	free(held_text);
 	free((void *)barred);
@@ -1009,6 +1032,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	}
 	c->wait = json_is_true(json_object_get(msg, "wait"));
 	c->reserve_ms = json_integer_value(json_object_get(msg, "reserve_ms"));
+	str_copy(c->within, sizeof c->within,
+	         json_string_value(json_object_get(msg, "within")) ?: "");
 	config_fresh(d);
 	if (c->reserve_ms < 0 ||
 	    (c->reserve_ms > 0 &&

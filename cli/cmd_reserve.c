@@ -118,10 +118,10 @@ static void print_reserved(struct cli *cli, const struct gm_lease *l, int64_t fo
 	printf("export GPUMAN_RESERVATION=%s\n", l->id);
 	fprintf(stderr,
 	        "gpuman reserve: GPU %s reserved for %s (until %s), id %s\n"
-	        "  use it: eval \"$(gpuman reserve ...)\" sets the lines above; or run\n"
-	        "    CUDA_VISIBLE_DEVICES=%s jupyter lab\n"
+	        "  use it: eval \"$(gpuman reserve ...)\" sets the lines above in your shell;\n"
+	        "  then your programs see only these GPUs, and gpuman run places jobs on them\n"
 	        "  end it early: gpuman release %s\n",
-	        l->indices_text, dur, when, l->id, l->cuda_visible, l->id);
+	        l->indices_text, dur, when, l->id, l->id);
 }
 
 static int reserve_exec(struct cli *cli, int argc, char **argv)
@@ -226,9 +226,11 @@ const struct cmd_entry cmd_reserve = {
     "  export CUDA_VISIBLE_DEVICES=GPU-...   the reserved GPUs, by UUID\n"
     "  export GPUMAN_GPUS=0,1                their NVML indices\n"
     "  export GPUMAN_RESERVATION=ID          the id to release it with\n"
-    "Your own programs started with that CUDA_VISIBLE_DEVICES use them; gpuman\n"
-    "status shows the reservation with the time left, and gpuman waste flags it\n"
-    "when its GPUs stay idle.\n"
+    "Your own programs started with that CUDA_VISIBLE_DEVICES use them.  With\n"
+    "GPUMAN_RESERVATION set, your gpuman run, batch and library calls lease\n"
+    "inside the reservation: its GPUs count as yours, not as taken (two runs\n"
+    "there still never share a GPU unasked).  gpuman status shows it with the\n"
+    "time left; gpuman waste flags it when its GPUs stay idle.\n"
     "\n"
     "  --for DURATION  how long (required; the admin's max_reserve may cap it)\n"
     "  --release ID    end reservation ID now\n"

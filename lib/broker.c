@@ -438,6 +438,11 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			json_object_set_new(msg, "usable", usable_json(&env, snap));
 		if (opts && opts->reserve_ms > 0)
 			json_object_set_new(msg, "reserve_ms", json_integer(opts->reserve_ms));
+		/* Inside one's own reservation: its GPUs are ours (the broker
+		 * checks that it is). */
+		if (getenv("GPUMAN_RESERVATION") && *getenv("GPUMAN_RESERVATION"))
+			json_object_set_new(msg, "within",
+			                    json_string(getenv("GPUMAN_RESERVATION")));
 		if (broker_send(fd, msg) < 0) {
 			rc = gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path,
 			             strerror(errno));

@@ -18,7 +18,9 @@
  *      "command":"...","usable":{"GPU-...":1,...},"reserve_ms":N}   the
  *                              request, as gm_request_set() keys and
  *                              values; with reserve_ms, a reservation
- *                              that outlives the connection until then
+ *                              that outlives the connection until then;
+ *                              with "within":ID, inside the caller's own
+ *                              reservation ID, whose GPUs it may then use
  *     {"op":"release","id":ID}  end one's own reservation (root: anyone's)
  *     {"op":"job","pid":N}      the lease's job was started (for restores)
  *     {"op":"release"}          end the lease now, whoever else holds it

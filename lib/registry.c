@@ -724,6 +724,29 @@ static int waiter_capped(const struct registry *reg, const struct registry_view 
 
 /* ---- one attempt: read everything, ask the policy ---------------------- */
 
+/*
+ * Inside one's own reservation (GPUMAN_RESERVATION, as gpuman reserve
+ * prints it), its GPUs are the caller's to use: the reservation neither
+ * occupies them nor counts against the caller's cap.  Leases taken inside
+ * it still do, so two runs there never share a GPU unasked.
+ */
+static void drop_within(struct registry_view *view)
+{
+	const char *id = getenv("GPUMAN_RESERVATION");
+
+	for (size_t i = 0; id && *id && i < view->lease_count; i++) {
+		struct lease_info *li = &view->leases[i];
+
+		if (!li->reservation || li->uid != (unsigned)geteuid() || strcmp(li->id, id))
+			continue;
+		free(li->uuids);
+		free(li->indices);
+		free(li->migs);
+		*li = view->leases[--view->lease_count];
+		return;
+	}
+}
+
 struct attempt {
 	struct registry_view view;
 	struct gm_snapshot *snap; /* owned unless given by the caller */
@@ -788,6 +811,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	rc = read_upto(reg, &a->view, mine, err, len);
 	if (rc != GM_OK)
 		return rc;
+	drop_within(&a->view);
 	if (given) {
 		a->snap = (struct gm_snapshot *)given;
 		a->snap_given = 1;

@@ -83,6 +83,37 @@ expires_on_time() {
 	[ "$(jqr '.leases | length')" = 0 ]
 }
 
+# inside_own - with the lines reserve prints, alice's gpuman run leases
+# inside her reservation; two runs there do not share a GPU; bob is refused
+inside_own() {
+	gm_user alice
+	gm_user bob
+	printf '[limits]\nmax_gpus = 1\n' >"$GPUMAN_CONFIG"
+	run -0 as_user alice sh -c '
+		eval "$(gpuman reserve --for 60s 2>/dev/null)" || exit 9
+		gpuman run -- sh -c "echo in \$GPUMAN_GPUS; sleep 1" &
+		sleep 0.5
+		gpuman run -- true && echo shared
+		wait
+		echo "cvd $CUDA_VISIBLE_DEVICES"'
+	[[ "$output" == *"in 0"* || "$output" == *"in 1"* ]]
+	[[ "$output" != *shared* ]]
+	[[ "$output" == *"cvd GPU-"* ]]
+	run -75 as_user alice gpuman run -- true
+	[[ "$output" == *"max_gpus: holds 1 GPU already"* ]]
+	run -0 as_user bob gpuman run -- true
+	run -75 as_user bob gpuman run -n 2 -- true
+}
+
+@test "registry: inside her own reservation, a user's gpuman run uses its GPUs; nobody else can" {
+	inside_own
+}
+
+@test "broker: inside her own reservation, a user's gpuman run uses its GPUs; nobody else can" {
+	broker
+	inside_own
+}
+
 @test "registry: a reservation holds GPUs against another user, who cannot release it; released early" {
 	holds_against_others
 	# a reservation is a plain file of its owner: nobody else may write it
