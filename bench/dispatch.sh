@@ -165,7 +165,7 @@ for _ in $(seq 200); do
 	gpuman submit -- true
 done >ids.txt
 gpuman wait $(cat ids.txt) >/dev/null
-pid=$(cat "$GPUMAN_QUEUE_DIR/dispatcher.lock")
+pid=$(cat "$GPUMAN_QUEUE_DIR"/dispatcher*.lock | head -1) # GPUMAN_SIM set: dispatcher-<machine>.lock
 sleep 0.5
 cpu() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
 csw() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$pid/status"; }

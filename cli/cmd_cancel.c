@@ -26,7 +26,10 @@ static int signal_runner(const struct queue *q, const struct job *job, int sig)
 
 	if (job->run_slot < 0)
 		return -1;
-	snprintf(path, sizeof path, "%s/runs/slot-%d.run", q->dir, job->run_slot);
+	char dir[PATH_MAX + 32];
+
+	snprintf(path, sizeof path, "%s/slot-%d.run",
+	         queue_run_dir(q, job->machine, dir, sizeof dir), job->run_slot);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || job->runner_pid <= 0)
 		goto done;

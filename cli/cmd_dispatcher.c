@@ -1,9 +1,14 @@
 /*
  * cmd_dispatcher.c - `gpuman dispatcher --lock-fd=N DIR`, not for people:
  * the per-user queue's dispatcher, exec'd by queue_ensure_dispatcher()
- * (jobs.c) with dispatcher.lock already locked on descriptor N.  It runs
- * the engine until the queue is empty, then exits.  Its messages go to
+ * (jobs.c) with its lock already locked on descriptor N.  It runs the
+ * engine until the queue is empty, then exits.  Its messages go to
  * DIR/dispatcher.log.
+ *
+ * One runs per machine (GPUMAN_DISPATCHER_MACHINE, a key of
+ * queue_machine_key): it places and runs only the jobs submitted for that
+ * machine, in that machine's environment, whatever the environment of the
+ * command that started it; the jobs themselves run with their own.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +17,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
@@ -96,6 +102,7 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	    when[32], pid[24];
 	enum engine_result res;
 	int lock_fd = -1, status = EXIT_FAIL;
+	char *machine;
 
 	if (argc != 3 || strncmp(argv[1], "--lock-fd=", 10))
 		return cli_usage(cli, "this command is started by gpuman itself");
@@ -108,9 +115,23 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pid, strlen(pid), 0) < 0)
 		cli_error(cli, 0, "warning: cannot write the pid into the lock file");
 	setenv("GPUMAN_QUEUE_DIR", argv[2], 1);
-	if (queue_open(cli, &q) != EXIT_OK)
+	machine = getenv("GPUMAN_DISPATCHER_MACHINE");
+	if (!machine || !(machine = strdup(machine)) || queue_machine_apply(machine) < 0)
+		return cli_error(cli, EXIT_FAIL, "no machine (GPUMAN_DISPATCHER_MACHINE)");
+	unsetenv("GPUMAN_DISPATCHER_MACHINE");
+	if (queue_open(cli, &q) != EXIT_OK) {
+		free(machine);
 		return EXIT_FAIL;
+	}
 	stamp(when, sizeof when);
+	if (mkdir(queue_run_dir(&q, machine, runs, sizeof runs), 0700) < 0 && errno != EEXIST)
+		snprintf(err, sizeof err, "'%.2048s': %s", runs, strerror(errno));
+	else if (jobstore_set_machine(q.store, machine, err, sizeof err) == GM_OK)
+		err[0] = '\0';
+	if (err[0]) {
+		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), err);
+		goto done;
+	}
 	if (gm_open(&ctx, err, sizeof err) != GM_OK ||
 	    registry_open(&reg, err, sizeof err) != GM_OK) {
 		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), err);
@@ -119,7 +140,7 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	trim_code_pages();
 	memset(&cfg, 0, sizeof cfg);
 	cfg.store = q.store;
-	cfg.run_dir = queue_path(&q, "runs", runs, sizeof runs);
+	cfg.run_dir = runs;
 	cfg.log_dir = queue_path(&q, "logs", logs, sizeof logs);
 	cfg.ctx = ctx;
 	cfg.reg = reg;
@@ -140,6 +161,7 @@ done:
 	registry_close(reg);
 	gm_close(ctx);
 	queue_close(&q);
+	free(machine);
 	return status;
 }
 

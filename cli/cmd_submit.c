@@ -225,7 +225,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	struct queue q = {.store = NULL};
 	json_t *jargv = json_array();
 	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
-	                                         *request = NULL, *env = NULL;
+	                                         *request = NULL, *env = NULL, *machine = NULL;
 	size_t env_len = 0;
 	int status;
 
@@ -265,7 +265,8 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	command = display_command(argv + optind);
 	request = engine_request_json(cli->req, cli->no_framework_env);
 	env = env_block(&env_len);
-	if (!argv_text || !command || !request || !env) {
+	machine = queue_machine_key();
+	if (!argv_text || !command || !request || !env || !machine) {
 		status = cli_error(cli, EXIT_FAIL, "out of memory (or an argument is not UTF-8)");
 		goto done;
 	}
@@ -299,6 +300,8 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	job.priority = o.priority;
 	job.notify = o.notify ? notify : NULL;
 	job.time_limit_s = o.time_limit;
+	/* The machine is the submit's, not the dispatcher's. */
+	job.machine = machine;
 	/* The jobs waited for are checked and the job inserted in one
 	 * transaction: none of them can end unseen in between.  A job can
 	 * only wait for jobs that exist already, so --after never makes a
@@ -324,7 +327,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	 * the end time makes this cost what it deletes. */
 	if (cfg.keep_ms > 0 && queue_prune(&q, now_ms() - cfg.keep_ms, NULL, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot forget old jobs: %s", err);
-	if (queue_ensure_dispatcher(&q, err, sizeof err) < 0)
+	if (queue_ensure_machine(&q, machine, err, sizeof err) < 0)
 		cli_error(cli, 0,
 		          "warning: cannot start the dispatcher: %s (job %lld stays queued)", err,
 		          (long long)job.id);
@@ -342,6 +345,7 @@ done:
 	free(command);
 	free(request);
 	free(env);
+	free(machine);
 	return status;
 }
 

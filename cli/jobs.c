@@ -234,7 +234,8 @@ int queue_drain_events(int ifd)
 			const struct inotify_event *ev = (const struct inotify_event *)p;
 
 			if ((ev->mask & IN_Q_OVERFLOW) || !ev->len ||
-			    strcmp(ev->name, "dispatcher.lock"))
+			    strncmp(ev->name, "dispatcher", 10) ||
+			    strcmp(ev->name + strlen(ev->name) - 5, ".lock"))
 				news = 1;
 			p += sizeof *ev + ev->len;
 		}
@@ -272,11 +273,28 @@ int queue_dispatcher_pid(const struct queue *q)
 
 int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
 {
-	char path[PATH_MAX + 32], arg[32];
+	char **machines = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	if (jobstore_live_machines(q->store, &machines, &n, err, len) != GM_OK)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!rc && queue_ensure_machine(q, machines[i], err, len) < 0)
+			rc = -1;
+		free(machines[i]);
+	}
+	free(machines);
+	return rc;
+}
+
+int queue_ensure_machine(const struct queue *q, const char *machine, char *err, size_t len)
+{
+	char path[PATH_MAX + 32], arg[32], lock[64];
 	pid_t pid;
 	int fd, status;
 
-	fd = open(queue_path(q, "dispatcher.lock", path, sizeof path),
+	fd = open(queue_path(q, queue_lock_name(machine, lock, sizeof lock), path, sizeof path),
 	          O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		snprintf(err, len, "'%s': %s", path, strerror(errno));
@@ -326,6 +344,10 @@ int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
 		if (log_fd > 2)
 			close(log_fd);
 		umask(077);
+		/* Its machine's environment, whoever starts it. */
+		if (queue_machine_apply(machine) < 0 ||
+		    setenv("GPUMAN_DISPATCHER_MACHINE", machine, 1) < 0)
+			_exit(1);
 		snprintf(arg, sizeof arg, "--lock-fd=%d", fd);
 		execl("/proc/self/exe", "gpuman", "dispatcher", arg, q->dir, (char *)NULL);
 		_exit(127);
@@ -379,4 +401,110 @@ int64_t parse_job_id(const char *s)
 	if (errno || *end || v <= 0)
 		return -1;
 	return v;
+}
+
+/* ---- the machine a job belongs to ----------------------------------------- */
+
+/* The variables that decide which GPUs and which registry a job gets: the
+ * GPUs (NVML library or simulated scenario and its state), the lease
+ * registry or broker, and the admin's limits.  Paths, made absolute. */
+static const char *const machine_vars[] = {
+    "GPUMAN_NVML",      "GPUMAN_SIM",    "GPUMAN_SIM_STATE",
+    "GPUMAN_STATE_DIR", "GPUMAN_BROKER", "GPUMAN_CONFIG",
+};
+#define NVARS (sizeof machine_vars / sizeof machine_vars[0])
+
+/* value as an absolute path (it need not exist) into buf. */
+static void absolute(const char *value, char *buf, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (realpath(value, buf))
+		return;
+	if (value[0] == '/' || !getcwd(cwd, sizeof cwd))
+		snprintf(buf, len, "%s", value);
+	else
+		snprintf(buf, len, "%.*s/%s", (int)(len / 2), cwd, value);
+}
+
+char *queue_machine_key(void)
+{
+	size_t used = 0, cap = 64;
+	char *key = malloc(cap);
+
+	if (!key)
+		return NULL;
+	key[0] = '\0';
+	for (size_t i = 0; i < NVARS; i++) {
+		const char *v = getenv(machine_vars[i]);
+		char path[PATH_MAX];
+		size_t need;
+
+		if (!v || !*v || strchr(v, '\n'))
+			continue;
+		if (strcmp(machine_vars[i], "GPUMAN_BROKER") || strcmp(v, "off"))
+			absolute(v, path, sizeof path);
+		else
+			snprintf(path, sizeof path, "%s", v);
+		need = used + strlen(machine_vars[i]) + strlen(path) + 3;
+		if (need > cap) {
+			char *grown = realloc(key, cap = need * 2);
+
+			if (!grown) {
+				free(key);
+				return NULL;
+			}
+			key = grown;
+		}
+		used += (size_t)snprintf(key + used, cap - used, "%s=%s\n", machine_vars[i], path);
+	}
+	return key;
+}
+
+int queue_machine_apply(const char *key)
+{
+	for (size_t i = 0; i < NVARS; i++)
+		unsetenv(machine_vars[i]);
+	for (const char *p = key; p && *p;) {
+		const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
+		char name[64], value[PATH_MAX];
+
+		if (!nl || !eq || eq > nl || (size_t)(eq - p) >= sizeof name ||
+		    (size_t)(nl - eq) > sizeof value)
+			return -1;
+		snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
+		snprintf(value, sizeof value, "%.*s", (int)(nl - eq - 1), eq + 1);
+		if (setenv(name, value, 1) < 0)
+			return -1;
+		p = nl + 1;
+	}
+	return 0;
+}
+
+/* "<name><-hash of machine>" ("" the default machine: the bare name). */
+static char *machine_name(const char *name, const char *ext, const char *machine, char *buf,
+                          size_t len)
+{
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a */
+
+	if (!machine || !*machine) {
+		snprintf(buf, len, "%s%s", name, ext);
+		return buf;
+	}
+	for (const unsigned char *p = (const unsigned char *)machine; *p; p++)
+		h = (h ^ *p) * 1099511628211ULL;
+	snprintf(buf, len, "%s-%016llx%s", name, (unsigned long long)h, ext);
+	return buf;
+}
+
+char *queue_run_dir(const struct queue *q, const char *machine, char *buf, size_t len)
+{
+	char name[64];
+
+	return queue_path(q, machine_name("runs", "", machine, name, sizeof name), buf, len);
+}
+
+char *queue_lock_name(const char *machine, char *buf, size_t len)
+{
+	return machine_name("dispatcher", ".lock", machine, buf, len);
 }

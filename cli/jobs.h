@@ -7,12 +7,14 @@
  * ${XDG_STATE_HOME:-$HOME/.local/state}/gpuman; mode 0700) holds:
  *
  *   jobs.db          the job store (SQLite, WAL; 0600)
- *   dispatcher.lock  flock'd by the live dispatcher; holds its pid
+ *   dispatcher.lock  flock'd by the live dispatcher; holds its pid (one per
+ *                    machine: dispatcher-<hash>.lock, see queue_machine_key)
  *   dispatcher.log   what the dispatcher has to say
  *   wake             rewritten by submit and cancel: "look at the queue"
  *   events           rewritten by the dispatcher when jobs end
  *   logs/<id>.log    each job's stdout and stderr
- *   runs/slot-<n>.run  the run files of running jobs, reused (protocol.h)
+ *   runs/slot-<n>.run  the run files of running jobs, reused (protocol.h);
+ *                    runs-<hash>/ those of another machine's dispatcher
  */
 #ifndef GM_JOBS_H
 #define GM_JOBS_H
@@ -48,12 +50,16 @@ int queue_peek(size_t *counts, struct job **next, size_t *nnext, size_t max, cha
 void queue_wake(const struct queue *q);
 
 /*
- * Start the dispatcher unless one runs: take dispatcher.lock without
- * waiting; if that works nobody holds it, so fork, setsid, fork again and
- * exec `gpuman dispatcher` in the grandchild, which inherits the locked
- * descriptor; if it is held, a dispatcher runs and will see our commit
- * (it looks again after dropping the lock).  Returns 0, -1 with a message.
+ * Start the dispatcher of machine (queue_machine_key) unless one runs: take
+ * its lock without waiting; if that works nobody holds it, so fork, setsid,
+ * fork again and exec `gpuman dispatcher` in the grandchild, in the
+ * machine's environment, which inherits the locked descriptor; if it is
+ * held, a dispatcher runs and will see our commit (it looks again after
+ * dropping the lock).  Returns 0, -1 with a message.
  */
+int queue_ensure_machine(const struct queue *q, const char *machine, char *errbuf, size_t errlen);
+/* The same for every machine that has jobs queued, running or with an end
+ * still to tell. */
 int queue_ensure_dispatcher(const struct queue *q, char *errbuf, size_t errlen);
 /* Forget the jobs that ended before ended_before_ms (INT64_MAX: all that
  * ended) and delete their logs; *count gets how many.  0, or -1 with a
@@ -63,7 +69,7 @@ int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *e
 /*
  * Read what an inotify descriptor watching the queue directory has (non-
  * blocking); 1 if any of it may mean news -- anything but the closing of
- * dispatcher.lock, which every queue_ensure_dispatcher() call (ours too)
+ * a dispatcher's lock, which every queue_ensure_dispatcher() call (ours too)
  * causes: a watcher that reacted to it would wake itself for ever.
  */
 int queue_drain_events(int ifd);
@@ -88,5 +94,24 @@ int64_t parse_job_id(const char *s);
  * Slurm, seconds elsewhere).  Whole seconds, 1s to 366d; -1 with a message
  * that names the option. */
 int parse_time_limit(const char *s, long long *secs, char *errbuf, size_t errlen);
+
+/*
+ * Each job keeps its own machine: the variables of its environment that
+ * decide its GPUs and its registry (GPUMAN_NVML, GPUMAN_SIM,
+ * GPUMAN_SIM_STATE, GPUMAN_STATE_DIR, GPUMAN_BROKER, GPUMAN_CONFIG; paths
+ * made absolute) make its machine key, "NAME=VALUE\n" each, "" when none is
+ * set.  The queue runs one dispatcher per machine key, in that environment,
+ * with its own lock and run files ("" keeps the names dispatcher.lock and
+ * runs/).
+ */
+/* The key of the calling process's environment; caller frees; NULL
+ * out of memory. */
+char *queue_machine_key(void);
+/* Make the environment that of key: its variables set, the others unset.
+ * 0, -1 if key is not one. */
+int queue_machine_apply(const char *key);
+/* The run files' directory and the dispatcher's lock file name of a machine. */
+char *queue_run_dir(const struct queue *q, const char *machine, char *buf, size_t len);
+char *queue_lock_name(const char *machine, char *buf, size_t len);
 
 #endif

@@ -1,7 +1,6 @@
 /*
  * jobspec.c - what submit records about a job beyond its command: its time
- * limit (--time), its array (--array) and the machine it belongs to (see
- * jobs.h).
+ * limit (--time) and its array (--array) (see jobs.h).
  */
 #include <ctype.h>
 #include <errno.h>

@@ -165,6 +165,11 @@ enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node,
  */
 enum gm_err jobstore_set_machine(struct jobstore *st, const char *machine, char *errbuf,
                                  size_t errlen);
+/* The machines ("" for NULL) of the jobs queued, running or with an end
+ * still to tell, each once: *machines (each string and the array freed by
+ * the caller) holds *count. */
+enum gm_err jobstore_live_machines(struct jobstore *st, char ***machines, size_t *count,
+                                   char *errbuf, size_t errlen);
 
 /* Is any job queued or running, or an end still to be told?  (Then a
  * dispatcher must live.)  Index probes. */

@@ -32,7 +32,7 @@ const char jobstore_schema4[] =
     "  WHERE state = 'queued' AND id IN (SELECT job FROM deps WHERE after = NEW.id);"
     " END;";
 
-enum { X_SET_NODE };
+enum { X_SET_NODE, X_LIVE_MACHINES };
 
 enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node, char *err,
                               size_t len)
@@ -49,6 +49,47 @@ enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node,
 	rc = sqlite3_step(s);
 	sqlite3_reset(s);
 	return rc == SQLITE_DONE ? GM_OK : jobstore_db_fail(st, err, len, "update");
+}
+
+enum gm_err jobstore_live_machines(struct jobstore *st, char ***machines, size_t *count, char *err,
+                                   size_t len)
+{
+	/* Live jobs only, by the state index, and the ends still to tell. */
+	sqlite3_stmt *s = jobstore_cached(
+	    st, X_LIVE_MACHINES,
+	    "SELECT IFNULL(machine, '') FROM jobs WHERE state IN ('queued', 'running') UNION "
+	    "SELECT IFNULL(machine, '') FROM jobs WHERE notify IS NOT NULL AND notified = 0");
+	char **list = NULL;
+	size_t n = 0;
+	int step;
+
+	*machines = NULL;
+	*count = 0;
+	if (!s)
+		return jobstore_db_fail(st, err, len, "list");
+	while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+		char **grown = realloc(list, (n + 1) * sizeof *grown);
+		const char *m = (const char *)sqlite3_column_text(s, 0);
+
+		if (!grown || !(grown[n] = strdup(m ? m : ""))) {
+			list = grown ? grown : list;
+			step = SQLITE_NOMEM;
+			break;
+		}
+		list = grown;
+		n++;
+	}
+	sqlite3_reset(s);
+	if (step != SQLITE_DONE) {
+		for (size_t i = 0; i < n; i++)
+			free(list[i]);
+		free(list);
+		return step == SQLITE_NOMEM ? gm_fail(GM_ERR_NOMEM, err, len, "out of memory")
+		                            : jobstore_db_fail(st, err, len, "list");
+	}
+	*machines = list;
+	*count = n;
+	return GM_OK;
 }
 
 enum gm_err jobstore_set_machine(struct jobstore *st, const char *machine, char *err, size_t len)

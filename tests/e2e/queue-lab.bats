@@ -195,3 +195,53 @@ PY
 	run -0 gpuman wait 2
 	[ "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$GPUMAN_QUEUE_DIR/jobs.db")" = 4 ]
 }
+
+# one_gpu NAME UUID-SUFFIX - a scenario file NAME.json with one GPU.
+one_gpu() {
+	printf '{ "gpus": [ { "name": "%s", "uuid": "GPU-00000000-0000-0000-0000-0000000000%s", "memory_total_mib": 16000, "memory_used_mib": 0, "speed": 1.0 } ] }\n' \
+		"$1" "$2" >"$BATS_TEST_TMPDIR/$1.json"
+}
+
+@test "each job keeps its own machine: a later submit with another GPUMAN_SIM (or --sim) runs there, not on the first dispatcher's" {
+	one_gpu lab aa
+	one_gpu laptop bb
+	cd "$BATS_TEST_TMPDIR"
+	# the lab's only GPU stays busy: on the lab machine the next job would wait
+	a=$(GPUMAN_SIM=lab.json gpuman submit -- sh -c 'echo "$CUDA_VISIBLE_DEVICES" >a.out; while [ ! -e go ]; do sleep 0.05; done')
+	for _ in $(seq 100); do [ -s a.out ] && break; sleep 0.05; done
+	b=$(GPUMAN_SIM=laptop.json gpuman submit -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $GPUMAN_SIM" >b.out')
+	c=$(GPUMAN_SIM=lab.json gpuman submit --sim laptop.json -- sh -c 'echo "$CUDA_VISIBLE_DEVICES" >c.out')
+	run -0 timeout 10 gpuman wait "$b" "$c"
+	[ "$(cat a.out)" = GPU-00000000-0000-0000-0000-0000000000aa ]
+	[ "$(cat b.out)" = "GPU-00000000-0000-0000-0000-0000000000bb laptop.json" ]
+	[ "$(cat c.out)" = GPU-00000000-0000-0000-0000-0000000000bb ]
+	# one dispatcher per machine, each with its own lock and run files
+	[ "$(ls "$GPUMAN_QUEUE_DIR" | grep -c '^dispatcher.*\.lock$')" = 2 ]
+	touch go
+	run -0 gpuman wait "$a"
+	run -0 gpuman queue --all --json
+	[ "$(jqr '[.[].gpus[0].uuid[-2:]] | join(" ")')" = "aa bb bb" ]
+	dispatcher_gone
+}
+
+@test "a dispatcher started by another command (queue, wait) takes the job's machine, not that command's" {
+	one_gpu lab aa
+	one_gpu laptop bb
+	cd "$BATS_TEST_TMPDIR"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/laptop.json
+	gpuman submit -- sh -c 'while [ ! -e go ]; do sleep 0.05; done' >/dev/null
+	id=$(gpuman submit -- sh -c 'echo "$CUDA_VISIBLE_DEVICES" >out')
+	for _ in $(seq 100); do d=$(dispatcher_pid) && break; sleep 0.05; done
+	kill -9 "$d"
+	# started again from the lab's environment, whose GPU is free: the
+	# queued job still waits for the laptop's
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/lab.json
+	run -0 gpuman queue
+	sleep 1
+	[ ! -e out ]
+	run -0 gpuman queue --json
+	[ "$(jqr '.[1].state')" = queued ]
+	touch go
+	run -0 gpuman wait "$id"
+	[ "$(cat out)" = GPU-00000000-0000-0000-0000-0000000000bb ]
+}

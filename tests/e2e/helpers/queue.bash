@@ -1,23 +1,35 @@
 # Helpers for the queue suites (load helpers; load helpers/queue).
 
-# The live dispatcher of this test's queue, if any: the lock is held and
+# The live dispatchers of this test's queue, one pid a line (one per
+# machine: dispatcher.lock, dispatcher-<hash>.lock): the lock is held and
 # the pid in it is a gpuman dispatcher of this queue.
+dispatcher_pids() {
+	local lock d found=1
+	for lock in "$GPUMAN_QUEUE_DIR"/dispatcher*.lock; do
+		[ -e "$lock" ] || continue
+		flock -n "$lock" true && continue
+		d=$(cat "$lock" 2>/dev/null)
+		[ -n "$d" ] && tr '\0' ' ' <"/proc/$d/cmdline" 2>/dev/null |
+			grep -q "dispatcher .*$GPUMAN_QUEUE_DIR" || continue
+		echo "$d"
+		found=0
+	done
+	return $found
+}
+
+# The live dispatcher (the first, if several machines have one).
 dispatcher_pid() {
-	local lock=$GPUMAN_QUEUE_DIR/dispatcher.lock d
-	[ -e "$lock" ] || return 1
-	flock -n "$lock" true && return 1
-	d=$(cat "$lock" 2>/dev/null)
-	[ -n "$d" ] && tr '\0' ' ' <"/proc/$d/cmdline" 2>/dev/null |
-		grep -q "dispatcher .*$GPUMAN_QUEUE_DIR" || return 1
-	echo "$d"
+	local d
+	d=$(dispatcher_pids) || return 1
+	echo "${d%%$'\n'*}"
 }
 
 # queue_teardown - kill what a test left: its dispatcher and runners.
 queue_teardown() {
 	local d r
-	if d=$(dispatcher_pid); then
+	for d in $(dispatcher_pids || true); do
 		kill -9 "$d" 2>/dev/null || true
-	fi
+	done
 	for r in $(pgrep -f "gpuman-runner .*--lease-path=$GPUMAN_STATE_DIR/" || true); do
 		kill -9 "$r" 2>/dev/null || true
 	done
@@ -41,7 +53,7 @@ gpus() {
 # dispatcher_gone - the dispatcher exits once nothing is queued (5 s at most).
 dispatcher_gone() {
 	for _ in $(seq 100); do
-		dispatcher_pid >/dev/null || return 0
+		dispatcher_pids >/dev/null || return 0
 		sleep 0.05
 	done
 	return 1
