@@ -438,11 +438,23 @@ long *cli_proc_leases(const struct cli_look *look)
 	if (view->lease_count && snap->proc_count)
 		proctree_read(&tree);
 	for (size_t i = 0; i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+
 		out[i] = -1;
 		for (size_t l = 0; l < view->lease_count && out[i] < 0; l++)
-			if (proctree_within(&tree, view->leases[l].job_pid,
-			                    (int)snap->procs[i].pid))
+			if (!view->leases[l].reservation &&
+			    proctree_within(&tree, view->leases[l].job_pid, (int)p->pid))
 				out[i] = (long)l;
+		/* A reservation has no process: its user's on its GPUs are in it. */
+		for (size_t l = 0; l < view->lease_count && out[i] < 0; l++) {
+			const struct lease_info *li = &view->leases[l];
+
+			for (size_t g = 0; li->reservation && p->has_user && p->uid == li->uid &&
+			                   g < li->gpu_count;
+			     g++)
+				if (li->indices[g] == p->gpu)
+					out[i] = (long)l;
+		}
 	}
 	proctree_release(&tree);
 	return out;

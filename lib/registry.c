@@ -460,8 +460,9 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 
 /*
  * A reservation (resv.<id>): no process holds it, so it is believed on the
- * file alone -- its owner's, not writable by others, one link, naming its
- * owner's uid -- until it expires.  With an admin's max_reserve, a file
+ * file alone -- its owner's, not writable by others, naming its owner's uid
+ * and, in its id, its own name (a hard link under another name is not it)
+ * -- until it expires.  With an admin's max_reserve, a file
  * its owner edits by hand counts no longer than that after the edit.
  * Returns 0 (live), 1 (expired or untrusted), -1 (out of memory).
  */
@@ -476,8 +477,8 @@ static int parse_reservation(const struct registry *reg, int dirfd, const char *
 
 	if (fd < 0)
 		return 1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-	    (st.st_mode & (S_IWGRP | S_IWOTH)) || (n = read(fd, buf, sizeof buf - 1)) <= 0) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH)) ||
+	    (n = read(fd, buf, sizeof buf - 1)) <= 0) {
 		close(fd);
 		return 1;
 	}
@@ -488,7 +489,8 @@ static int parse_reservation(const struct registry *reg, int dirfd, const char *
 		return rc;
 	limit = config_max_reserve_ms(&reg->cfg, li->uid, from, sizeof from);
 	ctime_ms = (int64_t)st.st_ctim.tv_sec * 1000 + st.st_ctim.tv_nsec / 1000000;
-	if (!li->reservation || li->expires_ms <= now || (limit && ctime_ms + limit <= now)) {
+	if (!li->reservation || strcmp(li->id, name + strlen(RESV_PREFIX)) ||
+	    li->expires_ms <= now || (limit && ctime_ms + limit <= now)) {
 		if (li->reservation && li->expires_ms <= now)
 			unlinkat(dirfd, name, 0); /* EPERM for others': left to them */
 		free(li->uuids);

@@ -16,7 +16,8 @@
  *                   process holds, alive until its "expires_ms" or until its
  *                   owner removes it (the sticky directory lets only the
  *                   owner and root); it counts only while it is a plain
- *                   file of mode 0644 with one link, names its owner's uid,
+ *                   file of mode 0644 named after the id it holds, names
+ *                   its owner's uid,
  *                   and -- with an admin's max_reserve -- no longer than
  *                   that after its last change (ctime, which nobody sets
  *                   back).  Nothing wakes waiters at its expiry: they look

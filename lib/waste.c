@@ -124,7 +124,10 @@ static int find_leases(const struct gm_snapshot *snap, const struct registry_vie
 
 			for (size_t k = 0; k < snap->proc_count && !used; k++)
 				used = snap->procs[k].gpu == l->indices[g] && proc_lease &&
-				       proc_lease[k] == (long)i;
+				       (proc_lease[k] == (long)i ||
+				        /* a reservation is used by its user's leases in it */
+				        (l->reservation && proc_lease[k] >= 0 &&
+				         view->leases[proc_lease[k]].uid == l->uid));
 			if (!used)
 				it.idle_gpus |= BIT(l->indices[g]);
 		}
@@ -275,6 +278,16 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 		break;
 	case WASTE_IDLE_LEASE:
 		text_printable(id, sizeof id, view->leases[it->lease].id);
+		if (view->leases[it->lease].reservation) {
+			snprintf(buf, len,
+			         "reservation %s of %s has held %s for %s with nothing of theirs "
+			         "running on %s",
+			         id, text_printable(user, sizeof user, it->user),
+			         gpus_text(a, sizeof a, it->idle_gpus),
+			         age_text(age, sizeof age, it->age_ms),
+			         popcount64(it->idle_gpus) > 1 ? "them" : "it");
+			break;
+		}
 		snprintf(buf, len,
 		         "lease %s of %s has held %s for %s with none of its processes on %s", id,
 		         who, gpus_text(a, sizeof a, it->idle_gpus),
@@ -298,7 +311,7 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *view,
                    const struct waste_item *it, char *buf, size_t len)
 {
-	char list[256], uuid[16] = "";
+	char list[256], uuid[16] = "", id[80];
 	const struct lease_info *l;
 
 	switch (it->kind) {
@@ -328,7 +341,12 @@ char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *v
 		break;
 	case WASTE_IDLE_LEASE:
 		l = &view->leases[it->lease];
-		if (popcount64(it->idle_gpus) < (int)l->gpu_count)
+		if (l->reservation)
+			snprintf(buf, len,
+			         "use the GPUs or give them back before the reservation ends: "
+			         "gpuman release %s",
+			         text_printable(id, sizeof id, l->id));
+		else if (popcount64(it->idle_gpus) < (int)l->gpu_count)
 			snprintf(buf, len,
 			         "ask for fewer GPUs next time (-n); end it if its work is done "
 			         "(kill %d)",

@@ -154,8 +154,12 @@ inside_own() {
 	f=$(ls "$SHARED"/state/resv.*)
 	# a copy under another name, or a link, is not alice's reservation
 	as_user mallory sh -c "cat '$f' >'$SHARED/state/resv.forged'; chmod 644 '$SHARED/state/resv.forged'"
+	# (a hard link needs protected_hardlinks off for mallory: root makes it)
+	ln "$f" "$SHARED/state/resv.linked"
 	run -0 gpuman status --json
 	[ "$(jqr '.leases | length')" = 1 ]
+	[ "$(jqr '.leases[0].user')" = gmtest-alice ]
+	run -75 as_user mallory gpuman run -- true
 	# mallory cannot remove alice's file (sticky directory)
 	run -1 as_user mallory gpuman release "$(basename "$f" | cut -c6-)"
 	[ -e "$f" ]
@@ -230,4 +234,17 @@ inside_own() {
 	printf '[defaults]\npolicy = nope\n' >"$XDG_CONFIG_HOME/gpuman/gpuman.conf"
 	run -1 gpuman reserve --for 1s
 	[[ "$output" == *"gpuman.conf:2: policy = nope: unknown policy"* ]]
+}
+
+@test "waste flags a reservation whose GPUs stay idle, and says how to give them back" {
+	gm_user alice
+	run -0 as_user alice gpuman reserve -n 2 --for 60s
+	id=$(gpuman status --json | jq -r '.leases[0].id')
+	run -3 gpuman waste --grace 0s
+	[[ "$output" == *"reservation $id of gmtest-alice has held GPUs 0,1 for "*"with nothing of theirs running on them"* ]]
+	[[ "$output" == *"gpuman release $id"* ]]
+	run -3 gpuman waste --grace 0s --json
+	[ "$(jqr '[.waste[] | select(.kind == "idle-lease")] | length')" = 1 ]
+	run -0 gpuman waste --grace 1h
+	[[ "$output" != *"reservation $id"* ]]
 }

@@ -179,6 +179,48 @@ static void test_idle_lease_and_intruder(void **state)
 	fake_snapshot_release(&snap);
 }
 
+/* A reservation has no process: it is used by its user's leases in it, and
+ * flagged on the GPUs where nothing of theirs runs. */
+static void test_idle_reservation(void **state)
+{
+	struct gm_snapshot snap;
+	struct registry_view view = REGISTRY_VIEW_INIT;
+	struct lease_info leases[2];
+	long in_lease[1] = {1};
+	struct waste_report rep;
+	struct waste_opts o = opts();
+	char text[1024];
+	const unsigned g01[] = {0, 1}, g0[] = {0};
+
+	(void)state;
+	machine(&snap, 2);
+	view.leases = leases;
+	lease(&view, 0, "carol", 80, 20 * MIN, 2, g01);
+	leases[0].reservation = 1;
+	leases[0].uid = 1001;
+	snprintf(leases[0].id, sizeof leases[0].id, "resv-0");
+	lease(&view, 1, "carol", 90, 1 * MIN, 1, g0); /* a run inside it, young */
+	leases[1].uid = 1001;
+	proc(&snap, 0, 90, 8000, 90);
+	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
+	assert_int_equal(rep.count, 1);
+	assert_int_equal(rep.items[0].kind, WASTE_IDLE_LEASE);
+	assert_int_equal(rep.items[0].lease, 0);
+	assert_int_equal(rep.items[0].idle_gpus, 0x2);
+	waste_what(&snap, &view, &o, &rep.items[0], text, sizeof text);
+	assert_string_equal(text, "reservation resv-0 of carol has held GPU 1 for 20m with nothing "
+	                          "of theirs running on it");
+	waste_advice(&snap, &view, &rep.items[0], text, sizeof text);
+	assert_non_null(strstr(text, "gpuman release resv-0"));
+	/* another user's lease on it would not count as its use */
+	leases[1].uid = 1002;
+	waste_report_release(&rep);
+	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
+	assert_int_equal(rep.items[0].idle_gpus, 0x3);
+	waste_report_release(&rep);
+	fake_snapshot_release(&snap);
+}
+
 static void test_healthy_machine(void **state)
 {
 	struct gm_snapshot snap;
@@ -235,6 +277,7 @@ int main(void)
 	    cmocka_unit_test(test_hog_on_many_gpus_computing_on_one),
 	    cmocka_unit_test(test_idle_holder_unknown_util_and_graphics),
 	    cmocka_unit_test(test_idle_lease_and_intruder),
+	    cmocka_unit_test(test_idle_reservation),
 	    cmocka_unit_test(test_healthy_machine),
 	    cmocka_unit_test(test_text_printable),
 	};
