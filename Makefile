@@ -163,9 +163,11 @@ $(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve
 # dispatcher: static, so that starting it costs no dynamic linking (it is
 # started once per task); sanitizer runtimes cannot be static.
 RUNNER_LDFLAGS = $(if $(SANITIZE),,-static)
-$(BUILD)/gpuman-runner: runner/gpuman-runner.c engine/protocol.h $(BUILD)/libgmengine.a
+# Of the library it takes proctree.o only (jobtree.c reads parents with it).
+$(BUILD)/gpuman-runner: runner/gpuman-runner.c engine/protocol.h $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) $(LDFLAGS) $(RUNNER_LDFLAGS) -o $@ $< $(BUILD)/libgmengine.a
+	$(CC) $(CPPFLAGS) -Iengine $(ALL_CFLAGS) $(LDFLAGS) $(RUNNER_LDFLAGS) -o $@ $< $(BUILD)/libgmengine.a \
+		$(BUILD)/libgpuman.a
 
 # The simulator is installed under the driver's soname so that any NVML
 # client (nvidia-smi excepted) can be pointed at it with LD_LIBRARY_PATH.

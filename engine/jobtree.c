@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "proctree.h"
 #include "protocol.h"
 
 int jobtree_subreaper(void)
@@ -69,24 +70,10 @@ static unsigned kill_by_stat(const pid_t *keep, size_t nkeep, pid_t *killed, siz
 	if (!d)
 		return 0;
 	while ((de = readdir(d)) && *n < cap) {
-		char path[64], buf[512], *rp;
-		long pid = strtol(de->d_name, &rp, 10), ppid;
-		ssize_t got;
-		int fd;
+		char *rp;
+		long pid = strtol(de->d_name, &rp, 10);
 
-		if (*rp || pid <= 0)
-			continue;
-		snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		got = read(fd, buf, sizeof buf - 1);
-		close(fd);
-		if (got <= 0)
-			continue;
-		buf[got] = '\0';
-		rp = strrchr(buf, ')'); /* the name may hold anything */
-		if (!rp || sscanf(rp + 1, " %*c %ld", &ppid) != 1 || ppid != self ||
+		if (*rp || pid <= 0 || proctree_parent((int)pid) != (int)self ||
 		    kept((pid_t)pid, keep, nkeep))
 			continue;
 		kill((pid_t)pid, SIGKILL);

@@ -16,6 +16,29 @@ static int entry_cmp(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+int proctree_parent(int pid)
+{
+	char path[64], buf[512], *close_paren;
+	ssize_t got;
+	int fd, ppid;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	got = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (got <= 0)
+		return -1;
+	buf[got] = '\0';
+	/* The command name may hold spaces and parentheses: the state and the
+	 * parent follow the last ')'. */
+	close_paren = strrchr(buf, ')');
+	if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1)
+		return -1;
+	return ppid;
+}
+
 int proctree_read(struct proctree *tree)
 {
 	size_t cap = 0;
@@ -26,25 +49,9 @@ int proctree_read(struct proctree *tree)
 	if (!d)
 		return 0;
 	while ((de = readdir(d))) {
-		char path[64], buf[512], *close_paren;
-		int pid = atoi(de->d_name), ppid, fd;
-		ssize_t got;
+		int pid = atoi(de->d_name), ppid;
 
-		if (pid <= 0)
-			continue;
-		snprintf(path, sizeof path, "/proc/%d/stat", pid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		got = read(fd, buf, sizeof buf - 1);
-		close(fd);
-		if (got <= 0)
-			continue;
-		buf[got] = '\0';
-		/* The command name may hold spaces and parentheses: the state
-		 * and the parent follow the last ')'. */
-		close_paren = strrchr(buf, ')');
-		if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1)
+		if (pid <= 0 || (ppid = proctree_parent(pid)) < 0)
 			continue;
 		if (tree->count == cap) {
 			size_t ncap = cap ? cap * 2 : 256;

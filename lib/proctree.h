@@ -18,6 +18,10 @@ struct proctree {
 		0, NULL                                                                            \
 	}
 
+/* The parent of pid, from /proc/PID/stat; -1 if it cannot be read (gone,
+ * or not ours to read).  Needs nothing else of the library: the runner
+ * links it alone. */
+int proctree_parent(int pid);
 /* Read every process's parent; an unreadable /proc gives an empty tree.
  * Returns 0, -1 on out-of-memory. */
 int proctree_read(struct proctree *tree);
