@@ -23,13 +23,14 @@ enum {
 struct cli {
 	const char *cmd; /* "pick", for messages */
 	int json;
-	int color;              /* stdout is a terminal and NO_COLOR unset */
-	struct gm_request *req; /* SELECT and RESERVE options */
-	int fallback_cpu;       /* --fallback cpu */
-	int no_framework_env;   /* --no-framework-env */
-	const char *format;     /* --format, for pick */
-	int proc_util;          /* snapshots read per-process utilization */
-	int clocks;             /* and clocks (status, info, top, serve) */
+	int color;                /* stdout is a terminal and NO_COLOR unset */
+	struct gm_request *req;   /* SELECT and RESERVE options */
+	int fallback_cpu;         /* --fallback cpu */
+	int no_framework_env;     /* --no-framework-env */
+	const char *format;       /* --format, for pick */
+	int proc_util;            /* snapshots read per-process utilization */
+	int clocks;               /* and clocks (status, info, top, serve) */
+	int by_given, wait_given; /* --by, --wait given: [defaults] do not apply */
 };
 
 struct cmd_entry {

@@ -60,30 +60,6 @@ static int release_id(struct cli *cli, const char *id)
 	return EXIT_OK;
 }
 
-/* The defaults of the admin's and the user's [defaults] (config.h) for
- * what the command line did not say. */
-static int apply_defaults(struct cli *cli, int argc, char **argv)
-{
-	struct config cfg;
-	char err[GM_ERRBUF_SIZE];
-	int by = 0, wait = 0;
-
-	if (config_load(&cfg, 1, err, sizeof err) != GM_OK)
-		return cli_error(cli, EXIT_FAIL, "%s", err);
-	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-		by |= !strncmp(argv[i], "--by", 4);
-		wait |= !strncmp(argv[i], "--wait", 6);
-	}
-	if (!by && cfg.default_by >= 0)
-		cli->req->by = (enum gm_policy)cfg.default_by;
-	if (!wait && cfg.has_default_wait) {
-		cli->req->has_wait = 1;
-		cli->req->wait_ms = cfg.default_wait_ms;
-	}
-	config_release(&cfg);
-	return CLI_CONTINUE;
-}
-
 static void print_reserved(struct cli *cli, const struct gm_lease *l, int64_t for_ms)
 {
 	int64_t until = now_ms() + for_ms;
@@ -157,9 +133,6 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 		                      "reservation always ends");
 	if (cli->req->mig[0])
 		return cli_usage(cli, "--mig: MIG slices cannot be reserved yet; reserve the GPU");
-	status = apply_defaults(cli, argc, argv);
-	if (status != CLI_CONTINUE)
-		return status;
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc == GM_OK)
 		rc = registry_open(&reg, err, sizeof err);

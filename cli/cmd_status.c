@@ -581,6 +581,24 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 			    "     %swaits for its user's limit, not in the way of others: %s%s\n",
 			    c_dim(cli), w->limit, c_reset(cli));
 	}
+	shown = 0;
+	for (size_t i = 0; i < view->lease_count; i++) {
+		const struct lease_info *r = &view->leases[i];
+		char left[32], list[256] = "", id[CLI_SAFE_SIZE];
+		size_t used = 0;
+
+		if (!r->reservation || !cli_select_user_name(sel, 1, r->user))
+			continue;
+		if (shown++ == 0)
+			printf("%sreserved (gpuman release ID ends one early):%s\n", c_bold(cli),
+			       c_reset(cli));
+		for (size_t g = 0; g < r->gpu_count && used < sizeof list; g++)
+			used += (size_t)snprintf(list + used, sizeof list - used, "%s%u",
+			                         g ? "," : "", r->indices[g]);
+		printf("  %s, GPU%s %s, %s left, id %s\n", cli_safe(user, r->user),
+		       r->gpu_count > 1 ? "s" : "", list,
+		       fmt_left(left, sizeof left, r->expires_ms - now_ms()), cli_safe(id, r->id));
+	}
 	print_waste(cli, sel, look, wopts, waste, l.width);
 	for (size_t i = 0; i < snap->note_count; i++)
 		printf("%snote: %s%s\n", c_dim(cli), cli_safe(what, snap->notes[i]), c_reset(cli));

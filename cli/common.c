@@ -119,6 +119,7 @@ static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, 
 	case 'n':
 		return request_option(cli, "n", arg);
 	case OPT_BY:
+		cli->by_given = 1;
 		return request_option(cli, "by", arg);
 	case OPT_MIN_FREE:
 		return request_option(cli, "min-free", arg);
@@ -137,6 +138,7 @@ static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, 
 	case OPT_IDLE:
 		return request_option(cli, "idle", NULL);
 	case OPT_WAIT:
+		cli->wait_given = 1;
 		return request_option(cli, "wait", arg);
 	case OPT_NO_FRAMEWORK_ENV:
 		cli->no_framework_env = 1;
@@ -153,6 +155,34 @@ static int common_option(struct cli *cli, const struct cmd_entry *cmd, int opt, 
 		return 0;
 	}
 	return -1;
+}
+
+/*
+ * [defaults] of gpuman.conf (the admin's, then the user's own file) for the
+ * --by and --wait a command takes and was not given.
+ */
+static int request_defaults(struct cli *cli, const struct option *longopts)
+{
+	int takes_by = 0, takes_wait = 0;
+	char err[GM_ERRBUF_SIZE];
+	struct config cfg;
+
+	for (const struct option *o = longopts; o && o->name; o++) {
+		takes_by |= o->val == OPT_BY;
+		takes_wait |= o->val == OPT_WAIT;
+	}
+	if ((!takes_by || cli->by_given) && (!takes_wait || cli->wait_given))
+		return CLI_CONTINUE;
+	if (config_load(&cfg, 1, err, sizeof err) != GM_OK)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	if (takes_by && !cli->by_given && cfg.default_by >= 0)
+		cli->req->by = (enum gm_policy)cfg.default_by;
+	if (takes_wait && !cli->wait_given && cfg.has_default_wait) {
+		cli->req->has_wait = 1;
+		cli->req->wait_ms = cfg.default_wait_ms;
+	}
+	config_release(&cfg);
+	return CLI_CONTINUE;
 }
 
 int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
@@ -200,7 +230,7 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 		if (rc != CLI_CONTINUE)
 			return rc == -1 ? bad_option(cli, argv) : rc;
 	}
-	return CLI_CONTINUE;
+	return request_defaults(cli, longopts);
 }
 
 /* The shipped scenario, for hints: in the source tree, else relative to

@@ -58,6 +58,7 @@ holds_against_others() {
 	[ "$(jqr "(.leases[0].expires_ms - $(date +%s%3N)) / 1000 | floor | . > 50 and . <= 60")" = true ]
 	run -0 gpuman status
 	[[ "$output" == *"[reserved: gmtest-alice, "*"s left]"* ]]
+	[[ "$output" == *"reserved (gpuman release ID ends one early):"*"gmtest-alice, GPUs 0,1, "*"s left, id $id"* ]]
 	run -1 as_user bob gpuman release "$id"
 	[[ "$output" == *"reservation '$id' is gmtest-alice's: only they (or root) can release it"* ]]
 	run -1 as_user bob gpuman reserve --release "$id"
@@ -224,8 +225,12 @@ inside_own() {
 	printf '[defaults]\npolicy = index\nwait = 5s\n' >"$XDG_CONFIG_HOME/gpuman/config"
 	run -0 gpuman reserve --for 2s --json
 	[ "$(jqr '.gpus[0].index')" = 0 ]
-	# wait = 5s: the next one waits for the first to expire
+	# wait = 5s: the next one waits for the first to expire, and so does run
 	run -0 gpuman reserve -n 2 --for 1s --json
+	run -0 gpuman run -n 2 -- true
+	# an option given wins over the default
+	run -0 gpuman reserve -n 2 --for 1s
+	run -75 gpuman run -n 2 --wait=0s -- true
 	printf '[limits]\nmax_gpus = 8\n' >"$XDG_CONFIG_HOME/gpuman/config"
 	run -1 gpuman reserve --for 1s
 	[[ "$output" == *"$XDG_CONFIG_HOME/gpuman/config:2: [limits] is the admin's ($GPUMAN_CONFIG); your file may only set [queue] and [defaults]"* ]]
