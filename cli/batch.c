@@ -105,7 +105,7 @@ failed:
 
 /* ---- progress --------------------------------------------------------- */
 
-void draw(struct progress *p, const struct engine_counts *c, int force)
+void batch_bar_draw(struct batch_bar *p, const struct engine_counts *c, int force)
 {
 	int64_t now = monotonic_ms(), elapsed = now - c->started_ms;
 	size_t ended = c->done + c->failed + c->cancelled + c->interrupted - p->done0 - p->failed0;
@@ -142,10 +142,10 @@ void draw(struct progress *p, const struct engine_counts *c, int force)
 
 void batch_progress(void *data, const struct engine_counts *c)
 {
-	draw(data, c, 0);
+	batch_bar_draw(data, c, 0);
 }
 
-void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed_ms)
+void batch_progress_end(struct batch_bar *p, struct jobstore *st, int64_t elapsed_ms)
 {
 	size_t c[JOB_STATE_COUNT];
 	struct engine_counts ec = {0};
@@ -160,7 +160,7 @@ void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed
 		ec.cancelled = c[JOB_CANCELLED];
 		ec.interrupted = c[JOB_INTERRUPTED];
 		ec.started_ms = monotonic_ms() - elapsed_ms;
-		draw(p, &ec, 1);
+		batch_bar_draw(p, &ec, 1);
 	}
 	if (p->tty)
 		fputc('\n', stderr);

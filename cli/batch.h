@@ -68,7 +68,7 @@ int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, si
                   const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped);
 
 /* The progress line on stderr. */
-struct progress {
+struct batch_bar {
 	int on, tty;
 	size_t total;
 	size_t done0, failed0; /* already ended before this run */
@@ -76,11 +76,11 @@ struct progress {
 	int told_stop;
 	int drawn;
 };
-void draw(struct progress *p, const struct engine_counts *c, int force);
-/* The engine's progress callback (data: struct progress). */
+void batch_bar_draw(struct batch_bar *p, const struct engine_counts *c, int force);
+/* The engine's progress callback (data: struct batch_bar). */
 void batch_progress(void *data, const struct engine_counts *c);
 /* The last progress line, from the store's counts, and its newline. */
-void batch_progress_end(struct progress *p, struct jobstore *st, int64_t elapsed_ms);
+void batch_progress_end(struct batch_bar *p, struct jobstore *st, int64_t elapsed_ms);
 
 /* The summary: per task, then per GPU (nt rows; 0 prints none). */
 struct gpu_tally {

@@ -132,7 +132,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	struct registry *reg = NULL;
 	struct gm_snapshot *snap = NULL;
 	struct engine_config cfg;
-	struct progress prog = {0};
+	struct batch_bar prog = {0};
 	enum engine_result res = ENGINE_ERROR;
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE];
 	const char *file;

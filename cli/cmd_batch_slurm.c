@@ -284,7 +284,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	unsigned per_task;
 	struct task *tasks = NULL;
 	size_t ntasks = 0, skipped = 0;
-	struct progress prog = {0};
+	struct batch_bar prog = {0};
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE], tpn[48];
 	const char *file;
 	sigset_t mask, old;
