@@ -295,7 +295,14 @@ struct who {
 	char groups[64][64];
 };
 
-static void who_is(const struct config *cfg, unsigned uid, struct who *w)
+/*
+ * Users' names and groups, remembered for a few seconds: the broker asks
+ * for every waiter at every pass over its line, and each look-up reads
+ * /etc/passwd and /etc/group.
+ */
+#define WHO_CACHE_MS 5000
+
+static void who_lookup(unsigned uid, struct who *w)
 {
 	struct passwd pw, *pwp = NULL;
 	char buf[4096];
@@ -303,13 +310,11 @@ static void who_is(const struct config *cfg, unsigned uid, struct who *w)
 	int ngroups = (int)(sizeof gids / sizeof *gids);
 
 	memset(w, 0, sizeof *w);
-	if (!cfg->user_count && !cfg->group_count)
-		return;
 	if (getpwuid_r((uid_t)uid, &pw, buf, sizeof buf, &pwp) != 0 || !pwp)
 		return;
 	w->known = 1;
 	str_copy(w->name, sizeof w->name, pw.pw_name);
-	if (!cfg->group_count || getgrouplist(pw.pw_name, pw.pw_gid, gids, &ngroups) < 0)
+	if (getgrouplist(pw.pw_name, pw.pw_gid, gids, &ngroups) < 0)
 		return;
 	for (int g = 0; g < ngroups && w->group_count < ARRAY_SIZE(w->groups); g++) {
 		struct group gr, *grp = NULL;
@@ -318,6 +323,31 @@ static void who_is(const struct config *cfg, unsigned uid, struct who *w)
 		if (getgrgid_r(gids[g], &gr, gbuf, sizeof gbuf, &grp) == 0 && grp)
 			str_copy(w->groups[w->group_count++], sizeof w->groups[0], gr.gr_name);
 	}
+}
+
+static void who_is(const struct config *cfg, unsigned uid, struct who *w)
+{
+	static _Thread_local struct {
+		unsigned uid;
+		int64_t at_ms; /* monotonic; 0: empty */
+		struct who who;
+	} cache[8];
+	static _Thread_local unsigned next;
+	int64_t now = monotonic_ms();
+
+	memset(w, 0, sizeof *w);
+	if (!cfg->user_count && !cfg->group_count)
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(cache); i++)
+		if (cache[i].at_ms && cache[i].uid == uid && now - cache[i].at_ms < WHO_CACHE_MS) {
+			*w = cache[i].who;
+			return;
+		}
+	who_lookup(uid, w);
+	cache[next].uid = uid;
+	cache[next].at_ms = now;
+	cache[next].who = *w;
+	next = (next + 1) % ARRAY_SIZE(cache);
 }
 
 static int in_group(const struct who *w, const char *group)
