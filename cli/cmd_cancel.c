@@ -50,7 +50,26 @@ done:
 	return rc;
 }
 
-/* ended_ok: a job that has already ended is no error (cancel --all). */
+/* "17" or "17-36" (at most 100000 ids): 0, -1 if it is neither. */
+static int parse_id_range(const char *s, int64_t *lo, int64_t *hi)
+{
+	const char *dash = strchr(s, '-');
+	char first[32];
+
+	if (!dash) {
+		*lo = *hi = parse_job_id(s);
+		return *lo < 0 ? -1 : 0;
+	}
+	if ((size_t)(dash - s) >= sizeof first)
+		return -1;
+	snprintf(first, sizeof first, "%.*s", (int)(dash - s), s);
+	*lo = parse_job_id(first);
+	*hi = parse_job_id(dash + 1);
+	return *lo < 0 || *hi < *lo || *hi - *lo >= 100000 ? -1 : 0;
+}
+
+/* ended_ok: a job that has already ended is no error (cancel --all); 2:
+ * nor is one that is not there (a range). */
 static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok)
 {
 	char err[GM_ERRBUF_SIZE];
@@ -59,6 +78,8 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok
 
 	for (int tries = 0; tries < 5; tries++) {
 		rc = jobstore_get(q->store, id, 0, &job, err, sizeof err);
+		if (rc == GM_ERR_NOT_FOUND && ended_ok == 2)
+			return EXIT_USAGE; /* in a range: said once for the range */
 		if (rc == GM_ERR_NOT_FOUND)
 			return cli_error(cli, EXIT_USAGE, "no job %lld in your queue",
 			                 (long long)id);
@@ -186,17 +207,34 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 		return cli_usage(cli, "--all or job ids, not both ('%s')", argv[optind]);
 	if (!all && optind >= argc)
 		return cli_usage(cli, "which jobs? (gpuman cancel ID... or --all)");
-	for (int i = optind; i < argc; i++)
-		if (parse_job_id(argv[i]) < 0)
-			return cli_usage(cli, "'%s' is not a job id", argv[i]);
+	for (int i = optind; i < argc; i++) {
+		int64_t lo, hi;
+
+		if (parse_id_range(argv[i], &lo, &hi) < 0)
+			return cli_usage(cli, "'%s' is not a job id or range of ids (17, 17-36)",
+			                 argv[i]);
+	}
 	if (queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (all)
 		worst = cancel_all(cli, &q);
 	for (int i = optind; i < argc; i++) {
-		status = cancel_one(cli, &q, parse_job_id(argv[i]), 0);
-		if (status == EXIT_USAGE || (status != EXIT_OK && worst != EXIT_USAGE))
-			worst = status;
+		int64_t lo = 0, hi = -1;
+		int found = 0;
+
+		parse_id_range(argv[i], &lo, &hi);
+		/* A range (an array's ids): the ids in it that are not in the
+		 * queue, or have ended, are no error. */
+		for (int64_t id = lo; id <= hi; id++) {
+			status = cancel_one(cli, &q, id, lo != hi ? 2 : 0);
+			if (status == EXIT_USAGE && lo != hi)
+				continue;
+			found = 1;
+			if (status == EXIT_USAGE || (status != EXIT_OK && worst != EXIT_USAGE))
+				worst = status;
+		}
+		if (!found && lo != hi)
+			worst = cli_error(cli, EXIT_USAGE, "no job of yours in %s", argv[i]);
 	}
 	queue_wake(&q);
 	if (queue_has_work(&q) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
@@ -213,12 +251,15 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 const struct cmd_entry cmd_cancel = {
     "cancel",
     "cancel queued or running jobs",
-    "usage: gpuman cancel ID...\n"
+    "usage: gpuman cancel ID|FIRST-LAST...\n"
     "       gpuman cancel --all\n"
     "\n"
     "A queued job is removed from the queue (state cancelled).  A running job's\n"
     "processes get SIGTERM, and SIGKILL " GRACE_TEXT " seconds later if they are still there;\n"
     "it is recorded as cancelled with its exit status.\n"
+    "\n"
+    "FIRST-LAST: every job of yours in that range that has not ended (an\n"
+    "array's ids, as submit --array prints them).\n"
     "\n"
     "  -a, --all   every queued job, then every running one\n"
     "\n"

@@ -77,12 +77,21 @@ struct lister {
 	size_t shown;
 };
 
+/* An array task without a name: <array>_<task>, as Slurm writes it. */
+static const char *array_name(char *buf, size_t len, const struct job *j)
+{
+	if (j->array_task < 0)
+		return "-";
+	snprintf(buf, len, "%lld_%d", (long long)j->array_of, j->array_task);
+	return buf;
+}
+
 static int print_row(void *data, const struct job *j)
 {
 	struct lister *l = data;
 	struct cli *cli = l->cli;
 	char dur[32], peak[32], util[16], cmd[CLI_SAFE_SIZE], why[CLI_SAFE_SIZE],
-	    name[CLI_SAFE_SIZE], where[160];
+	    name[CLI_SAFE_SIZE], where[160], task[48];
 	const char *color = j->state == JOB_FAILED    ? c_red(cli)
 	                    : j->state == JOB_RUNNING ? c_green(cli)
 	                    : j->state == JOB_DONE    ? ""
@@ -102,7 +111,8 @@ static int print_row(void *data, const struct job *j)
 	       job_state_name(j->state), c_reset(cli),
 	       j->state == JOB_QUEUED ? "-" : job_where(j, where, sizeof where), dur,
 	       fmt_peak(peak, sizeof peak, j), fmt_util(util, sizeof util, j),
-	       j->name ? cli_safe(name, j->name) : "-", cli_safe(cmd, j->command));
+	       j->name ? cli_safe(name, j->name) : array_name(task, sizeof task, j),
+	       cli_safe(cmd, j->command));
 	if (j->reason && (j->state != JOB_DONE || j->ooms))
 		printf("%6s  %s%s%s\n", "", c_dim(cli), cli_safe(why, j->reason), c_reset(cli));
 	else if (j->state == JOB_QUEUED && j->after)

@@ -18,7 +18,15 @@
 
 extern char **environ;
 
-enum { OPT_RETRIES = OPT_CMD_BASE, OPT_NAME, OPT_AFTER, OPT_PRIORITY, OPT_NOTIFY, OPT_TIME };
+enum {
+	OPT_RETRIES = OPT_CMD_BASE,
+	OPT_NAME,
+	OPT_AFTER,
+	OPT_PRIORITY,
+	OPT_NOTIFY,
+	OPT_TIME,
+	OPT_ARRAY
+};
 
 #define NAME_MAX_LEN 64
 
@@ -35,6 +43,9 @@ struct submit_opts {
 	int notify;             /* --notify given */
 	const char *notify_how; /* its =HOW; NULL: the default */
 	long long time_limit;   /* --time, seconds; 0 none */
+	int *tasks;             /* --array: the task numbers; NULL: one job */
+	size_t ntasks;
+	int array_limit; /* --array ...%K */
 };
 
 /* --after ID[,ID]: job ids, at most AFTER_MAX; may be given more than once. */
@@ -131,6 +142,12 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 		return CLI_CONTINUE;
 	case OPT_AFTER:
 		return parse_after(cli, arg, o);
+	case OPT_ARRAY:
+		free(o->tasks);
+		if (parse_array_spec(arg, &o->tasks, &o->ntasks, &o->array_limit, err, sizeof err) <
+		    0)
+			return cli_usage(cli, "%s", err);
+		return CLI_CONTINUE;
 	case OPT_TIME:
 		if (parse_time_limit(arg, &o->time_limit, err, sizeof err) < 0)
 			return cli_usage(cli, "%s", err);
@@ -185,9 +202,13 @@ static char *display_command(char **argv)
 	return out;
 }
 
-static char *env_block(size_t *len)
+#define TASK_VAR "GPUMAN_ARRAY_TASK_ID="
+
+/* The environment as NAME=VALUE\0...; an array task's number (task >= 0)
+ * in GPUMAN_ARRAY_TASK_ID. */
+static char *env_block(size_t *len, int task)
 {
-	size_t need = 0;
+	size_t need = 32;
 	char *block, *p;
 
 	for (char **e = environ; *e; e++)
@@ -198,11 +219,73 @@ static char *env_block(size_t *len)
 	for (char **e = environ; *e; e++) {
 		size_t l = strlen(*e) + 1;
 
+		if (task >= 0 && !strncmp(*e, TASK_VAR, strlen(TASK_VAR)))
+			continue;
 		memcpy(p, *e, l);
 		p += l;
 	}
-	*len = need;
+	if (task >= 0)
+		p += sprintf(p, TASK_VAR "%d", task) + 1;
+	*len = (size_t)(p - block);
 	return block;
+}
+
+/*
+ * Insert the job, or one job per --array task: {task} in its arguments
+ * becomes the task's number, as does GPUMAN_ARRAY_TASK_ID, and --name
+ * gets _<task>.  One transaction (the caller's): all of them or none.
+ * The ids go to ids[] (ntasks of them, or one).
+ */
+static enum gm_err insert_jobs(struct queue *q, struct job *job, const struct submit_opts *o,
+                               char **cmd, int64_t *ids, char *err, size_t len)
+{
+	enum gm_err rc = GM_OK;
+
+	if (!o->tasks) {
+		rc = jobstore_insert(q->store, job, err, len);
+		ids[0] = job->id;
+		return rc;
+	}
+	for (size_t t = 0; t < o->ntasks && rc == GM_OK; t++) {
+		struct job tj = *job;
+		int task = o->tasks[t];
+		size_t argc = 0;
+		char **targv, name[NAME_MAX_LEN + 16];
+		json_t *jargv = json_array();
+
+		while (cmd[argc])
+			argc++;
+		targv = calloc(argc + 1, sizeof *targv);
+		for (size_t i = 0; targv && i < argc; i++)
+			if ((targv[i] = subst_task(cmd[i], task)))
+				json_array_append_new(jargv, json_string(targv[i]));
+		tj.id = 0;
+		tj.argv = json_dumps(jargv, JSON_COMPACT);
+		tj.command = targv && targv[argc - 1] ? display_command(targv) : NULL;
+		tj.env = env_block(&tj.env_len, task);
+		tj.array_task = task;
+		tj.array_limit = o->array_limit;
+		if (o->name) {
+			snprintf(name, sizeof name, "%s_%d", o->name, task);
+			tj.name = name;
+		}
+		if (!tj.argv || !tj.command || !tj.env)
+			rc = gm_fail(GM_ERR_NOMEM, err, len,
+			             "out of memory (or an argument is not UTF-8)");
+		else
+			rc = jobstore_insert(q->store, &tj, err, len);
+		ids[t] = tj.id;
+		for (size_t i = 0; targv && i < argc; i++)
+			free(targv[i]);
+		free(targv);
+		free(tj.argv);
+		free(tj.command);
+		free(tj.env);
+		json_decref(jargv);
+	}
+	if (rc == GM_OK)
+		rc = jobstore_set_array(q->store, ids[0], ids[o->ntasks - 1], err, len);
+	return rc;
 }
 
 static int submit_exec(struct cli *cli, int argc, char **argv)
@@ -217,6 +300,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	    {"priority", required_argument, NULL, OPT_PRIORITY},
 	    {"notify", optional_argument, NULL, OPT_NOTIFY},
 	    {"time", required_argument, NULL, OPT_TIME},
+	    {"array", required_argument, NULL, OPT_ARRAY},
 	    {0}};
 	char notify[4200];
 	struct submit_opts o;
@@ -226,6 +310,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	json_t *jargv = json_array();
 	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
 	                                         *request = NULL, *env = NULL, *machine = NULL;
+	int64_t *ids = NULL;
 	size_t env_len = 0;
 	int status;
 
@@ -264,9 +349,10 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	argv_text = json_dumps(jargv, JSON_COMPACT);
 	command = display_command(argv + optind);
 	request = engine_request_json(cli->req, cli->no_framework_env);
-	env = env_block(&env_len);
+	env = env_block(&env_len, -1);
+	ids = calloc(o.tasks ? o.ntasks : 1, sizeof *ids);
 	machine = queue_machine_key();
-	if (!argv_text || !command || !request || !env || !machine) {
+	if (!argv_text || !command || !request || !env || !machine || !ids) {
 		status = cli_error(cli, EXIT_FAIL, "out of memory (or an argument is not UTF-8)");
 		goto done;
 	}
@@ -313,7 +399,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	status = check_after(cli, &q, &o);
 	if (status == EXIT_OK) {
 		job.after = o.after[0] ? o.after : NULL;
-		if (jobstore_insert(q.store, &job, err, sizeof err) != GM_OK ||
+		if (insert_jobs(&q, &job, &o, argv + optind, ids, err, sizeof err) != GM_OK ||
 		    jobstore_commit(q.store, err, sizeof err) != GM_OK)
 			status = cli_error(cli, EXIT_FAIL, "%s", err);
 		job.after = NULL;
@@ -330,11 +416,21 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	if (queue_ensure_machine(&q, machine, err, sizeof err) < 0)
 		cli_error(cli, 0,
 		          "warning: cannot start the dispatcher: %s (job %lld stays queued)", err,
-		          (long long)job.id);
-	if (cli->json)
-		status = cli_print_json(json_pack("{s:I}", "id", (json_int_t)job.id));
-	else {
-		printf("%lld\n", (long long)job.id);
+		          (long long)ids[0]);
+	if (cli->json && !o.tasks) {
+		status = cli_print_json(json_pack("{s:I}", "id", (json_int_t)ids[0]));
+	} else if (cli->json) {
+		json_t *list = json_array();
+
+		for (size_t t = 0; t < o.ntasks; t++)
+			json_array_append_new(list, json_integer(ids[t]));
+		status =
+		    cli_print_json(json_pack("{s:I,s:o}", "id", (json_int_t)ids[0], "ids", list));
+	} else {
+		/* An array's ids on one line: gpuman wait $(gpuman submit --array ...) */
+		for (size_t t = 0; t < (o.tasks ? o.ntasks : 1); t++)
+			printf("%lld%s", (long long)ids[t],
+			       t + 1 < (o.tasks ? o.ntasks : 1) ? " " : "\n");
 		status = EXIT_OK;
 	}
 done:
@@ -346,6 +442,8 @@ done:
 	free(request);
 	free(env);
 	free(machine);
+	free(ids);
+	free(o.tasks);
 	return status;
 }
 
@@ -353,7 +451,8 @@ const struct cmd_entry cmd_submit = {
     "submit",
     "queue a command; a dispatcher runs it when GPUs fit",
     "usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
-    "                     [--priority N] [--time LIMIT] [--retries N] -- CMD [ARG...]\n"
+    "                     [--priority N] [--time LIMIT] [--array LIST[%K]]\n"
+    "                     [--retries N] -- CMD [ARG...]\n"
     "\n"
     "Put CMD in your persistent queue and print its job id.  The working\n"
     "directory and the environment are recorded now; CMD runs with them, without\n"
@@ -386,6 +485,10 @@ const struct cmd_entry cmd_submit = {
     "                     this long: SIGTERM, SIGKILL 10 s later; recorded as\n"
     "                     timeout.  90s, 30m, 2h, 1h30m, 1d, or Slurm's MM:SS,\n"
     "                     HH:MM:SS, D-HH[:MM[:SS]] (a bare number is refused)\n"
+    "  --array LIST[%K]   a sweep: one job per task number in LIST (1-20, 0-30:10,\n"
+    "                     1,3,5; at most 1000), {task} in CMD and ARGs replaced by\n"
+    "                     it, GPUMAN_ARRAY_TASK_ID set, --name NAME_<task>; %K: at\n"
+    "                     most K of them run at once.  Prints their ids on one line\n"
     "  --retries N        run it again up to N times if it fails (default 0)\n"
     "  --json             print {\"id\": N} instead of the bare id\n"
     "\n" SELECT_HELP "\n"
@@ -407,6 +510,7 @@ const struct cmd_entry cmd_submit = {
     "  id=$(gpuman submit --mem 8G -- python eval.py) && gpuman wait $id\n"
     "  p=$(gpuman submit -- python prep.py) && t=$(gpuman submit --after $p -- python train.py)\n"
     "  gpuman submit --after $t --notify -- python evaluate.py\n"
-    "  gpuman submit --time 2h -- python train.py\n",
+    "  gpuman submit --time 2h -- python train.py\n"
+    "  ids=$(gpuman submit --array 1-20%4 -- python train.py --seed {task})\n",
     submit_exec,
 };

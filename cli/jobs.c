@@ -407,10 +407,11 @@ int64_t parse_job_id(const char *s)
 
 /* The variables that decide which GPUs and which registry a job gets: the
  * GPUs (NVML library or simulated scenario and its state), the lease
- * registry or broker, and the admin's limits.  Paths, made absolute. */
+ * registry or broker, the admin's limits and the reservation it is made
+ * inside.  Paths (all but the last) are made absolute. */
 static const char *const machine_vars[] = {
-    "GPUMAN_NVML",      "GPUMAN_SIM",    "GPUMAN_SIM_STATE",
-    "GPUMAN_STATE_DIR", "GPUMAN_BROKER", "GPUMAN_CONFIG",
+    "GPUMAN_NVML",   "GPUMAN_SIM",    "GPUMAN_SIM_STATE",   "GPUMAN_STATE_DIR",
+    "GPUMAN_BROKER", "GPUMAN_CONFIG", "GPUMAN_RESERVATION",
 };
 #define NVARS (sizeof machine_vars / sizeof machine_vars[0])
 
@@ -442,7 +443,8 @@ char *queue_machine_key(void)
 
 		if (!v || !*v || strchr(v, '\n'))
 			continue;
-		if (strcmp(machine_vars[i], "GPUMAN_BROKER") || strcmp(v, "off"))
+		if (strcmp(machine_vars[i], "GPUMAN_RESERVATION") &&
+		    (strcmp(machine_vars[i], "GPUMAN_BROKER") || strcmp(v, "off")))
 			absolute(v, path, sizeof path);
 		else
 			snprintf(path, sizeof path, "%s", v);

@@ -95,11 +95,23 @@ int64_t parse_job_id(const char *s);
  * that names the option. */
 int parse_time_limit(const char *s, long long *secs, char *errbuf, size_t errlen);
 
+/* submit --array: at most this many tasks, numbered 0..ARRAY_INDEX_MAX. */
+#define ARRAY_MAX 1000
+#define ARRAY_INDEX_MAX 999999
+/* "1-20", "0-30:10" (a step), "1,3,5", "1-5,10", each optionally with
+ * "%K" (at most K run at once): the task numbers in order into *tasks
+ * (caller frees), *count of them, K into *limit (0: no limit).  -1 with a
+ * message naming the option. */
+int parse_array_spec(const char *s, int **tasks, size_t *count, int *limit, char *errbuf,
+                     size_t errlen);
+/* s with every {task} replaced by task; caller frees; NULL out of memory. */
+char *subst_task(const char *s, int task);
+
 /*
  * Each job keeps its own machine: the variables of its environment that
  * decide its GPUs and its registry (GPUMAN_NVML, GPUMAN_SIM,
- * GPUMAN_SIM_STATE, GPUMAN_STATE_DIR, GPUMAN_BROKER, GPUMAN_CONFIG; paths
- * made absolute) make its machine key, "NAME=VALUE\n" each, "" when none is
+ * GPUMAN_SIM_STATE, GPUMAN_STATE_DIR, GPUMAN_BROKER, GPUMAN_CONFIG, paths
+ * made absolute; GPUMAN_RESERVATION) make its machine key, "NAME=VALUE\n" each, "" when none is
  * set.  The queue runs one dispatcher per machine key, in that environment,
  * with its own lock and run files ("" keeps the names dispatcher.lock and
  * runs/).

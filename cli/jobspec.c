@@ -112,3 +112,96 @@ int parse_time_limit(const char *s, long long *secs, char *err, size_t len)
 	}
 	return 0;
 }
+
+/* ---- submit --array ------------------------------------------------------ */
+
+int parse_array_spec(const char *s, int **tasks, size_t *count, int *limit, char *err, size_t len)
+{
+	const char *p = s, *pct = strchr(s, '%');
+	size_t n = 0;
+	int *list = NULL;
+
+	*tasks = NULL;
+	*count = 0;
+	*limit = 0;
+	if (pct) {
+		const char *q = pct + 1;
+		long long k = number(&q);
+
+		if (k < 1 || *q) {
+			snprintf(err, len,
+			         "--array '%s': after %% comes how many may run at once "
+			         "(1-20%%4)",
+			         s);
+			return -1;
+		}
+		*limit = (int)(k < ARRAY_MAX ? k : ARRAY_MAX);
+	}
+	while (p < (pct ? pct : s + strlen(s))) {
+		long long lo = number(&p), hi = lo, step = 1;
+
+		if (*p == '-') {
+			p++;
+			hi = number(&p);
+			if (*p == ':') {
+				p++;
+				step = number(&p);
+			}
+		}
+		if (lo < 0 || hi < lo || step < 1 || hi > ARRAY_INDEX_MAX ||
+		    (*p && *p != ',' && *p != '%')) {
+			snprintf(err, len,
+			         "--array '%s': not a list of task numbers (1-20, 0-30:10, 1,3,5, "
+			         "1-20%%4; each 0..%d)",
+			         s, ARRAY_INDEX_MAX);
+			free(list);
+			return -1;
+		}
+		for (long long t = lo; t <= hi; t += step) {
+			if (n == ARRAY_MAX) {
+				snprintf(err, len, "--array '%s': at most %d tasks", s, ARRAY_MAX);
+				free(list);
+				return -1;
+			}
+			if (!list && !(list = malloc(ARRAY_MAX * sizeof *list))) {
+				snprintf(err, len, "out of memory");
+				return -1;
+			}
+			list[n++] = (int)t;
+		}
+		p += *p == ',';
+	}
+	if (!n) {
+		snprintf(err, len, "--array '%s': no task numbers (1-20, 1,3,5)", s);
+		free(list);
+		return -1;
+	}
+	*tasks = list;
+	*count = n;
+	return 0;
+}
+
+char *subst_task(const char *s, int task)
+{
+	char num[16];
+	size_t nlen, need = strlen(s) + 1;
+	char *out, *o;
+
+	nlen = (size_t)snprintf(num, sizeof num, "%d", task);
+	for (const char *p = strstr(s, "{task}"); p; p = strstr(p + 6, "{task}"))
+		need += nlen;
+	out = o = malloc(need);
+	if (!out)
+		return NULL;
+	while (*s) {
+		if (!strncmp(s, "{task}", 6)) {
+			memcpy(o, num, nlen);
+			o += nlen;
+			s += 6;
+		} else {
+			*o++ = *s++;
+		}
+	}
+	*o = '\0';
+	return out;
+}

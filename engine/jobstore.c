@@ -15,7 +15,7 @@
 #include "jobstore_db.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 #define BUSY_TIMEOUT_MS 10000
 
 static const char *const state_names[JOB_STATE_COUNT] = {
@@ -67,11 +67,18 @@ void job_release(struct job *job)
 	"uuids, exit_status, reason, attempts, retries, ooms, min_free_mib, placed_free_mib, "     \
 	"peak_mem_mib, util_samples, util_sum, runner_pid, run_slot, name, priority, notify, "     \
 	"(SELECT group_concat(after) FROM (SELECT after FROM deps WHERE deps.job = jobs.id "       \
-	"ORDER BY after)), time_limit_s, node, machine, array_task"
+	"ORDER BY after)), time_limit_s, node, machine, array_task, array_of, array_limit"
 
 /* A dispatcher sees the jobs of its own machine only (jobstore_set_machine);
  * jobs of an older store (NULL) are the default machine's (""). */
 #define MACHINE "(:machine IS NULL OR IFNULL(machine, '') = :machine)"
+
+/* An array task beyond its array's %K: K of its array run already, or
+ * are queued before it (it waits like a job --after another). */
+#define ARRAY_FULL                                                                                 \
+	"(j.array_limit IS NOT NULL AND row_number() OVER (PARTITION BY j.array_of ORDER BY "      \
+	"j.id) + (SELECT count(*) FROM jobs r WHERE r.array_of = j.array_of AND r.state = "        \
+	"'running') > j.array_limit)"
 
 enum stmt_id {
 	ST_INSERT,
@@ -97,12 +104,14 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_INSERT] =
         "INSERT INTO jobs (id, state, command, argv, cwd, env, request, log, "
         "submit_ms, attempts, retries, min_free_mib, name, priority, notify, time_limit_s, "
-        "machine, array_task) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-        "?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        "machine, array_task, array_of, array_limit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+        "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
     [ST_INSERT_DEP] = "INSERT OR IGNORE INTO deps (job, after) VALUES (?1, ?2)",
-    [ST_READY] = "SELECT id, EXISTS (SELECT 1 FROM deps d JOIN jobs p ON p.id = d.after "
-                 "WHERE d.job = j.id AND p.state != 'done') FROM jobs j "
-                 "WHERE state = 'queued' AND " MACHINE " ORDER BY priority DESC, id",
+    [ST_READY] =
+        "SELECT id, waiting FROM (SELECT j.id, j.priority, EXISTS (SELECT 1 FROM "
+        "deps d JOIN jobs p ON p.id = d.after WHERE d.job = j.id AND p.state != "
+        "'done') OR " ARRAY_FULL " AS waiting FROM jobs j WHERE state = 'queued' AND " MACHINE
+        ") ORDER BY priority DESC, id",
     [ST_GET] = "SELECT " COLUMNS " FROM jobs WHERE id = ?1",
     [ST_GET_ENV] = "SELECT " COLUMNS ", env FROM jobs WHERE id = ?1",
     [ST_UPDATE] = "UPDATE jobs SET state = ?2, start_ms = ?3, end_ms = ?4, gpus = ?5, "
@@ -243,7 +252,8 @@ static const char schema3[] =
     "CREATE TRIGGER IF NOT EXISTS deps_forget AFTER DELETE ON jobs"
     " BEGIN DELETE FROM deps WHERE job = OLD.id; END;";
 
-static const char *const migrations[SCHEMA_VERSION] = {schema, schema2, schema3, jobstore_schema4};
+static const char *const migrations[SCHEMA_VERSION] = {schema, schema2, schema3, jobstore_schema4,
+                                                       jobstore_schema5};
 
 /* Run sql, retrying while another connection holds a lock that the busy
  * handler does not wait for (switching to WAL, a fresh database's first
@@ -448,6 +458,8 @@ enum gm_err jobstore_insert(struct jobstore *st, struct job *job, char *err, siz
 	bind_opt_int(s, 16, job->time_limit_s > 0, job->time_limit_s);
 	bind_text(s, 17, job->machine);
 	bind_opt_int(s, 18, job->array_task >= 0, job->array_task);
+	bind_opt_int(s, 19, job->array_of > 0, job->array_of);
+	bind_opt_int(s, 20, job->array_limit > 0, job->array_limit);
 	if (step_done(s) < 0)
 		return db_fail(st, err, len, "insert");
 	job->id = sqlite3_last_insert_rowid(st->db);
@@ -473,7 +485,7 @@ static char *col_text(sqlite3_stmt *s, int col)
 	return t ? strdup((const char *)t) : NULL;
 }
 
-/* One row of COLUMNS (and env at column 32 if with_env) into a job. */
+/* One row of COLUMNS (and env at column 34 if with_env) into a job. */
 static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 {
 	int state;
@@ -515,9 +527,11 @@ static int read_row(sqlite3_stmt *s, struct job *j, int with_env)
 	j->node = col_text(s, 29);
 	j->machine = col_text(s, 30);
 	j->array_task = sqlite3_column_type(s, 31) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 31);
-	if (with_env && sqlite3_column_type(s, 32) != SQLITE_NULL) {
-		int n = sqlite3_column_bytes(s, 32);
-		const void *blob = sqlite3_column_blob(s, 32);
+	j->array_of = sqlite3_column_int64(s, 32);
+	j->array_limit = sqlite3_column_int(s, 33);
+	if (with_env && sqlite3_column_type(s, 34) != SQLITE_NULL) {
+		int n = sqlite3_column_bytes(s, 34);
+		const void *blob = sqlite3_column_blob(s, 34);
 
 		j->env = malloc((size_t)n + 1);
 		if (!j->env)

@@ -84,12 +84,14 @@ struct job {
 	char *node;           /* the node it ran on (batch --slurm); NULL: this machine */
 	char *machine;        /* where it runs (submit's GPUMAN_SIM, ...: jobs.h); NULL: here */
 	int array_task;       /* submit --array: its index; -1 not part of an array */
+	int64_t array_of;     /* schema 5: its array's first job id; 0 none */
+	int array_limit;      /* --array ...%K: at most K of its array run at once; 0 any */
 };
 #define JOB_INIT                                                                                   \
 	{                                                                                          \
 		0, JOB_QUEUED, NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0,   \
 		    NULL, 0, 0, 0, 0, -1, 0, 0, 0, 0.0, 0, -1, NULL, 0, NULL, NULL, 0, NULL, NULL, \
-		    -1                                                                             \
+		    -1, 0, 0                                                                       \
 	}
 
 /* Free the strings of a job read from the store; keep the struct. */
@@ -154,6 +156,10 @@ enum gm_err jobstore_notify_due(struct jobstore *st, int64_t **ids, size_t *coun
                                 size_t errlen);
 enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *errbuf, size_t errlen);
 
+/* Make jobs first..last (inserted in one transaction) one array, whose
+ * id is first's (job->array_of). */
+enum gm_err jobstore_set_array(struct jobstore *st, int64_t first, int64_t last, char *errbuf,
+                               size_t errlen);
 /* Record the node a job ran on (batch --slurm; NULL: none). */
 enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node, char *errbuf,
                               size_t errlen);

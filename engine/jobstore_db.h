@@ -20,5 +20,6 @@ char **jobstore_machine_filter(struct jobstore *st);
 
 /* Schema 3 to 4 (jobstore_ext.c). */
 extern const char jobstore_schema4[];
+extern const char jobstore_schema5[];
 
 #endif

@@ -32,7 +32,32 @@ const char jobstore_schema4[] =
     "  WHERE state = 'queued' AND id IN (SELECT job FROM deps WHERE after = NEW.id);"
     " END;";
 
-enum { X_SET_NODE, X_LIVE_MACHINES };
+/* Schema 4 to 5: arrays (submit --array 1-20%K): the first task's id and
+ * K, at most K of its tasks running at once; the index keeps counting them
+ * to the array's own rows. */
+const char jobstore_schema5[] =
+    "ALTER TABLE jobs ADD COLUMN array_of INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN array_limit INTEGER;"
+    "CREATE INDEX IF NOT EXISTS jobs_by_array ON jobs (array_of, state, id)"
+    " WHERE array_of IS NOT NULL;";
+
+enum { X_SET_NODE, X_LIVE_MACHINES, X_SET_ARRAY };
+
+enum gm_err jobstore_set_array(struct jobstore *st, int64_t first, int64_t last, char *err,
+                               size_t len)
+{
+	sqlite3_stmt *s = jobstore_cached(
+	    st, X_SET_ARRAY, "UPDATE jobs SET array_of = ?1 WHERE id BETWEEN ?1 AND ?2");
+	int rc;
+
+	if (!s)
+		return jobstore_db_fail(st, err, len, "update");
+	sqlite3_bind_int64(s, 1, first);
+	sqlite3_bind_int64(s, 2, last);
+	rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	return rc == SQLITE_DONE ? GM_OK : jobstore_db_fail(st, err, len, "update");
+}
 
 enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node, char *err,
                               size_t len)

@@ -401,6 +401,54 @@ static void test_schema4_fields_and_machine_filter(void **state)
 	job_release(&j);
 }
 
+/* --array 1-4%2: at most two tasks of the array run at once; the others
+ * wait, counted as waiting, until one ends. */
+static void test_array_limit(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct job j = JOB_INIT;
+	int64_t *ids = NULL;
+	size_t n = 0, waiting = 0;
+	int changed = 0;
+
+	add(f->st, 0, "before"); /* 1: not in the array */
+	for (int t = 1; t <= 4; t++) {
+		j = (struct job)JOB_INIT;
+		j.command = (char *)"task";
+		j.array_task = t;
+		j.array_limit = 2;
+		assert_int_equal(jobstore_insert(f->st, &j, err, sizeof err), GM_OK);
+	}
+	assert_int_equal(jobstore_set_array(f->st, 2, 5, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_ready_ids(f->st, &ids, &n, &waiting, err, sizeof err), GM_OK);
+	assert_int_equal(n, 3);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(ids[1], 2);
+	assert_int_equal(ids[2], 3);
+	assert_int_equal(waiting, 2);
+	free(ids);
+	assert_int_equal(jobstore_get(f->st, 2, 0, &j, err, sizeof err), GM_OK);
+	assert_int_equal(j.array_of, 2);
+	j.state = JOB_RUNNING;
+	assert_int_equal(
+	    jobstore_update(f->st, &j, JOB_QUEUED, j.attempts, &changed, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_ready_ids(f->st, &ids, &n, &waiting, err, sizeof err), GM_OK);
+	assert_int_equal(n, 2); /* 1 and 3; 4 and 5 wait */
+	assert_int_equal(ids[1], 3);
+	assert_int_equal(waiting, 2);
+	free(ids);
+	j.state = JOB_DONE;
+	assert_int_equal(
+	    jobstore_update(f->st, &j, JOB_RUNNING, j.attempts, &changed, err, sizeof err), GM_OK);
+	job_release(&j);
+	assert_int_equal(jobstore_ready_ids(f->st, &ids, &n, &waiting, err, sizeof err), GM_OK);
+	assert_int_equal(n, 3); /* 1, 3 and 4 */
+	assert_int_equal(ids[2], 4);
+	assert_int_equal(waiting, 1);
+	free(ids);
+}
+
 static void test_state_names(void **state)
 {
 	(void)state;
@@ -447,6 +495,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_schema4_fields_and_machine_filter, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_array_limit, setup, teardown),
 	    cmocka_unit_test(test_state_names),
 	    cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
 	};
