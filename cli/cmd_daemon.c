@@ -92,7 +92,8 @@ struct conn {
 	uint64_t seq;
 	char command[256];
 	char summary[128];
-	json_t *usable; /* UUID -> pick_env usable value; NULL: all */
+	json_t *usable;      /* UUID -> pick_env usable value; NULL: all */
+	json_t *usable_migs; /* the same for MIG slices; NULL: as their GPU */
 	char (*cand)[96];
 	size_t cand_count;
 	struct conn *prev, *next;   /* every connection */
@@ -122,6 +123,7 @@ struct blease {
 	size_t n;
 	unsigned *indices;
 	char (*uuids)[96];
+	char (*migs)[96];   /* the MIG slice of each GPU it holds, "" none */
 	int reservation;    /* held by nobody until expires_ms */
 	int64_t expires_ms; /* wall clock */
 	struct conn *conn;  /* NULL: restored, watched by pidfd, or a reservation */
@@ -411,6 +413,8 @@ static json_t *lease_json(const struct blease *l, int secret)
 
 		json_object_set_new(g, "index", json_integer(l->indices[i]));
 		json_object_set_new(g, "uuid", json_string(l->uuids[i]));
+		if (l->migs[i][0])
+			json_object_set_new(g, "mig_uuid", json_string(l->migs[i]));
 		json_array_append_new(gpus, g);
 	}
 	json_object_set_new(o, "gpus", gpus);
@@ -444,6 +448,7 @@ static void lease_free(struct blease *l)
 {
 	free(l->indices);
 	free(l->uuids);
+	free(l->migs);
 	free(l);
 }
 
@@ -506,6 +511,7 @@ static void conn_free(struct conn *c)
 	free(c->pend);
 	free(c->cand);
 	json_decref(c->usable);
+	json_decref(c->usable_migs);
 	gm_request_free(c->req);
 	free(c);
 }
@@ -730,6 +736,7 @@ static int placed_build(struct placed *p, const struct daemon *d, const struct g
 			uint64_t used = 0;
 
 			x->uuid = l->uuids[g];
+			x->mig = l->migs[g][0] ? l->migs[g] : NULL;
 			x->exclusive = l->exclusive;
 			x->share_mib = l->share_mib;
 			x->holder = p->holders[i];
@@ -763,6 +770,20 @@ static unsigned char *usable_for(const struct conn *c, const struct gm_snapshot 
 	return u;
 }
 
+/* Per slice (snap->migs), the same. */
+static unsigned char *mig_usable_for(const struct conn *c, const struct gm_snapshot *snap)
+{
+	unsigned char *u;
+
+	if (!c->usable_migs)
+		return NULL;
+	u = calloc(snap->mig_count + 1, 1);
+	for (size_t i = 0; u && i < snap->mig_count; i++)
+		u[i] = (unsigned char)json_integer_value(
+		    json_object_get(c->usable_migs, snap->migs[i].uuid));
+	return u;
+}
+
 static void grant(struct daemon *d, struct conn *c, const struct gm_snapshot *snap,
                   const struct policy_result *res)
 {
@@ -772,8 +793,9 @@ static void grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	if (l) {
 		l->indices = calloc(res->count + 1, sizeof *l->indices);
 		l->uuids = calloc(res->count + 1, sizeof *l->uuids);
+		l->migs = calloc(res->count + 1, sizeof *l->migs);
 	}
-	if (!l || !l->indices || !l->uuids) {
+	if (!l || !l->indices || !l->uuids || !l->migs) {
 		if (l)
 			lease_free(l);
 		line_remove(d, c);
@@ -796,12 +818,20 @@ static void grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	m = json_object();
 	gpus = json_array();
 	for (size_t i = 0; i < res->count; i++) {
-		const struct gm_gpu *g = &snap->gpus[res->chosen[i]];
+		/* A slice: the lease names its GPU, exclusive, and the slice,
+		 * as the registry's lease files do. */
+		const struct gm_mig *mig = res->mig ? &snap->migs[res->chosen[i]] : NULL;
+		const struct gm_gpu *g = mig ? &snap->gpus[snapshot_position(snap, mig->gpu)]
+		                             : &snap->gpus[res->chosen[i]];
 		uint64_t share = c->req->share ? size_mib(&c->req->mem, g->mem_total_mib) : 0;
 		json_t *jg = json_object();
 
 		l->indices[i] = g->index;
 		str_copy(l->uuids[i], sizeof l->uuids[i], g->uuid);
+		if (mig) {
+			str_copy(l->migs[i], sizeof l->migs[i], mig->uuid);
+			json_object_set_new(jg, "mig_uuid", json_string(mig->uuid));
+		}
 		/* One number for the lease: the smallest GPU's share. */
 		if (c->req->share && (!l->share_mib || share < l->share_mib))
 			l->share_mib = share;
@@ -889,7 +919,7 @@ static void serve_line(struct daemon *d, int fresh)
 		                          .lease_count = placed.count,
 		                          .held_for = held_for};
 		const struct blease *within;
-		unsigned char *usable;
+		unsigned char *usable, *mig_usable = NULL;
 		char *why, limit[200];
 		int over;
 
@@ -915,6 +945,7 @@ static void serve_line(struct daemon *d, int fresh)
 			continue;
 		}
 		usable = usable_for(c, snap);
+		mig_usable = mig_usable_for(c, snap);
 		in.usable = usable;
 		if (caps_barred(&d->cfg, c->uid, snap, barred, barred_text))
 			in.barred = barred;
@@ -923,6 +954,7 @@ static void serve_line(struct daemon *d, int fresh)
 			in.leases = mine.pl;
 			in.lease_count = mine.count;
 		}
+		in.mig_usable = mig_usable;
 		if (held == snap->gpu_count) {
 			/* Everything is held for earlier requests. */
 			if (!c->wait)
@@ -934,10 +966,12 @@ static void serve_line(struct daemon *d, int fresh)
 				            "every GPU it could use is held for "
 				            "earlier requests in line");
 			free(usable);
+			free(mig_usable);
 			continue;
 		}
 		if (policy_choose(&in, c->req, &res) < 0) {
 			free(usable);
+			free(mig_usable);
 			break;
 		}
 		if (res.outcome == POLICY_OK) {
@@ -946,6 +980,7 @@ static void serve_line(struct daemon *d, int fresh)
 			if (placed_build(&placed, d, snap, NULL) < 0) {
 				policy_result_release(&res);
 				free(usable);
+				free(mig_usable);
 				break;
 			}
 			in.leases = placed.pl;
@@ -978,6 +1013,7 @@ static void serve_line(struct daemon *d, int fresh)
 		}
 		policy_result_release(&res);
 		free(usable);
+		free(mig_usable);
 	}
 done:
 	free(placed.pl);
@@ -996,7 +1032,9 @@ static const char *summary_of(const struct gm_request *req, char *buf, size_t le
 {
 	char size[32];
 
-	if (req->share)
+	if (req->mig[0])
+		snprintf(buf, len, "1 MIG slice %s", req->mig);
+	else if (req->share)
 		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
 		         size_format(&req->mem, size, sizeof size));
 	else
@@ -1007,14 +1045,16 @@ static const char *summary_of(const struct gm_request *req, char *buf, size_t le
 static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 {
 	json_t *r = json_object_get(msg, "request"), *v, *usable = json_object_get(msg, "usable");
+	json_t *usable_migs = json_object_get(msg, "usable_migs");
 	const char *key, *cmd = json_string_value(json_object_get(msg, "command"));
 	char err[GM_ERRBUF_SIZE];
 	struct gm_snapshot *snap;
 	struct policy_input in = {0};
-	unsigned char *u;
+	unsigned char *u, *mu;
 
 	c->req = gm_request_new();
-	if (!c->req || !json_is_object(r) || (usable && !json_is_object(usable))) {
+	if (!c->req || !json_is_object(r) || (usable && !json_is_object(usable)) ||
+	    (usable_migs && !json_is_object(usable_migs))) {
 		refuse(d, c, GM_ERR_INVALID, "malformed request", NULL);
 		return;
 	}
@@ -1042,6 +1082,7 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	c->usable = json_incref(usable);
+	c->usable_migs = json_incref(usable_migs);
 	if (cmd)
 		str_copy(c->command, sizeof c->command, cmd);
 	else
@@ -1057,8 +1098,10 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	u = usable_for(c, snap);
+	mu = mig_usable_for(c, snap);
 	in.snap = snap;
 	in.usable = u;
+	in.mig_usable = mu;
 	{
 		const char **barred = calloc(snap->gpu_count + 1, sizeof *barred);
 		char(*text)[160] = calloc(snap->gpu_count + 1, sizeof *text);
@@ -1074,6 +1117,7 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		free(text);
 	}
 	free(u);
+	free(mu);
 	c->state = CONN_WAITING;
 	c->in_line = 1;
 	c->lprev = d->line_tail;
@@ -1350,7 +1394,8 @@ static void restore(struct daemon *d)
 		l->n = json_array_size(gpus);
 		l->indices = calloc(l->n + 1, sizeof *l->indices);
 		l->uuids = calloc(l->n + 1, sizeof *l->uuids);
-		if (!l->indices || !l->uuids) {
+		l->migs = calloc(l->n + 1, sizeof *l->migs);
+		if (!l->indices || !l->uuids || !l->migs) {
 			lease_free(l);
 			break;
 		}
@@ -1359,6 +1404,8 @@ static void restore(struct daemon *d)
 			l->indices[k] = (unsigned)json_integer_value(json_object_get(g, "index"));
 			str_copy(l->uuids[k], sizeof l->uuids[k],
 			         json_string_value(json_object_get(g, "uuid")) ?: "");
+			str_copy(l->migs[k], sizeof l->migs[k],
+			         json_string_value(json_object_get(g, "mig_uuid")) ?: "");
 		}
 		if (json_is_true(json_object_get(o, "reservation"))) {
 			/* Held by nobody: kept until it expires. */

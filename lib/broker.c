@@ -240,6 +240,8 @@ static json_t *request_json(const struct gm_request *req)
 		set_size(o, "mem", &req->mem);
 	if (req->idle)
 		json_object_set_new(o, "idle", json_string(""));
+	if (req->mig[0])
+		json_object_set_new(o, "mig", json_string(req->mig));
 	return o;
 }
 
@@ -251,6 +253,18 @@ static json_t *usable_json(const struct pick_env *env, const struct gm_snapshot 
 	for (size_t i = 0; i < snap->gpu_count; i++)
 		if (env->usable[i])
 			json_object_set_new(o, snap->gpus[i].uuid, json_integer(env->usable[i]));
+	return o;
+}
+
+/* The MIG slices it lets us use, by UUID. */
+static json_t *usable_migs_json(const struct pick_env *env, const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; i < snap->mig_count; i++)
+		if (env->mig_usable[i] && snap->migs[i].uuid[0])
+			json_object_set_new(o, snap->migs[i].uuid,
+			                    json_integer(env->mig_usable[i]));
 	return o;
 }
 
@@ -283,22 +297,27 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 	json_array_foreach(gpus, i, g)
 	{
 		const char *uuid = json_string_value(json_object_get(g, "uuid"));
+		const char *mig = json_string_value(json_object_get(g, "mig_uuid"));
 		const struct gm_gpu *gpu = uuid ? gm_snapshot_find(snap, uuid) : NULL;
 		uint64_t total = (uint64_t)json_integer_value(json_object_get(g, "total_mib"));
 
 		/* Both sides see the same machine; a GPU we do not see is one
 		 * we cannot tell a child how to reach. */
-		if (!gpu)
+		if (!gpu || (mig && (n != 1 || strncmp(mig, "MIG-", 4))))
 			goto failed;
 		pos[i] = (size_t)(gpu - snap->gpus);
 		l->indices[i] = gpu->index;
-		str_copy(l->uuids[i], sizeof l->uuids[i], gpu->uuid);
+		/* a slice's holder knows it by the slice's UUID, as CUDA does */
+		str_copy(l->uuids[i], sizeof l->uuids[i], mig ? mig : gpu->uuid);
+		if (mig && !(l->cuda_visible = strdup(mig)))
+			goto failed;
 		ilen +=
 		    (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", gpu->index);
 		if (!min_total || total < min_total)
 			min_total = total;
 	}
-	l->cuda_visible = pick_env_cuda_visible(env, snap, pos, n);
+	if (!l->cuda_visible)
+		l->cuda_visible = pick_env_cuda_visible(env, snap, pos, n);
 	if (!l->cuda_visible)
 		goto failed;
 	l->mem_fraction = !exclusive && min_total ? (double)l->share_mib / (double)min_total : 0.0;
@@ -310,6 +329,7 @@ failed:
 	free(l->uuids);
 	free(l->indices_text);
 	free(l->broker);
+	free(l->cuda_visible);
 	free(l);
 	return NULL;
 }
@@ -366,10 +386,6 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
-	if (req->mig[0])
-		return gm_fail(GM_ERR_INVALID, err, len,
-		               "--mig: MIG slices are not leased through the lease broker yet; "
-		               "GPUMAN_BROKER=off leases them in the registry");
 	if (keep) {
 		char *key = place_key(req, opts);
 
@@ -436,6 +452,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			json_object_set_new(msg, "command", json_string(opts->command));
 		if (env.usable)
 			json_object_set_new(msg, "usable", usable_json(&env, snap));
+		if (env.mig_usable)
+			json_object_set_new(msg, "usable_migs", usable_migs_json(&env, snap));
 		if (opts && opts->reserve_ms > 0)
 			json_object_set_new(msg, "reserve_ms", json_integer(opts->reserve_ms));
 		/* Inside one's own reservation: its GPUs are ours (the broker
@@ -673,12 +691,13 @@ static int view_lease(json_t *o, struct lease_info *li)
 	li->gpu_count = json_array_size(gpus);
 	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
 	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
-	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs); /* whole GPUs only */
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
 	if (!li->uuids || !li->indices || !li->migs)
 		return -1;
 	json_array_foreach(gpus, i, g)
 	{
 		str_copy(li->uuids[i], sizeof li->uuids[i], jstr(g, "uuid"));
+		str_copy(li->migs[i], sizeof li->migs[i], jstr(g, "mig_uuid"));
 		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
 	}
 	return 0;

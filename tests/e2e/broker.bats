@@ -295,3 +295,47 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	run -0 gpuman status
 	[[ "$output" == *"warning: leases not shown"*"does not answer"* ]]
 }
+
+@test "broker: MIG slices are leased one per job, the lease names its slice, and two users never share one" {
+	gm_user alice
+	gm_user bob
+	local s1c=MIG-1c000000-1111-4000-8000-000000000003 s1d=MIG-1d000000-1111-4000-8000-000000000004
+	# examples/mig-a100.json less one job: GPU 0's two 1g.10gb slices are free
+	jq 'del(.gpus[0].mig_devices[2].processes)' "$GM_ROOT/examples/mig-a100.json" >"$SHARED/mig.json"
+	chmod 644 "$SHARED/mig.json"
+	export GPUMAN_SIM=$SHARED/mig.json
+	start_daemon
+	# each job runs until its stop file appears
+	local job='echo "$CUDA_VISIBLE_DEVICES $GPUMAN_GPUS" >"$0"; while [ ! -e "$0.stop" ]; do sleep 0.05; done'
+	bg a alice gpuman run --mig 1g.10gb -- sh -c "$job" "$SHARED/env-a"
+	wait_for "[ -s '$SHARED/env-a' ]"
+	bg b bob gpuman run --mig 1g.10gb -- sh -c "$job" "$SHARED/env-b"
+	wait_for "[ -s '$SHARED/env-b' ]"
+	# one slice each, named by its UUID; their GPU is GPU 0
+	[ "$(cat "$SHARED/env-a" "$SHARED/env-b" | sort | tr '\n' ' ')" = "$s1c 0 $s1d 0 " ]
+	# the leases name the GPU (exclusive, as the registry's do) and the slice
+	run -0 gpuman status --json
+	[ "$(jqr '[.leases[].gpus[0].mig_uuid] | sort | join(" ")')" = "$s1c $s1d" ]
+	[ "$(jqr '[.leases[] | "\(.kind) \(.gpus[0].index)"] | unique | join(",")')" = "exclusive 0" ]
+	[ "$(jqr '[.leases[].user] | sort | join(",")')" = gmtest-alice,gmtest-bob ]
+	# and so does the state file, for a restarted broker
+	[ "$(jq -r '[.leases[].gpus[0].mig_uuid] | sort | join(" ")' "$STATE")" = "$s1c $s1d" ]
+	# no third 1g.10gb slice now: 75, naming who holds each
+	run -75 as_user bob gpuman run --mig 1g.10gb -- true
+	[[ "$output" == *"1g.10gb MIG-1c000000 leased by gmtest-"*"1g.10gb MIG-1d000000 leased by gmtest-"* ]]
+	# the other slices and the whole GPU 1 are still there to take
+	run -0 as_user bob gpuman run --mig 2g.20gb -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+	[ "$output" = MIG-2b000000-1111-4000-8000-000000000002 ]
+	run -0 gpuman run -- sh -c 'echo $GPUMAN_GPUS'
+	[ "$output" = 1 ]
+	# a waiter for a slice is in the line, and gets the slice alice frees
+	bg w bob gpuman run --mig 1g.10gb --wait -- sh -c 'echo "$CUDA_VISIBLE_DEVICES" >"$0"' "$SHARED/env-w"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	run -0 gpuman status
+	[[ "$output" == *"1 MIG slice 1g.10gb"* ]]
+	touch "$SHARED/env-a.stop"
+	wait_for "[ -s '$SHARED/env-w' ]"
+	[ "$(cat "$SHARED/env-w")" = "$(cut -d' ' -f1 "$SHARED/env-a")" ]
+	touch "$SHARED/env-b.stop"
+	wait_for '[ -z "$(leases .id)" ]'
+}
