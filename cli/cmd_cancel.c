@@ -16,6 +16,7 @@
 #include "jobs.h"
 #include "protocol.h"
 #include "gpuman-internal.h"
+#include "submit_slurm.h"
 
 /* Signal a running job's runner, if it still lives.  Its run file is
  * locked exactly while it lives, which also proves its pid is not reused. */
@@ -105,6 +106,13 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok
 			continue; /* it has just started: cancel it running */
 		}
 		if (job.state == JOB_RUNNING) {
+			int on_slurm = submit_slurm_cancel(q, &job, err, sizeof err);
+
+			if (on_slurm) {
+				job_release(&job);
+				return on_slurm > 0 ? EXIT_OK
+				                    : cli_error(cli, EXIT_FAIL, "%s", err);
+			}
 			if (signal_runner(q, &job, SIGTERM) == 0) {
 				printf("%lld cancelling (running on GPU %s)\n", (long long)id,
 				       job.gpus ? job.gpus : "?");

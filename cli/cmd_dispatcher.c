@@ -25,6 +25,7 @@
 #include "jobs.h"
 #include "notify.h"
 #include "gpuman-internal.h"
+#include "submit_slurm.h"
 
 static void stamp(char *buf, size_t len)
 {
@@ -115,6 +116,7 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pid, strlen(pid), 0) < 0)
 		cli_error(cli, 0, "warning: cannot write the pid into the lock file");
 	setenv("GPUMAN_QUEUE_DIR", argv[2], 1);
+	unsetenv(SUBMIT_SLURM_VAR); /* only a Slurm machine's key sets it */
 	machine = getenv("GPUMAN_DISPATCHER_MACHINE");
 	if (!machine || !(machine = strdup(machine)) || queue_machine_apply(machine) < 0)
 		return cli_error(cli, EXIT_FAIL, "no machine (GPUMAN_DISPATCHER_MACHINE)");
@@ -132,8 +134,9 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), err);
 		goto done;
 	}
-	if (gm_open(&ctx, err, sizeof err) != GM_OK ||
-	    registry_open(&reg, err, sizeof err) != GM_OK) {
+	/* a Slurm machine's jobs go to sbatch: no GPUs of ours to open */
+	if (!getenv(SUBMIT_SLURM_VAR) && (gm_open(&ctx, err, sizeof err) != GM_OK ||
+	                                  registry_open(&reg, err, sizeof err) != GM_OK)) {
 		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), err);
 		goto done;
 	}
@@ -144,6 +147,7 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	cfg.log_dir = queue_path(&q, "logs", logs, sizeof logs);
 	cfg.ctx = ctx;
 	cfg.reg = reg;
+	cfg.sbatch_args = getenv(SUBMIT_SLURM_VAR);
 	cfg.dispatcher_lock_fd = lock_fd;
 	cfg.wake_dir = q.dir;
 	cfg.wake_name = "wake";

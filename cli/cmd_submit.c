@@ -15,6 +15,7 @@
 #include "jobs.h"
 #include "notify.h"
 #include "select_help.h"
+#include "submit_slurm.h"
 
 extern char **environ;
 
@@ -309,12 +310,17 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	struct queue q = {.store = NULL};
 	json_t *jargv = json_array();
 	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
-	                                         *request = NULL, *env = NULL, *machine = NULL;
+	                                         *request = NULL, *env = NULL, *machine = NULL,
+	                                         *slurm = NULL;
 	int64_t *ids = NULL;
 	size_t env_len = 0;
 	int status;
 
 	memset(&o, 0, sizeof o);
+	/* --slurm: the job goes to Slurm (submit_slurm.h) */
+	status = submit_slurm_take(cli, &argc, argv, &slurm);
+	if (status != CLI_CONTINUE)
+		goto done;
 	status =
 	    cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
 	if (status != CLI_CONTINUE)
@@ -352,12 +358,21 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	env = env_block(&env_len, -1);
 	ids = calloc(o.tasks ? o.ntasks : 1, sizeof *ids);
 	machine = queue_machine_key();
+	if (machine && slurm) {
+		char *both = NULL;
+
+		if (asprintf(&both, "%s%s", machine, slurm) < 0)
+			both = NULL;
+		free(machine);
+		machine = both;
+	}
 	if (!argv_text || !command || !request || !env || !machine || !ids) {
 		status = cli_error(cli, EXIT_FAIL, "out of memory (or an argument is not UTF-8)");
 		goto done;
 	}
-	{
-		/* A job that can never run is better refused now than queued. */
+	if (!slurm) {
+		/* A job that can never run is better refused now than queued
+		 * (on Slurm, sbatch says so when the dispatcher hands it over). */
 		struct gm_context *ctx = NULL;
 		struct gm_snapshot *snap = NULL;
 
@@ -444,6 +459,7 @@ done:
 	free(machine);
 	free(ids);
 	free(o.tasks);
+	free(slurm);
 	return status;
 }
 
@@ -453,6 +469,8 @@ const struct cmd_entry cmd_submit = {
     "usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
     "                     [--priority N] [--time LIMIT] [--array LIST[%K]]\n"
     "                     [--retries N] -- CMD [ARG...]\n"
+    "       gpuman submit --slurm [--gres=gpu[:TYPE]:N] [-p PART] [-A ACCT] [-t TIME]\n"
+    "                     [-C FEATURES] [--qos QOS] [--sbatch-arg ARG] ... -- CMD\n"
     "\n"
     "Put CMD in your persistent queue and print its job id.  The working\n"
     "directory and the environment are recorded now; CMD runs with them, without\n"
@@ -491,6 +509,10 @@ const struct cmd_entry cmd_submit = {
     "                     most K of them run at once.  Prints their ids on one line\n"
     "  --retries N        run it again up to N times if it fails (default 0)\n"
     "  --json             print {\"id\": N} instead of the bare id\n"
+    "  --slurm            run it as its own Slurm job (sbatch) with these Slurm\n"
+    "                     options (one word each; --gres default gpu:1): Slurm\n"
+    "                     picks node and GPUs, queue shows them, wait gives its\n"
+    "                     outcome, cancel scancels it; --time is then Slurm's\n"
     "\n" SELECT_HELP "\n"
     "reserve:\n"
     "  --exclusive        nobody else is placed on the GPU (default)\n"

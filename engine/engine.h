@@ -82,6 +82,9 @@ struct engine_config {
 	/* Batch on Slurm: tasks run as srun steps in this allocation, not on
 	 * this machine's GPUs (ctx and reg unused then).  NULL: this machine. */
 	struct engine_slurm *slurm;
+	/* Queue on Slurm: each job its own `sbatch` job with these options
+	 * (space-separated; engine/sbatch.c); NULL: not. */
+	const char *sbatch_args;
 	int no_framework_env; /* batch: no framework memory variables */
 	unsigned max_running; /* -j; 0: as many as GPUs allow */
 	int requeue_dead;     /* a job whose runner died runs again (--resume) */

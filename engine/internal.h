@@ -146,7 +146,21 @@ struct placement {
 	void (*interrupt)(struct engine *e);
 	void (*release)(struct engine *e);
 };
-extern const struct placement placement_local, placement_slurm;
+extern const struct placement placement_local, placement_slurm, placement_sbatch;
+
+/* slurm.c, shared with sbatch.c: the /bin/sh wrapper of a Slurm task ($1
+ * record file, $2 the task's line, $3 its number, $4 gpuman) and what it
+ * records. */
+extern const char slurm_wrapper[];
+struct slurm_record {
+	int started, ended;
+	int64_t start_ms, end_ms;
+	char node[64], gpus[64];
+	int status;
+};
+void slurm_read_record(const char *path, struct slurm_record *r);
+/* The sampler's peak memory and utilization (record.usage) into j. */
+void slurm_read_usage(const char *record, struct job *j);
 
 /* state.c */
 void engine_say(struct engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

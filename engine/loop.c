@@ -192,7 +192,9 @@ enum engine_result engine_run(const struct engine_config *cfg, char *err, size_t
 	e->cfg = cfg;
 	e->sfd = e->ifd = e->reg_wd = e->wake_wd = -1;
 	e->counts.started_ms = monotonic_ms();
-	e->place = cfg->slurm ? &placement_slurm : &placement_local;
+	e->place = cfg->slurm         ? &placement_slurm
+	           : cfg->sbatch_args ? &placement_sbatch
+	                              : &placement_local;
 	if (setup(e) < 0) {
 		gm_fail(GM_ERR_IO, err, len, "cannot watch for events: %s", strerror(errno));
 		result = ENGINE_ERROR;

@@ -36,7 +36,7 @@
  * utilization in the record's .usage file, as the local engine samples
  * them (skipped where gpuman is not on the node).
  */
-static const char wrapper[] =
+const char slurm_wrapper[] =
     "r=$1; line=$2; GPUMAN_TASK=$3; gm=$4; sp=\n"
     "g=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}\n"
     "GPUMAN_GPUS=$g; export GPUMAN_TASK GPUMAN_GPUS\n"
@@ -54,13 +54,6 @@ static const char wrapper[] =
     "echo \"end $(date +%s%3N) $s\" >>\"$r\"\n"
     "exit $s\n";
 
-struct record {
-	int started, ended;
-	int64_t start_ms, end_ms;
-	char node[64], gpus[64];
-	int status;
-};
-
 /* What slurm.c keeps besides the engine's slots. */
 struct slurm_state {
 	struct engine_slurm *cfg;
@@ -71,7 +64,7 @@ struct slurm_state {
 	char gpuman[PATH_MAX]; /* this program, for the steps' sampler; "" if unknown */
 };
 
-static void read_record(const char *path, struct record *r)
+void slurm_read_record(const char *path, struct slurm_record *r)
 {
 	FILE *f = fopen(path, "r");
 	char line[256];
@@ -96,7 +89,7 @@ static void read_record(const char *path, struct record *r)
 }
 
 /* The step's sampler's figures (gpuman slurm-sample): "PEAK|- N SUM". */
-static void read_usage(const char *record, struct job *j)
+void slurm_read_usage(const char *record, struct job *j)
 {
 	char path[PATH_MAX + 80], peak[32];
 	FILE *f;
@@ -252,8 +245,8 @@ static enum place slurm_place(struct engine *e, int64_t id)
 	if (fstat(fd, &sb) < 0)
 		sb.st_size = 0;
 	{
-		const char *cmd[] = {"/bin/sh", "-c", wrapper,    "sh", rec,
-		                     line,      num,  ss->gpuman, NULL};
+		const char *cmd[] = {"/bin/sh", "-c", slurm_wrapper, "sh", rec,
+		                     line,      num,  ss->gpuman,    NULL};
 
 		pid = slurm_step_spawn(ss->alloc, tname, ss->cfg->per_task, name,
 		                       ss->cfg->step_args, cmd, fd);
@@ -312,14 +305,14 @@ static void slurm_tick(struct engine *e)
 	for (size_t i = 0; i < e->nslots; i++) {
 		struct slot *s = e->slots[i];
 		char rec[PATH_MAX + 64];
-		struct record rc;
+		struct slurm_record rc;
 		struct job job;
 		int changed = 0;
 
 		if (s->where_known || s->runner <= 0)
 			continue;
 		record_path(e, s->id, rec, sizeof rec);
-		read_record(rec, &rc);
+		slurm_read_record(rec, &rc);
 		if (!rc.started ||
 		    jobstore_get(e->cfg->store, s->id, 0, &job, e->err, sizeof e->err) != GM_OK)
 			continue;
@@ -354,7 +347,7 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	char rec[PATH_MAX + 64], where[160], cause[320], why[768], desc[96];
 	struct outcome_counts oc;
 	enum outcome_next next;
-	struct record rc;
+	struct slurm_record rc;
 	struct job job, upd;
 	char *text;
 	int requeueable, status, oom, changed = 0;
@@ -368,7 +361,7 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 		return;
 	}
 	record_path(e, s->id, rec, sizeof rec);
-	read_record(rec, &rc);
+	slurm_read_record(rec, &rc);
 	text = log_since(job.log ? job.log : "", (off_t)s->log_from);
 	slurm_step_cause(text, cause, sizeof cause, &requeueable);
 	status = rc.ended ? rc.status : protocol_exit_status(ws);
@@ -385,7 +378,7 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 		snprintf(where, sizeof where, "%s:%s", rc.node, rc.gpus);
 		upd.gpus = strcmp(rc.gpus, "-") ? rc.gpus : NULL;
 	}
-	read_usage(rec, &upd);
+	slurm_read_usage(rec, &upd);
 	upd.start_ms = rc.started ? rc.start_ms : s->start_ms;
 	upd.end_ms = rc.ended ? rc.end_ms : now_ms();
 	upd.has_exit = status >= 0;
