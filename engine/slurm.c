@@ -329,6 +329,20 @@ static void slurm_tick(struct engine *e)
 	}
 }
 
+/* A step's cause from the allocation's end, when its log did not get
+ * slurmstepd's words (srun may go before they reach it, on a loaded
+ * machine): "Slurm job 4 ended (TimeLimit)" is a time limit. */
+static const char *alloc_end_cause(const char *ended)
+{
+	if (strstr(ended, "(TimeLimit") || strstr(ended, "(TIMEOUT"))
+		return "killed by Slurm: time limit";
+	if (strstr(ended, "(NodeDown") || strstr(ended, "(NODE_FAIL"))
+		return "killed by Slurm: node failure";
+	if (strstr(ended, "(Preempt") || strstr(ended, "(PREEMPTED"))
+		return "killed by Slurm: preempted";
+	return ended;
+}
+
 /* Has the allocation ended (time limit, scancel)?  Then say why, once. */
 static void note_alloc_end(struct slurm_state *ss)
 {
@@ -387,7 +401,7 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	if (!cause[0] && !rc.ended)
 		note_alloc_end(ss);
 	if (!cause[0] && ss->cfg->ended[0] && !rc.ended)
-		snprintf(cause, sizeof cause, "%s", ss->cfg->ended);
+		snprintf(cause, sizeof cause, "%s", alloc_end_cause(ss->cfg->ended));
 	if (cause[0])
 		note_alloc_end(ss);
 	if (ss->cfg->ended[0])
