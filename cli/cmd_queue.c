@@ -8,6 +8,7 @@
  * is queued and running, not the history.
  */
 #include <jansson.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,12 @@
 #include "gpuman-internal.h"
 #include "protocol.h"
 
-enum { OPT_ALL = OPT_CMD_BASE, OPT_STATE, OPT_CLEAR };
+enum { OPT_ALL = OPT_CMD_BASE, OPT_STATE, OPT_CLEAR, OPT_USER };
 
 struct queue_opts {
 	unsigned states; /* JOB_STATES set; 0: every job */
 	int clear;
+	const char *user; /* -u: a user's name or uid, or "all"; NULL: mine */
 };
 
 /* "queued,running" into a set of states; -1 naming the culprit if bad. */
@@ -51,6 +53,28 @@ static int parse_states(struct cli *cli, const char *arg, unsigned *states)
 	return rc ? rc : CLI_CONTINUE;
 }
 
+/* -u WHO: "all" sets *all; another user than me goes to other (empty: me).
+ * A user that does not exist is a usage error. */
+static int which_user(struct cli *cli, const char *who, char *other, size_t len, int *all)
+{
+	struct passwd *pw;
+	char *end;
+	unsigned long uid;
+
+	if (!strcmp(who, "all")) {
+		*all = 1;
+		return CLI_CONTINUE;
+	}
+	pw = getpwnam(who);
+	if (!pw && *who && (uid = strtoul(who, &end, 10), !*end))
+		pw = getpwuid((uid_t)uid);
+	if (!pw)
+		return cli_usage(cli, "-u '%s': no such user (a name, a uid, or all)", who);
+	if (pw->pw_uid != geteuid())
+		snprintf(other, len, "%s", pw->pw_name);
+	return CLI_CONTINUE;
+}
+
 static int queue_option(struct cli *cli, int opt, const char *arg, void *data)
 {
 	struct queue_opts *o = data;
@@ -64,6 +88,10 @@ static int queue_option(struct cli *cli, int opt, const char *arg, void *data)
 		return parse_states(cli, arg, &o->states);
 	case OPT_CLEAR:
 		o->clear = 1;
+		return CLI_CONTINUE;
+	case 'u':
+	case OPT_USER:
+		o->user = arg;
 		return CLI_CONTINUE;
 	default:
 		return -1;
@@ -168,19 +196,31 @@ static int queue_exec(struct cli *cli, int argc, char **argv)
 	                                         {"all", no_argument, NULL, OPT_ALL},
 	                                         {"state", required_argument, NULL, OPT_STATE},
 	                                         {"clear", no_argument, NULL, OPT_CLEAR},
+	                                         {"user", required_argument, NULL, OPT_USER},
 	                                         {0}};
-	struct queue_opts o = {JOB_STATES_LIVE, 0};
+	struct queue_opts o = {JOB_STATES_LIVE, 0, NULL};
+	char other[64] = "";
+	int all = 0;
 	struct queue q;
 	struct lister l;
 	char err[GM_ERRBUF_SIZE];
 	int status, stopped = 0;
 	enum gm_err rc;
 
-	status = cli_parse(cli, &cmd_queue, argc, argv, "a", longopts, queue_option, &o);
+	status = cli_parse(cli, &cmd_queue, argc, argv, "au:", longopts, queue_option, &o);
 	if (status != CLI_CONTINUE)
 		return status;
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	if (o.user) {
+		status = which_user(cli, o.user, other, sizeof other, &all);
+		if (status != CLI_CONTINUE)
+			return status;
+		if (o.clear)
+			return cli_usage(cli, "--clear forgets your own jobs only: leave out -u");
+		if (other[0])
+			return queue_show_others(cli, other, (unsigned)geteuid());
+	}
 	if (queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (o.clear) {
@@ -190,6 +230,10 @@ static int queue_exec(struct cli *cli, int argc, char **argv)
 	if (queue_has_work(&q) && queue_ensure_dispatcher(&q, err, sizeof err) < 0)
 		cli_error(cli, 0, "warning: cannot start the dispatcher: %s", err);
 	l = (struct lister){cli, &q, now_ms(), 0};
+	if (cli->json && all)
+		fputs("{\"jobs\": ", stdout);
+	else if (all)
+		printf("%syour queue:%s\n", c_bold(cli), c_reset(cli));
 	if (cli->json) {
 		fputs("[", stdout);
 		rc =
@@ -209,6 +253,16 @@ static int queue_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "out of memory");
 	else
 		status = EXIT_OK;
+	if (status == EXIT_OK && all) {
+		if (cli->json)
+			fputs(", \"others\": ", stdout);
+		else
+			printf("\n%sother users:%s\n", c_bold(cli), c_reset(cli));
+		fflush(stdout);
+		status = queue_show_others(cli, NULL, (unsigned)geteuid());
+		if (cli->json)
+			fputs("}\n", stdout);
+	}
 done:
 	queue_close(&q);
 	return status;
@@ -217,7 +271,7 @@ done:
 const struct cmd_entry cmd_queue = {
     "queue",
     "your queued and running jobs",
-    "usage: gpuman queue [--all | --state STATE[,STATE]] [--json]\n"
+    "usage: gpuman queue [--all | --state STATE[,STATE]] [-u USER|all] [--json]\n"
     "       gpuman queue --clear\n"
     "\n"
     "List your queued and running jobs: id, state, GPUs (NVML indices), time\n"
@@ -230,8 +284,13 @@ const struct cmd_entry cmd_queue = {
     "                  cancelled, interrupted, timeout (comma-separated)\n"
     "  --clear         forget every finished job and delete its log; queued and\n"
     "                  running jobs stay\n"
+    "  -u, --user USER another user's running jobs and waiting requests, as\n"
+    "                  'gpuman status' shows them to everyone (their queue is\n"
+    "                  private: only they can read it); all: your queue, then\n"
+    "                  every other user's (--json: {\"jobs\": [...], \"others\": [...]})\n"
     "  --json          a JSON array of jobs, oldest first; each has id, state, name,\n"
-    "                  priority, after ([ids]), notify, command, argv, cwd, node\n"
+    "                  priority, after ([ids]), notify, time_limit_s, array_task,\n"
+    "                  command, argv, cwd, node\n"
     "                  (Slurm), gpus ([{index, uuid}]), submit_ms,\n"
     "                  start_ms, end_ms, duration_ms, exit_status, reason, attempts,\n"
     "                  oom_requeues, peak_mem_mib, mean_util_pct, util_samples, log\n"

@@ -78,6 +78,11 @@ int queue_has_work(struct queue *q);
 /* The dispatcher's pid from its lock file, 0 if none holds it. */
 int queue_dispatcher_pid(const struct queue *q);
 
+/* queue -u USER (NULL: every user but me): their running jobs' leases and
+ * their requests in the waiting line, from the registry, as status shows
+ * them to everyone (queue_others.c).  Exit status. */
+int queue_show_others(struct cli *cli, const char *user, unsigned me);
+
 /* "1.2s", "3m05s", "2h01m"; "-" for negative. */
 char *fmt_duration(char *buf, size_t len, int64_t ms);
 /* Peak GPU memory / mean utilization cells: "2.0G" / "90%", or "-" when

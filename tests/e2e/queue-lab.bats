@@ -245,3 +245,43 @@ one_gpu() {
 	run -0 gpuman wait "$id"
 	[ "$(cat out)" = GPU-00000000-0000-0000-0000-0000000000bb ]
 }
+
+@test "queue -u: another user's running jobs and waiting requests as status shows them to all, never their queued jobs; -u all: mine, then theirs" {
+	gm_user alice
+	gm_user bob
+	SHARED=$(mktemp -d /tmp/gpuman-qu.XXXXXX)
+	chmod 755 "$SHARED"
+	mkdir -m 1777 "$SHARED/state" "$SHARED/sim"
+	install -m 666 /dev/null "$SHARED/sim/lock"
+	echo '{ "gpus": [ { "name": "g", "memory_total_mib": 16000 } ] }' >"$SHARED/gpus.json"
+	chmod 644 "$SHARED/gpus.json"
+	install -d -o gmtest-alice -g gmtest-alice -m 700 "$SHARED/aliceq"
+	install -d -o gmtest-bob -g gmtest-bob -m 700 "$SHARED/bobq"
+	export GPUMAN_SIM=$SHARED/gpus.json GPUMAN_STATE_DIR=$SHARED/state GPUMAN_SIM_STATE=$SHARED/sim
+	cd "$SHARED"
+	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman submit -- sleep 301 >/dev/null 3>&-
+	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman submit -- echo secret-queued >/dev/null 3>&-
+	for _ in $(seq 100); do ls "$SHARED/state" | grep -q '^lease\.' && break; sleep 0.05; done
+	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u gmtest-alice
+	[[ "${lines[1]}" == "gmtest-alice running  0 "*"  sleep 301" ]]
+	[[ "$output" == *"gmtest-alice's queued jobs are private"* ]]
+	[[ "$output" != *secret-queued* ]]
+	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u "$(id -u gmtest-alice)" --json
+	[ "$(jqr '[.[] | "\(.user) \(.state) \(.gpus) \(.command)"] | join(";")')" = "gmtest-alice running [0] sleep 301" ]
+	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u all
+	[ "${lines[0]}" = "your queue:" ]
+	[[ "${lines[1]}" == "no queued or running jobs"* ]]
+	[ "${lines[2]}" = "other users:" ]
+	[[ "$output" == *"gmtest-alice running  0 "*"sleep 301"* ]]
+	[[ "$output" != *secret-queued* ]]
+	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u all --json
+	[ "$(jqr '"\(.jobs | length) \(.others | length)"')" = "0 1" ]
+	# alice sees her own queue with -u herself, and nobody else's
+	run -0 as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman queue -u gmtest-alice
+	[[ "$output" == *"secret-queued"* ]]
+	run -2 gpuman queue -u gmtest-nosuchuser
+	[[ "$output" == *"-u 'gmtest-nosuchuser': no such user (a name, a uid, or all)"* ]]
+	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman cancel --all >/dev/null
+	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman wait 1 2 >/dev/null || true
+	rm -rf "$SHARED"
+}
