@@ -34,6 +34,7 @@
 #include "jobs.h"
 #include "gpuman-internal.h"
 #include "protocol.h"
+#include "submit_slurm.h"
 
 enum {
 	OPT_SLURM = OPT_BATCH_END + 1,
@@ -215,25 +216,8 @@ int batch_wants_slurm(int argc, char **argv)
 
 static int usage_checks(struct cli *cli, const struct task *t, size_t n)
 {
-	char *json = engine_request_json(cli->req, cli->no_framework_env);
-	json_t *o = json ? json_loads(json, 0, NULL) : NULL;
-	const char *key;
-	json_t *v;
-	int rc = CLI_CONTINUE;
+	int rc = slurm_request_check(cli, 1); /* -n: GPUs per task */
 
-	free(json);
-	json_object_foreach(o, key, v)
-	{
-		if (!strcmp(key, "n") ||
-		    (!strcmp(key, "by") && !strcmp(json_string_value(v), "memory")))
-			continue; /* -n, and the default policy */
-		rc = cli_usage(cli,
-		               "--%s does not apply under Slurm: Slurm chooses each task's GPUs "
-		               "(whole GPUs; ask for a type with --gres=gpu:TYPE:N)",
-		               key);
-		break;
-	}
-	json_decref(o);
 	for (size_t i = 0; rc == CLI_CONTINUE && i < n; i++)
 		if (strstr(t[i].line, "{uuid}"))
 			rc = cli_usage(cli,

@@ -325,6 +325,8 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	    cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
+	if (slurm && (status = slurm_request_check(cli, 0)) != CLI_CONTINUE)
+		goto done;
 	if (optind >= argc) {
 		status =
 		    cli_usage(cli, "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...])");

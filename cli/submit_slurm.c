@@ -5,6 +5,7 @@
  * that dispatcher hands each of its jobs to sbatch with them.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "engine.h"
 #include "submit_slurm.h"
 
 static const struct {
@@ -104,6 +106,31 @@ int submit_slurm_take(struct cli *cli, int *argc, char **argv, char **key)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
 	}
 	return CLI_CONTINUE;
+}
+
+int slurm_request_check(struct cli *cli, int n_ok)
+{
+	char *json = engine_request_json(cli->req, cli->no_framework_env);
+	json_t *o = json ? json_loads(json, 0, NULL) : NULL;
+	const char *key;
+	json_t *v;
+	int rc = CLI_CONTINUE;
+
+	free(json);
+	json_object_foreach(o, key, v)
+	{
+		if ((!strcmp(key, "n") &&
+		     (n_ok || !json_is_string(v) || !strcmp(json_string_value(v), "1"))) ||
+		    (!strcmp(key, "by") && !strcmp(json_string_value(v), "memory")))
+			continue; /* the default policy */
+		rc = cli_usage(cli,
+		               "%s%s does not apply under Slurm: Slurm chooses each %s's GPUs "
+		               "(whole GPUs; ask with --gres=gpu[:TYPE]:N)",
+		               strcmp(key, "n") ? "--" : "-", key, n_ok ? "task" : "job");
+		break;
+	}
+	json_decref(o);
+	return rc;
 }
 
 int submit_slurm_cancel(const struct queue *q, const struct job *job, char *err, size_t len)

@@ -22,6 +22,11 @@
  */
 int submit_slurm_take(struct cli *cli, int *argc, char **argv, char **key);
 
+/* Slurm chooses whole GPUs: the choosing and sharing options of the local
+ * request (--mem, --by, ...; -n too unless n_ok) are a usage error, naming
+ * the option and what to ask Slurm instead.  CLI_CONTINUE or its status. */
+int slurm_request_check(struct cli *cli, int n_ok);
+
 /* A running job of a Slurm machine: scancel its Slurm job.  1 done (said
  * on stdout), 0 not a Slurm job, -1 could not (err says why). */
 int submit_slurm_cancel(const struct queue *q, const struct job *job, char *err, size_t len);

@@ -83,6 +83,11 @@ teardown() {
 	# options that cannot be kept with the job, and no command
 	run -2 gpuman submit --slurm --sbatch-arg '--comment=two words' -- true
 	[[ "$output" == *"--sbatch-arg: give one word"* ]]
+	# GPUs are asked of Slurm, not chosen here
+	run -2 gpuman submit --slurm -n 2 -- true
+	[[ "$output" == *"-n does not apply under Slurm"*"--gres=gpu"* ]]
+	run -2 gpuman submit --slurm --mem 4G -- true
+	[[ "$output" == *"--mem does not apply under Slurm"* ]]
 }
 
 @test "slurm queue: a dispatcher killed while its Slurm jobs run loses none and runs none twice" {
