@@ -16,25 +16,34 @@ static int entry_cmp(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-int proctree_parent(int pid)
+const char *proctree_stat(int pid, char *buf, size_t len)
 {
-	char path[64], buf[512], *close_paren;
+	char path[64], *close_paren;
 	ssize_t got;
-	int fd, ppid;
+	int fd;
 
 	snprintf(path, sizeof path, "/proc/%d/stat", pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return -1;
-	got = read(fd, buf, sizeof buf - 1);
+		return NULL;
+	got = read(fd, buf, len - 1);
 	close(fd);
 	if (got <= 0)
-		return -1;
+		return NULL;
 	buf[got] = '\0';
 	/* The command name may hold spaces and parentheses: the state and the
-	 * parent follow the last ')'. */
+	 * fields after it follow the last ')'. */
 	close_paren = strrchr(buf, ')');
-	if (!close_paren || sscanf(close_paren + 1, " %*c %d", &ppid) != 1)
+	return close_paren && close_paren[1] == ' ' ? close_paren + 2 : NULL;
+}
+
+int proctree_parent(int pid)
+{
+	char buf[512];
+	const char *fields = proctree_stat(pid, buf, sizeof buf);
+	int ppid;
+
+	if (!fields || sscanf(fields, "%*c %d", &ppid) != 1)
 		return -1;
 	return ppid;
 }

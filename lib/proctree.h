@@ -18,6 +18,11 @@ struct proctree {
 		0, NULL                                                                            \
 	}
 
+/* /proc/PID/stat read into buf (len bytes): the fields after the command
+ * name, from the state (field 3) on, space-separated; NULL if it cannot be
+ * read (gone, or not ours to read).  The one parser of that line, whose
+ * command name may hold anything, ')' and spaces too. */
+const char *proctree_stat(int pid, char *buf, size_t len);
 /* The parent of pid, from /proc/PID/stat; -1 if it cannot be read (gone,
  * or not ours to read).  Needs nothing else of the library: the runner
  * links it alone. */
