@@ -107,3 +107,20 @@ teardown() {
 	run -0 gpuman --json queue --all
 	[ "$(jqr '[.[] | select(.state == "done" and .attempts == 1)] | length')" = 3 ]
 }
+
+@test "slurm queue: --array with %K keeps K Slurm jobs at once; --after holds a job until the one before succeeds" {
+	printf '%s\n' 'echo "s $(date +%s%3N)" >>"$1"; sleep 1; echo "e $(date +%s%3N) $2" >>"$1"' >job.sh
+	run -0 gpuman submit --slurm --array 1-4%2 -- sh "$PWD/job.sh" "$PWD/t" '{task}'
+	ids=$output
+	run -0 gpuman submit --slurm -- sh -c 'sleep 1; exit 1'
+	a=$output
+	run -0 gpuman submit --slurm --after "$a" -- touch "$PWD/never"
+	b=$output
+	run -1 gpuman wait $ids "$a" "$b"
+	[[ "$output" == *"$b cancelled: not started: job $a (--after) failed"* ]]
+	[ ! -e never ]
+	# every task once, never more than 2 at a time (from their own records)
+	[ "$(awk '$1 == "e" { print $3 }' t | sort -n | paste -sd,)" = 1,2,3,4 ]
+	most=$(sort -k2,2n -k1,1r t | awk '$1 == "s" { n++ } $1 == "e" { n-- } n > m { m = n } END { print m }')
+	[ "$most" -le 2 ]
+}
