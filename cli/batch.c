@@ -272,6 +272,32 @@ int batch_private_entry(int dir_fd, const char *name, mode_t type)
 	return -1;
 }
 
+int batch_open_dir(struct cli *cli, const char *path, int owned, char *dir, size_t dirlen,
+                   char *runs, size_t runslen, int *dir_fd, int *lock_fd, struct jobstore **st)
+{
+	char db[PATH_MAX + 64], err[GM_ERRBUF_SIZE];
+
+	*dir_fd = safedir_open(path, owned, dir, dirlen, err, sizeof err);
+	if (*dir_fd < 0)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	snprintf(runs, runslen, "%s/.runs", dir);
+	if (batch_private_entry(*dir_fd, ".runs", S_IFDIR) < 0)
+		return cli_error(cli, EXIT_FAIL, "'%s': %s", runs, strerror(errno));
+	*lock_fd = openat(*dir_fd, "batch.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (*lock_fd < 0 || flock(*lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return cli_error(cli, EXIT_FAIL,
+		                 *lock_fd < 0 ? "'%s': cannot open its lock"
+		                              : "another gpuman batch is running in '%s' (use "
+		                                "--log-dir for a second one)",
+		                 dir);
+	if (batch_private_entry(*dir_fd, "jobs.db", S_IFREG) < 0)
+		return cli_error(cli, EXIT_FAIL, "'%s/jobs.db': %s", dir, strerror(errno));
+	snprintf(db, sizeof db, "%s/jobs.db", dir);
+	if (jobstore_open(st, db, err, sizeof err) != GM_OK)
+		return cli_error(cli, EXIT_FAIL, "%s", err);
+	return EXIT_OK;
+}
+
 /* A log's name in the log directory, or NULL if it lies elsewhere. */
 static const char *log_name(const char *log, const char *dir)
 {

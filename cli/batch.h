@@ -64,6 +64,14 @@ void tasks_free(struct task *t, size_t n);
  * a directory is created (0700) if missing, a missing file is fine.  -1
  * with errno otherwise. */
 int batch_private_entry(int dir_fd, const char *name, mode_t type);
+/* The log directory made ready for a batch, local or Slurm: path checked
+ * and opened (safedir_open; owned as it takes it), its absolute path into
+ * dir, its .runs/ (whose path goes into runs), its batch.lock held against
+ * a second batch there, and its job store open.  EXIT_OK, or the error
+ * told; what was opened is left in *dir_fd, *lock_fd and *st either way,
+ * for the caller to close. */
+int batch_open_dir(struct cli *cli, const char *path, int owned, char *dir, size_t dirlen,
+                   char *runs, size_t runslen, int *dir_fd, int *lock_fd, struct jobstore **st);
 int prepare_store(struct cli *cli, struct jobstore *st, const struct task *t, size_t n,
                   const struct batch_opts *o, const char *dir, int dir_fd, size_t *skipped);
 

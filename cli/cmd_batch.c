@@ -194,34 +194,10 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	status = never_fits(cli, ctx);
 	if (status != EXIT_OK)
 		goto done;
-	dir_fd = safedir_open(path, o.log_dir ? 1 : 2, dir, sizeof dir, err, sizeof err);
-	if (dir_fd < 0) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
+	status = batch_open_dir(cli, path, o.log_dir ? 1 : 2, dir, sizeof dir, runs, sizeof runs,
+	                        &dir_fd, &lock_fd, &st);
+	if (status != EXIT_OK)
 		goto done;
-	}
-	snprintf(runs, sizeof runs, "%s/.runs", dir);
-	if (batch_private_entry(dir_fd, ".runs", S_IFDIR) < 0) {
-		status = cli_error(cli, EXIT_FAIL, "'%s': %s", runs, strerror(errno));
-		goto done;
-	}
-	lock_fd = openat(dir_fd, "batch.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		status = cli_error(cli, EXIT_FAIL,
-		                   lock_fd < 0 ? "'%s': cannot open its lock"
-		                               : "another gpuman batch is running in '%s' (use "
-		                                 "--log-dir for a second one)",
-		                   dir);
-		goto done;
-	}
-	if (batch_private_entry(dir_fd, "jobs.db", S_IFREG) < 0) {
-		status = cli_error(cli, EXIT_FAIL, "'%s/jobs.db': %s", dir, strerror(errno));
-		goto done;
-	}
-	snprintf(path, sizeof path, "%s/jobs.db", dir);
-	if (jobstore_open(&st, path, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
 	status = prepare_store(cli, st, tasks, ntasks, &o, dir, dir_fd, &skipped);
 	if (status != EXIT_OK)
 		goto done;

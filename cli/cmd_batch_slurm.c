@@ -362,34 +362,10 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	/* The local batch's checks: the Slurm tasks' logs and records are
 	 * written here (by srun, and by the wrapper on the nodes, as the same
 	 * user), so another user must not be able to plant or swap them. */
-	dir_fd = safedir_open(path, o.b.log_dir ? 1 : 2, dir, sizeof dir, err, sizeof err);
-	if (dir_fd < 0) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
+	status = batch_open_dir(cli, path, o.b.log_dir ? 1 : 2, dir, sizeof dir, runs, sizeof runs,
+	                        &dir_fd, &lock_fd, &st);
+	if (status != EXIT_OK)
 		goto done;
-	}
-	snprintf(runs, sizeof runs, "%s/.runs", dir);
-	if (batch_private_entry(dir_fd, ".runs", S_IFDIR) < 0) {
-		status = cli_error(cli, EXIT_FAIL, "'%s': %s", runs, strerror(errno));
-		goto done;
-	}
-	lock_fd = openat(dir_fd, "batch.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		status = cli_error(cli, EXIT_FAIL,
-		                   lock_fd < 0 ? "'%s': cannot open its lock"
-		                               : "another gpuman batch is running in '%s' (use "
-		                                 "--log-dir for a second one)",
-		                   dir);
-		goto done;
-	}
-	if (batch_private_entry(dir_fd, "jobs.db", S_IFREG) < 0) {
-		status = cli_error(cli, EXIT_FAIL, "'%s/jobs.db': %s", dir, strerror(errno));
-		goto done;
-	}
-	snprintf(path, sizeof path, "%s/jobs.db", dir);
-	if (jobstore_open(&st, path, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
 	status = prepare_store(cli, st, tasks, ntasks, &o.b, dir, dir_fd, &skipped);
 	if (status != EXIT_OK)
 		goto done;
