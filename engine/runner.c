@@ -334,8 +334,16 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	posix_spawn_file_actions_adddup2(&fa, L->run_fd, L->run_fd);
 	posix_spawn_file_actions_adddup2(&fa, L->go[0], L->go[0]);
 	posix_spawn_file_actions_adddup2(&fa, lease->fd, lease->fd);
+	/* The runner's own signals wait, blocked, until its handlers are in
+	 * place (it unblocks them then): a cancel in between would otherwise
+	 * kill it before it could record anything ("runner died"). */
 	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, SIGUSR2);
+	sigaddset(&set, SIGALRM);
 	posix_spawnattr_setsigmask(&attr, &set);
+	sigemptyset(&set);
 	for (size_t i = 0; i < ARRAY_SIZE(defaults); i++)
 		sigaddset(&set, defaults[i]);
 	posix_spawnattr_setsigdefault(&attr, &set);
