@@ -280,7 +280,7 @@ EOF
 	export GPUMAN_STATE_DIR=$SHARED/state GPUMAN_SIM_STATE=$SHARED/sim
 	(cd "$SHARED/root" && gpuman batch tasks.txt >out.txt 2>&1) &
 	root=$!
-	(cd "$SHARED/nobody" && env HOME="$SHARED/nobody" GPUMAN_QUEUE_DIR="$SHARED/nobody/q" \
+	(cd "$SHARED/nobody" && env -u XDG_CONFIG_HOME HOME="$SHARED/nobody" GPUMAN_QUEUE_DIR="$SHARED/nobody/q" \
 		setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		"$GM_BUILD/gpuman" batch tasks.txt >"$SHARED/nobody/out.txt" 2>&1) &
 	nobody=$!
