@@ -285,3 +285,17 @@ one_gpu() {
 	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman wait 1 2 >/dev/null || true
 	rm -rf "$SHARED"
 }
+
+@test "a job submitted inside a reservation (GPUMAN_RESERVATION) runs on its GPU; one submitted outside waits for its release" {
+	gpus 1
+	eval "$(gpuman reserve -n 1 --for 1m 2>/dev/null)"
+	[ -n "$GPUMAN_RESERVATION" ]
+	inside=$(gpuman submit -- echo inside)
+	out=$(env -u GPUMAN_RESERVATION gpuman submit -- echo outside)
+	run -0 timeout 10 gpuman wait "$inside"
+	run -0 gpuman queue --json
+	[ "$(jqr '.[0].id') $(jqr '.[0].state')" = "$out queued" ]
+	gpuman release "$GPUMAN_RESERVATION" 2>/dev/null
+	run -0 timeout 10 gpuman wait "$out"
+	dispatcher_gone
+}
