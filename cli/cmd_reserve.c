@@ -3,7 +3,8 @@
  * user's interactive work (a notebook, a debugger) for a stated time, with
  * no process of theirs holding the lease.  The registry records it as a
  * resv.<id> file (registry.h), the broker in its memory and state file;
- * both end it at its expiry or at `gpuman release`.
+ * both end it at its expiry or at `gpuman release`.  Built on the public
+ * gm_reserve and gm_release_reservation (lib/reserve_api.c).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -18,7 +19,8 @@
 enum { OPT_FOR = OPT_CMD_BASE, OPT_RELEASE };
 
 struct reserve_args {
-	int64_t for_ms; /* 0: not given */
+	int64_t for_ms;       /* 0: not given */
+	const char *for_text; /* as given, for gm_reserve */
 	const char *release;
 };
 
@@ -36,19 +38,15 @@ static int reserve_option(struct cli *cli, int opt, const char *arg, void *data)
 	if (parse_duration_ms(arg, &a->for_ms, err, sizeof err) < 0 || a->for_ms <= 0)
 		return cli_usage(cli, "--for '%s': %s (a duration such as 90m or 4h)", arg,
 		                 a->for_ms <= 0 && !err[0] ? "must be more than 0" : err);
+	a->for_text = arg;
 	return CLI_CONTINUE;
 }
 
 static int release_id(struct cli *cli, const char *id)
 {
-	struct registry *reg = NULL;
 	char err[GM_ERRBUF_SIZE];
-	enum gm_err rc = registry_open(&reg, err, sizeof err);
 
-	if (rc == GM_OK)
-		rc = registry_release(reg, id, err, sizeof err);
-	registry_close(reg);
-	if (rc != GM_OK)
+	if (gm_release_reservation(id, err, sizeof err) != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
 	if (cli->json) {
 		json_t *o = json_object();
@@ -60,11 +58,12 @@ static int release_id(struct cli *cli, const char *id)
 	return EXIT_OK;
 }
 
-static void print_reserved(struct cli *cli, const struct gm_lease *l, int64_t for_ms)
+static void print_reserved(struct cli *cli, const struct gm_reservation *r, int64_t for_ms)
 {
-	int64_t until = now_ms() + for_ms;
+	int64_t until = gm_reservation_expires_ms(r);
 	char when[32] = "?", dur[32];
 	time_t t = (time_t)(until / 1000);
+	const char *id = gm_reservation_id(r);
 	struct tm tm;
 
 	duration_text(dur, sizeof dur, for_ms);
@@ -73,31 +72,33 @@ static void print_reserved(struct cli *cli, const struct gm_lease *l, int64_t fo
 	if (cli->json) {
 		json_t *o = json_object(), *gpus = json_array();
 
-		for (size_t i = 0; i < l->gpu_count; i++) {
+		for (size_t i = 0; i < gm_reservation_gpu_count(r); i++) {
 			json_t *g = json_object();
 
-			json_object_set_new(g, "index", json_integer(l->indices[i]));
-			json_object_set_new(g, "uuid", json_string(l->uuids[i]));
+			json_object_set_new(g, "index",
+			                    json_integer(gm_reservation_gpu_index(r, i)));
+			json_object_set_new(g, "uuid", json_string(gm_reservation_gpu_uuid(r, i)));
 			json_array_append_new(gpus, g);
 		}
-		json_object_set_new(o, "id", json_string(l->id));
+		json_object_set_new(o, "id", json_string(id));
 		json_object_set_new(o, "gpus", gpus);
-		json_object_set_new(o, "cuda_visible_devices", json_string(l->cuda_visible));
+		json_object_set_new(o, "cuda_visible_devices",
+		                    json_string(gm_reservation_cuda_visible(r)));
 		json_object_set_new(o, "expires_ms", json_integer(until));
 		cli_print_json(o);
 		return;
 	}
 	/* stdout is for the shell (eval "$(gpuman reserve ...)"); people read
 	 * stderr. */
-	printf("export CUDA_VISIBLE_DEVICES=%s\n", l->cuda_visible);
-	printf("export GPUMAN_GPUS=%s\n", l->indices_text);
-	printf("export GPUMAN_RESERVATION=%s\n", l->id);
+	printf("export CUDA_VISIBLE_DEVICES=%s\n", gm_reservation_cuda_visible(r));
+	printf("export GPUMAN_GPUS=%s\n", gm_reservation_indices(r));
+	printf("export GPUMAN_RESERVATION=%s\n", id);
 	fprintf(stderr,
 	        "gpuman reserve: GPU %s reserved for %s (until %s), id %s\n"
 	        "  use it: eval \"$(gpuman reserve ...)\" sets the lines above in your shell;\n"
 	        "  then your programs see only these GPUs, and gpuman run places jobs on them\n"
 	        "  end it early: gpuman release %s\n",
-	        l->indices_text, dur, when, l->id, l->id);
+	        gm_reservation_indices(r), dur, when, id, id);
 }
 
 static int reserve_exec(struct cli *cli, int argc, char **argv)
@@ -111,12 +112,11 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	                                         {"for", required_argument, NULL, OPT_FOR},
 	                                         {"release", required_argument, NULL, OPT_RELEASE},
 	                                         {0}};
-	struct reserve_args args = {0, NULL};
-	struct acquire_opts opts = {0};
+	struct reserve_args args = {0, NULL, NULL};
 	struct gm_context *ctx = NULL;
-	struct registry *reg = NULL;
-	struct gm_lease *lease = NULL;
-	char err[GM_ERRBUF_SIZE], *explain = NULL;
+	struct gm_reservation *resv = NULL;
+	char err[GM_ERRBUF_SIZE] = "";
+	const char *why;
 	enum gm_err rc;
 	int status;
 
@@ -135,28 +135,22 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 		return cli_usage(cli, "--mig: MIG slices cannot be reserved yet; reserve the GPU");
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc == GM_OK)
-		rc = registry_open(&reg, err, sizeof err);
-	if (rc != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
-	opts.command = "gpuman reserve";
-	opts.reserve_ms = args.for_ms;
-	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
+		rc = gm_reserve(ctx, cli->req, args.for_text, &resv, err, sizeof err);
+	/* gm_reserve appends the per-GPU reasons after ":\n"; the advice to
+	 * wait belongs to the first line. */
+	why = strstr(err, ":\n");
 	switch (rc) {
 	case GM_OK:
-		print_reserved(cli, lease, args.for_ms);
-		/* The reservation outlives us: close, remove nothing. */
-		lease_detach(lease);
-		lease = NULL;
+		print_reserved(cli, resv, args.for_ms);
 		status = EXIT_OK;
 		break;
 	case GM_ERR_UNAVAILABLE:
+		status = cli_error(cli, EXIT_UNAVAILABLE, "%.*s (add --wait to queue for it)%s",
+		                   why ? (int)(why - err) : (int)strlen(err), err, why ? why : "");
+		break;
 	case GM_ERR_NEVER:
 	case GM_ERR_TIMEOUT:
-		status = cli_error(cli, EXIT_UNAVAILABLE, "%s%s\n%s", err,
-		                   rc == GM_ERR_UNAVAILABLE ? " (add --wait to queue for it)" : "",
-		                   explain ? explain : "");
+		status = cli_error(cli, EXIT_UNAVAILABLE, "%s", err);
 		break;
 	case GM_ERR_INVALID:
 		status = cli_error(cli, EXIT_USAGE, "%s", err);
@@ -165,10 +159,7 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		break;
 	}
-done:
-	gm_lease_release(lease);
-	free(explain);
-	registry_close(reg);
+	gm_reservation_free(resv);
 	gm_close(ctx);
 	return status;
 }

@@ -64,10 +64,10 @@ extern "C" {
  * the loaded library's.  GM_VERSION is 0xMMmmpp: compare it, e.g.
  * #if GM_VERSION >= 0x000200 for what came with 0.2.0. */
 #define GM_VERSION_MAJOR 0
-#define GM_VERSION_MINOR 3
+#define GM_VERSION_MINOR 4
 #define GM_VERSION_PATCH 0
 #define GM_VERSION ((GM_VERSION_MAJOR << 16) | (GM_VERSION_MINOR << 8) | GM_VERSION_PATCH)
-#define GM_VERSION_STRING "0.3.0"
+#define GM_VERSION_STRING "0.4.0"
 /* Room for a message and one line of explanation per GPU of a large node. */
 #define GM_ERRBUF_SIZE 4096
 
@@ -90,7 +90,7 @@ enum gm_err {
 
 /* A short name of the code ("out of memory"); never NULL. */
 GM_API const char *gm_strerror(enum gm_err err);
-/* The loaded library's version: "0.3.0", and as GM_VERSION numbers it. */
+/* The loaded library's version: "0.4.0", and as GM_VERSION numbers it. */
 GM_API const char *gm_version(void);
 GM_API unsigned gm_version_number(void);
 /* Free text or an array the library handed over; NULL is allowed. */
@@ -393,6 +393,62 @@ GM_API double gm_lease_mem_fraction(const struct gm_lease *lease);
 /* The descriptor that keeps the lease alive; a child that keeps it open
  * across exec keeps the lease alive as long as it runs. */
 GM_API int gm_lease_fd(const struct gm_lease *lease);
+
+/* ---- reservations (0.4.0) --------------------------------------------- */
+
+/*
+ * A reservation (`gpuman reserve`) is a lease that no process holds: its
+ * GPUs are kept from every other user until it expires or is released,
+ * whether or not this process still runs, for interactive work started
+ * later (a notebook, a debugger) with its CUDA_VISIBLE_DEVICES.  With
+ * GPUMAN_RESERVATION set to its id, the owner's own gm_acquire (and gpuman
+ * run) leases inside it.  The admin's max_reserve (gpuman.conf) bounds its
+ * duration.  A gm_reservation is this process's copy of what was granted:
+ * freeing it (gm_reservation_free) does not end the reservation.
+ */
+struct gm_reservation;
+
+/*
+ * Choose GPUs for req, as gm_acquire would, and reserve them for duration
+ * ("90m", "4h", "1h30m"; a bare number is seconds, as DURATION of
+ * gm_request_set).  "wait" on req waits first (gm_cancel ends the wait);
+ * "mig" is refused (GM_ERR_INVALID: reserve the GPU).  GM_ERR_INVALID names
+ * a bad or missing duration, or one over max_reserve;
+ * GM_ERR_UNAVAILABLE / GM_ERR_TIMEOUT / GM_ERR_NEVER say per GPU why.  On
+ * failure *out is NULL.
+ */
+GM_API enum gm_err gm_reserve(struct gm_context *ctx, const struct gm_request *req,
+                              const char *duration, struct gm_reservation **out, char *errbuf,
+                              size_t errlen);
+/* Free this process's copy; the reservation lives on.  NULL is allowed. */
+GM_API void gm_reservation_free(struct gm_reservation *resv);
+/* Pointers returned live as long as resv. */
+GM_API const char *gm_reservation_id(const struct gm_reservation *resv);
+GM_API size_t gm_reservation_gpu_count(const struct gm_reservation *resv);
+/* NVML index / UUID of its i-th GPU (best first); i past the count: 0, "". */
+GM_API unsigned gm_reservation_gpu_index(const struct gm_reservation *resv, size_t i);
+GM_API const char *gm_reservation_gpu_uuid(const struct gm_reservation *resv, size_t i);
+/* The value for CUDA_VISIBLE_DEVICES (full UUIDs), and for GPUMAN_GPUS. */
+GM_API const char *gm_reservation_cuda_visible(const struct gm_reservation *resv);
+GM_API const char *gm_reservation_indices(const struct gm_reservation *resv);
+/* When it ends by itself: wall-clock milliseconds since the epoch. */
+GM_API int64_t gm_reservation_expires_ms(const struct gm_reservation *resv);
+
+/*
+ * End reservation id now, the caller's own (root: anyone's); its GPUs go to
+ * the next in line.  GM_ERR_INVALID when there is no live reservation of
+ * that id (expired?) or it is another user's (errbuf names the owner).
+ */
+GM_API enum gm_err gm_release_reservation(const char *id, char *errbuf, size_t errlen);
+
+/*
+ * Every live reservation of the machine (all users), as the JSON object
+ * {"reservations": [...]} whose members are those of gm_leases_json's
+ * leases (each with "reservation": true and "expires_ms").  On GM_OK *json
+ * is the text (caller frees with gm_free); GM_ERR_STATE when the state
+ * directory is unusable.
+ */
+GM_API enum gm_err gm_reservations_json(char **json, char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@ from ._native import GpumanError, InvalidArgument, NoDriver, Unavailable
 from ._lease import Device, Lease, auto_choice, select
 from ._query import leases, pick, request_text, waiters
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = ["Device", "GpumanError", "InvalidArgument", "Lease", "NoDriver", "Unavailable",
            "auto_choice", "devices", "leases", "pick", "request_text", "select", "snapshot",
