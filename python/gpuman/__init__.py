@@ -10,6 +10,8 @@ A thin ctypes binding of libgpuman (include/gpuman.h)::
     gpuman.devices()                   # every GPU, with its processes
     gpuman.pick(min_free="8G")         # [3]: what select() would take now
     gpuman.leases()                    # every live lease, of every user
+    with gpuman.reserve(n=1, duration="4h") as r:   # held with no process
+        subprocess.run(["jupyter", "lab"], env={**os.environ, **r.env})
 
 Arguments are keyword-only.  Errors are GpumanError subclasses: Unavailable,
 NoDriver, and InvalidArgument, which is also a ValueError.
@@ -23,12 +25,13 @@ from . import _native
 from ._native import GpumanError, InvalidArgument, NoDriver, Unavailable
 from ._lease import Device, Lease, auto_choice, select
 from ._query import leases, pick, request_text, waiters
+from ._reserve import Reservation, release, reservations, reserve
 
 __version__ = "0.4.0"
 
-__all__ = ["Device", "GpumanError", "InvalidArgument", "Lease", "NoDriver", "Unavailable",
-           "auto_choice", "devices", "leases", "pick", "request_text", "select", "snapshot",
-           "version", "waiters"]
+__all__ = ["Device", "GpumanError", "InvalidArgument", "Lease", "NoDriver", "Reservation",
+           "Unavailable", "auto_choice", "devices", "leases", "pick", "release", "request_text",
+           "reservations", "reserve", "select", "snapshot", "version", "waiters"]
 
 
 def snapshot() -> dict:

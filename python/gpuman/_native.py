@@ -130,6 +130,18 @@ def _declare(lib):
         "gm_lease_indices": (c_char_p, [c_void_p]),
         "gm_lease_mem_fraction": (ctypes.c_double, [c_void_p]),
         "gm_lease_fd": (c_int, [c_void_p]),
+        # Reservations (0.4.0).
+        "gm_reserve": (c_int, [c_void_p, c_void_p, c_char_p, pvoid, c_char_p, c_size_t]),
+        "gm_reservation_free": (None, [c_void_p]),
+        "gm_reservation_id": (c_char_p, [c_void_p]),
+        "gm_reservation_gpu_count": (c_size_t, [c_void_p]),
+        "gm_reservation_gpu_index": (ctypes.c_uint, [c_void_p, c_size_t]),
+        "gm_reservation_gpu_uuid": (c_char_p, [c_void_p, c_size_t]),
+        "gm_reservation_cuda_visible": (c_char_p, [c_void_p]),
+        "gm_reservation_indices": (c_char_p, [c_void_p]),
+        "gm_reservation_expires_ms": (ctypes.c_int64, [c_void_p]),
+        "gm_release_reservation": (c_int, [c_char_p, c_char_p, c_size_t]),
+        "gm_reservations_json": (c_int, [ctypes.POINTER(c_void_p), c_char_p, c_size_t]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)
@@ -234,6 +246,16 @@ def leases_json():
     raw = ctypes.c_void_p()
     err = ctypes.create_string_buffer(ERRBUF_SIZE)
     rc = lib().gm_leases_json(ctypes.byref(raw), err, ERRBUF_SIZE)
+    if rc != OK:
+        raise error_for(rc, text(err.value))
+    return json.loads(owned_text(raw.value))
+
+
+def reservations_json():
+    """gm_reservations_json parsed: {"reservations": [...]}."""
+    raw = ctypes.c_void_p()
+    err = ctypes.create_string_buffer(ERRBUF_SIZE)
+    rc = lib().gm_reservations_json(ctypes.byref(raw), err, ERRBUF_SIZE)
     if rc != OK:
         raise error_for(rc, text(err.value))
     return json.loads(owned_text(raw.value))
