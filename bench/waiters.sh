@@ -16,6 +16,7 @@
 #             holder) to the next waiter holding it (bench/inproc wakeup,
 #             through the broker; target <= 50 ms).
 #
+# WAITERS_RUNS and WAITERS_QUEUED change the burst's 500 and 40;
 # WAITERS_REGISTRY=1 runs the burst once more on the daemonless registry
 # (GPUMAN_BROKER=off) to compare.  Prints the load average: the numbers
 # mean little on a machine that other work keeps busy.
@@ -24,11 +25,16 @@ build=$(cd "${1:?usage: waiters.sh BUILD}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/gpuman-waiters.XXXXXX)
 chmod 1777 "$work"
+# The broker's state file where a real one keeps it: in memory (/run is a
+# tmpfs wherever systemd runs).  WAITERS_STATE_ON=/tmp puts it on a disk,
+# where each hand-off also creates and renames a file.
+state=$(mktemp -d "${WAITERS_STATE_ON:-/dev/shm}/gpuman-waiters-state.XXXXXX" 2>/dev/null) ||
+	state="$work/broker"
 daemon=
 cleanup() {
 	[ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true
 	wait 2>/dev/null || true
-	rm -rf "$work"
+	rm -rf "$work" "$state"
 }
 trap cleanup EXIT
 export PATH="$build:$PATH" GPUMAN_SIM_STATE="$work/sim" GPUMAN_BROKER="$work/gpuman.sock"
@@ -53,7 +59,7 @@ export GPUMAN_SIM="$work/eight.json"
 start_daemon() {
 	[ -z "$daemon" ] || { kill "$daemon"; wait "$daemon" 2>/dev/null || true; }
 	rm -f "$GPUMAN_BROKER"
-	gpuman daemon --socket "$GPUMAN_BROKER" --state "$work/broker/leases.json" \
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$state/leases.json" \
 		2>>"$work/daemon.log" &
 	daemon=$!
 	while [ ! -S "$GPUMAN_BROKER" ]; do sleep 0.01; done

@@ -279,6 +279,21 @@ static void random_hex(char *buf, size_t bytes)
 		sprintf(buf + 2 * i, "%02x", r[i]);
 }
 
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 static int pidfd_open_(int pid)
 {
 	return (int)syscall(SYS_pidfd_open, pid, 0);
@@ -427,6 +442,7 @@ static void persist(struct daemon *d)
 {
 	char tmp[PATH_MAX + 8];
 	json_t *doc = json_object(), *arr = json_array();
+	char *text;
 	int fd;
 
 	d->changed = 0;
@@ -435,12 +451,17 @@ static void persist(struct daemon *d)
 	json_object_set_new(doc, "leases", arr);
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
 	unlink(tmp);
+	/* One write: json_dumpfd writes token by token, a system call each,
+	 * and this runs on every hand-off. */
+	text = json_dumps(doc, JSON_COMPACT);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0 || json_dumpfd(doc, fd, JSON_COMPACT) < 0 || rename(tmp, d->state_path) < 0)
+	if (!text || fd < 0 || write_all(fd, text, strlen(text)) < 0 ||
+	    rename(tmp, d->state_path) < 0)
 		say("cannot write the state file '%s': %s (leases would not survive a restart)",
 		    d->state_path, strerror(errno));
 	if (fd >= 0)
 		close(fd);
+	free(text);
 	json_decref(doc);
 }
 
