@@ -60,3 +60,22 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 @test "lintian finds no error and no warning in the packages" {
 	run -0 lintian --fail-on error,warning "$DEBS"/gpuman_*.changes
 }
+
+@test "the systemd units of contrib/ are installed, start /usr/bin/gpuman, and are not enabled" {
+	x=$BATS_TEST_TMPDIR/x
+	dpkg-deb -x "$DEBS"/gpuman_*.deb "$x"
+	dpkg-deb -e "$DEBS"/gpuman_*.deb "$x/DEBIAN"
+	for u in gpuman.socket gpuman.service gpuman-serve.service; do
+		[ -f "$x/lib/systemd/system/$u" ] || { echo "gpuman lacks /lib/systemd/system/$u"; false; }
+	done
+	run -0 grep -h '^ExecStart=\|^ListenStream=' "$x"/lib/systemd/system/gpuman.socket \
+		"$x"/lib/systemd/system/gpuman.service "$x"/lib/systemd/system/gpuman-serve.service
+	[ "${lines[0]}" = ListenStream=/run/gpuman/gpuman.sock ]
+	[[ "${lines[1]}" == "ExecStart=/usr/bin/gpuman daemon "* ]]
+	[[ "${lines[2]}" == "ExecStart=/usr/bin/gpuman serve "* ]]
+	# Not enabled on a fresh install (debhelper's --no-enable form: enable
+	# only what was enabled before), so not started; stopped on removal.
+	[ "$(grep -c "deb-systemd-helper debian-installed" "$x/DEBIAN/postinst")" = 3 ]
+	run -0 grep "deb-systemd-invoke stop" "$x/DEBIAN/prerm"
+	[[ "$output" == *gpuman.service*gpuman.socket* && "$output" == *gpuman-serve.service* ]]
+}
