@@ -1,0 +1,313 @@
+/*
+ * registry_files.c - writing the registry: a ticket or a lease is created
+ * under a temporary name, locked, made readable by all, written and renamed
+ * into place, so that no reader sees an unlocked live file.  See registry.h.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include "broker.h"
+#include "caps.h"
+#include "context.h"
+#include "lease.h"
+#include "parse.h"
+#include "pick.h"
+#include "proctree.h"
+#include "policy.h"
+#include "registry.h"
+#include "snapshot.h"
+#include "text.h"
+#include "util.h"
+#include "registry_impl.h"
+
+/* ---- publishing files --------------------------------------------------- */
+
+static void random_id(char *buf, size_t len)
+{
+	unsigned r = 0;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r)
+		r = (unsigned)(now_ms() ^ ((int64_t)getpid() << 16));
+	if (fd >= 0)
+		close(fd);
+	snprintf(buf, len, "%lld-%d-%08x", (long long)now_ms(), (int)getpid(), r);
+}
+
+/* Create name under a temporary name, lock it, write text, rename it into
+ * place.  Returns the locked descriptor, or -1 with errno. */
+static int publish_locked_file(const char *dir, const char *name, const char *text,
+                               int (*before_rename)(void *data, int fd), void *data)
+{
+	char tmp[PATH_MAX], final[PATH_MAX];
+	size_t len = strlen(text), off = 0;
+	int fd, saved;
+
+	snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX "%s", dir, name);
+	snprintf(final, sizeof final, "%s/%s", dir, name);
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	/* Readable by every user whatever the umask (the queue's dispatcher
+	 * runs under 077): a lease others cannot open they would take for
+	 * dead, and give its GPUs away. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0 || fchmod(fd, 0644) < 0)
+		goto failed;
+	if (before_rename && before_rename(data, fd) < 0)
+		goto failed;
+	while (off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			goto failed;
+		}
+		off += (size_t)n;
+	}
+	if (rename(tmp, final) < 0)
+		goto failed;
+	return fd;
+failed:
+	saved = errno;
+	unlink(tmp);
+	close(fd);
+	errno = saved;
+	return -1;
+}
+
+static char *self_command(void)
+{
+	char buf[256];
+	ssize_t n;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return strdup("?");
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return strdup("?");
+	while (n > 0 && buf[n - 1] == '\0')
+		n--;
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] == '\0')
+			buf[i] = ' ';
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
+                                  const struct gm_request *req, const struct acquire_opts *opts,
+                                  char *name, size_t name_len, int *fd_out, char *err, size_t len)
+{
+	json_t *o = json_object(), *cand = json_array();
+	char summary[128], id[64], *text, *cmd = NULL;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	random_id(id, sizeof id);
+	/* Zero-padded nanoseconds: names sort in arrival order. */
+	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
+	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
+	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
+		if (policy_candidate(&a->in, req, pos))
+			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
+	if (!opts || !opts->command)
+		cmd = self_command();
+	json_object_set_new(o, "uid", json_integer((json_int_t)geteuid()));
+	json_object_set_new(o, "pid", json_integer(getpid()));
+	json_object_set_new(o, "pidns", json_integer(registry_own_pidns()));
+	json_object_set_new(o, "command",
+	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
+	json_object_set_new(o, "since_ms", json_integer(now_ms()));
+	json_object_set_new(o, "summary",
+	                    json_string(registry_waiter_summary(req, summary, sizeof summary)));
+	json_object_set_new(o, "candidates", cand);
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	free(cmd);
+	if (!text)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	*fd_out = publish_locked_file(reg->dir, name, text, NULL, NULL);
+	free(text);
+	if (*fd_out < 0)
+		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir,
+		               strerror(errno));
+	return GM_OK;
+}
+
+void registry_lease_free_fields(struct gm_lease *l)
+{
+	free(l->indices);
+	free(l->uuids);
+	free(l->cuda_visible);
+	free(l->indices_text);
+	free(l->broker);
+	free(l);
+}
+
+struct spawn_call {
+	const struct acquire_opts *opts;
+	struct gm_lease *lease;
+	pid_t job_pid;
+	char *err;
+	size_t len;
+	json_t *doc;
+};
+
+/* Under the registry lock and before the lease file is visible, start the
+ * job so that the lease names it from the first instant. */
+static int lease_before_rename(void *data, int fd)
+{
+	struct spawn_call *sc = data;
+	char *text;
+
+	sc->lease->fd = fd;
+	if (sc->opts && sc->opts->spawn &&
+	    sc->opts->spawn(sc->opts->spawn_data, sc->lease, &sc->job_pid, sc->err, sc->len) < 0) {
+		errno = ECHILD;
+		return -1;
+	}
+	json_object_set_new(sc->doc, "job_pid", json_integer(sc->job_pid));
+	text = json_dumps(sc->doc, JSON_COMPACT);
+	if (!text) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+		free(text);
+		return -1;
+	}
+	free(text);
+	return 0;
+}
+
+enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
+                                   const struct gm_request *req, const struct acquire_opts *opts,
+                                   struct gm_lease **out, char *err, size_t len)
+{
+	struct gm_lease *l = calloc(1, sizeof *l);
+	json_t *doc = json_object(), *gpus = json_array();
+	struct spawn_call sc = {opts, l, getpid(), err, len, doc};
+	size_t n = a->res.count, ilen = 1, mig_used = 0, mig_gpus = 0;
+	char mig_list[64] = "";
+	uint64_t min_total = 0;
+	char name[128], *cmd = NULL;
+	enum gm_err rc = GM_ERR_NOMEM;
+	int fd;
+
+	if (!l)
+		goto failed;
+	l->fd = -1;
+	l->gpu_count = n;
+	l->indices = calloc(n + 1, sizeof *l->indices);
+	l->uuids = calloc(n + 1, sizeof *l->uuids);
+	l->indices_text = calloc(n + 1, 12);
+	l->cuda_visible = a->res.mig ? strdup(a->snap->migs[a->res.chosen[0]].uuid)
+	                             : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
+	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible)
+		goto failed;
+	random_id(l->id, sizeof l->id);
+	l->exclusive = !req->share;
+	for (size_t i = 0; i < n; i++) {
+		const struct gm_mig *m = a->res.mig ? &a->snap->migs[a->res.chosen[i]] : NULL;
+		const struct gm_gpu *g = m ? &a->snap->gpus[snapshot_position(a->snap, m->gpu)]
+		                           : &a->snap->gpus[a->res.chosen[i]];
+		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
+		json_t *jg = json_object();
+
+		l->indices[i] = g->index;
+		/* a slice's holder knows it by the slice's UUID, as CUDA does */
+		snprintf(l->uuids[i], sizeof l->uuids[i], "%s", m ? m->uuid : g->uuid);
+		ilen += (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", g->index);
+		/* A percentage share is the same size on every GPU of the lease:
+		 * the smallest GPU's, so the record is one number. */
+		if (req->share && (!l->share_mib || share < l->share_mib))
+			l->share_mib = share;
+		if (!min_total || g->mem_total_mib < min_total)
+			min_total = g->mem_total_mib;
+		json_object_set_new(jg, "index", json_integer(g->index));
+		json_object_set_new(jg, "uuid", json_string(g->uuid));
+		if (m)
+			json_object_set_new(jg, "mig_uuid", json_string(m->uuid));
+		json_array_append_new(gpus, jg);
+	}
+	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	/* Say why a GPU that looks idle was passed over. */
+	for (size_t i = 0; i < a->snap->gpu_count && !req->mig[0]; i++) {
+		const struct gm_gpu *g = &a->snap->gpus[i];
+
+		if (!(g->valid & GM_HAS_MIG) || g->mig_mode != 1 ||
+		    mig_used + 12 >= sizeof mig_list)
+			continue;
+		mig_used += (size_t)snprintf(mig_list + mig_used, sizeof mig_list - mig_used,
+		                             "%s%u", mig_gpus ? "," : "", g->index);
+		mig_gpus++;
+		snprintf(l->note, sizeof l->note,
+		         "GPU%s %s %s in MIG mode: never handed out whole (ask for a slice with "
+		         "--mig PROFILE)",
+		         mig_gpus > 1 ? "s" : "", mig_list, mig_gpus > 1 ? "are" : "is");
+	}
+	if (!opts || !opts->command)
+		cmd = self_command();
+	json_object_set_new(doc, "id", json_string(l->id));
+	json_object_set_new(doc, "uid", json_integer((json_int_t)geteuid()));
+	json_object_set_new(doc, "pid", json_integer(getpid()));
+	json_object_set_new(doc, "pidns", json_integer(registry_own_pidns()));
+	json_object_set_new(doc, "command",
+	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
+	json_object_set_new(doc, "start_ms", json_integer(now_ms()));
+	json_object_set_new(doc, "kind", json_string(req->share ? "share" : "exclusive"));
+	json_object_set_new(doc, "share_mib", json_integer((json_int_t)l->share_mib));
+	json_object_set_new(doc, "gpus", gpus);
+	if (opts && opts->reserve_ms > 0) {
+		json_object_set_new(doc, "reservation", json_true());
+		json_object_set_new(doc, "expires_ms", json_integer(now_ms() + opts->reserve_ms));
+	}
+	snprintf(name, sizeof name, "%s%s",
+	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, l->id);
+	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
+		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long",
+		             reg->dir);
+		goto failed;
+	}
+	err[0] = '\0';
+	fd = publish_locked_file(reg->dir, name, "", lease_before_rename, &sc);
+	if (fd < 0) {
+		rc = err[0] ? GM_ERR_IO
+		            : gm_fail(GM_ERR_STATE, err, len, "cannot write a lease in '%s': %s",
+		                      reg->dir, strerror(errno));
+		goto failed;
+	}
+	l->fd = fd;
+	json_decref(doc);
+	free(cmd);
+	*out = l;
+	return GM_OK;
+failed:
+	json_decref(doc);
+	free(cmd);
+	if (l)
+		registry_lease_free_fields(l);
+	if (rc == GM_ERR_NOMEM)
+		gm_fail(rc, err, len, "out of memory");
+	return rc;
+}

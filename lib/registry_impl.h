@@ -1,0 +1,150 @@
+/*
+ * registry_impl.h - private to the registry's files (registry.c: the
+ * directory, caps, one attempt and the lease API; registry_read.c,
+ * registry_files.c, registry_wait.c, registry_lock.c): the names of the
+ * files in the state directory, one attempt and one waiter, and the
+ * functions they call across files.  Callers use registry.h.
+ */
+#ifndef GM_REGISTRY_IMPL_H
+#define GM_REGISTRY_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "pick.h"
+#include "policy.h"
+#include "registry.h"
+#include "snapshot.h"
+
+#define LEASE_PREFIX "lease."
+#define WAIT_PREFIX "wait."
+#define RESV_PREFIX "resv."
+#define TMP_PREFIX ".tmp."
+#define MAX_FILE_BYTES 65536
+/* A temporary file is locked right after its creation; one this old with no
+ * lock is debris of a crash between open and flock. */
+#define TMP_STALE_MS 60000
+/* How often an eligible waiter re-reads NVML for changes made outside
+ * gpuman (a process that exits frees memory without any lease event). */
+#define RECHECK_MS 1000
+
+struct attempt {
+	struct registry_view view;
+	struct gm_snapshot *snap; /* owned unless given by the caller */
+	int snap_given;
+	struct pick_env env;
+	struct policy_lease *leases;
+	size_t lease_count;
+	char (*holders)[80];
+	const char **held_for;
+	char (*held_text)[160];
+	const char **barred;
+	char (*barred_text)[160];
+	struct policy_result res;
+	struct policy_input in;
+};
+
+/*
+ * What a waiter knows of the waiters ahead of it.  Tickets are immutable and
+ * later arrivals sort after us, so the set only shrinks: read once, then
+ * drop names as inotify reports their last close or removal.
+ */
+struct ahead {
+	size_t count;
+	char (*names)[128];
+	uint64_t *blocks;  /* bit i: that waiter may take my candidate i */
+	size_t mine_count; /* my candidates (at most 64 tracked) */
+};
+
+/* A waiter between attempts. */
+struct waiting {
+	int cancel_fd; /* readable once gm_cancel() was called; -1: none */
+	struct registry *reg;
+	const char *mine; /* our ticket's name */
+	struct ahead ah;
+	int ifd;        /* inotify on the registry; -1 until we have room */
+	int no_inotify; /* the per-user inotify limit is reached: poll */
+};
+
+/* Names of the few users whose leases a reader meets, remembered: every
+ * read of the registry names each lease's owner, and getpwuid_r reads
+ * /etc/passwd each time (a dispatcher reads the registry per task). */
+void registry_user_name(unsigned uid, char *out, size_t len);
+
+/*
+ * The pid namespace we live in (the inode of /proc/self/ns/pid), written in
+ * every lease and ticket: a pid of another namespace (a container sharing
+ * the state directory) cannot be looked up here, only trusted.
+ */
+json_int_t registry_own_pidns(void);
+
+/* Would count more GPUs take uid beyond its cap?  caps_over(). */
+int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
+                      unsigned count, char *why, size_t len);
+
+/* Does s start with prefix (a file name with LEASE_PREFIX, say)? */
+int registry_starts_with(const char *s, const char *prefix);
+
+/*
+ * registry_read, skipping the tickets that sort after `upto` (NULL: none):
+ * a waiter is held back only by those ahead of it, and leaving the rest
+ * unopened halves the work of a read in a long line.
+ */
+enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
+                               char *err, size_t len);
+
+/* A waiter that its own user's cap keeps waiting holds nothing back from
+ * the users behind it: first come, first served within what each may have. */
+int registry_waiter_capped(const struct registry *reg, const struct registry_view *view,
+                           const struct waiter_info *wi);
+
+/* "2 GPUs exclusive", "1 GPU, 8 GiB share": a waiter as status shows it. */
+const char *registry_waiter_summary(const struct gm_request *req, char *buf, size_t len);
+
+/* Queue: publish a ticket (its name into name) for the request, locked
+ * (*fd_out) until the waiter leaves the line. */
+enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
+                                  const struct gm_request *req, const struct acquire_opts *opts,
+                                  char *name, size_t name_len, int *fd_out, char *err, size_t len);
+
+/* Free what a lease holds, not the lease. */
+void registry_lease_free_fields(struct gm_lease *l);
+
+/* Publish the lease of the attempt's choice (*out, locked by its fd). */
+enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
+                                   const struct gm_request *req, const struct acquire_opts *opts,
+                                   struct gm_lease **out, char *err, size_t len);
+
+/* Free what a waiter knows of those ahead of it. */
+void registry_ahead_release(struct ahead *ah);
+
+/* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
+int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts);
+
+/* Read the tickets ahead of w again, after its line changed. */
+void registry_ahead_refresh(struct waiting *w);
+
+/*
+ * Sleep until something that may let us in happens: a lease closed or
+ * removed (release or holder death), an earlier waiter gone, or -- for a
+ * waiter with room -- RECHECK_MS passed (NVML changes outside gpuman).
+ * Returns GM_OK to try again, GM_ERR_TIMEOUT, GM_ERR_INTERRUPTED or
+ * GM_ERR_IO.
+ */
+enum gm_err registry_wait_for_change(struct waiting *w, int64_t deadline,
+                                     const struct acquire_opts *opts);
+
+/* Release the registry lock, if held. */
+void registry_unlock(struct registry *reg);
+
+/*
+ * Take the registry lock: at once when it is free, else by queueing in the
+ * kernel until it is, until deadline (monotonic ms, -1: none), until
+ * cancelled, or until its holder is stuck.  GM_OK (reg->held_fd holds it),
+ * GM_ERR_TIMEOUT (deadline or a stuck holder, named in err),
+ * GM_ERR_INTERRUPTED, GM_ERR_STATE, GM_ERR_NOMEM.
+ */
+enum gm_err registry_lock(struct registry *reg, int64_t deadline, const struct waiting *w,
+                          const struct acquire_opts *opts, char *err, size_t len);
+
+#endif

@@ -1,0 +1,524 @@
+/*
+ * registry_read.c - reading the registry: each lease and ticket file whose
+ * holder still holds its lock, and which of them to believe (the uid a file
+ * names is its owner's; its holder is a live, running process of that owner;
+ * a ticket does not claim to be older than it is).  See registry.h.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include "broker.h"
+#include "caps.h"
+#include "context.h"
+#include "lease.h"
+#include "parse.h"
+#include "pick.h"
+#include "proctree.h"
+#include "policy.h"
+#include "registry.h"
+#include "snapshot.h"
+#include "text.h"
+#include "util.h"
+#include "registry_impl.h"
+
+/* ---- reading leases and tickets ---------------------------------------- */
+
+/*
+ * Open a lease or ticket and tell whether its holder lives: the holder keeps
+ * an exclusive flock, so our shared try-lock fails exactly while it lives.
+ * Returns 1 (alive, *text malloc'd, *st filled), 0 (dead or gone; removed
+ * where permitted) or -1 (out of memory).
+ */
+static int read_live_file(int dirfd, const char *name, char **text, struct stat *st)
+{
+	ssize_t n, got = 0;
+	char *buf;
+	int fd, rc = 0;
+
+	*text = NULL;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))
+		goto done;
+	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+		unlinkat(dirfd, name, 0); /* EPERM for others' files: leave them */
+		goto done;
+	}
+	buf = malloc(MAX_FILE_BYTES + 1);
+	if (!buf) {
+		rc = -1;
+		goto done;
+	}
+	while (got < MAX_FILE_BYTES && (n = read(fd, buf + got, MAX_FILE_BYTES - got)) > 0)
+		got += n;
+	buf[got] = '\0';
+	*text = buf;
+	rc = 1;
+done:
+	close(fd);
+	return rc;
+}
+
+/* Names of the few users whose leases a reader meets, remembered: every
+ * read of the registry names each lease's owner, and getpwuid_r reads
+ * /etc/passwd each time (a dispatcher reads the registry per task). */
+void registry_user_name(unsigned uid, char *out, size_t len)
+{
+	static _Thread_local struct {
+		unsigned uid;
+		int set;
+		char name[33];
+	} cache[4];
+	static _Thread_local unsigned next;
+	struct passwd pw, *res = NULL;
+	char buf[1024];
+
+	for (size_t i = 0; i < ARRAY_SIZE(cache); i++)
+		if (cache[i].set && cache[i].uid == uid) {
+			snprintf(out, len, "%s", cache[i].name);
+			return;
+		}
+	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
+		snprintf(out, len, "%s", pw.pw_name);
+	else
+		snprintf(out, len, "%u", uid);
+	cache[next].uid = uid;
+	cache[next].set = 1;
+	str_copy(cache[next].name, sizeof cache[next].name, out);
+	next = (next + 1) % ARRAY_SIZE(cache);
+}
+
+/* ---- who may be believed ------------------------------------------------ */
+
+/*
+ * The pid namespace we live in (the inode of /proc/self/ns/pid), written in
+ * every lease and ticket: a pid of another namespace (a container sharing
+ * the state directory) cannot be looked up here, only trusted.
+ */
+json_int_t registry_own_pidns(void)
+{
+	static json_int_t ns = -1;
+	struct stat st;
+
+	if (ns < 0)
+		ns = stat("/proc/self/ns/pid", &st) == 0 ? (json_int_t)st.st_ino : 0;
+	return ns;
+}
+
+enum holder {
+	HOLDER_GONE,    /* no such process, a zombie, or one of another user */
+	HOLDER_UNKNOWN, /* cannot be looked up here: trust the lock alone */
+	HOLDER_RUNNING,
+	HOLDER_STOPPED, /* Ctrl-Z or a debugger: alive, but makes no progress */
+};
+
+/* Whether pid's real or effective uid is uid, as its status says. */
+static int uid_in_status(int pid, unsigned uid)
+{
+	char path[64], buf[2048], *p;
+	unsigned ruid, euid;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return (p = strstr(buf, "\nUid:\t")) && sscanf(p + 6, "%u %u", &ruid, &euid) == 2 &&
+	       (ruid == uid || euid == uid);
+}
+
+/*
+ * Holders found running, remembered for a second: a waiter reads every
+ * ticket ahead of it at each attempt, and /proc/PID/stat is most of the
+ * cost.  A death is still seen at once (kill), a stop or a zombie within
+ * HOLDER_CACHE_MS.
+ */
+#define HOLDER_CACHE_MS 1000
+
+static _Thread_local struct {
+	int pid;
+	unsigned uid;
+	int64_t at_ms;
+} holder_cache[256];
+
+/*
+ * What the kernel says of process pid, which must belong to uid.  A file's
+ * lock proves only that somebody holds it (anyone who can read a file can
+ * flock it); that its writer still lives is proved by the process itself.
+ */
+static enum holder holder_state(int pid, unsigned uid, json_int_t pidns)
+{
+	char path[64], buf[512], *p;
+	struct stat st;
+	ssize_t n;
+	int fd, state = 0, slot = pid & 255;
+	int64_t now;
+
+	if (pid <= 0)
+		return HOLDER_GONE;
+	if (pidns != registry_own_pidns() || !registry_own_pidns())
+		return HOLDER_UNKNOWN;
+	/* kill() sees through hidepid; ESRCH is final, EPERM means alive. */
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return HOLDER_GONE;
+	now = monotonic_ms();
+	if (holder_cache[slot].pid == pid && holder_cache[slot].uid == uid &&
+	    now - holder_cache[slot].at_ms < HOLDER_CACHE_MS)
+		return HOLDER_RUNNING;
+	/* The owner of /proc/PID is the process's effective uid (root for one
+	 * that is not dumpable: then its status says).  stat() is cheap, and
+	 * every read of the registry looks at every holder. */
+	snprintf(path, sizeof path, "/proc/%d", pid);
+	if (stat(path, &st) < 0)
+		return errno == ENOENT && kill(pid, 0) < 0 && errno == ESRCH ? HOLDER_GONE
+		                                                             : HOLDER_UNKNOWN;
+	if (st.st_uid != uid && !(st.st_uid == 0 && uid_in_status(pid, uid)))
+		return HOLDER_GONE;
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return HOLDER_UNKNOWN;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return HOLDER_GONE;
+	buf[n] = '\0';
+	/* "pid (comm) S ...": the command may hold anything, ')' too */
+	if ((p = strrchr(buf, ')')) && p[1] == ' ')
+		state = p[2];
+	if (!state || state == 'Z' || state == 'X' || state == 'x')
+		return HOLDER_GONE;
+	if (state == 'T' || state == 't')
+		return HOLDER_STOPPED;
+	holder_cache[slot].pid = pid;
+	holder_cache[slot].uid = uid;
+	holder_cache[slot].at_ms = now;
+	return HOLDER_RUNNING;
+}
+
+/* The uid a file claims must be its owner's: nobody writes in another's
+ * name, and a file without one (an older gpuman's) is its owner's too. */
+static int uid_matches(json_t *o, const struct stat *st)
+{
+	json_t *u = json_object_get(o, "uid");
+
+	return !u || (json_is_integer(u) && json_integer_value(u) == (json_int_t)st->st_uid);
+}
+
+static json_int_t file_pidns(json_t *o)
+{
+	json_t *ns = json_object_get(o, "pidns");
+
+	return ns ? json_integer_value(ns) : registry_own_pidns();
+}
+
+/*
+ * A ticket names the instant it was queued; one whose name claims a time
+ * well before the file existed (its ctime, which nobody can set back) is
+ * trying to jump the line.
+ */
+#define TICKET_SKEW_NS (30LL * 1000000000LL)
+
+static int ticket_time_honest(const char *name, const struct stat *st)
+{
+	long long claimed;
+	int64_t ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+
+	if (sscanf(name, WAIT_PREFIX "%20lld.", &claimed) != 1)
+		return 0;
+	return claimed >= ctime_ns - TICKET_SKEW_NS;
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "";
+}
+
+/* resv: read from a resv.<id> file, which alone may claim to be a reservation. */
+static int parse_lease(const char *text, const struct stat *st, struct lease_info *li, int resv)
+{
+	json_t *o = json_loads(text, 0, NULL), *gpus, *g;
+	size_t i;
+
+	if (!o)
+		return -1;
+	memset(li, 0, sizeof *li);
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	li->reservation = json_is_true(json_object_get(o, "reservation"));
+	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
+	/* Alive while its holder or its job lives (the job keeps the lease's
+	 * descriptor when gpuman run is killed), never on the lock alone: a
+	 * dead lease that someone else flocks is revived for nobody.  A
+	 * reservation lives by its file alone (parse_reservation). */
+	if (!uid_matches(o, st) || li->reservation != resv ||
+	    (resv && !json_object_get(o, "uid")) ||
+	    (!li->reservation && holder_state(li->pid, st->st_uid, file_pidns(o)) == HOLDER_GONE &&
+	     holder_state(li->job_pid, st->st_uid, file_pidns(o)) == HOLDER_GONE)) {
+		json_decref(o);
+		return 1;
+	}
+	snprintf(li->id, sizeof li->id, "%s", jstr(o, "id"));
+	li->uid = st->st_uid;
+	registry_user_name(st->st_uid, li->user, sizeof li->user);
+	snprintf(li->command, sizeof li->command, "%s", jstr(o, "command"));
+	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
+	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
+	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	gpus = json_object_get(o, "gpus");
+	li->gpu_count = json_array_size(gpus);
+	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
+	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
+	if (!li->uuids || !li->indices || !li->migs) {
+		json_decref(o);
+		return -1;
+	}
+	json_array_foreach(gpus, i, g)
+	{
+		snprintf(li->uuids[i], sizeof li->uuids[i], "%s", jstr(g, "uuid"));
+		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+		snprintf(li->migs[i], sizeof li->migs[i], "%s", jstr(g, "mig_uuid"));
+	}
+	json_decref(o);
+	return 0;
+}
+
+/*
+ * A reservation (resv.<id>): no process holds it, so it is believed on the
+ * file alone -- its owner's, not writable by others, naming its owner's uid
+ * and, in its id, its own name (a hard link under another name is not it)
+ * -- until it expires.  With an admin's max_reserve, a file
+ * its owner edits by hand counts no longer than that after the edit.
+ * Returns 0 (live), 1 (expired or untrusted), -1 (out of memory).
+ */
+static int parse_reservation(const struct registry *reg, int dirfd, const char *name,
+                             struct lease_info *li)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc;
+	int64_t now = now_ms(), limit, ctime_ms;
+	char buf[8192], from[96];
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		return 1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH)) ||
+	    (n = read(fd, buf, sizeof buf - 1)) <= 0) {
+		close(fd);
+		return 1;
+	}
+	close(fd);
+	buf[n] = '\0';
+	rc = parse_lease(buf, &st, li, 1);
+	if (rc != 0)
+		return rc;
+	limit = config_max_reserve_ms(&reg->cfg, li->uid, from, sizeof from);
+	ctime_ms = (int64_t)st.st_ctim.tv_sec * 1000 + st.st_ctim.tv_nsec / 1000000;
+	if (!li->reservation || strcmp(li->id, name + strlen(RESV_PREFIX)) ||
+	    li->expires_ms <= now || (limit && ctime_ms + limit <= now)) {
+		if (li->reservation && li->expires_ms <= now)
+			unlinkat(dirfd, name, 0); /* EPERM for others': left to them */
+		free(li->uuids);
+		free(li->indices);
+		free(li->migs);
+		return 1;
+	}
+	return 0;
+}
+
+static int parse_waiter(const char *name, const char *text, const struct stat *st,
+                        struct waiter_info *wi)
+{
+	json_t *o = json_loads(text, 0, NULL), *cand, *c;
+	enum holder h;
+	size_t i;
+
+	if (!o)
+		return -1;
+	memset(wi, 0, sizeof *wi);
+	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	/* A stopped waiter would hold its GPUs back from everyone behind it
+	 * while taking none: it keeps its place, and counts again once it runs. */
+	h = holder_state(wi->pid, st->st_uid, file_pidns(o));
+	if (!uid_matches(o, st) || h == HOLDER_GONE || h == HOLDER_STOPPED ||
+	    !ticket_time_honest(name, st)) {
+		json_decref(o);
+		return 1;
+	}
+	str_copy(wi->name, sizeof wi->name, name);
+	wi->uid = st->st_uid;
+	registry_user_name(st->st_uid, wi->user, sizeof wi->user);
+	snprintf(wi->command, sizeof wi->command, "%s", jstr(o, "command"));
+	snprintf(wi->summary, sizeof wi->summary, "%s", jstr(o, "summary"));
+	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
+	cand = json_object_get(o, "candidates");
+	wi->cand_count = json_array_size(cand);
+	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
+	if (!wi->cand) {
+		json_decref(o);
+		return -1;
+	}
+	json_array_foreach(cand, i, c) snprintf(wi->cand[i], sizeof wi->cand[i], "%s",
+	                                        json_string_value(c) ? json_string_value(c) : "");
+	json_decref(o);
+	return 0;
+}
+
+static int waiter_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct waiter_info *)a)->name, ((const struct waiter_info *)b)->name);
+}
+
+int registry_starts_with(const char *s, const char *prefix)
+{
+	return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* Remove a crashed creator's temporary file, never a fresh one. */
+static void clean_tmp(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    (int64_t)st.st_mtime * 1000 + TMP_STALE_MS < now_ms())
+		unlinkat(dirfd, name, 0);
+}
+
+/*
+ * registry_read, skipping the tickets that sort after `upto` (NULL: none):
+ * a waiter is held back only by those ahead of it, and leaving the rest
+ * unopened halves the work of a read in a long line.
+ */
+enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
+                               char *err, size_t len)
+{
+	DIR *d;
+	struct dirent *de;
+	enum gm_err rc = GM_OK;
+
+	if (reg->broker)
+		return broker_read(reg->broker, view, err, len);
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	d = opendir(reg->dir);
+	if (!d)
+		return gm_fail(GM_ERR_STATE, err, len, "cannot read state directory '%s': %s",
+		               reg->dir, strerror(errno));
+	while ((de = readdir(d))) {
+		int is_lease = registry_starts_with(de->d_name, LEASE_PREFIX);
+		int is_wait = registry_starts_with(de->d_name, WAIT_PREFIX);
+		int is_resv = registry_starts_with(de->d_name, RESV_PREFIX);
+		struct stat st;
+		char *text;
+		int live;
+
+		if (registry_starts_with(de->d_name, TMP_PREFIX))
+			clean_tmp(dirfd(d), de->d_name);
+		if (is_resv) {
+			struct lease_info *l =
+			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+
+			if (!l) {
+				rc = GM_ERR_NOMEM;
+				break;
+			}
+			view->leases = l;
+			live = parse_reservation(reg, dirfd(d), de->d_name, &l[view->lease_count]);
+			if (live < 0) {
+				rc = GM_ERR_NOMEM;
+				break;
+			}
+			view->lease_count += live == 0;
+			continue;
+		}
+		if ((!is_lease && !is_wait) || (is_wait && upto && strcmp(de->d_name, upto) > 0))
+			continue;
+		live = read_live_file(dirfd(d), de->d_name, &text, &st);
+		if (live < 0) {
+			rc = GM_ERR_NOMEM;
+			break;
+		}
+		if (!live)
+			continue;
+		if (is_lease) {
+			struct lease_info *l =
+			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+
+			if (l) {
+				view->leases = l;
+				if (parse_lease(text, &st, &l[view->lease_count], 0) ==
+				    0) /* 1: untrusted */
+					view->lease_count++;
+			}
+		} else {
+			struct waiter_info *w =
+			    realloc(view->waiters, (view->waiter_count + 1) * sizeof *w);
+
+			if (w) {
+				view->waiters = w;
+				if (parse_waiter(de->d_name, text, &st, &w[view->waiter_count]) ==
+				    0)
+					view->waiter_count++;
+			}
+		}
+		free(text);
+	}
+	closedir(d);
+	if (view->waiter_count > 1)
+		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		struct waiter_info *wi = &view->waiters[i];
+		unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
+
+		registry_over_cap(reg, view, wi->uid, count ? count : 1, wi->limit,
+		                  sizeof wi->limit);
+	}
+	if (rc != GM_OK) {
+		registry_view_release(view);
+		return gm_fail(rc, err, len, "out of memory");
+	}
+	return GM_OK;
+}
+
+enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err, size_t len)
+{
+	return registry_read_upto(reg, view, NULL, err, len);
+}
+
+void registry_view_release(struct registry_view *view)
+{
+	for (size_t i = 0; i < view->lease_count; i++) {
+		free(view->leases[i].uuids);
+		free(view->leases[i].indices);
+		free(view->leases[i].migs);
+	}
+	for (size_t i = 0; i < view->waiter_count; i++)
+		free(view->waiters[i].cand);
+	free(view->leases);
+	free(view->waiters);
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+}

@@ -1,0 +1,262 @@
+/*
+ * registry_wait.c - the wait line: a waiter between attempts sleeps on
+ * inotify until a lease ends or a ticket ahead of it goes, and only the
+ * waiters that nobody ahead blocks try again.  See registry.h.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include "broker.h"
+#include "caps.h"
+#include "context.h"
+#include "lease.h"
+#include "parse.h"
+#include "pick.h"
+#include "proctree.h"
+#include "policy.h"
+#include "registry.h"
+#include "snapshot.h"
+#include "text.h"
+#include "util.h"
+#include "registry_impl.h"
+
+/* ---- waiting ------------------------------------------------------------ */
+
+void registry_ahead_release(struct ahead *ah)
+{
+	free(ah->names);
+	free(ah->blocks);
+	memset(ah, 0, sizeof *ah);
+}
+
+static void ahead_build(struct ahead *ah, const struct registry *reg,
+                        const struct registry_view *view, const char *mine)
+{
+	const struct waiter_info *me = NULL;
+
+	registry_ahead_release(ah);
+	for (size_t w = 0; w < view->waiter_count; w++)
+		if (!strcmp(view->waiters[w].name, mine))
+			me = &view->waiters[w];
+	ah->names = calloc(view->waiter_count + 1, sizeof *ah->names);
+	ah->blocks = calloc(view->waiter_count + 1, sizeof *ah->blocks);
+	if (!ah->names || !ah->blocks || !me)
+		return;
+	ah->mine_count = me->cand_count < 64 ? me->cand_count : 64;
+	for (size_t w = 0; w < view->waiter_count; w++) {
+		const struct waiter_info *wi = &view->waiters[w];
+		uint64_t mask = 0;
+
+		if (strcmp(wi->name, mine) >= 0)
+			break;
+		/* Capped now, it blocks nothing; when its user's lease ends, that
+		 * close wakes us and the attempt sees it again. */
+		for (size_t i = 0; i < ah->mine_count && !registry_waiter_capped(reg, view, wi);
+		     i++)
+			for (size_t c = 0; c < wi->cand_count; c++)
+				if (!strcmp(me->cand[i], wi->cand[c]))
+					mask |= 1ull << i;
+		snprintf(ah->names[ah->count], sizeof ah->names[0], "%s", wi->name);
+		ah->blocks[ah->count++] = mask;
+	}
+}
+
+static void ahead_forget(struct ahead *ah, const char *name)
+{
+	for (size_t i = 0; i < ah->count; i++)
+		if (!strcmp(ah->names[i], name)) {
+			ah->count--;
+			memmove(ah->names[i], ah->names[i + 1],
+			        (ah->count - i) * sizeof ah->names[0]);
+			memmove(&ah->blocks[i], &ah->blocks[i + 1],
+			        (ah->count - i) * sizeof ah->blocks[0]);
+			return;
+		}
+}
+
+/* Could an attempt now give us anything, or do earlier waiters hold every
+ * GPU we could use? */
+static int ahead_leaves_room(const struct ahead *ah)
+{
+	uint64_t all = ah->mine_count >= 64 ? ~0ull : (1ull << ah->mine_count) - 1, held = 0;
+
+	if (!ah->blocks)
+		return 1;
+	for (size_t i = 0; i < ah->count; i++)
+		held |= ah->blocks[i];
+	return (held & all) != all || ah->mine_count == 0;
+}
+
+/* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
+int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
+{
+	struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
+
+	if (opts && opts->interrupted && *opts->interrupted)
+		return 1;
+	return w->cancel_fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
+/* Without inotify (the kernel allows 128 instances per user), a waiter with
+ * room re-checks this often. */
+#define POLL_FALLBACK_MS 50
+
+void registry_ahead_refresh(struct waiting *w)
+{
+	struct registry_view view;
+
+	if (registry_read_upto(w->reg, &view, w->mine, NULL, 0) == GM_OK) {
+		ahead_build(&w->ah, w->reg, &view, w->mine);
+		registry_view_release(&view);
+	}
+}
+
+/*
+ * Earlier waiters hold every GPU we could use: sleep until the nearest of
+ * them leaves (served or dead), by blocking on its ticket's lock -- in a
+ * small child, so that the wait can time out and be interrupted.  The child
+ * dies with us.  No polling and no inotify instance per queued request.
+ */
+static void wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
+{
+	char path[PATH_MAX + 130];
+	const char *blocker = NULL;
+	int64_t now = monotonic_ms(), until = now + RECHECK_MS;
+	pid_t parent = getpid(), pid;
+	int fd, p[2];
+
+	for (size_t i = w->ah.count; i-- > 0;)
+		if (w->ah.blocks[i]) {
+			blocker = w->ah.names[i];
+			break;
+		}
+	if (!blocker)
+		return;
+	snprintf(path, sizeof path, "%s/%s", w->reg->dir, blocker);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return; /* already gone */
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		close(fd);
+		return;
+	}
+	pid = fork();
+	if (pid == 0) {
+		/* Only system calls here: the parent may be multi-threaded. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == parent)
+			flock(fd, LOCK_SH);
+		_exit(0);
+	}
+	close(p[1]);
+	close(fd);
+	if (deadline >= 0 && deadline < until)
+		until = deadline;
+	while (pid > 0 && now < until && !registry_cancelled(w, opts)) {
+		struct pollfd pfd[2] = {{p[0], POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
+		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
+
+		if ((n > 0 && pfd[0].revents) || (n < 0 && errno != EINTR))
+			break;
+		now = monotonic_ms();
+	}
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	close(p[0]);
+}
+
+/*
+ * Sleep until something that may let us in happens: a lease closed or
+ * removed (release or holder death), an earlier waiter gone, or -- for a
+ * waiter with room -- RECHECK_MS passed (NVML changes outside gpuman).
+ * Returns GM_OK to try again, GM_ERR_TIMEOUT, GM_ERR_INTERRUPTED or
+ * GM_ERR_IO.
+ */
+enum gm_err registry_wait_for_change(struct waiting *w, int64_t deadline,
+                                     const struct acquire_opts *opts)
+{
+	char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int64_t recheck_at = monotonic_ms() + RECHECK_MS;
+
+	for (;;) {
+		int64_t now = monotonic_ms(), until;
+		struct pollfd pfd[2] = {{w->ifd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
+		int wake = 0, n;
+		ssize_t got;
+
+		if (registry_cancelled(w, opts))
+			return GM_ERR_INTERRUPTED;
+		if (deadline >= 0 && now >= deadline)
+			return GM_ERR_TIMEOUT;
+		if (!ahead_leaves_room(&w->ah)) {
+			wait_behind(w, deadline, opts);
+			registry_ahead_refresh(w);
+			continue;
+		}
+		if (w->ifd < 0 && !w->no_inotify) {
+			/* Watch first, then try: no release can slip between. */
+			w->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+			if (w->ifd >= 0 && inotify_add_watch(w->ifd, w->reg->dir,
+			                                     IN_CLOSE_WRITE | IN_DELETE) < 0) {
+				close(w->ifd);
+				w->ifd = -1;
+			}
+			w->no_inotify = w->ifd < 0;
+			return GM_OK;
+		}
+		if (w->ifd < 0) {
+			/* No inotify to be had: look again shortly. */
+			n = poll(&pfd[1], 1, POLL_FALLBACK_MS);
+			return registry_cancelled(w, opts) ? GM_ERR_INTERRUPTED : GM_OK;
+		}
+		until = recheck_at;
+		if (deadline >= 0 && deadline < until)
+			until = deadline;
+		if (now >= until)
+			return GM_OK;
+		/* Slot 0 is ignored when negative, as poll() does with fds. */
+		n = poll(pfd, 2, (int)(until - now));
+		if (n < 0 && errno != EINTR)
+			return GM_ERR_IO;
+		if (n <= 0 || !pfd[0].revents)
+			continue;
+		got = read(w->ifd, buf, sizeof buf);
+		for (char *p = buf; got > 0 && p < buf + got;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+
+			if (ev->mask & IN_Q_OVERFLOW) {
+				registry_ahead_refresh(w);
+				wake = 1;
+			} else if (ev->len && (registry_starts_with(ev->name, LEASE_PREFIX) ||
+			                       registry_starts_with(ev->name, RESV_PREFIX))) {
+				wake = 1;
+			} else if (ev->len && registry_starts_with(ev->name, WAIT_PREFIX) &&
+			           strcmp(ev->name, w->mine) < 0) {
+				ahead_forget(&w->ah, ev->name);
+				wake = 1;
+			}
+			p += sizeof *ev + ev->len;
+		}
+		if (wake && ahead_leaves_room(&w->ah))
+			return GM_OK;
+	}
+}
