@@ -175,6 +175,8 @@ static int request_defaults(struct cli *cli, const struct option *longopts)
 		return CLI_CONTINUE;
 	if (config_load(&cfg, 1, err, sizeof err) != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
+	if (cfg.user_note[0])
+		fprintf(stderr, "gpuman: note: %s\n", cfg.user_note);
 	if (takes_by && !cli->by_given && cfg.default_by >= 0)
 		cli->req->by = (enum gm_policy)cfg.default_by;
 	if (takes_wait && !cli->wait_given && cfg.has_default_wait) {

@@ -217,6 +217,14 @@ static int load_file(struct loading *l)
 	if (!f) {
 		if (errno == ENOENT || errno == ENOTDIR)
 			return 0;
+		if (l->is_user && errno == EACCES) {
+			snprintf(l->cfg->user_note, sizeof l->cfg->user_note,
+			         "%s: %s; personal defaults not read (is HOME or XDG_CONFIG_HOME "
+			         "another user's?)",
+			         l->path, strerror(errno));
+			l->cfg->user_path[0] = '\0';
+			return 0;
+		}
 		snprintf(l->err, sizeof l->err, "%s: %s", l->path, strerror(errno));
 		return -1;
 	}

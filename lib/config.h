@@ -60,10 +60,14 @@ struct config {
 	int default_by;          /* [defaults] policy (enum gm_policy); -1: not set */
 	int has_default_wait;    /* [defaults] wait */
 	int64_t default_wait_ms; /* -1: forever */
+	/* Why the user's file was passed over (it cannot be read,
+	 * e.g. HOME or XDG_CONFIG_HOME inherited from another user); "" if
+	 * not.  Defaults only live there, so it is a note, not an error. */
+	char user_note[4200];
 };
 #define CONFIG_INIT                                                                                \
 	{                                                                                          \
-		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0             \
+		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, ""         \
 	}
 
 /*

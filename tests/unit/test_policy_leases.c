@@ -210,10 +210,12 @@ static void test_lost_and_failed_gpus_never_chosen(void **state)
 
 /* ---- never or not now ------------------------------------------------- */
 
+/* On the trial's snapshot: its own GPUs go first (released, not leaked). */
 static void eight_gpus(struct gm_snapshot *snap)
 {
 	unsigned i;
 
+	fake_snapshot_release(snap);
 	fake_snapshot_init(snap);
 	for (i = 0; i < 8; i++)
 		fake_gpu_mem(snap, i, 24576, 24000 - i);
