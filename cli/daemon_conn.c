@@ -1,0 +1,541 @@
+/*
+ * daemon_conn.c - the broker's connections (cmd_daemon.c): accepting them,
+ * their framed JSON replies and the requests they make (acquire, job,
+ * release, view), and dropping the silent ones.  The protocol is in
+ * lib/broker.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include "gpuman-internal.h"
+#include "cli.h"
+#include "daemon.h"
+
+/* ---- output -------------------------------------------------------------- */
+
+void conn_flush(struct daemon *d, struct conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+		                 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct epoll_event ev = {EPOLLIN | EPOLLOUT | EPOLLRDHUP, {.ptr = c}};
+
+			epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+			return;
+		}
+		if (n < 0) {
+			c->out_off = c->out_len; /* gone: drop the rest */
+			break;
+		}
+		c->out_off += (size_t)n;
+	}
+	d->out_total -= c->out_len;
+	free(c->out);
+	c->out = NULL;
+	c->out_len = c->out_off = 0;
+	if (c->state == CONN_CLOSING) {
+		conn_close(d, c);
+		return;
+	}
+	{
+		struct epoll_event ev = {EPOLLIN | EPOLLRDHUP, {.ptr = c}};
+
+		epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+	}
+}
+
+/* Queue msg for c and send what the socket takes now.  Returns -1 when
+ * the client is to be dropped (it does not read). */
+int conn_send(struct daemon *d, struct conn *c, json_t *msg)
+{
+	char *text;
+	size_t n;
+	char *grown;
+
+	json_object_set_new(msg, "v", json_integer(BROKER_VERSION));
+	text = json_dumps(msg, JSON_COMPACT);
+	json_decref(msg);
+	if (!text)
+		return -1;
+	n = strlen(text);
+	if (c->out_len + n + 1 > MAX_OUTPUT_BYTES) {
+		free(text);
+		return -1;
+	}
+	grown = realloc(c->out, c->out_len + n + 1);
+	if (!grown) {
+		free(text);
+		return -1;
+	}
+	c->out = grown;
+	memcpy(c->out + c->out_len, text, n);
+	c->out[c->out_len + n] = '\n';
+	c->out_len += n + 1;
+	d->out_total += n + 1;
+	free(text);
+	if (c->out_off == 0 && c->out_len == n + 1)
+		conn_flush(d, c);
+	return 0;
+}
+
+/* Reply and close once the reply is out. */
+void conn_finish(struct daemon *d, struct conn *c, json_t *msg)
+{
+	if (c->dead) {
+		json_decref(msg);
+		return;
+	}
+	c->state = CONN_CLOSING;
+	shutdown(c->fd, SHUT_RD);
+	if (conn_send(d, c, msg) < 0 || !c->out)
+		conn_close(d, c);
+}
+
+void daemon_refuse(struct daemon *d, struct conn *c, enum gm_err code, const char *error,
+                   const char *explain)
+{
+	json_t *m = json_object();
+
+	json_object_set_new(m, "op", json_string("refused"));
+	json_object_set_new(m, "code", json_integer(code));
+	json_object_set_new(m, "error", json_string(error));
+	if (explain)
+		json_object_set_new(m, "explain", json_string(explain));
+	conn_finish(d, c, m);
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+void daemon_line_remove(struct daemon *d, struct conn *c)
+{
+	if (!c->in_line)
+		return;
+	c->in_line = 0;
+	if (c->lprev)
+		c->lprev->lnext = c->lnext;
+	else
+		d->line_head = c->lnext;
+	if (c->lnext)
+		c->lnext->lprev = c->lprev;
+	else
+		d->line_tail = c->lprev;
+	c->lprev = c->lnext = NULL;
+	d->line_len--;
+	d->dirty = 1;
+}
+
+void conn_free(struct conn *c)
+{
+	free(c->out);
+	free(c->pend);
+	free(c->cand);
+	json_decref(c->usable);
+	json_decref(c->usable_migs);
+	gm_request_free(c->req);
+	free(c);
+}
+
+void conn_close(struct daemon *d, struct conn *c)
+{
+	if (c->dead)
+		return;
+	daemon_line_remove(d, c);
+	if (c->lease)
+		daemon_lease_end(d, c->lease);
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	d->out_total -= c->out_len;
+	c->dead = 1;
+	c->grave = d->dead_conns;
+	d->dead_conns = c;
+}
+
+/* The end of a loop turn: nothing names them any more. */
+void daemon_bury(struct daemon *d)
+{
+	while (d->dead_conns) {
+		struct conn *c = d->dead_conns;
+
+		d->dead_conns = c->grave;
+		conn_free(c);
+	}
+	while (d->ended_leases) {
+		struct blease *l = d->ended_leases;
+
+		d->ended_leases = l->grave;
+		daemon_lease_free(l);
+	}
+}
+
+static size_t conns_of(const struct daemon *d, unsigned uid)
+{
+	size_t n = 0;
+
+	for (const struct conn *c = d->conns; c; c = c->next)
+		n += c->uid == uid;
+	return n;
+}
+
+void daemon_accept_all(struct daemon *d)
+{
+	for (;;) {
+		int fd = accept4(d->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct ucred cred;
+		socklen_t cl = sizeof cred;
+		struct epoll_event ev;
+		struct conn *c;
+
+		if (fd < 0)
+			return;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+			close(fd);
+			continue;
+		}
+		if (conns_of(d, cred.uid) >= MAX_CONNS_PER_USER) {
+			/* Bounded: one user's flood cannot take every descriptor. */
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof *c);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->kind = EV_CONN;
+		c->fd = fd;
+		c->uid = cred.uid;
+		c->pid = cred.pid;
+		c->state = CONN_NEW;
+		c->opened_ms = monotonic_ms();
+		c->next = d->conns;
+		if (d->conns)
+			d->conns->prev = c;
+		d->conns = c;
+		ev.events = EPOLLIN | EPOLLRDHUP;
+		ev.data.ptr = c;
+		epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev);
+	}
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static const char *summary_of(const struct gm_request *req, char *buf, size_t len)
+{
+	char size[32];
+
+	if (req->mig[0])
+		snprintf(buf, len, "1 MIG slice %s", req->mig);
+	else if (req->share)
+		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
+		         size_format(&req->mem, size, sizeof size));
+	else
+		snprintf(buf, len, "%u GPU%s exclusive", req->count, req->count == 1 ? "" : "s");
+	return buf;
+}
+
+static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
+{
+	json_t *r = json_object_get(msg, "request"), *v, *usable = json_object_get(msg, "usable");
+	json_t *usable_migs = json_object_get(msg, "usable_migs");
+	const char *key, *cmd = json_string_value(json_object_get(msg, "command"));
+	char err[GM_ERRBUF_SIZE];
+	struct gm_snapshot *snap;
+	struct policy_input in = {0};
+	unsigned char *u, *mu;
+
+	c->req = gm_request_new();
+	if (!c->req || !json_is_object(r) || (usable && !json_is_object(usable)) ||
+	    (usable_migs && !json_is_object(usable_migs))) {
+		daemon_refuse(d, c, GM_ERR_INVALID, "malformed request", NULL);
+		return;
+	}
+	json_object_foreach(r, key, v)
+	{
+		/* The same parser as the command line and the C API: what a
+		 * user cannot ask for there, they cannot ask for here. */
+		if (!json_is_string(v) || !strcmp(key, "wait") ||
+		    gm_request_set(c->req, key, json_string_value(v), err, sizeof err) != GM_OK) {
+			daemon_refuse(
+			    d, c, GM_ERR_INVALID,
+			    json_is_string(v) && strcmp(key, "wait") ? err : "malformed request",
+			    NULL);
+			return;
+		}
+	}
+	c->wait = json_is_true(json_object_get(msg, "wait"));
+	c->reserve_ms = json_integer_value(json_object_get(msg, "reserve_ms"));
+	str_copy(c->within, sizeof c->within,
+	         json_string_value(json_object_get(msg, "within")) ?: "");
+	daemon_config_fresh(d);
+	if (c->reserve_ms < 0 ||
+	    (c->reserve_ms > 0 &&
+	     caps_reserve_ok(&d->cfg, c->uid, c->reserve_ms, err, sizeof err) < 0)) {
+		daemon_refuse(d, c, GM_ERR_INVALID, c->reserve_ms < 0 ? "malformed request" : err,
+		              NULL);
+		return;
+	}
+	c->usable = json_incref(usable);
+	c->usable_migs = json_incref(usable_migs);
+	if (cmd)
+		str_copy(c->command, sizeof c->command, cmd);
+	else
+		daemon_proc_command(c->pid, c->command, sizeof c->command);
+	summary_of(c->req, c->summary, sizeof c->summary);
+	c->since_ms = now_ms();
+	c->seq = ++d->next_seq;
+	/* The GPUs it could ever use: what it holds back while it waits,
+	 * and what status shows. */
+	snap = daemon_snapshot(d, 0);
+	if (!snap) {
+		daemon_refuse(d, c, GM_ERR_NVML, "the lease broker cannot read the GPUs", NULL);
+		return;
+	}
+	u = daemon_usable_for(c, snap);
+	mu = daemon_mig_usable_for(c, snap);
+	in.snap = snap;
+	in.usable = u;
+	in.mig_usable = mu;
+	{
+		const char **barred = calloc(snap->gpu_count + 1, sizeof *barred);
+		char(*text)[160] = calloc(snap->gpu_count + 1, sizeof *text);
+
+		if (barred && text && caps_barred(&d->cfg, c->uid, snap, barred, text))
+			in.barred = barred;
+		c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
+		for (size_t pos = 0; c->cand && pos < snap->gpu_count; pos++)
+			if (policy_candidate(&in, c->req, pos))
+				str_copy(c->cand[c->cand_count++], sizeof c->cand[0],
+				         snap->gpus[pos].uuid);
+		free((void *)barred);
+		free(text);
+	}
+	free(u);
+	free(mu);
+	c->state = CONN_WAITING;
+	c->in_line = 1;
+	c->lprev = d->line_tail;
+	if (d->line_tail)
+		d->line_tail->lnext = c;
+	else
+		d->line_head = c;
+	d->line_tail = c;
+	d->line_len++;
+	d->dirty = 1;
+}
+
+static void on_job(struct daemon *d, struct conn *c, json_t *msg)
+{
+	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	long uid = pid > 0 ? daemon_proc_uid(pid) : -1;
+
+	/* Only a process of the lease's own user can keep it alive across a
+	 * restart of the broker. */
+	if (!c->lease || uid < 0 || (c->uid != 0 && (unsigned)uid != c->uid))
+		return;
+	c->lease->job_pid = pid;
+	c->lease->job_start = daemon_proc_start(pid);
+	d->changed = 1;
+}
+
+static void on_release(struct daemon *d, struct conn *c, json_t *msg)
+{
+	const char *id = json_string_value(json_object_get(msg, "id"));
+	const char *token = json_string_value(json_object_get(msg, "token"));
+	json_t *m = json_object();
+
+	json_object_set_new(m, "op", json_string("released"));
+	if (c->lease) {
+		daemon_lease_end(d, c->lease);
+		conn_finish(d, c, m);
+		return;
+	}
+	for (struct blease *l = d->leases; id && !token && l; l = l->next)
+		if (l->reservation && !strcmp(l->id, id)) {
+			char why[160];
+
+			/* The kernel says who asks: the owner, or root. */
+			if (l->uid == c->uid || c->uid == 0) {
+				daemon_say("reservation %s of %s released", l->id, l->user);
+				daemon_lease_end(d, l);
+				conn_finish(d, c, m);
+				return;
+			}
+			json_decref(m);
+			snprintf(why, sizeof why,
+			         "reservation '%.64s' is %s's: only they (or root) can release it",
+			         id, l->user);
+			daemon_refuse(d, c, GM_ERR_INVALID, why, NULL);
+			return;
+		}
+	if (id && !token) {
+		char why[200];
+
+		json_decref(m);
+		snprintf(why, sizeof why,
+		         "no reservation '%.64s' (it may have expired; gpuman status lists the "
+		         "live ones)",
+		         id);
+		daemon_refuse(d, c, GM_ERR_INVALID, why, NULL);
+		return;
+	}
+	for (struct blease *l = d->leases; id && token && l; l = l->next)
+		if (!strcmp(l->id, id)) {
+			/* The kernel says who asks; the token proves the lease was
+			 * given to them. */
+			if (l->uid == c->uid && strlen(token) == strlen(l->token) &&
+			    !strcmp(l->token, token)) {
+				if (l->conn)
+					l->conn->lease = NULL;
+				daemon_lease_end(d, l);
+				conn_finish(d, c, m);
+				return;
+			}
+			break;
+		}
+	json_decref(m);
+	daemon_refuse(d, c, GM_ERR_INVALID, "no such lease of yours", NULL);
+}
+
+static void on_view(struct daemon *d, struct conn *c)
+{
+	json_t *m = json_object(), *leases = json_array(), *waiters = json_array();
+	char user[33], limit[200];
+
+	for (struct blease *l = d->leases; l; l = l->next)
+		json_array_append_new(leases, daemon_lease_json(l, 0));
+	for (struct conn *w = d->line_head; w; w = w->lnext) {
+		json_t *o = json_object(), *cand = json_array();
+		char name[64];
+
+		snprintf(name, sizeof name, "wait.%020llu", (unsigned long long)w->seq);
+		daemon_user_name(w->uid, user, sizeof user);
+		json_object_set_new(o, "name", json_string(name));
+		json_object_set_new(o, "uid", json_integer(w->uid));
+		json_object_set_new(o, "user", json_string(user));
+		json_object_set_new(o, "pid", json_integer(w->pid));
+		json_object_set_new(o, "command", json_string(w->command));
+		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
+		json_object_set_new(o, "summary", json_string(w->summary));
+		if (caps_over(&d->cfg, w->uid, daemon_held_by(d, w->uid), w->req->count, limit,
+		              sizeof limit))
+			json_object_set_new(o, "limit", json_string(limit));
+		for (size_t i = 0; i < w->cand_count; i++)
+			json_array_append_new(cand, json_string(w->cand[i]));
+		json_object_set_new(o, "candidates", cand);
+		json_array_append_new(waiters, o);
+	}
+	json_object_set_new(m, "op", json_string("view"));
+	json_object_set_new(m, "leases", leases);
+	json_object_set_new(m, "waiters", waiters);
+	conn_finish(d, c, m);
+}
+
+/* One message from c.  Returns 0, or -1 when c is gone. */
+static int on_message(struct daemon *d, struct conn *c, json_t *msg)
+{
+	const char *op = json_string_value(json_object_get(msg, "op"));
+
+	if (c->state == CONN_NEW && !strcmp(op, "acquire"))
+		on_acquire(d, c, msg);
+	else if (c->state == CONN_NEW && !strcmp(op, "view"))
+		on_view(d, c);
+	else if ((c->state == CONN_NEW || c->state == CONN_LEASED) && !strcmp(op, "release"))
+		on_release(d, c, msg);
+	else if (c->state == CONN_LEASED && !strcmp(op, "job"))
+		on_job(d, c, msg);
+	else
+		daemon_refuse(d, c, GM_ERR_INVALID, "unexpected message", NULL);
+	return c->dead || c->state == CONN_CLOSING ? -1 : 0;
+}
+
+void conn_readable(struct daemon *d, struct conn *c)
+{
+	struct broker_buf *b = &d->scratch;
+	json_t *msg;
+	ssize_t n;
+	int rc;
+
+	if (c->dead || c->state == CONN_CLOSING)
+		return;
+	if (c->pend_len)
+		memcpy(b->data, c->pend, c->pend_len);
+	b->len = c->pend_len;
+	n = recv(c->fd, b->data + b->len, sizeof b->data - b->len, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		/* End of file: the last holder closed it, or it died. */
+		conn_close(d, c);
+		return;
+	}
+	b->len += (size_t)n;
+	while ((rc = broker_take_line(b, &msg)) == 1) {
+		int gone = on_message(d, c, msg);
+
+		json_decref(msg);
+		if (gone)
+			return;
+	}
+	if (rc < 0) {
+		daemon_refuse(d, c, GM_ERR_INVALID,
+		              "malformed message (one JSON object per line, "
+		              "of protocol version 1)",
+		              NULL);
+		return;
+	}
+	free(c->pend);
+	c->pend = NULL;
+	c->pend_len = 0;
+	if (b->len) {
+		c->pend = malloc(b->len);
+		if (!c->pend) {
+			conn_close(d, c);
+			return;
+		}
+		memcpy(c->pend, b->data, b->len);
+		c->pend_len = b->len;
+	}
+}
+
+/* Connections that have not said what they want in time are dropped. */
+int64_t daemon_drop_silent(struct daemon *d)
+{
+	int64_t now = monotonic_ms(), next = -1;
+	struct conn *c, *n;
+
+	for (c = d->conns; c; c = n) {
+		n = c->next;
+		if (c->state != CONN_NEW && c->state != CONN_CLOSING)
+			continue; /* waiting costs nothing; a lease lasts */
+		if (now - c->opened_ms >= FIRST_MESSAGE_MS)
+			conn_close(d, c);
+		else if (next < 0 || c->opened_ms + FIRST_MESSAGE_MS < next)
+			next = c->opened_ms + FIRST_MESSAGE_MS;
+	}
+	return next;
+}
