@@ -88,29 +88,14 @@ void daemon_user_name(unsigned uid, char *out, size_t len)
  * is reused.  0 when it does not exist. */
 uint64_t daemon_proc_start(int pid)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long start = 0;
-	ssize_t n;
-	int fd;
+	char buf[1024];
+	const char *p = proctree_stat(pid, buf, sizeof buf);
 
-	snprintf(path, sizeof path, "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
-	if (!p)
-		return 0;
-	/* after ") ": state is field 3; start time is field 22 */
-	for (int field = 2; p && field < 22; field++)
-		p = strchr(p + 1, ' ');
-	if (p)
-		start = strtoull(p + 1, NULL, 10);
-	return start;
+	/* p is at the state, field 3; the start time is field 22 */
+	for (int field = 3; p && field < 22; field++)
+		if ((p = strchr(p, ' ')))
+			p++;
+	return p ? strtoull(p, NULL, 10) : 0;
 }
 
 /* The real uid of a process, or -1. */

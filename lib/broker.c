@@ -368,6 +368,30 @@ static char *place_key(const struct gm_request *req, const struct acquire_opts *
 	return key;
 }
 
+/*
+ * One request's start: a connection to the broker at path and its message
+ * begun ({"op": op} in msg).  buf and msg are the caller's, allocated or
+ * NULL (then GM_ERR_NOMEM).  The descriptor, or -1 with *rc and err set
+ * (GM_ERR_STATE where the broker cannot be reached, as broker_connect says).
+ */
+static int request_start(const char *path, const void *buf, json_t *msg, const char *op,
+                         enum gm_err *rc, char *err, size_t len)
+{
+	int fd;
+
+	if (!buf || !msg) {
+		*rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		return -1;
+	}
+	fd = broker_connect(path, err, len);
+	if (fd < 0) {
+		*rc = GM_ERR_STATE;
+		return -1;
+	}
+	json_object_set_new(msg, "op", json_string(op));
+	return fd;
+}
+
 enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
                            const struct gm_request *req, const struct acquire_opts *opts,
                            struct gm_lease **out, char **explain, char *err, size_t len)
@@ -436,16 +460,9 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	} else {
 		buf = kept ? &kept->buf : calloc(1, sizeof *buf);
 		msg = json_object();
-		if (!buf || !msg) {
-			rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		fd = request_start(path, buf, msg, "acquire", &rc, err, len);
+		if (fd < 0)
 			goto done;
-		}
-		fd = broker_connect(path, err, len);
-		if (fd < 0) {
-			rc = GM_ERR_STATE;
-			goto done;
-		}
-		json_object_set_new(msg, "op", json_string("acquire"));
 		json_object_set_new(msg, "request", request_json(req));
 		json_object_set_new(msg, "wait", json_boolean(req->has_wait || keep));
 		if (opts && opts->command)
@@ -631,16 +648,9 @@ enum gm_err broker_release_id(const char *path, const char *id, char *err, size_
 	enum gm_err rc = GM_OK;
 	int fd = -1;
 
-	if (!buf || !msg) {
-		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	fd = request_start(path, buf, msg, "release", &rc, err, len);
+	if (fd < 0)
 		goto done;
-	}
-	fd = broker_connect(path, err, len);
-	if (fd < 0) {
-		rc = GM_ERR_STATE;
-		goto done;
-	}
-	json_object_set_new(msg, "op", json_string("release"));
 	json_object_set_new(msg, "id", json_string(id));
 	if (broker_send(fd, msg) < 0 ||
 	    next_message(fd, buf, -1, NULL, monotonic_ms() + CONNECT_PATIENCE_MS, &reply) != 1) {
@@ -735,16 +745,9 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	int fd = -1, got;
 
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
-	if (!buf || !msg) {
-		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	fd = request_start(path, buf, msg, "view", &rc, err, len);
+	if (fd < 0)
 		goto done;
-	}
-	fd = broker_connect(path, err, len);
-	if (fd < 0) {
-		rc = GM_ERR_STATE;
-		goto done;
-	}
-	json_object_set_new(msg, "op", json_string("view"));
 	/* The view can be long (a line of thousands): read until its line
 	 * ends, in a buffer that grows. */
 	if (broker_send(fd, msg) < 0) {

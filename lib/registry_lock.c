@@ -147,23 +147,12 @@ struct lock_holder {
 /* Read state and CPU time of pid: 0, or -1 if it is gone. */
 static int proc_stat(int pid, char *state, unsigned long long *cpu)
 {
-	char path[64], buf[1024], *p;
+	char buf[1024];
+	const char *p = proctree_stat(pid, buf, sizeof buf);
 	unsigned long long ut, st;
-	ssize_t n;
-	int fd;
 
-	snprintf(path, sizeof path, "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	p = strrchr(buf, ')'); /* the command may hold anything, ')' too */
-	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state, &ut,
-	                 &st) != 3)
+	if (!p ||
+	    sscanf(p, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state, &ut, &st) != 3)
 		return -1;
 	*cpu = ut + st;
 	return 0;
