@@ -161,6 +161,9 @@ struct slurm_record {
 void slurm_read_record(const char *path, struct slurm_record *r);
 /* The sampler's peak memory and utilization (record.usage) into j. */
 void slurm_read_usage(const char *record, struct job *j);
+/* A started step's or job's node and GPUs (its record) into the store,
+ * once per slot (queue and status show them while it runs). */
+void slurm_note_where(struct engine *e, struct slot *s, const struct slurm_record *rc);
 
 /* state.c */
 void engine_say(struct engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -373,23 +373,7 @@ static void sb_tick(struct engine *e)
 
 		file_path(e, s->id, "where", rec, sizeof rec);
 		slurm_read_record(rec, &rc);
-		if (rc.started && !s->where_known) {
-			struct job job;
-			int changed = 0;
-
-			if (jobstore_get(e->cfg->store, s->id, 0, &job, NULL, 0) == GM_OK) {
-				free(job.gpus);
-				job.gpus = strcmp(rc.gpus, "-") ? strdup(rc.gpus) : NULL;
-				if (engine_tx(e) < 0 ||
-				    jobstore_update(e->cfg->store, &job, JOB_RUNNING, s->attempt,
-				                    &changed, e->err, sizeof e->err) != GM_OK ||
-				    (changed && jobstore_set_node(e->cfg->store, s->id, rc.node,
-				                                  e->err, sizeof e->err) != GM_OK))
-					e->failed = 1;
-				job_release(&job);
-			}
-			s->where_known = 1;
-		}
+		slurm_note_where(e, s, &rc);
 		if (rc.ended) {
 			sb_finish(e, s, rc.status, NULL, 0);
 		} else if (ask && state && ids && final_state(state[i])) {

@@ -300,32 +300,37 @@ static enum place slurm_place(struct engine *e, int64_t id)
 
 /* Each second: the node and GPUs of steps that started since, from their
  * wrapper's record, into the store (queue and status show them). */
+void slurm_note_where(struct engine *e, struct slot *s, const struct slurm_record *rc)
+{
+	struct job job;
+	int changed = 0;
+
+	if (s->where_known || !rc->started ||
+	    jobstore_get(e->cfg->store, s->id, 0, &job, NULL, 0) != GM_OK)
+		return;
+	free(job.gpus);
+	job.gpus = strcmp(rc->gpus, "-") ? strdup(rc->gpus) : NULL;
+	if (engine_tx(e) < 0 ||
+	    jobstore_update(e->cfg->store, &job, JOB_RUNNING, s->attempt, &changed, e->err,
+	                    sizeof e->err) != GM_OK ||
+	    (changed &&
+	     jobstore_set_node(e->cfg->store, s->id, rc->node, e->err, sizeof e->err) != GM_OK))
+		e->failed = 1;
+	s->where_known = 1;
+	job_release(&job);
+}
+
 static void slurm_tick(struct engine *e)
 {
 	for (size_t i = 0; i < e->nslots; i++) {
-		struct slot *s = e->slots[i];
 		char rec[PATH_MAX + 64];
 		struct slurm_record rc;
-		struct job job;
-		int changed = 0;
 
-		if (s->where_known || s->runner <= 0)
+		if (e->slots[i]->where_known || e->slots[i]->runner <= 0)
 			continue;
-		record_path(e, s->id, rec, sizeof rec);
+		record_path(e, e->slots[i]->id, rec, sizeof rec);
 		slurm_read_record(rec, &rc);
-		if (!rc.started ||
-		    jobstore_get(e->cfg->store, s->id, 0, &job, e->err, sizeof e->err) != GM_OK)
-			continue;
-		free(job.gpus);
-		job.gpus = strcmp(rc.gpus, "-") ? strdup(rc.gpus) : NULL;
-		if (engine_tx(e) < 0 ||
-		    jobstore_update(e->cfg->store, &job, JOB_RUNNING, s->attempt, &changed, e->err,
-		                    sizeof e->err) != GM_OK ||
-		    (changed && jobstore_set_node(e->cfg->store, s->id, rc.node, e->err,
-		                                  sizeof e->err) != GM_OK))
-			e->failed = 1;
-		s->where_known = 1;
-		job_release(&job);
+		slurm_note_where(e, e->slots[i], &rc);
 	}
 }
 
