@@ -1,8 +1,8 @@
 /*
  * broker.c - the client side of the lease broker: finding and trusting its
- * socket, asking it for a lease and waiting in its line, reading its view
- * of leases and waiters for status, and releasing.  The protocol is in
- * broker.h; the broker itself is cli/cmd_daemon.c.
+ * socket, asking it for a lease and waiting in its line, and releasing;
+ * reading its view of leases and waiters for status is broker_view.c.  The
+ * protocol is in broker.h; the broker itself is cli/cmd_daemon.c.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -22,6 +22,7 @@
 #include "policy.h"
 #include "registry.h"
 #include "util.h"
+#include "broker_impl.h"
 
 /* A broker that is being restarted (systemd restarts it at once) is worth
  * waiting for; one that stays away is an error to report, never a reason
@@ -374,7 +375,7 @@ static char *place_key(const struct gm_request *req, const struct acquire_opts *
  * NULL (then GM_ERR_NOMEM).  The descriptor, or -1 with *rc and err set
  * (GM_ERR_STATE where the broker cannot be reached, as broker_connect says).
  */
-static int request_start(const char *path, const void *buf, json_t *msg, const char *op,
+int broker_request_start(const char *path, const void *buf, json_t *msg, const char *op,
                          enum gm_err *rc, char *err, size_t len)
 {
 	int fd;
@@ -460,7 +461,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	} else {
 		buf = kept ? &kept->buf : calloc(1, sizeof *buf);
 		msg = json_object();
-		fd = request_start(path, buf, msg, "acquire", &rc, err, len);
+		fd = broker_request_start(path, buf, msg, "acquire", &rc, err, len);
 		if (fd < 0)
 			goto done;
 		json_object_set_new(msg, "request", request_json(req));
@@ -648,7 +649,7 @@ enum gm_err broker_release_id(const char *path, const char *id, char *err, size_
 	enum gm_err rc = GM_OK;
 	int fd = -1;
 
-	fd = request_start(path, buf, msg, "release", &rc, err, len);
+	fd = broker_request_start(path, buf, msg, "release", &rc, err, len);
 	if (fd < 0)
 		goto done;
 	json_object_set_new(msg, "id", json_string(id));
@@ -663,144 +664,6 @@ enum gm_err broker_release_id(const char *path, const char *id, char *err, size_
 		                 ?: GM_ERR_INVALID,
 		             err, len, "%s",
 		             json_string_value(json_object_get(reply, "error")) ?: "refused");
-done:
-	if (fd >= 0)
-		close(fd);
-	json_decref(msg);
-	json_decref(reply);
-	free(buf);
-	return rc;
-}
-
-/* ---- the view, for status ---------------------------------------------- */
-
-static const char *jstr(json_t *o, const char *key)
-{
-	const char *s = json_string_value(json_object_get(o, key));
-
-	return s ? s : "";
-}
-
-static int view_lease(json_t *o, struct lease_info *li)
-{
-	json_t *gpus = json_object_get(o, "gpus"), *g;
-	size_t i;
-
-	memset(li, 0, sizeof *li);
-	str_copy(li->id, sizeof li->id, jstr(o, "id"));
-	li->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
-	str_copy(li->user, sizeof li->user, jstr(o, "user"));
-	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
-	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
-	str_copy(li->command, sizeof li->command, jstr(o, "command"));
-	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
-	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
-	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
-	li->reservation = json_is_true(json_object_get(o, "reservation"));
-	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
-	li->gpu_count = json_array_size(gpus);
-	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
-	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
-	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
-	if (!li->uuids || !li->indices || !li->migs)
-		return -1;
-	json_array_foreach(gpus, i, g)
-	{
-		str_copy(li->uuids[i], sizeof li->uuids[i], jstr(g, "uuid"));
-		str_copy(li->migs[i], sizeof li->migs[i], jstr(g, "mig_uuid"));
-		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
-	}
-	return 0;
-}
-
-static int view_waiter(json_t *o, struct waiter_info *wi)
-{
-	json_t *cand = json_object_get(o, "candidates"), *c;
-	size_t i;
-
-	memset(wi, 0, sizeof *wi);
-	str_copy(wi->name, sizeof wi->name, jstr(o, "name"));
-	wi->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
-	str_copy(wi->user, sizeof wi->user, jstr(o, "user"));
-	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
-	str_copy(wi->command, sizeof wi->command, jstr(o, "command"));
-	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
-	str_copy(wi->summary, sizeof wi->summary, jstr(o, "summary"));
-	str_copy(wi->limit, sizeof wi->limit, jstr(o, "limit"));
-	wi->cand_count = json_array_size(cand);
-	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
-	if (!wi->cand)
-		return -1;
-	json_array_foreach(cand, i, c)
-	    str_copy(wi->cand[i], sizeof wi->cand[i], json_string_value(c) ?: "");
-	return 0;
-}
-
-enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len)
-{
-	struct broker_buf *buf = calloc(1, sizeof *buf);
-	json_t *msg = json_object(), *reply = NULL, *a, *o;
-	enum gm_err rc = GM_OK;
-	size_t i;
-	int fd = -1, got;
-
-	*view = (struct registry_view)REGISTRY_VIEW_INIT;
-	fd = request_start(path, buf, msg, "view", &rc, err, len);
-	if (fd < 0)
-		goto done;
-	/* The view can be long (a line of thousands): read until its line
-	 * ends, in a buffer that grows. */
-	if (broker_send(fd, msg) < 0) {
-		rc =
-		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
-		goto done;
-	}
-	{
-		size_t cap = 65536, used = 0;
-		char *text = malloc(cap);
-		ssize_t n;
-
-		while (text && (n = recv(fd, text + used, cap - used - 1, 0)) > 0) {
-			used += (size_t)n;
-			if (used + 1 >= cap) {
-				char *grown = cap < (64u << 20) ? realloc(text, cap * 2) : NULL;
-
-				if (!grown) {
-					free(text);
-					text = NULL;
-					break;
-				}
-				text = grown;
-				cap *= 2;
-			}
-		}
-		if (text) {
-			text[used] = '\0';
-			reply = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
-		}
-		free(text);
-	}
-	got = json_is_object(reply) && !strcmp(jstr(reply, "op"), "view");
-	if (!got) {
-		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' sent no view", path);
-		goto done;
-	}
-	a = json_object_get(reply, "leases");
-	view->leases = calloc(json_array_size(a) + 1, sizeof *view->leases);
-	json_array_foreach(a, i, o) if (view->leases &&
-	                                view_lease(o, &view->leases[view->lease_count++]) < 0) rc =
-	    GM_ERR_NOMEM;
-	a = json_object_get(reply, "waiters");
-	view->waiters = calloc(json_array_size(a) + 1, sizeof *view->waiters);
-	json_array_foreach(a, i, o) if (view->waiters &&
-	                                view_waiter(o, &view->waiters[view->waiter_count++]) < 0)
-	    rc = GM_ERR_NOMEM;
-	if (!view->leases || !view->waiters)
-		rc = GM_ERR_NOMEM;
-	if (rc != GM_OK) {
-		registry_view_release(view);
-		gm_fail(rc, err, len, "out of memory");
-	}
 done:
 	if (fd >= 0)
 		close(fd);

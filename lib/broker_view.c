@@ -1,0 +1,162 @@
+/*
+ * broker_view.c - the lease broker's view for status: its leases and its
+ * line, read over one connection into a registry_view, as registry_read
+ * gives them without a broker.  The rest of the client is broker.c.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include "broker.h"
+#include "context.h"
+#include "lease.h"
+#include "pick.h"
+#include "policy.h"
+#include "registry.h"
+#include "util.h"
+#include "broker_impl.h"
+
+/* ---- the view, for status ---------------------------------------------- */
+
+static const char *jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "";
+}
+
+static int view_lease(json_t *o, struct lease_info *li)
+{
+	json_t *gpus = json_object_get(o, "gpus"), *g;
+	size_t i;
+
+	memset(li, 0, sizeof *li);
+	str_copy(li->id, sizeof li->id, jstr(o, "id"));
+	li->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	str_copy(li->user, sizeof li->user, jstr(o, "user"));
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	str_copy(li->command, sizeof li->command, jstr(o, "command"));
+	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
+	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
+	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	li->reservation = json_is_true(json_object_get(o, "reservation"));
+	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
+	li->gpu_count = json_array_size(gpus);
+	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
+	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
+	if (!li->uuids || !li->indices || !li->migs)
+		return -1;
+	json_array_foreach(gpus, i, g)
+	{
+		str_copy(li->uuids[i], sizeof li->uuids[i], jstr(g, "uuid"));
+		str_copy(li->migs[i], sizeof li->migs[i], jstr(g, "mig_uuid"));
+		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+	}
+	return 0;
+}
+
+static int view_waiter(json_t *o, struct waiter_info *wi)
+{
+	json_t *cand = json_object_get(o, "candidates"), *c;
+	size_t i;
+
+	memset(wi, 0, sizeof *wi);
+	str_copy(wi->name, sizeof wi->name, jstr(o, "name"));
+	wi->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	str_copy(wi->user, sizeof wi->user, jstr(o, "user"));
+	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	str_copy(wi->command, sizeof wi->command, jstr(o, "command"));
+	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
+	str_copy(wi->summary, sizeof wi->summary, jstr(o, "summary"));
+	str_copy(wi->limit, sizeof wi->limit, jstr(o, "limit"));
+	wi->cand_count = json_array_size(cand);
+	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
+	if (!wi->cand)
+		return -1;
+	json_array_foreach(cand, i, c)
+	    str_copy(wi->cand[i], sizeof wi->cand[i], json_string_value(c) ?: "");
+	return 0;
+}
+
+enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len)
+{
+	struct broker_buf *buf = calloc(1, sizeof *buf);
+	json_t *msg = json_object(), *reply = NULL, *a, *o;
+	enum gm_err rc = GM_OK;
+	size_t i;
+	int fd = -1, got;
+
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	fd = broker_request_start(path, buf, msg, "view", &rc, err, len);
+	if (fd < 0)
+		goto done;
+	/* The view can be long (a line of thousands): read until its line
+	 * ends, in a buffer that grows. */
+	if (broker_send(fd, msg) < 0) {
+		rc =
+		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
+		goto done;
+	}
+	{
+		size_t cap = 65536, used = 0;
+		char *text = malloc(cap);
+		ssize_t n;
+
+		while (text && (n = recv(fd, text + used, cap - used - 1, 0)) > 0) {
+			used += (size_t)n;
+			if (used + 1 >= cap) {
+				char *grown = cap < (64u << 20) ? realloc(text, cap * 2) : NULL;
+
+				if (!grown) {
+					free(text);
+					text = NULL;
+					break;
+				}
+				text = grown;
+				cap *= 2;
+			}
+		}
+		if (text) {
+			text[used] = '\0';
+			reply = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
+		}
+		free(text);
+	}
+	got = json_is_object(reply) && !strcmp(jstr(reply, "op"), "view");
+	if (!got) {
+		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' sent no view", path);
+		goto done;
+	}
+	a = json_object_get(reply, "leases");
+	view->leases = calloc(json_array_size(a) + 1, sizeof *view->leases);
+	json_array_foreach(a, i, o) if (view->leases &&
+	                                view_lease(o, &view->leases[view->lease_count++]) < 0) rc =
+	    GM_ERR_NOMEM;
+	a = json_object_get(reply, "waiters");
+	view->waiters = calloc(json_array_size(a) + 1, sizeof *view->waiters);
+	json_array_foreach(a, i, o) if (view->waiters &&
+	                                view_waiter(o, &view->waiters[view->waiter_count++]) < 0)
+	    rc = GM_ERR_NOMEM;
+	if (!view->leases || !view->waiters)
+		rc = GM_ERR_NOMEM;
+	if (rc != GM_OK) {
+		registry_view_release(view);
+		gm_fail(rc, err, len, "out of memory");
+	}
+done:
+	if (fd >= 0)
+		close(fd);
+	json_decref(msg);
+	json_decref(reply);
+	free(buf);
+	return rc;
+}
