@@ -244,20 +244,6 @@ void daemon_accept_all(struct daemon *d)
 
 /* ---- requests ------------------------------------------------------------ */
 
-static const char *summary_of(const struct gm_request *req, char *buf, size_t len)
-{
-	char size[32];
-
-	if (req->mig[0])
-		snprintf(buf, len, "1 MIG slice %s", req->mig);
-	else if (req->share)
-		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
-		         size_format(&req->mem, size, sizeof size));
-	else
-		snprintf(buf, len, "%u GPU%s exclusive", req->count, req->count == 1 ? "" : "s");
-	return buf;
-}
-
 static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 {
 	json_t *r = json_object_get(msg, "request"), *v, *usable = json_object_get(msg, "usable");
@@ -305,7 +291,7 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		str_copy(c->command, sizeof c->command, cmd);
 	else
 		daemon_proc_command(c->pid, c->command, sizeof c->command);
-	summary_of(c->req, c->summary, sizeof c->summary);
+	registry_waiter_summary(c->req, c->summary, sizeof c->summary);
 	c->since_ms = now_ms();
 	c->seq = ++d->next_seq;
 	/* The GPUs it could ever use: what it holds back while it waits,

@@ -131,6 +131,9 @@ struct registry_view {
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,
                           size_t errlen);
 void registry_view_release(struct registry_view *view);
+/* "2 GPUs exclusive", "1 GPU, 8 GiB share", "1 MIG slice 1g.10gb": a waiter
+ * as status shows it, in the registry's line and the broker's alike. */
+const char *registry_waiter_summary(const struct gm_request *req, char *buf, size_t len);
 
 struct acquire_opts {
 	const char *command; /* shown in status; default: this process's */

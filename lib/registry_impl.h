@@ -98,9 +98,6 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 int registry_waiter_capped(const struct registry *reg, const struct registry_view *view,
                            const struct waiter_info *wi);
 
-/* "2 GPUs exclusive", "1 GPU, 8 GiB share": a waiter as status shows it. */
-const char *registry_waiter_summary(const struct gm_request *req, char *buf, size_t len);
-
 /* Queue: publish a ticket (its name into name) for the request, locked
  * (*fd_out) until the waiter leaves the line. */
 enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
