@@ -89,7 +89,7 @@ static long long clock_ns(clockid_t id)
 }
 
 /* SIZE: bare number = MiB, else K/M/G/T with optional "iB"/"B"; rounded up. */
-static int parse_size(const char *s, uint64_t *mib)
+static int simload_mem_size(const char *s, uint64_t *mib)
 {
 	static const struct {
 		const char *unit;
@@ -143,7 +143,7 @@ static int parse_args(int argc, char **argv, struct options *opt)
 	while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
-			if (parse_size(optarg, &opt->mem_mib) < 0)
+			if (simload_mem_size(optarg, &opt->mem_mib) < 0)
 				goto bad_value;
 			opt->has_mem = 1;
 			break;
