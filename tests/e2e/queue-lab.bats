@@ -65,7 +65,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$@"
 	gpus 1
 	gpuman submit -- true >/dev/null
 	run -0 gpuman wait 1
-	gpuman submit -- sh -c 'echo started >started; exec sleep 60' >/dev/null
+	gpuman submit -- sh -c 'echo $$ >job.pid; echo started >started; exec sleep 60' >/dev/null
 	gpuman submit -- touch ran-3 >/dev/null
 	gpuman submit -- touch ran-4 >/dev/null
 	wait_for '[ -e started ]'
@@ -81,7 +81,8 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$@"
 	[[ "${lines[2]}" == "3 cancelled"* ]]
 	[[ "${lines[3]}" == "4 cancelled"* ]]
 	[ ! -e ran-3 ] && [ ! -e ran-4 ]
-	! pgrep -f 'exec sleep 60' -u "$(id -u)" >/dev/null || ! pgrep -xf 'sleep 60' >/dev/null
+	# the running job's process is gone (its own pid: other suites may run sleep 60)
+	! kill -0 "$(cat job.pid)" 2>/dev/null
 	run -0 gpuman cancel --all
 	[ "$output" = "no queued or running jobs to cancel" ]
 }
