@@ -134,7 +134,9 @@ EOF
 			gpuman submit -- sh -c "echo \$GPUMAN_JOB >>marks.txt; exec gpuman-simload --mem 64M --util 10 --seconds $secs" >/dev/null
 		done
 		sleep "0.0$((RANDOM % 8 + 1))"
-		if d=$(dispatcher_pid) && kill -9 "$d" 2>/dev/null; then
+		# the dispatcher this round's submits started: on a loaded machine
+		# (or under ASan) it may not hold its lock yet, so wait for it
+		if wait_for 'd=$(dispatcher_pid)' && kill -9 "$d" 2>/dev/null; then
 			kills=$((kills + 1))
 		fi
 	done

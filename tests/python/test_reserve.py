@@ -12,7 +12,10 @@ import textwrap
 import time
 import unittest
 
-import test_binding as tb
+try:  # as tests.python.test_reserve (make python) or test_reserve (tap.py)
+    from . import test_binding as tb
+except ImportError:
+    import test_binding as tb
 
 gpuman = tb.gpuman
 
