@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "protocol.h"
@@ -24,8 +25,31 @@
 #include "gpuman-internal.h"
 #include "select_help.h"
 
-static volatile sig_atomic_t interrupted;
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+/* The admin's max_lease ended the job (as timeout(1) exits). */
+#define EXIT_LEASE_LIMIT 124
+
+static volatile sig_atomic_t interrupted, limit_hit;
 static volatile pid_t child_pid;
+
+/* The admin's max_lease passed: end the job whole, as the queue's runner
+ * ends one past submit --time -- SIGTERM, SIGKILL after the grace period
+ * (then wait_child kills whatever it left).  Kept here, in the handler, so
+ * no window between a check and waitpid can lose the limit. */
+static void on_limit(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	if (child_pid > 0) {
+		kill(child_pid, limit_hit ? SIGKILL : SIGTERM);
+		if (!limit_hit)
+			alarm(PROTOCOL_CANCEL_GRACE_S);
+		limit_hit = 1;
+	}
+	errno = saved;
+}
 
 /* While waiting: Ctrl-C gives up.  While the job runs: pass signals on --
  * except those the terminal already sent to the job's process group too,
@@ -52,6 +76,9 @@ static void install_signals(void)
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		sigaction(sigs[i], &sa, NULL);
+	sa.sa_handler = on_limit;
+	sa.sa_flags = 0;
+	sigaction(SIGALRM, &sa, NULL);
 }
 
 struct run {
@@ -60,12 +87,15 @@ struct run {
 	struct child_env env;
 	int go[2]; /* the job waits on go[0] for one byte */
 	pid_t pid;
+	int64_t limit_ms; /* the admin's max_lease for us; 0 none */
+	char limit_from[96];
+	const char *conf; /* the admin's file */
 };
 
 /* In the child: wait for the go, then become the job.  Never returns. */
 static void child_exec(struct run *r, int lease_fd)
 {
-	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM};
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
 	close(r->go[1]);
@@ -145,6 +175,13 @@ static int wait_child(struct run *r)
 	if (protocol_give_go(r->go[1]) < 0)
 		kill(r->pid, SIGKILL);
 	close(r->go[1]);
+	if (r->limit_ms > 0) {
+		struct itimerval t = {
+		    {0, 0},
+		    {(time_t)(r->limit_ms / 1000), (suseconds_t)(r->limit_ms % 1000) * 1000}};
+
+		setitimer(ITIMER_REAL, &t, NULL);
+	}
 	/* What the job orphans comes to us (a subreaper): reap it as it ends. */
 	for (pid_t got; (got = waitpid(-1, &status, 0)) != r->pid;)
 		if (got < 0 && errno != EINTR) {
@@ -152,7 +189,21 @@ static int wait_child(struct run *r)
 			return EXIT_FAIL;
 		}
 	child_pid = 0;
+	alarm(0);
 	jobtree_kill_children(NULL, 0);
+	if (limit_hit) {
+		char limit[32];
+
+		duration_text(limit, sizeof limit, r->limit_ms);
+		fprintf(stderr,
+		        "gpuman: job ended: lease limit %s of %s reached (max_lease in %s); its "
+		        "processes got SIGTERM%s\n",
+		        limit, r->conf, r->limit_from,
+		        protocol_exit_status(status) == 128 + SIGKILL
+		            ? ", then SIGKILL " TEXT(PROTOCOL_CANCEL_GRACE_S) " s later"
+		            : "");
+		return EXIT_LEASE_LIMIT;
+	}
 	return protocol_exit_status(status);
 }
 
@@ -229,6 +280,9 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
 	switch (rc) {
 	case GM_OK:
+		r.conf = reg->cfg.system_path;
+		r.limit_ms = config_max_lease_ms(&reg->cfg, (unsigned)getuid(), r.limit_from,
+		                                 sizeof r.limit_from);
 		if (lease->note[0])
 			fprintf(stderr, "gpuman run: note: %s\n", lease->note);
 		if (isatty(STDERR_FILENO) && cli->req->mig[0])
@@ -285,6 +339,8 @@ const struct cmd_entry cmd_run = {
     "The lease lasts as long as CMD, even if gpuman is killed; signals sent to\n"
     "gpuman reach CMD; gpuman exits with CMD's status (128+N if killed by signal N).\n"
     "Processes CMD leaves running when it exits are killed before the lease ends.\n"
+    "An admin's max_lease (gpuman.conf) ends CMD whole once it has held its GPUs\n"
+    "that long: SIGTERM, SIGKILL 10 s later, what it left killed; exit 124 then.\n"
     "\n" SELECT_HELP "\n" RESERVE_HELP "\n"
     "Without --wait, exit 75 if nothing fits now.  Waiters are served first come,\n"
     "first served: a request waiting for 4 GPUs is not overtaken by later ones.\n"

@@ -201,6 +201,14 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
                           size_t *nexcl);
 
 /* runner.c */
+/*
+ * The time limit a job's runner keeps, in seconds (0 none): submit --time,
+ * or the admin's max_lease (gpuman.conf) where that is shorter -- then
+ * *where says so, for the job's record ("" otherwise).
+ */
+long long engine_time_limit_s(const struct engine *e, const struct job *job, char *where,
+                              size_t len);
+
 int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
                         size_t len);
 void engine_runner_ended(struct engine *e, struct slot *s, int killed);

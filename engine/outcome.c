@@ -118,8 +118,15 @@ void outcome_decide(const struct outcome_in *in, struct outcome *out)
 	if (r->stop == PROTOCOL_STOP_TIMEOUT) {
 		char limit[32];
 
-		protocol_format_limit(job->time_limit_s, limit, sizeof limit);
 		out->state = JOB_TIMEOUT;
+		if (in->limit_where && in->limit_where[0]) {
+			protocol_format_limit(in->limit_s, limit, sizeof limit);
+			snprintf(out->reason, sizeof out->reason,
+			         "lease limit %s reached (%s): ended with its processes", limit,
+			         in->limit_where);
+			return;
+		}
+		protocol_format_limit(job->time_limit_s, limit, sizeof limit);
 		snprintf(out->reason, sizeof out->reason,
 		         "time limit (%s) reached: ended with its processes", limit);
 		return;

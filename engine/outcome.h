@@ -73,6 +73,8 @@ struct outcome_in {
 	int requeue_dead;         /* then run it again (batch --resume) */
 	struct protocol_result r; /* with have_result */
 	const struct job *job;    /* as the store has it: attempts include this start */
+	long long limit_s;        /* the time limit its runner kept (engine_time_limit_s) */
+	const char *limit_where;  /* "" submit --time; else the admin's max_lease, where */
 };
 struct outcome {
 	enum job_state state;

@@ -96,6 +96,7 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 	struct job job, upd;
 	struct outcome_in in = {0};
 	struct outcome out;
+	char where[300];
 	int changed = 0, expect;
 
 	if (jobstore_get(e->cfg->store, id, 0, &job, e->err, sizeof e->err) != GM_OK) {
@@ -111,6 +112,10 @@ void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd)
 	                 in.r.attempt == job.attempts;
 	in.requeue_dead = e->cfg->requeue_dead;
 	in.job = &job;
+	/* Worked out again as the runner was given it (the admin's file is
+	 * read once, when the engine opens the registry). */
+	in.limit_s = engine_time_limit_s(e, &job, where, sizeof where);
+	in.limit_where = where;
 	outcome_decide(&in, &out);
 	upd = job;
 	expect = job.attempts;

@@ -258,6 +258,25 @@ int engine_adopted_ended(struct engine *e, struct slot *s)
 	return ended;
 }
 
+long long engine_time_limit_s(const struct engine *e, const struct job *job, char *where,
+                              size_t len)
+{
+	const struct registry *reg = e->cfg->reg;
+	char from[96];
+	int64_t ms;
+	long long s;
+
+	where[0] = '\0';
+	if (!reg)
+		return job->time_limit_s; /* on Slurm: its own limits apply */
+	ms = config_max_lease_ms(&reg->cfg, (unsigned)getuid(), from, sizeof from);
+	s = (long long)((ms + 999) / 1000);
+	if (!s || (job->time_limit_s > 0 && job->time_limit_s <= s))
+		return job->time_limit_s;
+	snprintf(where, len, "max_lease in %s of %s", from, reg->cfg.system_path);
+	return s;
+}
+
 /*
  * Start gpuman-runner for a claimed job (see runner/gpuman-runner.c for its
  * arguments).  posix_spawn (vfork and exec) rather than fork: see there.
@@ -276,8 +295,9 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t set;
-	char **args = NULL, **jargv = NULL, *uuids = NULL;
+	char **args = NULL, **jargv = NULL, *uuids = NULL, where[300];
 	size_t n = 0, ulen = 1;
+	long long limit_s;
 	pid_t pid;
 	int rc = -1, erc;
 
@@ -305,8 +325,8 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	    strv_add(&args, &n, "--log=%s", L->log))
 		goto oom;
 	/* The runner keeps the time: the limit holds while the engine is away. */
-	if (job->time_limit_s > 0 &&
-	    strv_add(&args, &n, "--time-limit=%lld", (long long)job->time_limit_s))
+	limit_s = engine_time_limit_s(L->e, job, where, sizeof where);
+	if (limit_s > 0 && strv_add(&args, &n, "--time-limit=%lld", limit_s))
 		goto oom;
 	if (!lease->exclusive &&
 	    (strv_add(&args, &n, "--mem-fraction=%.6f", gm_lease_mem_fraction(lease)) ||

@@ -168,10 +168,13 @@ static int on_entry(void *data, const char *section, const char *key, const char
 			return parse_max_gpus(l, line, value, &cfg->max_gpus);
 		if (!strcmp(key, "max_reserve"))
 			return parse_positive_ms(l, line, key, value, &cfg->max_reserve_ms);
+		if (!strcmp(key, "max_lease"))
+			return parse_positive_ms(l, line, key, value, &cfg->max_lease_ms);
 		if (!strcmp(key, "keep_out"))
 			return parse_gpus(l, line, key, value, &cfg->keep_out);
 		return fail_at(l, line,
-		               "unknown key '%s' in [%s] (known: max_gpus, max_reserve, keep_out)",
+		               "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease, "
+		               "keep_out)",
 		               key, section);
 	}
 	if (!strncmp(section, "user ", 5) || !strncmp(section, "group ", 6)) {
@@ -192,12 +195,15 @@ static int on_entry(void *data, const char *section, const char *key, const char
 			return parse_max_gpus(l, line, value, &cap->max_gpus);
 		if (!strcmp(key, "max_reserve"))
 			return parse_positive_ms(l, line, key, value, &cap->max_reserve_ms);
+		if (!strcmp(key, "max_lease"))
+			return parse_positive_ms(l, line, key, value, &cap->max_lease_ms);
 		if (!user && !strcmp(key, "gpus"))
 			return parse_gpus(l, line, key, value, &cap->gpus);
 		return fail_at(
 		    l, line,
-		    user ? "unknown key '%s' in [%s] (known: max_gpus, max_reserve)"
-		         : "unknown key '%s' in [%s] (known: max_gpus, max_reserve, gpus)",
+		    user ? "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease)"
+		         : "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease, "
+		           "gpus)",
 		    key, section);
 	}
 	return fail_at(l, line,
@@ -377,8 +383,9 @@ static int64_t limit_for(const struct config *cfg, unsigned uid, size_t field, i
 	int64_t best = 0;
 
 #define FIELD(c)                                                                                   \
-	(field == offsetof(struct config_cap, max_gpus) ? (int64_t)(c).max_gpus                    \
-	                                                : (c).max_reserve_ms)
+	(field == offsetof(struct config_cap, max_gpus)       ? (int64_t)(c).max_gpus              \
+	 : field == offsetof(struct config_cap, max_lease_ms) ? (c).max_lease_ms                   \
+	                                                      : (c).max_reserve_ms)
 	snprintf(from, fromlen, "[limits]");
 	who_is(cfg, uid, &w);
 	if (!w.known)
@@ -406,6 +413,12 @@ unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, siz
 int64_t config_max_reserve_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen)
 {
 	return limit_for(cfg, uid, offsetof(struct config_cap, max_reserve_ms), cfg->max_reserve_ms,
+	                 from, fromlen);
+}
+
+int64_t config_max_lease_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen)
+{
+	return limit_for(cfg, uid, offsetof(struct config_cap, max_lease_ms), cfg->max_lease_ms,
 	                 from, fromlen);
 }
 

@@ -19,6 +19,8 @@
  *   max_gpus = 1        for members of the group (the most generous of a
  *                       user's groups applies)
  *   max_reserve = 8h    the longest `gpuman reserve --for` (default: no limit)
+ *   max_lease = 2d      the longest one job may hold its GPUs: run's job and
+ *                       queue jobs are ended whole at it (default: no limit)
  *   keep_out = 7        GPUs gpuman never hands out ([limits] only)
  *   [user alice]
  *   max_gpus = 4        for this user (wins over groups and [limits])
@@ -45,6 +47,7 @@ struct config_cap {
 	char name[64];          /* user or group name */
 	unsigned max_gpus;      /* 0: not set here */
 	int64_t max_reserve_ms; /* 0: not set here */
+	int64_t max_lease_ms;   /* 0: not set here */
 	char *gpus;             /* [group]: the GPUs kept for it (a LIST); NULL: none */
 };
 
@@ -54,6 +57,7 @@ struct config {
 	int64_t keep_ms;        /* [queue] keep; 0: forever */
 	unsigned max_gpus;      /* [limits]; 0: no limit */
 	int64_t max_reserve_ms; /* [limits]; 0: no limit */
+	int64_t max_lease_ms;   /* [limits]; 0: no limit */
 	char *keep_out;         /* [limits] keep_out (a LIST); NULL: none */
 	struct config_cap *users, *groups;
 	size_t user_count, group_count;
@@ -67,7 +71,7 @@ struct config {
 };
 #define CONFIG_INIT                                                                                \
 	{                                                                                          \
-		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, ""         \
+		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, ""      \
 	}
 
 /*
@@ -86,6 +90,10 @@ unsigned config_max_gpus(const struct config *cfg, unsigned uid, char *from, siz
 
 /* The longest reservation uid may take (0: no limit), and where from. */
 int64_t config_max_reserve_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
+
+/* The longest one job of uid's may hold its GPUs (0: no limit), and where
+ * from.  Whoever runs the job ends it whole at this age (run, the queue). */
+int64_t config_max_lease_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
 
 /*
  * May uid be given the GPU (index, uuid)?  NULL yes; else why not, for

@@ -68,8 +68,8 @@ static void test_limits_and_precedence(void **state)
 	assert_non_null(pw);
 	assert_non_null(gr);
 	snprintf(text, sizeof text,
-	         "[limits]\nmax_gpus = 1\nmax_reserve = 1h\n[group %s]\nmax_gpus = 3\n"
-	         "max_reserve = 2h\n",
+	         "[limits]\nmax_gpus = 1\nmax_reserve = 1h\nmax_lease = 1d\n[group %s]\n"
+	         "max_gpus = 3\nmax_reserve = 2h\nmax_lease = 2d\n",
 	         gr->gr_name);
 	assert_int_equal(load(&cfg, text, NULL, err, sizeof err), GM_OK);
 	/* the group wins over [limits] */
@@ -81,6 +81,9 @@ static void test_limits_and_precedence(void **state)
 	assert_int_equal(caps_reserve_ok(&cfg, getuid(), 2 * 3600000LL, why, sizeof why), 0);
 	assert_int_equal(caps_reserve_ok(&cfg, getuid(), 3 * 3600000LL, why, sizeof why), -1);
 	assert_non_null(strstr(why, "--for 3h is longer than the limit, 2h ([group "));
+	assert_int_equal(config_max_lease_ms(&cfg, getuid(), why, sizeof why), 2 * 86400000LL);
+	assert_non_null(strstr(why, "[group "));
+	assert_int_equal(config_max_lease_ms(&cfg, 4000000000u, why, sizeof why), 86400000LL);
 	/* a uid nobody names gets [limits] */
 	assert_int_equal(caps_over(&cfg, 4000000000u, 1, 1, why, sizeof why), 1);
 	assert_non_null(strstr(why, "([limits] in "));
@@ -91,6 +94,7 @@ static void test_limits_and_precedence(void **state)
 	assert_int_equal(load(&cfg, text, NULL, err, sizeof err), GM_OK);
 	assert_int_equal(caps_over(&cfg, getuid(), 1, 1, why, sizeof why), 1);
 	assert_int_equal(caps_reserve_ok(&cfg, getuid(), 1000LL * 86400 * 365, why, sizeof why), 0);
+	assert_int_equal(config_max_lease_ms(&cfg, getuid(), why, sizeof why), 0); /* none */
 	config_release(&cfg);
 }
 
@@ -142,9 +146,12 @@ static void test_user_file_sets_defaults_only(void **state)
 	assert_int_equal(load(&cfg, "[group x]\nmax_reserve = soon\n", NULL, err, sizeof err),
 	                 GM_ERR_STATE);
 	assert_non_null(strstr(err, "max_reserve = soon:"));
+	assert_int_equal(load(&cfg, "[limits]\nmax_lease = 0\n", NULL, err, sizeof err),
+	                 GM_ERR_STATE);
+	assert_non_null(strstr(err, "gpuman.conf:2: max_lease = 0"));
 	assert_int_equal(load(&cfg, "[user x]\ngpus = 1\n", NULL, err, sizeof err), GM_ERR_STATE);
-	assert_non_null(
-	    strstr(err, "unknown key 'gpus' in [user x] (known: max_gpus, max_reserve)"));
+	assert_non_null(strstr(
+	    err, "unknown key 'gpus' in [user x] (known: max_gpus, max_reserve, max_lease)"));
 }
 
 int main(void)

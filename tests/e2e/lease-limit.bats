@@ -1,0 +1,90 @@
+#!/usr/bin/env bats
+# gpuman.conf max_lease: the longest one job may hold its GPUs.  The gpuman
+# process that owns the job ends it whole at that age (`gpuman run`, the
+# queue's runner, batch tasks), so nothing runs on a GPU whose lease is gone.
+
+load helpers
+load helpers/queue
+
+setup() {
+	gm_setup
+	cd "$BATS_TEST_TMPDIR"
+	export GPUMAN_CONFIG=$BATS_TEST_TMPDIR/gpuman.conf
+	export XDG_CONFIG_HOME=$BATS_TEST_TMPDIR/config
+	# A child that names this test, so that pgrep finds only ours.
+	printf '#!/bin/sh\nexec sleep 1000\n' >"$BATS_TEST_TMPDIR/child.sh"
+	chmod +x "$BATS_TEST_TMPDIR/child.sh"
+}
+
+teardown() {
+	queue_teardown
+	pkill -9 -f "$BATS_TEST_TMPDIR/child.sh" || true
+}
+
+children() {
+	pgrep -f "$BATS_TEST_TMPDIR/child.sh" || true
+}
+
+no_leases() {
+	[ -z "$(ls "$GPUMAN_STATE_DIR" | grep '^lease\.' || true)" ]
+}
+
+@test "run: a job past max_lease ends whole (children in their own session too), exit 124, the GPU free" {
+	gpus 1
+	printf '[limits]\nmax_lease = 2s\n' >"$GPUMAN_CONFIG"
+	c=$BATS_TEST_TMPDIR/child.sh
+	start=$(date +%s)
+	run -124 gpuman run -- sh -c "$c & setsid $c & echo started; wait"
+	end=$(date +%s)
+	[ "${lines[0]}" = started ]
+	[ "${lines[1]}" = "gpuman: job ended: lease limit 2s of $GPUMAN_CONFIG reached (max_lease in [limits]); its processes got SIGTERM" ]
+	[ $((end - start)) -ge 2 ] && [ $((end - start)) -lt 8 ]
+	[ -z "$(children)" ]
+	no_leases
+	# a job within the limit is untouched
+	run -0 gpuman run -- true
+}
+
+@test "run: a job that ignores SIGTERM at max_lease gets SIGKILL 10 s later; [user NAME] wins over [limits]" {
+	gpus 1
+	printf '[limits]\nmax_lease = 1h\n[user %s]\nmax_lease = 1s\n' "$(id -un)" >"$GPUMAN_CONFIG"
+	run -124 gpuman run -- sh -c "trap '' TERM; $BATS_TEST_TMPDIR/child.sh"
+	[[ "$output" == *"lease limit 1s of $GPUMAN_CONFIG reached (max_lease in [user $(id -un)]); its processes got SIGTERM, then SIGKILL 10 s later" ]]
+	[ -z "$(children)" ]
+	no_leases
+}
+
+@test "queue: a job without --time is ended at max_lease and recorded timeout with the reason; a shorter --time wins" {
+	gpus 1
+	printf '[limits]\nmax_lease = 2s\n' >"$GPUMAN_CONFIG"
+	c=$BATS_TEST_TMPDIR/child.sh
+	id=$(gpuman submit -- sh -c "$c & setsid $c & wait")
+	run -1 gpuman wait "$id"
+	[ "$output" = "$id timeout: lease limit 2s reached (max_lease in [limits] of $GPUMAN_CONFIG): ended with its processes" ]
+	[ -z "$(children)" ]
+	no_leases
+	id=$(gpuman submit --time 1s -- "$c")
+	run -1 gpuman wait "$id"
+	[ "$output" = "$id timeout: time limit (1s) reached: ended with its processes" ]
+	run -0 gpuman queue --state timeout
+	[[ "$output" == *"lease limit 2s reached"* ]]
+	dispatcher_gone
+}
+
+@test "batch: a task past max_lease is ended and reported timeout" {
+	gpus 1
+	printf '[limits]\nmax_lease = 1s\n' >"$GPUMAN_CONFIG"
+	printf '%s\n' "$BATS_TEST_TMPDIR/child.sh" >tasks
+	run gpuman batch tasks
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"lease limit 1s reached (max_lease in [limits] of $GPUMAN_CONFIG)"* ]]
+	[ -z "$(children)" ]
+	no_leases
+}
+
+@test "max_lease: a bad value is refused naming the file and line" {
+	gpus 1
+	printf '[limits]\nmax_lease = soon\n' >"$GPUMAN_CONFIG"
+	run -1 gpuman run -- true
+	[[ "$output" == *"$GPUMAN_CONFIG:2"*"max_lease"* ]]
+}
