@@ -47,10 +47,10 @@ LIBS    := -ljansson -linih -ldl -lpthread
 # module of its own, built into its own archive for gpuman, the runner and
 # the unit tests, so that the public libgpuman.so, which no gm_* function
 # needs it for, does not pull in SQLite.  The commands see it through
-# engine.h and protocol.h only; the runner links just the protocol's
-# objects from the archive.
+# engine.h, queue.h (the queue directory) and protocol.h only; the runner
+# links just the protocol's objects from the archive.
 ENGINE_SRC := $(sort $(wildcard engine/*.c))
-ENGINE_PUBLIC := engine/engine.h engine/jobstore.h engine/outcome.h engine/protocol.h
+ENGINE_PUBLIC := engine/engine.h engine/jobstore.h engine/outcome.h engine/protocol.h engine/queue.h
 LIB_SRC := $(sort $(wildcard lib/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 SIM_COMMON := sim/scenario.c sim/scenario_load.c sim/scenario_gpu.c sim/scenario_timeline.c \

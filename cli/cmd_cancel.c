@@ -222,7 +222,7 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 			return cli_usage(cli, "'%s' is not a job id or range of ids (17, 17-36)",
 			                 argv[i]);
 	}
-	if (queue_open(cli, &q) != EXIT_OK)
+	if (cli_queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (all)
 		worst = cancel_all(cli, &q);

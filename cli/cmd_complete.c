@@ -115,7 +115,7 @@ static int print_jobs(struct cli *cli)
 	size_t n = 0;
 	char err[GM_ERRBUF_SIZE];
 
-	if (queue_open(cli, &q) != EXIT_OK)
+	if (cli_queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (jobstore_list(q.store, -1, 0, 0, &jobs, &n, err, sizeof err) == GM_OK) {
 		for (size_t i = 0; i < n; i++)

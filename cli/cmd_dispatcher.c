@@ -1,7 +1,7 @@
 /*
  * cmd_dispatcher.c - `gpuman dispatcher --lock-fd=N DIR`, not for people:
  * the per-user queue's dispatcher, exec'd by queue_ensure_dispatcher()
- * (jobs.c) with its lock already locked on descriptor N.  It runs the
+ * (engine/queue.c) with its lock already locked on descriptor N.  It runs the
  * engine until the queue is empty, then exits.  Its messages go to
  * DIR/dispatcher.log.
  *
@@ -121,7 +121,7 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	if (!machine || !(machine = strdup(machine)) || queue_machine_apply(machine) < 0)
 		return cli_error(cli, EXIT_FAIL, "no machine (GPUMAN_DISPATCHER_MACHINE)");
 	unsetenv("GPUMAN_DISPATCHER_MACHINE");
-	if (queue_open(cli, &q) != EXIT_OK) {
+	if (cli_queue_open(cli, &q) != EXIT_OK) {
 		free(machine);
 		return EXIT_FAIL;
 	}

@@ -128,7 +128,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 	id = parse_job_id(argv[optind]);
 	if (id < 0)
 		return cli_usage(cli, "'%s' is not a job id", argv[optind]);
-	if (queue_open(cli, &q) != EXIT_OK)
+	if (cli_queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (jobstore_get(q.store, id, 0, &job, err, sizeof err) != GM_OK) {
 		status =

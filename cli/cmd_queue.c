@@ -221,7 +221,7 @@ static int queue_exec(struct cli *cli, int argc, char **argv)
 		if (other[0])
 			return queue_show_others(cli, other, (unsigned)geteuid());
 	}
-	if (queue_open(cli, &q) != EXIT_OK)
+	if (cli_queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (o.clear) {
 		status = clear_history(cli, &q);

@@ -388,7 +388,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	status = queue_open(cli, &q);
+	status = cli_queue_open(cli, &q);
 	if (status != EXIT_OK)
 		goto done;
 	job.command = command;

@@ -130,7 +130,7 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		if (!p.n || p.ids[p.n - 1] != p.ids[i])
 			p.ids[p.n++] = p.ids[i];
-	if (queue_open(cli, &q) != EXIT_OK) {
+	if (cli_queue_open(cli, &q) != EXIT_OK) {
 		status = EXIT_FAIL;
 		goto done;
 	}

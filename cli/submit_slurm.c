@@ -1,7 +1,7 @@
 /*
  * submit_slurm.c - `gpuman submit --slurm`'s options and `gpuman cancel` of
  * a job on Slurm (submit_slurm.h).  The Slurm options travel in the job's
- * machine key, so that the queue runs one dispatcher for them (jobs.h) and
+ * machine key, so that the queue runs one dispatcher for them (queue.h) and
  * that dispatcher hands each of its jobs to sbatch with them.
  */
 #include <errno.h>

@@ -82,7 +82,7 @@ struct job {
 	char *notify;         /* submit --notify: how its end is told (notify.h); NULL: not */
 	int64_t time_limit_s; /* submit --time (schema 4): ended, whole, after this; 0 none */
 	char *node;           /* the node it ran on (batch --slurm); NULL: this machine */
-	char *machine;        /* where it runs (submit's GPUMAN_SIM, ...: jobs.h); NULL: here */
+	char *machine;        /* where it runs (submit's GPUMAN_SIM, ...: queue.h); NULL: here */
 	int array_task;       /* submit --array: its index; -1 not part of an array */
 	int64_t array_of;     /* schema 5: its array's first job id; 0 none */
 	int array_limit;      /* --array ...%K: at most K of its array run at once; 0 any */
