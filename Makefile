@@ -36,8 +36,9 @@ endif
 DATADIR ?= $(PREFIX)/share/gpuman
 # Every program sees include/ (the public gpuman.h); each folder adds what it
 # may see beyond it: engine/ and the unit tests lib/'s private headers, the
-# commands (cli/, serve/) only lib/internal/gpuman-internal.h, which names
-# what they still need of the library's insides and why.
+# commands (cli/, serve/, and cmdline/, the command line both share) only
+# lib/internal/gpuman-internal.h, which names what they still need of the
+# library's insides and why.
 CPPFLAGS += -Iinclude -D_GNU_SOURCE -DGM_PKGLIBDIR='"$(PKGLIBDIR)"' -DGM_DATADIR='"$(DATADIR)"'
 ALL_CFLAGS = -std=c11 $(WARN) $(CFLAGS) $(SANITIZE)
 LIBS    := -ljansson -linih -ldl -lpthread
@@ -53,6 +54,8 @@ ENGINE_SRC := $(sort $(wildcard engine/*.c))
 ENGINE_PUBLIC := engine/engine.h engine/jobstore.h engine/outcome.h engine/protocol.h engine/queue.h
 LIB_SRC := $(sort $(wildcard lib/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
+# What gpuman's commands and gpuman-serve share of the command line.
+CMDLINE_SRC := $(sort $(wildcard cmdline/*.c))
 SIM_COMMON := sim/scenario.c sim/scenario_load.c sim/scenario_gpu.c sim/scenario_timeline.c \
 	sim/simstate.c
 # Driver branches the simulator is built as, oldest first; the last is the
@@ -69,6 +72,7 @@ SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_device.o $(BUILD)/sim/n
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+CMDLINE_OBJ := $(CMDLINE_SRC:%.c=$(BUILD)/%.o)
 SERVE_SRC := $(sort $(wildcard serve/*.c))
 SERVE_OBJ := $(SERVE_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
@@ -97,10 +101,14 @@ $(BUILD)/lib/%.o: lib/%.c $(wildcard lib/*.h) include/gpuman.h
 $(BUILD)/engine/%.o: engine/%.c $(wildcard engine/*.h) $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iengine -Ilib $(ALL_CFLAGS) -c -o $@ $<
-$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(ENGINE_PUBLIC) \
+$(BUILD)/cli/%.o: cli/%.c $(wildcard cli/*.h) $(wildcard cmdline/*.h) $(ENGINE_PUBLIC) \
 		lib/internal/gpuman-internal.h $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Icmdline -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
+$(BUILD)/cmdline/%.o: cmdline/%.c $(wildcard cmdline/*.h) lib/internal/gpuman-internal.h \
+		$(wildcard lib/*.h) include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
 # The simulator is never sanitized: it stands for the driver, and it is
 # loaded by programs (Python's ctypes) that carry no sanitizer runtime.
 SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
@@ -140,23 +148,24 @@ STATIC_SQLITE ?= 1
 # libinih (gpuman.conf) likewise: every command that leases reads it.
 CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo -linih \
 	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo -linih) -ljansson -ldl -lpthread -lm
-$(BUILD)/gpuman: $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(CLI_LIBS)
+$(BUILD)/gpuman: $(CLI_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a \
+		$(BUILD)/libgpuman.a $(CLI_LIBS)
 
 # The HTTP server behind `gpuman serve`, a program of its own: libmicrohttpd
 # pulls in GnuTLS and p11-kit, whose loading would cost every gpuman command
 # about 10 ms.  Its page is compiled in (.incbin), so its object depends on it.
-$(BUILD)/serve/%.o: serve/%.c serve/serve.h cli/cli.h cli/jobs.h lib/internal/gpuman-internal.h \
-		$(wildcard lib/*.h engine/*.h) include/gpuman.h
+$(BUILD)/serve/%.o: serve/%.c serve/serve.h $(wildcard cmdline/*.h) $(ENGINE_PUBLIC) \
+		lib/internal/gpuman-internal.h $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Icli -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -Icmdline -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
 $(BUILD)/serve/page.o: serve/page.html
-# It reads the queue of the user it runs as (cli/jobs.c, the job store):
+# It reads the queue of the user it runs as (engine/queue.c, the job store):
 # SQLite as the command has it; libinih for gpuman.conf (the registry).
+# Of gpuman's own code it takes the command line only (cmdline/).
 SERVE_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -linih -Wl$(comma)-Bdynamic,-lsqlite3 -linih) \
 	-ljansson -lmicrohttpd -ldl -lpthread -lm
-$(BUILD)/gpuman-serve: $(SERVE_OBJ) $(BUILD)/cli/common.o $(BUILD)/cli/cmd_serve.o $(BUILD)/cli/jobs.o \
-		       $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
+$(BUILD)/gpuman-serve: $(SERVE_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVE_LIBS)
 
 # The supervisor of each batch task and queued job, started by the
@@ -331,7 +340,8 @@ deb:
 check-deb: deb
 	sh scripts/check-deb $(abspath $(BUILD))/deb
 
-FORMAT_SRC = $(wildcard include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] serve/*.[ch] runner/*.c sim/*.[ch] \
+FORMAT_SRC = $(wildcard include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] cmdline/*.[ch] serve/*.[ch] \
+	     runner/*.c sim/*.[ch] \
 	     tests/unit/*.[ch] examples/*.c)
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -126,7 +126,7 @@ static int ps_exec(struct cli *cli, int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto done;
 	}
-	leases = cli_proc_leases(&look);
+	leases = listing_proc_leases(look.snap, look.view);
 	if (!leases) {
 		rc = cli_error(cli, EXIT_FAIL, "out of memory");
 		goto done;

@@ -644,11 +644,12 @@ static int status_once(struct cli *cli, struct cli_select *sel, const size_t *id
 		goto done;
 	}
 	if (cli->json) {
-		json_t *o = cli_status_json(look.snap, look.view);
+		json_t *o = listing_status_json(look.snap, look.view);
 
 		if (getenv("SLURM_JOB_ID") && sel->gpus)
 			json_only_selected(o, look.snap, sel);
-		json_object_set_new(o, "waste", cli_waste_json(&look, &wopts, &waste));
+		json_object_set_new(o, "waste",
+		                    listing_waste_json(look.snap, look.view, &wopts, &waste));
 		rc = cli_print_json(o);
 	} else if (sel->csv) {
 		print_csv(sel, &look, idx, ncols);

@@ -140,7 +140,7 @@ static void refresh_look(struct top *t)
 	               t->queue_err, sizeof t->queue_err) < 0 &&
 	    !t->queue_err[0])
 		snprintf(t->queue_err, sizeof t->queue_err, "cannot read your queue");
-	t->leases = cli_proc_leases(&t->look);
+	t->leases = listing_proc_leases(t->look.snap, t->look.view);
 	if (t->leases)
 		cli_waste(t->cli, &t->look, &wopts, &t->waste);
 	if (stderr != saved)

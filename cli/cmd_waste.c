@@ -240,7 +240,8 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 
 		json_object_set_new(o, "window_s", json_integer(opts.window_s));
 		json_object_set_new(o, "grace_s", json_integer(opts.lease_grace_ms / 1000));
-		json_object_set_new(o, "waste", cli_waste_json(&look, &opts, &rep));
+		json_object_set_new(o, "waste",
+		                    listing_waste_json(look.snap, look.view, &opts, &rep));
 		rc = cli_print_json(o);
 	} else if (args.sel.csv) {
 		print_csv(&look, &opts, &rep, idx, (size_t)ncols);

@@ -1,9 +1,13 @@
 /*
  * listing.c - the live leases and waiters as JSON: one schema for
- * `gpuman status --json` and gm_leases_json (the Python binding's leases()).
+ * `gpuman status --json`, `gpuman serve` and gm_leases_json (the Python
+ * binding's leases()); which lease each process runs under, and the waste
+ * finder's report as JSON (listing.h).
  */
 #include <stdlib.h>
 #include "listing.h"
+#include "proctree.h"
+#include "snapshot.h"
 #include "util.h"
 
 json_t *listing_leases_json(const struct registry_view *view)
@@ -61,6 +65,110 @@ json_t *listing_waiters_json(const struct registry_view *view)
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
 		json_object_set_new(o, "request", json_string(w->summary));
 		json_object_set_new(o, "limit", w->limit[0] ? json_string(w->limit) : json_null());
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+json_t *listing_status_json(const struct gm_snapshot *snap, const struct registry_view *view)
+{
+	json_t *o = snapshot_json(snap);
+
+	json_object_set_new(o, "leases", listing_leases_json(view));
+	json_object_set_new(o, "waiters", listing_waiters_json(view));
+	return o;
+}
+
+long *listing_proc_leases(const struct gm_snapshot *snap, const struct registry_view *view)
+{
+	struct proctree tree = PROCTREE_INIT;
+	long *out = calloc(snap->proc_count + 1, sizeof *out);
+
+	if (!out)
+		return NULL;
+	/* Reading every process's parent costs; only a GPU process needs it. */
+	if (view->lease_count && snap->proc_count)
+		proctree_read(&tree);
+	for (size_t i = 0; i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+
+		out[i] = -1;
+		for (size_t l = 0; l < view->lease_count && out[i] < 0; l++)
+			if (!view->leases[l].reservation &&
+			    proctree_within(&tree, view->leases[l].job_pid, (int)p->pid))
+				out[i] = (long)l;
+		/* A reservation has no process: its user's on its GPUs are in it. */
+		for (size_t l = 0; l < view->lease_count && out[i] < 0; l++) {
+			const struct lease_info *li = &view->leases[l];
+
+			for (size_t g = 0; li->reservation && p->has_user && p->uid == li->uid &&
+			                   g < li->gpu_count;
+			     g++)
+				if (li->indices[g] == p->gpu)
+					out[i] = (long)l;
+		}
+	}
+	proctree_release(&tree);
+	return out;
+}
+
+int listing_find_waste(const struct gm_snapshot *snap, const struct registry_view *view,
+                       struct waste_opts *opts, struct waste_report *rep)
+{
+	long *leases = listing_proc_leases(snap, view);
+	int rc;
+
+	opts->now_ms = snap->taken_ms;
+	opts->window_s = LISTING_UTIL_WINDOW_S;
+	rc = leases ? waste_find(snap, view, leases, opts, rep) : -1;
+	free(leases);
+	return rc;
+}
+
+static json_t *gpu_array(uint64_t mask)
+{
+	json_t *arr = json_array();
+
+	for (unsigned i = 0; i < 64; i++)
+		if (mask & ((uint64_t)1 << i))
+			json_array_append_new(arr, json_integer(i));
+	return arr;
+}
+
+json_t *listing_waste_json(const struct gm_snapshot *snap, const struct registry_view *view,
+                           const struct waste_opts *opts, const struct waste_report *rep)
+{
+	json_t *arr = json_array();
+	char text[1024];
+
+	for (size_t i = 0; i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+		const struct lease_info *l = it->lease >= 0 ? &view->leases[it->lease] : NULL;
+		json_t *o = json_object();
+
+		json_object_set_new(o, "kind", json_string(waste_kind_name(it->kind)));
+		json_object_set_new(o, "user", it->has_user ? json_text(it->user) : json_null());
+		json_object_set_new(o, "pid", json_integer(it->pid));
+		json_object_set_new(o, "command",
+		                    it->command[0] ? json_text(it->command) : json_null());
+		json_object_set_new(o, "lease", l ? json_text(l->id) : json_null());
+		json_object_set_new(
+		    o, "gpus", gpu_array(it->kind == WASTE_UNLEASED ? it->gpus : it->idle_gpus));
+		if (it->kind == WASTE_HOG)
+			json_object_set_new(o, "compute_gpus", gpu_array(it->busy_gpus));
+		if (it->kind != WASTE_IDLE_LEASE)
+			json_object_set_new(o, "held_mib", json_integer((json_int_t)it->held_mib));
+		if (it->kind == WASTE_IDLE_LEASE)
+			json_object_set_new(o, "held_s", json_integer(it->age_ms / 1000));
+		if (it->kind == WASTE_UNLEASED)
+			json_object_set_new(o, "on_lease_of",
+			                    it->on_lease >= 0
+			                        ? json_text(view->leases[it->on_lease].user)
+			                        : json_null());
+		json_object_set_new(o, "what",
+		                    json_text(waste_what(snap, view, opts, it, text, sizeof text)));
+		json_object_set_new(o, "advice",
+		                    json_text(waste_advice(snap, view, it, text, sizeof text)));
 		json_array_append_new(arr, o);
 	}
 	return arr;

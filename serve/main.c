@@ -21,9 +21,9 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-#include "cli.h"
-#include "jobs.h"
+#include "cmdline.h"
 #include "gpuman-internal.h"
+#include "queue.h"
 #include "serve.h"
 
 #define HISTORY_MS (3600 * 1000) /* the page plots the last hour */
@@ -31,6 +31,9 @@
 #define HISTORY_POINTS 240       /* points per plotted series */
 
 enum { OPT_LISTEN = OPT_CMD_BASE, OPT_INTERVAL, OPT_MAX_CONN, OPT_TIMEOUT };
+
+/* For cli_parse: --help prints the usage gpuman's table shows. */
+static const struct cmd_entry serve_entry = {"serve", NULL, cmdline_serve_usage, NULL};
 
 struct serve_opts {
 	const char *listen;
@@ -108,25 +111,26 @@ static char *dump(json_t *doc, size_t *len)
 }
 
 /* Render every document from the latest snapshot and hand them over. */
-static void publish(struct cli *cli, struct serve_http *http, struct gm_snapshot *snap,
-                    struct registry_view *view, const struct serve_history *hist,
-                    const struct serve_queue *queue, const struct serve_health *health,
-                    const char *host)
+static void publish(struct serve_http *http, struct gm_snapshot *snap, struct registry_view *view,
+                    const struct serve_history *hist, const struct serve_queue *queue,
+                    const struct serve_health *health, const char *host)
 {
-	struct cli_look look = {NULL, snap, view};
 	struct waste_opts wopts = WASTE_OPTS_INIT;
 	struct waste_report waste = WASTE_REPORT_INIT;
 	size_t ml = 0, sl = 0, hl = 0, pl = 0;
 	char *metrics, *status, *history, *page;
-	int have_waste = cli_waste(cli, &look, &wopts, &waste) == 0;
+	int have_waste = listing_find_waste(snap, view, &wopts, &waste) == 0;
 
+	if (!have_waste)
+		fprintf(stderr, "gpuman serve: out of memory looking for waste\n");
 	/* What the finder says quotes commands: cut them first. */
 	for (size_t i = 0; have_waste && i < waste.count; i++)
 		serve_cut_program(waste.items[i].command);
 	metrics = serve_metrics(snap, view, have_waste ? &waste : NULL, queue, health, host, &ml);
-	status = dump(serve_status_json(snap, view,
-	                                have_waste ? cli_waste_json(&look, &wopts, &waste) : NULL),
-	              &sl);
+	status = dump(
+	    serve_status_json(snap, view,
+	                      have_waste ? listing_waste_json(snap, view, &wopts, &waste) : NULL),
+	    &sl);
 	history = dump(serve_history_json(hist, HISTORY_POINTS), &hl);
 	page = status && history ? serve_page(status, history, health->interval_ms, &pl) : NULL;
 	waste_report_release(&waste);
@@ -201,7 +205,7 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 
 		read_view(&view, health, last_reg, sizeof last_reg);
 		read_queue(&queue, last_queue, sizeof last_queue);
-		publish(cli, http, snap, &view, &hist, &queue, health, host);
+		publish(http, snap, &view, &hist, &queue, health, host);
 		registry_view_release(&view);
 		do {
 			left = next - monotonic_ms();
@@ -218,7 +222,7 @@ static int serve_loop(struct cli *cli, struct gm_context *ctx, struct gm_snapsho
 			int64_t t0 = monotonic_ms();
 			/* Per-process utilization too, as status reads it: the
 			 * waste finder judges hogs by it. */
-			enum gm_err rc = snapshot_take(ctx, CLI_UTIL_WINDOW_S * 1000, 1, &fresh,
+			enum gm_err rc = snapshot_take(ctx, LISTING_UTIL_WINDOW_S * 1000, 1, &fresh,
 			                               err, sizeof err);
 
 			health->snapshots++;
@@ -265,7 +269,7 @@ static int serve_run(struct cli *cli, int argc, char **argv)
 	int64_t t0;
 	int rc;
 
-	rc = cli_parse(cli, &cmd_serve, argc, argv, "", longopts, serve_option, &o);
+	rc = cli_parse(cli, &serve_entry, argc, argv, "", longopts, serve_option, &o);
 	if (rc != CLI_CONTINUE)
 		return rc;
 	if (optind < argc)

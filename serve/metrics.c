@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cli.h"
 #include "gpuman-internal.h"
 #include "serve.h"
 

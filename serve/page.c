@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cli.h"
+#include "gpuman-internal.h"
 #include "serve.h"
 
 /* page.html, embedded by the assembler; NUL-terminated. */
@@ -160,7 +160,7 @@ static void cut_command(json_t *obj)
 json_t *serve_status_json(const struct gm_snapshot *snap, const struct registry_view *view,
                           json_t *waste)
 {
-	json_t *o = cli_status_json(snap, view), *v;
+	json_t *o = listing_status_json(snap, view), *v;
 	static const char *const lists[] = {"processes", "leases", "waiters", "waste"};
 	size_t i;
 

@@ -45,7 +45,8 @@
 #include "../proctree.h"
 /* waste_*: the idle-lease report of status, top and waste. */
 #include "../waste.h"
-/* listing_leases_json, listing_waiters_json: status --json. */
+/* listing_*: status --json and the views' lease of each process and
+ * waste report (status, ps, top, waste, serve). */
 #include "../listing.h"
 /* config_load/_release: gpuman.conf's limits, which submit checks early. */
 #include "../config.h"
