@@ -153,13 +153,27 @@ static const char *fmt_left(char *buf, size_t len, int64_t ms)
 	return buf;
 }
 
+/* ", over its limit (max_lease 2h of [limits])" for a lease held longer
+ * than the admin allows; "" else. */
+static const char *over_limit(char *buf, size_t len, const struct lease_info *l)
+{
+	char limit[32];
+
+	if (!l->over_limit_ms)
+		return "";
+	duration_text(limit, sizeof limit, l->over_limit_ms);
+	snprintf(buf, len, ", pid %d over its limit (max_lease %s of %s)", l->pid, limit,
+	         l->limit_from);
+	return buf;
+}
+
 /* " [leased: alice]", ", [share: bob 8.0G]": the leases of the whole GPU g
  * (mig NULL), or of its slice mig. */
 static void put_leases(const struct cli *cli, const struct cli_select *sel,
                        const struct registry_view *view, const struct gm_gpu *g,
                        const struct gm_mig *mig, struct cursor *c)
 {
-	char size[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 64], left[32];
+	char size[16], user[CLI_SAFE_SIZE], item[CLI_SAFE_SIZE + 320], left[32], over[200];
 	int n = 0;
 
 	for (size_t i = 0; i < view->lease_count; i++) {
@@ -176,12 +190,14 @@ static void put_leases(const struct cli *cli, const struct cli_select *sel,
 				         fmt_left(left, sizeof left, l->expires_ms - now_ms()),
 				         c_reset(cli));
 			else if (l->exclusive)
-				snprintf(item, sizeof item, "%s[leased: %s]%s", c_yellow(cli),
-				         cli_safe(user, l->user), c_reset(cli));
+				snprintf(item, sizeof item, "%s[leased: %s%s]%s", c_yellow(cli),
+				         cli_safe(user, l->user), over_limit(over, sizeof over, l),
+				         c_reset(cli));
 			else
-				snprintf(item, sizeof item, "%s[share: %s %s]%s", c_yellow(cli),
+				snprintf(item, sizeof item, "%s[share: %s %s%s]%s", c_yellow(cli),
 				         cli_safe(user, l->user),
-				         fmt_mib(size, sizeof size, l->share_mib), c_reset(cli));
+				         fmt_mib(size, sizeof size, l->share_mib),
+				         over_limit(over, sizeof over, l), c_reset(cli));
 			put_item(c, n++ ? ", " : " ", item);
 		}
 	}
@@ -753,7 +769,8 @@ const struct cmd_entry cmd_status = {
     "\n"
     "One line per GPU: NVML index, name, temperature, utilization, memory used and\n"
     "total, power draw and limit, the processes on it (user, pid, memory) and its\n"
-    "gpuman leases ([reserved: USER, TIME left] for a gpuman reserve); then the\n"
+    "gpuman leases ([reserved: USER, TIME left] for a gpuman reserve; 'over its\n"
+    "limit' for a lease held longer than the admin's max_lease); then the\n"
     "requests waiting for GPUs, in the order they will be served (one that the\n"
     "admin's max_gpus keeps waiting says so), the reservations with their ids,\n"
     "and the waste that 'gpuman waste' explains.\n"

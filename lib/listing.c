@@ -44,6 +44,10 @@ json_t *listing_leases_json(const struct registry_view *view)
 		json_object_set_new(o, "reservation", json_boolean(l->reservation));
 		json_object_set_new(o, "expires_ms",
 		                    l->reservation ? json_integer(l->expires_ms) : json_null());
+		/* held longer than its user's max_lease (gpuman.conf) */
+		json_object_set_new(o, "over_limit_ms",
+		                    l->over_limit_ms ? json_integer(l->over_limit_ms)
+		                                     : json_null());
 		json_array_append_new(arr, o);
 	}
 	return arr;

@@ -99,6 +99,10 @@ struct lease_info {
 	char (*migs)[96];
 	int reservation;    /* held by nobody until expires_ms (gpuman reserve) */
 	int64_t expires_ms; /* wall clock; reservations only */
+	/* The admin's max_lease for its user, where it has held its GPUs
+	 * longer (a library client's lease: nobody else may end it); 0 not. */
+	int64_t over_limit_ms;
+	char limit_from[96]; /* with over_limit_ms: "[limits]", "[user alice]" */
 };
 
 /* A live waiting request. */

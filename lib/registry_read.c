@@ -308,6 +308,23 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	return 0;
 }
 
+/* Leases held longer than their user's max_lease: run and the queue end
+ * theirs, a library client's stays until its owner ends it. */
+static void mark_over_limit(const struct registry *reg, struct registry_view *view)
+{
+	int64_t now = now_ms();
+
+	for (size_t i = 0; i < view->lease_count; i++) {
+		struct lease_info *l = &view->leases[i];
+		int64_t limit = l->reservation
+		                    ? 0
+		                    : config_max_lease_ms(&reg->cfg, l->uid, l->limit_from,
+		                                          sizeof l->limit_from);
+
+		l->over_limit_ms = limit && now - l->start_ms > limit ? limit : 0;
+	}
+}
+
 /*
  * A reservation (resv.<id>): no process holds it, so it is believed on the
  * file alone -- its owner's, not writable by others, naming its owner's uid
@@ -421,8 +438,12 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 	struct dirent *de;
 	enum gm_err rc = GM_OK;
 
-	if (reg->broker)
-		return broker_read(reg->broker, view, err, len);
+	if (reg->broker) {
+		rc = broker_read(reg->broker, view, err, len);
+		if (rc == GM_OK)
+			mark_over_limit(reg, view);
+		return rc;
+	}
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 	d = opendir(reg->dir);
 	if (!d)
@@ -501,6 +522,7 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 		registry_view_release(view);
 		return gm_fail(rc, err, len, "out of memory");
 	}
+	mark_over_limit(reg, view);
 	return GM_OK;
 }
 

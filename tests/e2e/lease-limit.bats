@@ -88,3 +88,26 @@ no_leases() {
 	run -1 gpuman run -- true
 	[[ "$output" == *"$GPUMAN_CONFIG:2"*"max_lease"* ]]
 }
+
+@test "status marks a library client's lease held past max_lease, naming its holder (text and --json)" {
+	gpus 1
+	printf '[limits]\nmax_lease = 1s\n' >"$GPUMAN_CONFIG"
+	PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 python3 -c '
+import sys, time, gpuman
+lease = gpuman.select(n=1)
+open(sys.argv[1], "w").close()
+while True:
+    time.sleep(1)
+' "$BATS_TEST_TMPDIR/held" &
+	holder=$!
+	wait_for '[ -e held ]'
+	run -0 gpuman status
+	[[ "$output" != *"over its limit"* ]]
+	sleep 1.2
+	run -0 gpuman status
+	[[ "$output" == *"[leased: $(id -un), pid $holder over its limit (max_lease 1s of [limits])]"* ]]
+	run -0 gpuman status --json
+	[ "$(jqr ".leases[0].over_limit_ms") $(jqr ".leases[0].pid")" = "1000 $holder" ]
+	kill "$holder"
+	wait "$holder" || true
+}
