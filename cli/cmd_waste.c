@@ -99,7 +99,7 @@ void cli_waste_print(const struct cli *cli, const struct cli_look *look,
 }
 
 static const struct csv_column waste_columns[] = {
-    {"kind", "hog, idle-lease, unleased"},
+    {"kind", "hog, idle-lease, unleased, over-limit"},
     {"user", ""},
     {"pid", ""},
     {"command", ""},
@@ -166,11 +166,15 @@ static void print_csv(const struct cli_look *look, const struct waste_opts *opts
 				break;
 			case 7:
 				snprintf(buf, sizeof buf, "%llu", (unsigned long long)it->held_mib);
-				v = it->kind != WASTE_IDLE_LEASE ? buf : NULL;
+				v = it->kind != WASTE_IDLE_LEASE && it->kind != WASTE_OVER_LIMIT
+				        ? buf
+				        : NULL;
 				break;
 			case 8:
 				snprintf(buf, sizeof buf, "%lld", (long long)(it->age_ms / 1000));
-				v = it->kind == WASTE_IDLE_LEASE ? buf : NULL;
+				v = it->kind == WASTE_IDLE_LEASE || it->kind == WASTE_OVER_LIMIT
+				        ? buf
+				        : NULL;
 				break;
 			case 9:
 				v = it->kind == WASTE_UNLEASED && it->on_lease >= 0
@@ -284,6 +288,8 @@ const struct cmd_entry cmd_waste = {
     "              reserve) with a GPU on which nothing of its user runs\n"
     "  unleased    a compute process outside any gpuman lease: nothing stops\n"
     "              gpuman from placing someone else's job beside it\n"
+    "  over-limit  a gpuman lease held longer than the admin's max_lease (a\n"
+    "              library client's: run and the queue end theirs at the limit)\n"
     "and says what to do about each.\n"
     "\n"
     "  --grace DURATION  leases younger than this are still starting (default 10m)\n"

@@ -160,9 +160,9 @@ json_t *listing_waste_json(const struct gm_snapshot *snap, const struct registry
 		    o, "gpus", gpu_array(it->kind == WASTE_UNLEASED ? it->gpus : it->idle_gpus));
 		if (it->kind == WASTE_HOG)
 			json_object_set_new(o, "compute_gpus", gpu_array(it->busy_gpus));
-		if (it->kind != WASTE_IDLE_LEASE)
+		if (it->kind != WASTE_IDLE_LEASE && it->kind != WASTE_OVER_LIMIT)
 			json_object_set_new(o, "held_mib", json_integer((json_int_t)it->held_mib));
-		if (it->kind == WASTE_IDLE_LEASE)
+		if (it->kind == WASTE_IDLE_LEASE || it->kind == WASTE_OVER_LIMIT)
 			json_object_set_new(o, "held_s", json_integer(it->age_ms / 1000));
 		if (it->kind == WASTE_UNLEASED)
 			json_object_set_new(o, "on_lease_of",

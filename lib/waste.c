@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "parse.h"
 #include "text.h"
 #include "waste.h"
 
@@ -107,8 +108,9 @@ static int find_leases(const struct gm_snapshot *snap, const struct registry_vie
 	for (size_t i = 0; i < view->lease_count; i++) {
 		const struct lease_info *l = &view->leases[i];
 		struct waste_item it;
+		int young = opts->now_ms - l->start_ms < opts->lease_grace_ms;
 
-		if (opts->now_ms - l->start_ms < opts->lease_grace_ms)
+		if (young && !l->over_limit_ms)
 			continue;
 		memset(&it, 0, sizeof it);
 		it.kind = WASTE_IDLE_LEASE;
@@ -131,8 +133,16 @@ static int find_leases(const struct gm_snapshot *snap, const struct registry_vie
 			if (!used)
 				it.idle_gpus |= BIT(l->indices[g]);
 		}
-		if (it.idle_gpus && add_item(rep, cap, &it) < 0)
+		if (!young && it.idle_gpus && add_item(rep, cap, &it) < 0)
 			return -1;
+		if (l->over_limit_ms) {
+			it.kind = WASTE_OVER_LIMIT;
+			it.idle_gpus = 0;
+			for (size_t g = 0; g < l->gpu_count; g++)
+				it.idle_gpus |= BIT(l->indices[g]);
+			if (add_item(rep, cap, &it) < 0)
+				return -1;
+		}
 	}
 	return 0;
 }
@@ -186,6 +196,8 @@ const char *waste_kind_name(enum waste_kind kind)
 		return "idle-lease";
 	case WASTE_UNLEASED:
 		return "unleased";
+	case WASTE_OVER_LIMIT:
+		return "over-limit";
 	}
 	return "waste";
 }
@@ -294,6 +306,15 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 		         age_text(age, sizeof age, it->age_ms),
 		         popcount64(it->idle_gpus) > 1 ? "them" : "it");
 		break;
+	case WASTE_OVER_LIMIT:
+		duration_text(b, sizeof b, view->leases[it->lease].over_limit_ms);
+		snprintf(buf, len,
+		         "lease %s of %s has held %s for %s, over its limit (max_lease %s of %s)",
+		         text_printable(id, sizeof id, view->leases[it->lease].id), who,
+		         gpus_text(a, sizeof a, it->idle_gpus),
+		         age_text(age, sizeof age, it->age_ms), b,
+		         view->leases[it->lease].limit_from);
+		break;
 	case WASTE_UNLEASED:
 		if (it->on_lease >= 0)
 			snprintf(
@@ -356,6 +377,13 @@ char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *v
 			         "use the GPUs or give them back: end the holder if its work is "
 			         "done (kill %d)",
 			         l->pid);
+		break;
+	case WASTE_OVER_LIMIT:
+		snprintf(buf, len,
+		         "the admin's limit is past: end it (kill %u; only its user or root "
+		         "can), and run long work with gpuman run or submit, which end it at "
+		         "the limit",
+		         it->pid);
 		break;
 	case WASTE_UNLEASED:
 		snprintf(buf, len,

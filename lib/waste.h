@@ -10,14 +10,17 @@
  *   ... rep.items[i], waste_advice(snap, &opts, &rep.items[i], buf, len) ...
  *   waste_report_release(&rep);
  *
- * Three patterns:
+ * Four patterns:
  *   WASTE_HOG        a process holds memory on GPUs where it computes nothing
  *                    (0 % over the sampled window), whether or not it computes
  *                    on others: the CUDA context on every visible GPU;
  *   WASTE_IDLE_LEASE a lease older than the grace period has GPUs on which
  *                    none of its processes runs;
  *   WASTE_UNLEASED   a compute process outside any gpuman lease (an admin
- *                    sees who bypasses gpuman), noting whose lease it is on.
+ *                    sees who bypasses gpuman), noting whose lease it is on;
+ *   WASTE_OVER_LIMIT a lease held longer than its user's max_lease
+ *                    (gpuman.conf): a library client's, which nobody else
+ *                    may end (idle_gpus: its GPUs, age_ms: held for).
  * GPUs whose processes have no utilization reading are not judged for hogs.
  */
 #ifndef GM_WASTE_H
@@ -39,7 +42,7 @@ struct waste_opts {
 		0, 10 * 60 * 1000, 10                                                              \
 	}
 
-enum waste_kind { WASTE_HOG = 1, WASTE_IDLE_LEASE, WASTE_UNLEASED };
+enum waste_kind { WASTE_HOG = 1, WASTE_IDLE_LEASE, WASTE_UNLEASED, WASTE_OVER_LIMIT };
 
 /* GPU sets are bit masks of NVML indices (gpuman reads at most 64 GPUs). */
 struct waste_item {
@@ -72,7 +75,7 @@ int waste_find(const struct gm_snapshot *snap, const struct registry_view *view,
                const long *proc_lease, const struct waste_opts *opts, struct waste_report *out);
 void waste_report_release(struct waste_report *rep);
 
-/* "waste", "hog", "idle-lease", "unleased". */
+/* "waste", "hog", "idle-lease", "unleased", "over-limit". */
 const char *waste_kind_name(enum waste_kind kind);
 /* "0,1,5" */
 char *waste_gpu_list(uint64_t mask, char *buf, size_t len);

@@ -17,6 +17,7 @@ setup() {
 }
 
 teardown() {
+	[ -z "${holder:-}" ] || kill "$holder" 2>/dev/null || true
 	queue_teardown
 	pkill -9 -f "$BATS_TEST_TMPDIR/child.sh" || true
 }
@@ -108,6 +109,10 @@ while True:
 	[[ "$output" == *"[leased: $(id -un), pid $holder over its limit (max_lease 1s of [limits])]"* ]]
 	run -0 gpuman status --json
 	[ "$(jqr ".leases[0].over_limit_ms") $(jqr ".leases[0].pid")" = "1000 $holder" ]
+	run -3 gpuman waste
+	[[ "$output" == *"over-limit lease "*" of pid $holder ($(id -un), "*"over its limit (max_lease 1s of [limits])"* ]]
+	run -3 gpuman waste --json
+	[ "$(jqr '.waste[] | select(.kind == "over-limit") | "\(.pid) \(.gpus | join(","))"')" = "$holder 0" ]
 	kill "$holder"
 	wait "$holder" || true
 }
