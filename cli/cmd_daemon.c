@@ -225,6 +225,7 @@ void daemon_persist(struct daemon *d)
 	for (struct blease *l = d->leases; l; l = l->next)
 		json_array_append_new(arr, daemon_lease_json(l, 1));
 	json_object_set_new(doc, "leases", arr);
+	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
 	unlink(tmp);
 	/* One write: json_dumpfd writes token by token, a system call each,
@@ -265,6 +266,7 @@ void daemon_lease_end(struct daemon *d, struct blease *l)
 	}
 	if (l->conn)
 		l->conn->lease = NULL;
+	daemon_hours_charge(d, l);
 	d->lease_count--;
 	d->dirty = d->changed = 1;
 	l->ended = 1;
@@ -323,6 +325,7 @@ static void restore(struct daemon *d)
 
 	if (!doc)
 		return;
+	daemon_hours_restore(d, json_object_get(doc, "gpu_hours"));
 	arr = json_object_get(doc, "leases");
 	json_array_foreach(arr, i, o)
 	{
@@ -621,6 +624,7 @@ done:
 	gm_close(d->ctx);
 	if (d->cfg_read)
 		config_release(&d->cfg);
+	free(d->hours);
 	free(d);
 	return status;
 }
@@ -648,7 +652,10 @@ const struct cmd_entry cmd_daemon = {
     "\n"
     "The admin's gpuman.conf (GPUMAN_CONFIG, default " CONFIG_SYSTEM_PATH ") binds\n"
     "every grant: max_gpus, max_reserve, keep_out and GPUs kept for a group,\n"
-    "as in the daemonless registry; it is read again when it changes.\n"
+    "as in the daemonless registry; it is read again when it changes.  Only the\n"
+    "broker enforces max_gpu_hours: it keeps each user's GPU-time of the day\n"
+    "(local midnight to midnight) in the state file, and a user who has used\n"
+    "it up waits, or is refused without --wait, until midnight.\n"
     "\n"
     "Runs until SIGINT, SIGTERM or SIGHUP (exit status 0; the leases stay in\n"
     "the state file for the next start), 1 if it cannot start (the socket is\n"

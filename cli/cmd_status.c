@@ -618,6 +618,12 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 	print_waste(cli, sel, look, wopts, waste, l.width);
 	for (size_t i = 0; i < snap->note_count; i++)
 		printf("%snote: %s%s\n", c_dim(cli), cli_safe(what, snap->notes[i]), c_reset(cli));
+	if (view->gpu_hours_unenforced)
+		printf(
+		    "%snote: max_gpu_hours (gpuman.conf) is not enforced: only the broker (gpuman "
+		    "daemon, not running here) keeps a GPU-hours ledger that users cannot "
+		    "delete%s\n",
+		    c_dim(cli), c_reset(cli));
 }
 
 /* Inside a Slurm job: the JSON without the GPUs (and their processes)

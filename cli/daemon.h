@@ -101,6 +101,13 @@ struct blease {
 	struct blease *grave;
 };
 
+/* max_gpu_hours: what a user's ended leases held today (daemon_hours.c). */
+struct hours_use {
+	unsigned uid;
+	int64_t day_ms;  /* local midnight that began the day */
+	int64_t used_ms; /* GPU-ms */
+};
+
 struct daemon {
 	int epfd;
 	struct {
@@ -126,6 +133,8 @@ struct daemon {
 	struct config cfg;        /* the admin's gpuman.conf */
 	struct timespec cfg_mtim; /* of the file read; reread when it changes */
 	int cfg_read;
+	struct hours_use *hours; /* the ledger of max_gpu_hours */
+	size_t hours_count;
 };
 
 void daemon_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -167,6 +176,19 @@ void daemon_persist(struct daemon *d);
 void daemon_lease_free(struct blease *l);
 
 void daemon_lease_end(struct daemon *d, struct blease *l);
+
+/* ---- daemon_hours.c: max_gpu_hours -------------------------------------- */
+
+int64_t daemon_day_start(int64_t at_ms); /* local midnight before at_ms */
+/* Add what l held today to its user's ledger (as it ends). */
+void daemon_hours_charge(struct daemon *d, const struct blease *l);
+/* uid's GPU-ms today: ended leases and live ones. */
+int64_t daemon_hours_used(struct daemon *d, unsigned uid);
+/* Has uid used up max_gpu_hours today?  1 with why; 0 no (or no cap). */
+int daemon_hours_over(struct daemon *d, unsigned uid, char *why, size_t len);
+/* The ledger for the state file, and back (today's entries only). */
+json_t *daemon_hours_json(const struct daemon *d);
+void daemon_hours_restore(struct daemon *d, json_t *arr);
 
 void daemon_lease_add(struct daemon *d, struct blease *l);
 

@@ -428,7 +428,8 @@ static void on_view(struct daemon *d, struct conn *c)
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
 		json_object_set_new(o, "summary", json_string(w->summary));
 		if (caps_over(&d->cfg, w->uid, daemon_held_by(d, w->uid), w->req->count, limit,
-		              sizeof limit))
+		              sizeof limit) ||
+		    daemon_hours_over(d, w->uid, limit, sizeof limit))
 			json_object_set_new(o, "limit", json_string(limit));
 		for (size_t i = 0; i < w->cand_count; i++)
 			json_array_append_new(cand, json_string(w->cand[i]));

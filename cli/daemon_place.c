@@ -353,6 +353,8 @@ void daemon_serve_line(struct daemon *d, int fresh)
 		over = caps_over(&d->cfg, c->uid,
 		                 daemon_held_by(d, c->uid) - (within ? (unsigned)within->n : 0),
 		                 c->req->count, limit, sizeof limit);
+		if (!over && !within)
+			over = daemon_hours_over(d, c->uid, limit, sizeof limit);
 		if (over == 2 || (over && !c->wait)) {
 			daemon_refuse(d, c, over == 2 ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,
 			              over == 2 ? "no GPU of this machine can ever meet the request"

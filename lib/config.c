@@ -85,6 +85,25 @@ static int parse_positive_ms(struct loading *l, int line, const char *key, const
 	return 1;
 }
 
+/* max_gpu_hours: GPU-hours, a decimal number (0.5, 8), kept in ms. */
+static int parse_gpu_hours(struct loading *l, int line, const char *value, int64_t *out)
+{
+	char *end;
+	double h;
+
+	errno = 0;
+	h = strtod(value, &end);
+	if (end == value || *end || errno || !(h > 0) || h > 1e6)
+		return fail_at(l, line,
+		               "max_gpu_hours = %s: %s (GPU-hours a day, a number such as 8 or "
+		               "0.5)",
+		               value, "not a number of hours more than 0");
+	*out = (int64_t)(h * 3600000.0 + 0.5);
+	if (!*out)
+		*out = 1;
+	return 1;
+}
+
 /* A LIST of GPUs (as --only takes), kept as text: matched per GPU later. */
 static int parse_gpus(struct loading *l, int line, const char *key, const char *value, char **out)
 {
@@ -170,11 +189,13 @@ static int on_entry(void *data, const char *section, const char *key, const char
 			return parse_positive_ms(l, line, key, value, &cfg->max_reserve_ms);
 		if (!strcmp(key, "max_lease"))
 			return parse_positive_ms(l, line, key, value, &cfg->max_lease_ms);
+		if (!strcmp(key, "max_gpu_hours"))
+			return parse_gpu_hours(l, line, value, &cfg->max_gpu_ms);
 		if (!strcmp(key, "keep_out"))
 			return parse_gpus(l, line, key, value, &cfg->keep_out);
 		return fail_at(l, line,
 		               "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease, "
-		               "keep_out)",
+		               "max_gpu_hours, keep_out)",
 		               key, section);
 	}
 	if (!strncmp(section, "user ", 5) || !strncmp(section, "group ", 6)) {
@@ -197,13 +218,16 @@ static int on_entry(void *data, const char *section, const char *key, const char
 			return parse_positive_ms(l, line, key, value, &cap->max_reserve_ms);
 		if (!strcmp(key, "max_lease"))
 			return parse_positive_ms(l, line, key, value, &cap->max_lease_ms);
+		if (!strcmp(key, "max_gpu_hours"))
+			return parse_gpu_hours(l, line, value, &cap->max_gpu_ms);
 		if (!user && !strcmp(key, "gpus"))
 			return parse_gpus(l, line, key, value, &cap->gpus);
 		return fail_at(
 		    l, line,
-		    user ? "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease)"
+		    user ? "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease, "
+		           "max_gpu_hours)"
 		         : "unknown key '%s' in [%s] (known: max_gpus, max_reserve, max_lease, "
-		           "gpus)",
+		           "max_gpu_hours, gpus)",
 		    key, section);
 	}
 	return fail_at(l, line,
@@ -385,6 +409,7 @@ static int64_t limit_for(const struct config *cfg, unsigned uid, size_t field, i
 #define FIELD(c)                                                                                   \
 	(field == offsetof(struct config_cap, max_gpus)       ? (int64_t)(c).max_gpus              \
 	 : field == offsetof(struct config_cap, max_lease_ms) ? (c).max_lease_ms                   \
+	 : field == offsetof(struct config_cap, max_gpu_ms)   ? (c).max_gpu_ms                     \
 	                                                      : (c).max_reserve_ms)
 	snprintf(from, fromlen, "[limits]");
 	who_is(cfg, uid, &w);
@@ -420,6 +445,23 @@ int64_t config_max_lease_ms(const struct config *cfg, unsigned uid, char *from, 
 {
 	return limit_for(cfg, uid, offsetof(struct config_cap, max_lease_ms), cfg->max_lease_ms,
 	                 from, fromlen);
+}
+
+int64_t config_max_gpu_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen)
+{
+	return limit_for(cfg, uid, offsetof(struct config_cap, max_gpu_ms), cfg->max_gpu_ms, from,
+	                 fromlen);
+}
+
+int config_has_gpu_hours(const struct config *cfg)
+{
+	int any = cfg->max_gpu_ms > 0;
+
+	for (size_t i = 0; i < cfg->user_count; i++)
+		any |= cfg->users[i].max_gpu_ms > 0;
+	for (size_t i = 0; i < cfg->group_count; i++)
+		any |= cfg->groups[i].max_gpu_ms > 0;
+	return any;
 }
 
 static int list_names(const char *list, unsigned index, const char *uuid)

@@ -21,6 +21,8 @@
  *   max_reserve = 8h    the longest `gpuman reserve --for` (default: no limit)
  *   max_lease = 2d      the longest one job may hold its GPUs: run's job and
  *                       queue jobs are ended whole at it (default: no limit)
+ *   max_gpu_hours = 8   GPU-hours one user may use a day (midnight to
+ *                       midnight, local time); enforced by the broker only
  *   keep_out = 7        GPUs gpuman never hands out ([limits] only)
  *   [user alice]
  *   max_gpus = 4        for this user (wins over groups and [limits])
@@ -48,6 +50,7 @@ struct config_cap {
 	unsigned max_gpus;      /* 0: not set here */
 	int64_t max_reserve_ms; /* 0: not set here */
 	int64_t max_lease_ms;   /* 0: not set here */
+	int64_t max_gpu_ms;     /* max_gpu_hours in ms; 0: not set here */
 	char *gpus;             /* [group]: the GPUs kept for it (a LIST); NULL: none */
 };
 
@@ -58,6 +61,7 @@ struct config {
 	unsigned max_gpus;      /* [limits]; 0: no limit */
 	int64_t max_reserve_ms; /* [limits]; 0: no limit */
 	int64_t max_lease_ms;   /* [limits]; 0: no limit */
+	int64_t max_gpu_ms;     /* [limits] max_gpu_hours in ms; 0: no limit */
 	char *keep_out;         /* [limits] keep_out (a LIST); NULL: none */
 	struct config_cap *users, *groups;
 	size_t user_count, group_count;
@@ -71,7 +75,7 @@ struct config {
 };
 #define CONFIG_INIT                                                                                \
 	{                                                                                          \
-		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, ""      \
+		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, ""   \
 	}
 
 /*
@@ -94,6 +98,13 @@ int64_t config_max_reserve_ms(const struct config *cfg, unsigned uid, char *from
 /* The longest one job of uid's may hold its GPUs (0: no limit), and where
  * from.  Whoever runs the job ends it whole at this age (run, the queue). */
 int64_t config_max_lease_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
+
+/* uid's GPU-hours a day, in GPU-ms (0: no limit), and where from.  Only
+ * the broker keeps the ledger it needs: a user could delete a file of
+ * their own. */
+int64_t config_max_gpu_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
+/* Does the file set max_gpu_hours anywhere? */
+int config_has_gpu_hours(const struct config *cfg);
 
 /*
  * May uid be given the GPU (index, uuid)?  NULL yes; else why not, for

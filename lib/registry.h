@@ -124,10 +124,13 @@ struct registry_view {
 	size_t lease_count;
 	struct waiter_info *waiters; /* in arrival order */
 	size_t waiter_count;
+	/* gpuman.conf sets max_gpu_hours, which only the broker enforces,
+	 * and this view is the daemonless registry's. */
+	int gpu_hours_unenforced;
 };
 #define REGISTRY_VIEW_INIT                                                                         \
 	{                                                                                          \
-		NULL, 0, NULL, 0                                                                   \
+		NULL, 0, NULL, 0, 0                                                                \
 	}
 
 /* Read the live leases and waiters; dead files are skipped and removed

@@ -523,6 +523,7 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 		return gm_fail(rc, err, len, "out of memory");
 	}
 	mark_over_limit(reg, view);
+	view->gpu_hours_unenforced = config_has_gpu_hours(&reg->cfg);
 	return GM_OK;
 }
 

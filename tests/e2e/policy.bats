@@ -112,7 +112,7 @@ hold() {
 	four_gpus
 	printf '[limits]\nmax_gpu = 2\n' >"$GPUMAN_CONFIG"
 	run -1 gpuman run -- true
-	[[ "$output" == *"$GPUMAN_CONFIG:2: unknown key 'max_gpu' in [limits] (known: max_gpus, max_reserve, max_lease, keep_out)"* ]]
+	[[ "$output" == *"$GPUMAN_CONFIG:2: unknown key 'max_gpu' in [limits] (known: max_gpus, max_reserve, max_lease, max_gpu_hours, keep_out)"* ]]
 	printf '[limits]\n\nmax_gpus = two\n' >"$GPUMAN_CONFIG"
 	run -1 gpuman submit -- true
 	[[ "$output" == *"$GPUMAN_CONFIG:3: max_gpus = two:"* ]]

@@ -150,8 +150,8 @@ static void test_user_file_sets_defaults_only(void **state)
 	                 GM_ERR_STATE);
 	assert_non_null(strstr(err, "gpuman.conf:2: max_lease = 0"));
 	assert_int_equal(load(&cfg, "[user x]\ngpus = 1\n", NULL, err, sizeof err), GM_ERR_STATE);
-	assert_non_null(strstr(
-	    err, "unknown key 'gpus' in [user x] (known: max_gpus, max_reserve, max_lease)"));
+	assert_non_null(strstr(err, "unknown key 'gpus' in [user x] (known: max_gpus, max_reserve, "
+	                            "max_lease, max_gpu_hours)"));
 }
 
 int main(void)
