@@ -297,6 +297,16 @@ static enum place try_place(struct engine *e, int64_t id)
 		 * than keep the job queued for ever. */
 		fail_unplaceable(e, &job, L.err, NULL);
 		result = PLACE_SKIPPED;
+	} else if (rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_TIMEOUT && e->cfg->batch) {
+		/* The registry refuses the lease itself (a state directory this
+		 * user cannot write, a full disk): nothing will wake the batch, so
+		 * its task fails saying why rather than wait silently for ever;
+		 * --resume runs it again once that is mended. */
+		char why[GM_ERRBUF_SIZE + 32];
+
+		snprintf(why, sizeof why, "cannot lease GPUs: %s", err);
+		fail_unplaceable(e, &job, why, NULL);
+		result = PLACE_SKIPPED;
 	} else if (rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_TIMEOUT) {
 		engine_say(e, "job %lld: cannot lease GPUs: %s", (long long)id, err);
 	}

@@ -262,6 +262,24 @@ EOF
 	[ -s gpuman-logs/stdin/summary.json ]
 }
 
+@test "a state directory the user cannot write: each task fails saying so, at once, never a silent wait" {
+	SHARED=$(mktemp -d /tmp/gpuman-2users.XXXXXX)
+	chmod 755 "$SHARED"
+	mkdir -m 755 "$SHARED/state" # root's: nobody may not write a lease there
+	install -d -o nobody -g nogroup -m 755 "$SHARED/nobody"
+	gpus "$SHARED/one.json" 1.0
+	chmod 644 "$SHARED/one.json"
+	printf 'true\ntrue\n' >"$SHARED/nobody/tasks.txt"
+	cd "$SHARED/nobody"
+	run -1 env -u XDG_CONFIG_HOME HOME="$SHARED/nobody" GPUMAN_STATE_DIR="$SHARED/state" \
+		GPUMAN_SIM="$SHARED/one.json" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		timeout 20 "$GM_BUILD/gpuman" batch tasks.txt
+	[[ "$output" == *"cannot lease GPUs: cannot write a lease in '$SHARED/state': Permission denied"* ]]
+	[[ "$output" == *"2 tasks: 0 done, 2 failed"* ]]
+	cd /
+	rm -rf "$SHARED"
+}
+
 @test "two users' batches share the GPUs of one machine without collision" {
 	# A directory both users can reach (the test's own is root's alone).
 	SHARED=$(mktemp -d /tmp/gpuman-2users.XXXXXX)
