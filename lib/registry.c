@@ -125,6 +125,12 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 		if (slash && slash != sock)
 			*slash = '\0';
 		str_copy(reg->dir, sizeof reg->dir, slash && slash != sock ? sock : "/");
+		/* The broker enforces the caps; its clients read the file for
+		 * what their own side keeps (max_lease ends run's and the
+		 * queue's jobs, status marks leases past it). */
+		rc = config_load(&reg->cfg, 0, err, len);
+		if (rc != GM_OK)
+			goto failed;
 		*out = reg;
 		return GM_OK;
 	}

@@ -18,6 +18,7 @@ setup() {
 
 teardown() {
 	[ -z "${holder:-}" ] || kill "$holder" 2>/dev/null || true
+	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	queue_teardown
 	pkill -9 -f "$BATS_TEST_TMPDIR/child.sh" || true
 }
@@ -115,4 +116,34 @@ while True:
 	[ "$(jqr '.waste[] | select(.kind == "over-limit") | "\(.pid) \(.gpus | join(","))"')" = "$holder 0" ]
 	kill "$holder"
 	wait "$holder" || true
+}
+
+@test "through the broker: run's job and a queue job are ended at max_lease, status marks a library lease" {
+	gpus 1
+	printf '[limits]\nmax_lease = 1s\n' >"$GPUMAN_CONFIG"
+	export GPUMAN_BROKER=$BATS_TEST_TMPDIR/gpuman.sock
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$BATS_TEST_TMPDIR/broker/leases.json" \
+		2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log' 2>/dev/null"
+	run -124 gpuman run -- "$BATS_TEST_TMPDIR/child.sh"
+	[[ "$output" == *"gpuman: job ended: lease limit 1s of $GPUMAN_CONFIG reached"* ]]
+	[ -z "$(children)" ]
+	id=$(gpuman submit -- "$BATS_TEST_TMPDIR/child.sh")
+	run -1 gpuman wait "$id"
+	[ "$output" = "$id timeout: lease limit 1s reached (max_lease in [limits] of $GPUMAN_CONFIG): ended with its processes" ]
+	[ -z "$(children)" ]
+	dispatcher_gone
+	PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 python3 -c '
+import sys, time, gpuman
+lease = gpuman.select(n=1)
+open(sys.argv[1], "w").close()
+while True:
+    time.sleep(1)
+' "$BATS_TEST_TMPDIR/held" &
+	holder=$!
+	wait_for '[ -e held ]'
+	sleep 1.2
+	run -0 gpuman status
+	[[ "$output" == *"pid $holder over its limit (max_lease 1s of [limits])]"* ]]
 }
