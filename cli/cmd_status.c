@@ -153,8 +153,8 @@ static const char *fmt_left(char *buf, size_t len, int64_t ms)
 	return buf;
 }
 
-/* ", over its limit (max_lease 2h of [limits])" for a lease held longer
- * than the admin allows; "" else. */
+/* ", pid 4242 over its limit (max_lease 2h of [limits])" for a lease held
+ * longer than the admin allows; "" else. */
 static const char *over_limit(char *buf, size_t len, const struct lease_info *l)
 {
 	char limit[32];
