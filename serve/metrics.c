@@ -441,11 +441,13 @@ static void health(struct out *o, const struct gm_snapshot *snap, const struct s
  * it holds (hogs and processes outside gpuman) or how long (idle leases). */
 static void waste(struct out *o, const struct registry_view *view, const struct waste_report *rep)
 {
-	static const enum waste_kind kinds[] = {WASTE_HOG, WASTE_IDLE_LEASE, WASTE_UNLEASED};
+	static const enum waste_kind kinds[] = {WASTE_HOG, WASTE_IDLE_LEASE, WASTE_UNLEASED,
+	                                        WASTE_OVER_LIMIT};
 	char num[32], gpus_buf[256];
 
 	head(o, "gpuman_waste_findings", "gauge",
-	     "What the waste finder reports now, by kind (hog, idle-lease, unleased).");
+	     "What the waste finder reports now, by kind (hog, idle-lease, unleased, "
+	     "over-limit).");
 	for (size_t k = 0; rep && k < sizeof kinds / sizeof kinds[0]; k++) {
 		size_t n = 0;
 
@@ -462,7 +464,7 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 	for (size_t i = 0; rep && i < rep->count; i++) {
 		const struct waste_item *it = &rep->items[i];
 
-		if (it->kind == WASTE_IDLE_LEASE)
+		if (it->kind == WASTE_IDLE_LEASE || it->kind == WASTE_OVER_LIMIT)
 			continue;
 		fputs("gpuman_waste_held_mib{", o->f);
 		label(o, 1, "kind", waste_kind_name(it->kind));
@@ -490,6 +492,22 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 		label(o, 0, "gpus", gpus_buf);
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %.3f\n", it->age_ms / 1000.0);
+	}
+	head(o, "gpuman_waste_over_limit_seconds", "gauge",
+	     "How long a lease has been held past its user's max_lease (gpuman.conf).");
+	for (size_t i = 0; rep && i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+
+		if (it->kind != WASTE_OVER_LIMIT || it->lease < 0 ||
+		    (size_t)it->lease >= view->lease_count)
+			continue;
+		fputs("gpuman_waste_over_limit_seconds{", o->f);
+		label(o, 1, "lease", view->leases[it->lease].id);
+		label(o, 0, "user", it->has_user ? it->user : "");
+		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
+		label(o, 0, "gpus", gpus_buf);
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %.3f\n", view->leases[it->lease].over_limit_ms / 1000.0);
 	}
 }
 

@@ -114,6 +114,15 @@ while True:
 	[[ "$output" == *"over-limit lease "*" of pid $holder ($(id -un), "*"over its limit (max_lease 1s of [limits])"* ]]
 	run -3 gpuman waste --json
 	[ "$(jqr '.waste[] | select(.kind == "over-limit") | "\(.pid) \(.gpus | join(","))"')" = "$holder 0" ]
+	# and serve's /metrics counts it, with how long past the limit
+	gpuman serve --listen 127.0.0.1:0 --interval 0.3 2>serve.log 3>&- &
+	serve=$!
+	wait_for "grep -q '(port [0-9]*)' serve.log"
+	run -0 curl -sf "http://127.0.0.1:$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' serve.log)/metrics"
+	kill "$serve"
+	[[ "$output" == *'gpuman_waste_findings{kind="over-limit",'*'} 1'* ]]
+	[[ "$output" == *'gpuman_waste_over_limit_seconds{lease="'*'",user="'"$(id -un)"'",gpus="0",'*'} 1.000'* ]]
+	printf '%s\n' "$output" | promtool check metrics
 	kill "$holder"
 	wait "$holder" || true
 }
