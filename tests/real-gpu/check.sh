@@ -191,7 +191,7 @@ set -- $("$build/bench/runtime" 100 "$gm" pick); g=$1
 set -- $("$build/bench/runtime" 30 nvidia-smi --query-gpu=index,memory.free,utilization.gpu --format=csv); s=$1
 set -- $("$build/bench/runtime" 100 "$q"); c=$1
 awk -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
-	printf "time gpuman pick %.2f ms; nvidia-smi --query-gpu %.2f ms (gpuman %.1fx faster); bare C NVML query %.2f ms (gpuman %.2fx of it)\n",
-		g / 1000, s / 1000, s / g, c / 1000, g / c }'
+	printf "time gpuman pick %.2f ms; nvidia-smi --query-gpu %.2f ms (gpuman takes %.2fx its time); bare C NVML query %.2f ms (gpuman %.2fx of it)\n",
+		g / 1000, s / 1000, g / s, c / 1000, g / c }'
 [ "$fails" -eq 0 ] && echo "real-gpu check: all passed" || echo "real-gpu check: $fails failed"
 [ "$fails" -eq 0 ]
