@@ -27,6 +27,19 @@ children() {
 	pgrep -f "$BATS_TEST_TMPDIR/child.sh" || true
 }
 
+# py_gpuman ARGS - python3 with this build's binding.  A sanitized
+# libgpuman.so needs the ASan runtime loaded first (python3 has none) and
+# Python's own leaks left out.  exec: the caller's $! is python's pid.
+py_gpuman() {
+	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
+		LD_PRELOAD=$(cc -print-file-name=libasan.so) \
+			ASAN_OPTIONS=detect_leaks=0 PYTHONPATH=$GM_ROOT/python \
+			GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 exec python3 "$@"
+	else
+		PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 exec python3 "$@"
+	fi
+}
+
 no_leases() {
 	[ -z "$(ls "$GPUMAN_STATE_DIR" | grep '^lease\.' || true)" ]
 }
@@ -94,7 +107,7 @@ no_leases() {
 @test "status marks a library client's lease held past max_lease, naming its holder (text and --json)" {
 	gpus 1
 	printf '[limits]\nmax_lease = 1s\n' >"$GPUMAN_CONFIG"
-	PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 python3 -c '
+	py_gpuman -c '
 import sys, time, gpuman
 lease = gpuman.select(n=1)
 open(sys.argv[1], "w").close()
@@ -143,7 +156,7 @@ while True:
 	[ "$output" = "$id timeout: lease limit 1s reached (max_lease in [limits] of $GPUMAN_CONFIG): ended with its processes" ]
 	[ -z "$(children)" ]
 	dispatcher_gone
-	PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 python3 -c '
+	py_gpuman -c '
 import sys, time, gpuman
 lease = gpuman.select(n=1)
 open(sys.argv[1], "w").close()
