@@ -16,52 +16,20 @@
 #include <time.h>
 #include <unistd.h>
 #include "gpuman.h"
+#include "two_gpus.h"
 
 static char dir[] = "/tmp/gm-test-resv.XXXXXX";
 
 static int setup(void **state)
 {
-	char path[256], sim[512];
-	const char *build = getenv("GM_BUILD") ? getenv("GM_BUILD") : "build";
-	FILE *f;
-
 	(void)state;
-	if (!mkdtemp(dir))
-		return -1;
-	snprintf(path, sizeof path, "%s/two.json", dir);
-	f = fopen(path, "w");
-	if (!f)
-		return -1;
-	fputs("{ \"driver_version\": \"580.95.05\", \"cuda_driver_version\": 13000,\n"
-	      "  \"gpus\": [\n"
-	      "    { \"name\": \"small\", \"uuid\": \"GPU-11111111-aaaa-bbbb-cccc-000000000001\",\n"
-	      "      \"memory_total_mib\": 11264, \"memory_used_mib\": 1000,\n"
-	      "      \"utilization_gpu\": 5, \"power_draw_w\": 55, \"power_limit_w\": 250,\n"
-	      "      \"processes\": [ { \"pid\": 4242, \"used_mib\": 500 } ] },\n"
-	      "    { \"name\": \"big\", \"uuid\": \"GPU-22222222-aaaa-bbbb-cccc-000000000002\",\n"
-	      "      \"memory_total_mib\": 24576, \"memory_used_mib\": 100 } ] }\n",
-	      f);
-	fclose(f);
-	snprintf(sim, sizeof sim, "%s/sim/libnvidia-ml.so.1", build);
-	setenv("GPUMAN_NVML", sim, 1);
-	setenv("GPUMAN_SIM", path, 1);
-	snprintf(path, sizeof path, "%s/state", dir);
-	setenv("GPUMAN_STATE_DIR", path, 1);
-	snprintf(path, sizeof path, "%s/simstate", dir);
-	setenv("GPUMAN_SIM_STATE", path, 1);
-	unsetenv("CUDA_VISIBLE_DEVICES");
-	unsetenv("GPUMAN_BROKER");
-	unsetenv("GPUMAN_RESERVATION");
-	return 0;
+	return two_gpus_setup(dir);
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return two_gpus_teardown(dir);
 }
 
 static struct gm_request *request(const char *const *opts)
