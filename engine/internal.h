@@ -164,6 +164,11 @@ void slurm_read_usage(const char *record, struct job *j);
 /* A started step's or job's node and GPUs (its record) into the store,
  * once per slot (queue and status show them while it runs). */
 void slurm_note_where(struct engine *e, struct slot *s, const struct slurm_record *rc);
+/* A finished step's or job's outcome (upd) into the store, with its node
+ * if it started and was not noted yet; counted, and a job put back in
+ * line when requeued. */
+void slurm_record_end(struct engine *e, struct slot *s, struct job *upd,
+                      const struct slurm_record *rc);
 
 /* state.c */
 void engine_say(struct engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -121,7 +121,6 @@ static void sb_finish(struct engine *e, struct slot *s, int status, const char *
 	struct outcome_counts oc;
 	enum outcome_next next;
 	struct job job, upd;
-	int changed = 0;
 
 	if (jobstore_get(e->cfg->store, s->id, 0, &job, e->err, sizeof e->err) != GM_OK) {
 		engine_slot_remove(e, s);
@@ -163,20 +162,7 @@ static void sb_finish(struct engine *e, struct slot *s, int status, const char *
 		upd.has_exit = 0;
 	upd.reason = why[0] ? why : NULL;
 	upd.runner_pid = 0;
-	if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, &upd, JOB_RUNNING, s->attempt,
-	                                        &changed, e->err, sizeof e->err) != GM_OK)
-		e->failed = 1;
-	if (changed && rc.started && !s->where_known &&
-	    jobstore_set_node(e->cfg->store, s->id, rc.node, e->err, sizeof e->err) != GM_OK)
-		e->failed = 1;
-	if (changed) {
-		engine_count_move(e, JOB_RUNNING, upd.state);
-		e->ended_any = 1;
-		if (upd.state == JOB_QUEUED)
-			engine_queue_insert(e, s->id);
-		else
-			engine_note_ended(e, s->id);
-	}
+	slurm_record_end(e, s, &upd, &rc);
 	file_path(e, s->id, "job", path, sizeof path);
 	unlink(path);
 	file_path(e, s->id, "cancel", path, sizeof path);

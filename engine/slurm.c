@@ -320,6 +320,27 @@ void slurm_note_where(struct engine *e, struct slot *s, const struct slurm_recor
 	job_release(&job);
 }
 
+void slurm_record_end(struct engine *e, struct slot *s, struct job *upd,
+                      const struct slurm_record *rc)
+{
+	int changed = 0;
+
+	if (engine_tx(e) < 0 || jobstore_update(e->cfg->store, upd, JOB_RUNNING, s->attempt,
+	                                        &changed, e->err, sizeof e->err) != GM_OK)
+		e->failed = 1;
+	if (changed && rc->started && !s->where_known &&
+	    jobstore_set_node(e->cfg->store, s->id, rc->node, e->err, sizeof e->err) != GM_OK)
+		e->failed = 1;
+	if (changed) {
+		engine_count_move(e, JOB_RUNNING, upd->state);
+		e->ended_any = 1;
+		if (upd->state == JOB_QUEUED)
+			engine_queue_insert(e, s->id);
+		else if (!e->cfg->batch)
+			engine_note_ended(e, s->id);
+	}
+}
+
 static void slurm_tick(struct engine *e)
 {
 	for (size_t i = 0; i < e->nslots; i++) {
@@ -369,7 +390,7 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	struct slurm_record rc;
 	struct job job, upd;
 	char *text;
-	int requeueable, status, oom, changed = 0;
+	int requeueable, status, oom;
 
 	ss->used[s->type] -= ss->cfg->per_task;
 	e->dirty = 1;
@@ -455,18 +476,7 @@ static void slurm_ended(struct engine *e, struct slot *s, int ws)
 	if (upd.state == JOB_QUEUED)
 		upd.has_exit = 0;
 	upd.reason = why[0] ? why : NULL;
-	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_RUNNING, s->attempt,
-	                                         &changed, e->err, sizeof e->err) != GM_OK)
-		e->failed = 1;
-	if (changed && rc.started && !s->where_known &&
-	    jobstore_set_node(e->cfg->store, s->id, rc.node, e->err, sizeof e->err) != GM_OK)
-		e->failed = 1;
-	if (changed) {
-		engine_count_move(e, JOB_RUNNING, upd.state);
-		e->ended_any = 1;
-		if (upd.state == JOB_QUEUED)
-			engine_queue_insert(e, s->id);
-	}
+	slurm_record_end(e, s, &upd, &rc);
 	upd.gpus = NULL;
 	upd.reason = NULL;
 	job_release(&job);
