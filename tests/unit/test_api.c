@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "gpuman.h"
-#include "two_gpus.h"
+#include "sim_machine.h"
 
 static char dir[] = "/tmp/gm-test-api.XXXXXX";
 
@@ -29,7 +29,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	return two_gpus_teardown(dir);
+	return sim_machine_teardown(dir);
 }
 
 static struct gm_snapshot *take(struct gm_context **ctx)

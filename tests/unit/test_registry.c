@@ -16,34 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 #include "gpuman.h"
+#include "sim_machine.h"
 
 static char dir[] = "/tmp/gm-test-registry.XXXXXX";
 static struct gm_context *cancel_ctx;
 
 static int setup(void **state)
 {
-	char path[256], sim[512];
-	const char *build = getenv("GM_BUILD") ? getenv("GM_BUILD") : "build";
-	FILE *f;
-
 	(void)state;
-	if (!mkdtemp(dir))
-		return -1;
-	snprintf(path, sizeof path, "%s/one.json", dir);
-	f = fopen(path, "w");
-	if (!f)
-		return -1;
-	fputs("{ \"gpus\": [ { \"name\": \"only\", \"memory_total_mib\": 8000 } ] }\n", f);
-	fclose(f);
-	snprintf(sim, sizeof sim, "%s/sim/libnvidia-ml.so.1", build);
-	setenv("GPUMAN_NVML", sim, 1);
-	setenv("GPUMAN_SIM", path, 1);
-	snprintf(path, sizeof path, "%s/state", dir);
-	setenv("GPUMAN_STATE_DIR", path, 1);
-	snprintf(path, sizeof path, "%s/simstate", dir);
-	setenv("GPUMAN_SIM_STATE", path, 1);
-	unsetenv("CUDA_VISIBLE_DEVICES");
-	return 0;
+	return sim_machine_setup(
+	    dir, "{ \"gpus\": [ { \"name\": \"only\", \"memory_total_mib\": 8000 } ] }\n");
 }
 
 static enum gm_err try_acquire(struct gm_context *ctx, const char *wait, struct gm_lease **lease)
