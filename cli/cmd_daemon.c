@@ -50,6 +50,7 @@
 #include "gpuman-internal.h"
 #include "cli.h"
 #include "daemon.h"
+#include "protocol.h"
 
 static volatile sig_atomic_t stopping;
 
@@ -515,6 +516,8 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* A hand-off waits on us: answer soon after a release wakes us. */
+	protocol_sched_short(NULL);
 	/* One descriptor per waiter and lease. */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;

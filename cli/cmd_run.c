@@ -89,7 +89,8 @@ struct run {
 	pid_t pid;
 	int64_t limit_ms; /* the admin's max_lease for us; 0 none */
 	char limit_from[96];
-	const char *conf; /* the admin's file */
+	const char *conf;            /* the admin's file */
+	struct protocol_sched sched; /* the caller's scheduling, for the job */
 };
 
 /* In the child: wait for the go, then become the job.  Never returns. */
@@ -98,6 +99,7 @@ static void child_exec(struct run *r, int lease_fd)
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM};
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
+	protocol_sched_restore(&r->sched);
 	close(r->go[1]);
 	if (protocol_await_go(r->go[0]) < 0)
 		_exit(EXIT_FAIL); /* gpuman died before the lease was ours */
@@ -250,6 +252,7 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
 	install_signals();
 	jobtree_subreaper();
+	protocol_sched_short(&r.sched);
 
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc != GM_OK) {

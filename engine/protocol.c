@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "protocol.h"
@@ -31,6 +33,49 @@ int protocol_await_go(int fd)
 		n = read(fd, &byte, 1);
 	while (n < 0 && errno == EINTR);
 	return n == 1 && byte == GO_BYTE ? 0 : -1;
+}
+
+/* struct sched_attr of sched_setattr(2); glibc declares it only since 2.41. */
+struct sched_attr_v1 {
+	uint32_t size, policy;
+	uint64_t flags;
+	int32_t nice;
+	uint32_t priority;
+	uint64_t runtime, deadline, period;
+	uint32_t util_min, util_max;
+};
+/* The shortest slice the kernel allows (0.1 ms): a supervisor runs for
+ * well under that at each wake-up. */
+#define SHORT_SLICE_NS 100000
+
+void protocol_sched_short(struct protocol_sched *saved)
+{
+	struct sched_attr_v1 a;
+
+	_Static_assert(sizeof a <= sizeof saved->attr, "room for struct sched_attr");
+	if (saved)
+		saved->saved = 0;
+	memset(&a, 0, sizeof a);
+	/* Only the normal policy has slices; real-time and idle stay as set. */
+	if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) < 0 || a.policy != 0 /* SCHED_OTHER */)
+		return;
+	a.size = sizeof a;
+	if (saved) {
+		memcpy(saved->attr, &a, sizeof a);
+		saved->saved = 1;
+	}
+	a.runtime = SHORT_SLICE_NS;
+	(void)syscall(SYS_sched_setattr, 0, &a, 0);
+}
+
+void protocol_sched_restore(const struct protocol_sched *saved)
+{
+	struct sched_attr_v1 a;
+
+	if (!saved || !saved->saved)
+		return;
+	memcpy(&a, saved->attr, sizeof a);
+	(void)syscall(SYS_sched_setattr, 0, &a, 0);
 }
 
 int protocol_exit_status(int wait_status)

@@ -40,6 +40,28 @@ int protocol_give_go(int fd);
  * file: the parent died or the claim was not recorded; do not run). */
 int protocol_await_go(int fd);
 
+/* ---- scheduling ---------------------------------------------------------- */
+
+/*
+ * A supervisor's work is brief and lies on the path from one job's end to
+ * the next job's start, while a GPU stands idle; on a busy machine it waits
+ * behind every runnable process at each wake-up.  So `gpuman run`, the
+ * runner, the engine and the broker ask the kernel for a short time slice
+ * (sched_setattr's sched_runtime: Linux 6.12's EEVDF runs such a task
+ * sooner after it wakes, and gives it no larger share of the CPU).  The job
+ * gets the caller's own settings back.  Older kernels ignore the hint, and
+ * a call that fails changes nothing.
+ */
+struct protocol_sched {
+	int saved;              /* the caller's settings are below */
+	unsigned char attr[56]; /* struct sched_attr, as the kernel gave it */
+};
+/* Short slices from now on for the calling thread (and what it forks);
+ * saved (may be NULL) keeps the settings it had. */
+void protocol_sched_short(struct protocol_sched *saved);
+/* Put back what protocol_sched_short saved; safe in a vfork child. */
+void protocol_sched_restore(const struct protocol_sched *saved);
+
 /* ---- exit statuses ---------------------------------------------------- */
 
 /* A wait() status as a shell and gpuman report it: the exit status, or

@@ -81,6 +81,8 @@ struct args {
 /* r_limit: the pending SIGALRM is the time limit, not a grace period. */
 static volatile sig_atomic_t r_stop, r_kill, r_limit;
 static volatile pid_t r_job;
+/* The scheduling we were started with: the job's (protocol_sched_short). */
+static struct protocol_sched job_sched;
 
 static void on_signal(int sig)
 {
@@ -281,6 +283,7 @@ static void job_exec(const struct job_exec *x)
 	int err;
 
 	setpgid(0, 0);
+	protocol_sched_restore(&job_sched);
 	/* A killed runner takes its job with it rather than leave it running
 	 * unsupervised with nobody to record it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -466,6 +469,7 @@ int main(int argc, char **argv)
 	}
 	close_others(&a);
 	jobtree_subreaper();
+	protocol_sched_short(&job_sched);
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
