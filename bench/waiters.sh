@@ -8,7 +8,8 @@
 #             just before.  Double bookings by the jobs' own --record lines
 #             (target 0); total time as a ratio of the ideal, the summed
 #             job time over 8 GPUs (target <= 1.2x); and where the time
-#             went: launching, waiting for a grant, the jobs themselves.
+#             went: launching, waiting for a grant, the jobs themselves;
+#             and the floor: the same jobs by xargs -P 8 with no leases.
 #   idle      500 waiters behind 8 long jobs: their summed CPU, and the
 #             broker's, over 10 s (target < 1 % of one core); then the 8
 #             GPUs freed at once, and how fast the line drains.
@@ -117,6 +118,7 @@ burst() { # burst LABEL
 	GPUMAN_QUEUE_DIR="$work/q$1/bob" as_other gpuman wait $(seq $queued) >/dev/null 2>&1 || true
 	t3=$(ms)
 	ran=$(grep -c '^end' "$work/rec" || true)
+	burst_ms=$(($(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec") - t0))
 	over=$(python3 "$root/tests/e2e/helpers/overlaps.py" "$work/rec" | awk '{print $4}')
 	# makespan: from the first launch to the last job's end, by the records
 	last=$(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec")
@@ -161,8 +163,26 @@ print("  GPU time: busy %.2f s; lost before the first job %.2f s, between jobs %
       gaps / max(ngaps, 1) / 1e6, tail / 1e9))
 PY
 }
+# The floor: the same jobs with no gpuman and no leases, xargs -P 8 with a
+# GPU pinned to each of its 8 slots (a sh per job sets it) -- what launching
+# 540 processes costs on this machine, whatever arbitrates.
+floor() {
+	: >"$work/rec"
+	t0=$(ms)
+	seq $((runs + queued)) | xargs -P 8 --process-slot-var=SLOT -n 1 sh -c \
+		'CUDA_VISIBLE_DEVICES=$SLOT exec gpuman-simload --mem 1G --util 50 --seconds '$secs' --record "$1" >/dev/null' \
+		sh "$work/rec"
+	last=$(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec")
+	echo $((last - t0))
+}
 start_daemon
 burst broker
+floor_ms=$(floor)
+awk -v f="$floor_ms" -v n=$((runs + queued)) -v s=$secs -v g="$burst_ms" 'BEGIN {
+	ideal = n * s / 8 * 1000
+	printf "floor: the same %d jobs by xargs -P 8, no leases, a GPU per slot: %.2f s = %.2fx ideal\n", n, f / 1000, f / ideal
+	printf "  the broker burst took %.2fx the floor\n", g / f
+}'
 if [ "${WAITERS_REGISTRY:-0}" = 1 ]; then
 	GPUMAN_BROKER=off burst registry
 fi
