@@ -344,6 +344,8 @@ const struct cmd_entry cmd_run = {
     "Processes CMD leaves running when it exits are killed before the lease ends.\n"
     "An admin's max_lease (gpuman.conf) ends CMD whole once it has held its GPUs\n"
     "that long: SIGTERM, SIGKILL 10 s later, what it left killed; exit 124 then.\n"
+    "CMD runs with your nice and time slice; gpuman itself asks for a short time\n"
+    "slice (Linux 6.12+), so that a freed GPU passes on soon on a busy machine.\n"
     "\n" SELECT_HELP "\n" RESERVE_HELP "\n"
     "Without --wait, exit 75 if nothing fits now.  Waiters are served first come,\n"
     "first served: a request waiting for 4 GPUs is not overtaken by later ones.\n"
