@@ -62,8 +62,11 @@ static size_t print_unleased(const struct cli *cli, const struct cli_look *look,
 	     i++) {
 		const struct waste_item *u = &rep->items[i];
 
-		printf("%s %u (GPU%s %s", i > first ? "," : "", u->pid,
-		       strchr(waste_gpu_list(u->gpus, gpus, sizeof gpus), ',') ? "s" : "", gpus);
+		printf("%s %u (%s", i > first ? "," : "", u->pid,
+		       waste_where(look->snap, u, u->gpus, gpus, sizeof gpus));
+		if (u->lease >= 0)
+			printf(", outside its lease %s",
+			       cli_safe(user, look->view->leases[u->lease].id));
 		if (u->on_lease >= 0)
 			printf(", leased to %s",
 			       cli_safe(user, look->view->leases[u->on_lease].user));
@@ -288,6 +291,8 @@ const struct cmd_entry cmd_waste = {
     "              reserve) with a GPU on which nothing of its user runs\n"
     "  unleased    a compute process outside any gpuman lease: nothing stops\n"
     "              gpuman from placing someone else's job beside it\n"
+    "On a GPU in MIG mode the slice is the unit: a lease of a slice is used only\n"
+    "by its processes in that slice, and findings name the slice.\n"
     "  over-limit  a gpuman lease held longer than the admin's max_lease (a\n"
     "              library client's: run and the queue end theirs at the limit)\n"
     "and says what to do about each.\n"

@@ -164,6 +164,9 @@ json_t *listing_waste_json(const struct gm_snapshot *snap, const struct registry
 			json_object_set_new(o, "held_mib", json_integer((json_int_t)it->held_mib));
 		if (it->kind == WASTE_IDLE_LEASE || it->kind == WASTE_OVER_LIMIT)
 			json_object_set_new(o, "held_s", json_integer(it->age_ms / 1000));
+		/* a GPU in MIG mode is judged per slice: the slice, null for GPUs */
+		json_object_set_new(o, "mig_uuid",
+		                    it->mig_uuid[0] ? json_text(it->mig_uuid) : json_null());
 		if (it->kind == WASTE_UNLEASED)
 			json_object_set_new(o, "on_lease_of",
 			                    it->on_lease >= 0

@@ -52,15 +52,80 @@ static long lease_on(const struct registry_view *view, uint64_t mask, long own)
 	return -1;
 }
 
+/* Whether lease l holds slice m: an entry naming it, or its whole GPU (a
+ * reservation of a GPU in MIG mode). */
+static int holds_slice(const struct lease_info *l, const struct gm_mig *m)
+{
+	for (size_t g = 0; g < l->gpu_count; g++)
+		if (l->indices[g] == m->gpu &&
+		    (!l->migs || !l->migs[g][0] || !strcmp(l->migs[g], m->uuid)))
+			return 1;
+	return 0;
+}
+
+/* Whose lease holds slice m; -1 none. */
+static long lease_on_slice(const struct registry_view *view, const struct gm_mig *m)
+{
+	for (size_t i = 0; i < view->lease_count; i++)
+		if (holds_slice(&view->leases[i], m))
+			return (long)i;
+	return -1;
+}
+
+/* The slice a process runs in, NULL on a whole GPU (or where the driver
+ * does not say which slice). */
+static const struct gm_mig *slice_of(const struct gm_snapshot *snap, const struct gm_proc *p)
+{
+	const struct gm_mig *m = snap->mig_count ? gm_proc_mig(snap, p) : NULL;
+
+	return m && m->uuid[0] ? m : NULL;
+}
+
+/* The lease each process runs under, for waste: proc_lease, except that a
+ * process in a slice its lease does not hold is in no lease there. */
+static long *lease_per_proc(const struct gm_snapshot *snap, const struct registry_view *view,
+                            const long *proc_lease)
+{
+	long *out = calloc(snap->proc_count + 1, sizeof *out);
+
+	for (size_t k = 0; out && k < snap->proc_count; k++) {
+		const struct gm_mig *m = slice_of(snap, &snap->procs[k]);
+
+		out[k] = proc_lease ? proc_lease[k] : -1;
+		if (out[k] >= 0 && m && !holds_slice(&view->leases[out[k]], m))
+			out[k] = -1;
+	}
+	return out;
+}
+
+/* A process in a slice outside every lease of its own: one item per slice,
+ * naming whose lease holds the slice. */
+static int add_unleased_slice(const struct gm_snapshot *snap, const struct registry_view *view,
+                              const long *proc_lease, size_t k, struct waste_report *rep,
+                              size_t *cap)
+{
+	const struct gm_proc *q = &snap->procs[k];
+	const struct gm_mig *m = slice_of(snap, q);
+	struct waste_item it;
+
+	item_from_proc(&it, WASTE_UNLEASED, q, proc_lease ? proc_lease[k] : -1);
+	it.gpus = BIT(q->gpu);
+	it.held_mib = q->has_mem ? q->used_mib : 0;
+	snprintf(it.mig_uuid, sizeof it.mig_uuid, "%s", m->uuid);
+	it.on_lease = lease_on_slice(view, m);
+	return add_item(rep, cap, &it);
+}
+
 /* One pass per distinct pid: where it holds memory idle, where it computes,
  * and whether it is outside every lease. */
 static int find_procs(const struct gm_snapshot *snap, const struct registry_view *view,
-                      const long *proc_lease, struct waste_report *rep, size_t *cap)
+                      const long *proc_lease, const long *in_lease, struct waste_report *rep,
+                      size_t *cap)
 {
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
 		struct waste_item hog, out;
-		long lease = proc_lease ? proc_lease[i] : -1;
+		long lease = in_lease[i];
 		int seen = 0;
 
 		for (size_t k = 0; k < i && !seen; k++)
@@ -75,9 +140,12 @@ static int find_procs(const struct gm_snapshot *snap, const struct registry_view
 			/* A display server's memory is not waste. */
 			if (q->pid != p->pid || !(q->kind & GM_PROC_COMPUTE))
 				continue;
-			if (proc_lease && proc_lease[k] >= 0)
-				hog.lease = proc_lease[k];
-			else {
+			if (in_lease[k] >= 0)
+				hog.lease = in_lease[k];
+			else if (slice_of(snap, q)) {
+				if (add_unleased_slice(snap, view, proc_lease, k, rep, cap) < 0)
+					return -1;
+			} else {
 				out.gpus |= BIT(q->gpu);
 				out.held_mib += q->has_mem ? q->used_mib : 0;
 			}
@@ -101,8 +169,26 @@ static int find_procs(const struct gm_snapshot *snap, const struct registry_view
 	return 0;
 }
 
+/* Whether process k uses entry g of lease i: it runs under the lease (for
+ * a reservation, under a lease of its user) on that GPU, and in that slice
+ * where the entry is a slice. */
+static int uses(const struct gm_snapshot *snap, const struct registry_view *view,
+                const long *in_lease, size_t i, size_t g, size_t k)
+{
+	const struct lease_info *l = &view->leases[i];
+	const struct gm_mig *m;
+
+	if (snap->procs[k].gpu != l->indices[g] || in_lease[k] < 0)
+		return 0;
+	/* a reservation is used by its user's leases in it */
+	if (in_lease[k] != (long)i && !(l->reservation && view->leases[in_lease[k]].uid == l->uid))
+		return 0;
+	m = slice_of(snap, &snap->procs[k]);
+	return !m || !l->migs || !l->migs[g][0] || !strcmp(l->migs[g], m->uuid);
+}
+
 static int find_leases(const struct gm_snapshot *snap, const struct registry_view *view,
-                       const long *proc_lease, const struct waste_opts *opts,
+                       const long *in_lease, const struct waste_opts *opts,
                        struct waste_report *rep, size_t *cap)
 {
 	for (size_t i = 0; i < view->lease_count; i++) {
@@ -125,21 +211,24 @@ static int find_leases(const struct gm_snapshot *snap, const struct registry_vie
 			int used = 0;
 
 			for (size_t k = 0; k < snap->proc_count && !used; k++)
-				used = snap->procs[k].gpu == l->indices[g] && proc_lease &&
-				       (proc_lease[k] == (long)i ||
-				        /* a reservation is used by its user's leases in it */
-				        (l->reservation && proc_lease[k] >= 0 &&
-				         view->leases[proc_lease[k]].uid == l->uid));
-			if (!used)
-				it.idle_gpus |= BIT(l->indices[g]);
+				used = uses(snap, view, in_lease, i, g, k);
+			if (used)
+				continue;
+			it.idle_gpus |= BIT(l->indices[g]);
+			if (l->migs && l->migs[g][0] && !it.mig_uuid[0])
+				snprintf(it.mig_uuid, sizeof it.mig_uuid, "%s", l->migs[g]);
 		}
 		if (!young && it.idle_gpus && add_item(rep, cap, &it) < 0)
 			return -1;
 		if (l->over_limit_ms) {
 			it.kind = WASTE_OVER_LIMIT;
 			it.idle_gpus = 0;
-			for (size_t g = 0; g < l->gpu_count; g++)
+			it.mig_uuid[0] = '\0';
+			for (size_t g = 0; g < l->gpu_count; g++) {
 				it.idle_gpus |= BIT(l->indices[g]);
+				if (l->migs && l->migs[g][0] && !it.mig_uuid[0])
+					snprintf(it.mig_uuid, sizeof it.mig_uuid, "%s", l->migs[g]);
+			}
 			if (add_item(rep, cap, &it) < 0)
 				return -1;
 		}
@@ -159,19 +248,27 @@ static int item_cmp(const void *a, const void *b)
 		return c;
 	if (x->kind != y->kind)
 		return (int)x->kind - (int)y->kind;
-	return (x->pid > y->pid) - (x->pid < y->pid);
+	if (x->pid != y->pid)
+		return (x->pid > y->pid) - (x->pid < y->pid);
+	/* one process's slices, in GPU order */
+	if (x->gpus != y->gpus)
+		return (x->gpus > y->gpus) - (x->gpus < y->gpus);
+	return strcmp(x->mig_uuid, y->mig_uuid);
 }
 
 int waste_find(const struct gm_snapshot *snap, const struct registry_view *view,
                const long *proc_lease, const struct waste_opts *opts, struct waste_report *out)
 {
 	size_t cap = 0;
-	int rc;
+	long *in_lease = lease_per_proc(snap, view, proc_lease);
+	int rc = in_lease ? 0 : -1;
 
 	*out = (struct waste_report)WASTE_REPORT_INIT;
-	rc = find_procs(snap, view, proc_lease, out, &cap);
 	if (rc == 0)
-		rc = find_leases(snap, view, proc_lease, opts, out, &cap);
+		rc = find_procs(snap, view, proc_lease, in_lease, out, &cap);
+	if (rc == 0)
+		rc = find_leases(snap, view, in_lease, opts, out, &cap);
+	free(in_lease);
 	if (rc < 0) {
 		waste_report_release(out);
 		return -1;
@@ -255,6 +352,30 @@ static const char *gpus_text(char *buf, size_t len, uint64_t mask)
 	return buf;
 }
 
+/* The slice of this UUID in the snapshot; NULL if it is gone. */
+static const struct gm_mig *slice_named(const struct gm_snapshot *snap, const char *uuid)
+{
+	for (size_t i = 0; snap && uuid[0] && i < snap->mig_count; i++)
+		if (!strcmp(snap->migs[i].uuid, uuid))
+			return &snap->migs[i];
+	return NULL;
+}
+
+char *waste_where(const struct gm_snapshot *snap, const struct waste_item *it, uint64_t mask,
+                  char *buf, size_t len)
+{
+	const struct gm_mig *m = slice_named(snap, it->mig_uuid);
+	char list[256], uuid[96];
+
+	if (!it->mig_uuid[0] || popcount64(mask) != 1)
+		return (char *)gpus_text(buf, len, mask);
+	/* as status shows a slice: profile and the UUID's first 12 */
+	text_printable(uuid, 13, it->mig_uuid);
+	snprintf(buf, len, "slice %s%s%s of GPU %s", m && m->profile[0] ? m->profile : "",
+	         m && m->profile[0] ? " " : "", uuid, waste_gpu_list(mask, list, sizeof list));
+	return buf;
+}
+
 /* "pid 3141592 (alice, python train.py)" with the text escaped. */
 static const char *who_text(char *buf, size_t len, const struct waste_item *it)
 {
@@ -274,7 +395,6 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 {
 	char who[256], a[300], b[300], size[16], age[32], id[80], user[80];
 
-	(void)snap;
 	who_text(who, sizeof who, it);
 	switch (it->kind) {
 	case WASTE_HOG:
@@ -302,7 +422,7 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 		}
 		snprintf(buf, len,
 		         "lease %s of %s has held %s for %s with none of its processes on %s", id,
-		         who, gpus_text(a, sizeof a, it->idle_gpus),
+		         who, waste_where(snap, it, it->idle_gpus, a, sizeof a),
 		         age_text(age, sizeof age, it->age_ms),
 		         popcount64(it->idle_gpus) > 1 ? "them" : "it");
 		break;
@@ -311,29 +431,55 @@ char *waste_what(const struct gm_snapshot *snap, const struct registry_view *vie
 		snprintf(buf, len,
 		         "lease %s of %s has held %s for %s, over its limit (max_lease %s of %s)",
 		         text_printable(id, sizeof id, view->leases[it->lease].id), who,
-		         gpus_text(a, sizeof a, it->idle_gpus),
+		         waste_where(snap, it, it->idle_gpus, a, sizeof a),
 		         age_text(age, sizeof age, it->age_ms), b,
 		         view->leases[it->lease].limit_from);
 		break;
 	case WASTE_UNLEASED:
+		waste_where(snap, it, it->gpus, a, sizeof a);
+		/* a job of a lease of one slice that runs in another */
+		if (it->lease >= 0)
+			snprintf(b, sizeof b, "outside its lease %s",
+			         text_printable(id, sizeof id, view->leases[it->lease].id));
+		else
+			snprintf(b, sizeof b, "outside gpuman");
 		if (it->on_lease >= 0)
 			snprintf(
-			    buf, len, "%s runs on %s outside gpuman, on a GPU leased to %s", who,
-			    gpus_text(a, sizeof a, it->gpus),
+			    buf, len, "%s runs on %s %s, on a %s leased to %s", who, a, b,
+			    it->mig_uuid[0] ? "slice" : "GPU",
 			    text_printable(user, sizeof user, view->leases[it->on_lease].user));
 		else
-			snprintf(buf, len, "%s runs on %s outside gpuman (no lease)", who,
-			         gpus_text(a, sizeof a, it->gpus));
+			snprintf(buf, len, "%s runs on %s %s (%s)", who, a, b,
+			         it->lease >= 0 ? "no lease holds the slice" : "no lease");
 		break;
 	}
 	return buf;
 }
 
+/* The slice of lease l ("MIG-..."), "" for whole GPUs. */
+static const char *lease_slice(const struct lease_info *l)
+{
+	for (size_t g = 0; l->migs && g < l->gpu_count; g++)
+		if (l->migs[g][0])
+			return l->migs[g];
+	return "";
+}
+
+/* A hog busy on one slice: that slice ("MIG-..."), else NULL. */
+static const struct gm_mig *busy_slice(const struct gm_snapshot *snap, const struct waste_item *it)
+{
+	for (size_t k = 0; popcount64(it->busy_gpus) == 1 && k < snap->proc_count; k++)
+		if (snap->procs[k].pid == it->pid && (it->busy_gpus & BIT(snap->procs[k].gpu)))
+			return slice_of(snap, &snap->procs[k]);
+	return NULL;
+}
+
 char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *view,
                    const struct waste_item *it, char *buf, size_t len)
 {
-	char list[256], uuid[16] = "", id[80];
+	char list[256], uuid[16] = "", id[80], slice[96];
 	const struct lease_info *l;
+	const struct gm_mig *m;
 
 	switch (it->kind) {
 	case WASTE_HOG:
@@ -342,7 +488,14 @@ char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *v
 				if (it->busy_gpus & BIT(snap->gpus[i].index))
 					snprintf(uuid, sizeof uuid, "%.12s", snap->gpus[i].uuid);
 		}
-		if (it->busy_gpus && uuid[0])
+		if ((m = busy_slice(snap, it)) != NULL)
+			snprintf(buf, len,
+			         "give it only the slice it uses: gpuman run --mig %s -- CMD, or "
+			         "CUDA_VISIBLE_DEVICES=%s; with TensorFlow also set allow_growth "
+			         "(set_memory_growth)",
+			         m->profile[0] ? m->profile : "any",
+			         text_printable(slice, sizeof slice, m->uuid));
+		else if (it->busy_gpus && uuid[0])
 			snprintf(buf, len,
 			         "give it only the GPU it uses: gpuman run --only %s -- CMD, or "
 			         "CUDA_VISIBLE_DEVICES=%s; with TensorFlow also set allow_growth "
@@ -367,6 +520,12 @@ char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *v
 			         "use the GPUs or give them back before the reservation ends: "
 			         "gpuman release %s",
 			         text_printable(id, sizeof id, l->id));
+		else if (it->mig_uuid[0])
+			snprintf(
+			    buf, len,
+			    "use the slice (its job runs with CUDA_VISIBLE_DEVICES=%s) or give "
+			    "it back: end the holder if its work is done (kill %d)",
+			    text_printable(slice, sizeof slice, it->mig_uuid), l->pid);
 		else if (popcount64(it->idle_gpus) < (int)l->gpu_count)
 			snprintf(buf, len,
 			         "ask for fewer GPUs next time (-n); end it if its work is done "
@@ -386,9 +545,25 @@ char *waste_advice(const struct gm_snapshot *snap, const struct registry_view *v
 		         it->pid);
 		break;
 	case WASTE_UNLEASED:
-		snprintf(buf, len,
-		         "start GPU work with gpuman run or submit, so that gpuman places "
-		         "nobody else's job beside it");
+		m = slice_named(snap, it->mig_uuid);
+		if (it->lease >= 0 && lease_slice(&view->leases[it->lease])[0])
+			snprintf(
+			    buf, len,
+			    "run it in the slice its lease holds: leave CUDA_VISIBLE_DEVICES=%s "
+			    "as gpuman run sets it",
+			    text_printable(slice, sizeof slice,
+			                   lease_slice(&view->leases[it->lease])));
+		else if (it->mig_uuid[0])
+			snprintf(
+			    buf, len,
+			    "start GPU work with gpuman run --mig %s or submit --mig %s, so that "
+			    "gpuman places nobody else's job in its slice",
+			    m && m->profile[0] ? m->profile : "any",
+			    m && m->profile[0] ? m->profile : "any");
+		else
+			snprintf(buf, len,
+			         "start GPU work with gpuman run or submit, so that gpuman places "
+			         "nobody else's job beside it");
 		break;
 	}
 	return buf;

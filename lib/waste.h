@@ -22,6 +22,10 @@
  *                    (gpuman.conf): a library client's, which nobody else
  *                    may end (idle_gpus: its GPUs, age_ms: held for).
  * GPUs whose processes have no utilization reading are not judged for hogs.
+ * On a GPU in MIG mode leases and processes are matched per slice: a lease
+ * of slice A is used only by its processes in A, and a process in a slice
+ * that no lease of its own holds is UNLEASED there (lease: its own lease,
+ * if it has one elsewhere; on_lease: whose lease holds that slice).
  */
 #ifndef GM_WASTE_H
 #define GM_WASTE_H
@@ -58,6 +62,10 @@ struct waste_item {
 	uint64_t gpus;      /* UNLEASED: where it runs */
 	long on_lease;      /* UNLEASED: a lease of someone else on its GPUs */
 	int64_t age_ms;     /* IDLE_LEASE: held for */
+	/* On a GPU in MIG mode the unit is the slice: the slice ("MIG-...") an
+	 * IDLE_LEASE or OVER_LIMIT lease holds, or an UNLEASED process runs in
+	 * (one item per slice); "" for whole GPUs. */
+	char mig_uuid[96];
 };
 
 struct waste_report {
@@ -79,6 +87,10 @@ void waste_report_release(struct waste_report *rep);
 const char *waste_kind_name(enum waste_kind kind);
 /* "0,1,5" */
 char *waste_gpu_list(uint64_t mask, char *buf, size_t len);
+/* Where: "GPU 3", "GPUs 1,3", or for an item about a slice
+ * "slice 1g.10gb MIG-1d000000 of GPU 0". */
+char *waste_where(const struct gm_snapshot *snap, const struct waste_item *it, uint64_t mask,
+                  char *buf, size_t len);
 /* What the item is, one sentence for people (raw text escaped). */
 char *waste_what(const struct gm_snapshot *snap, const struct registry_view *view,
                  const struct waste_opts *opts, const struct waste_item *it, char *buf, size_t len);

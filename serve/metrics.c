@@ -474,6 +474,8 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 		waste_gpu_list(it->kind == WASTE_HOG ? it->idle_gpus : it->gpus, gpus_buf,
 		               sizeof gpus_buf);
 		label(o, 0, "gpus", gpus_buf);
+		if (it->mig_uuid[0]) /* a finding about a MIG slice */
+			label(o, 0, "mig_uuid", it->mig_uuid);
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %llu\n", (unsigned long long)it->held_mib);
 	}
@@ -490,6 +492,8 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 		label(o, 0, "user", it->has_user ? it->user : "");
 		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
 		label(o, 0, "gpus", gpus_buf);
+		if (it->mig_uuid[0]) /* a finding about a MIG slice */
+			label(o, 0, "mig_uuid", it->mig_uuid);
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %.3f\n", it->age_ms / 1000.0);
 	}
@@ -506,6 +510,8 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 		label(o, 0, "user", it->has_user ? it->user : "");
 		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
 		label(o, 0, "gpus", gpus_buf);
+		if (it->mig_uuid[0]) /* a finding about a MIG slice */
+			label(o, 0, "mig_uuid", it->mig_uuid);
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %.3f\n", view->leases[it->lease].over_limit_ms / 1000.0);
 	}

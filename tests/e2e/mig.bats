@@ -16,6 +16,11 @@ setup() {
 	export GPUMAN_SIM="$MIG_SIM"
 }
 
+teardown() {
+	for p in ${BG_PIDS:-}; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+
 @test "status --json lists each GPU's slices, and each process's slice" {
 	run -0 gpuman status --json
 	[ "$(jqr '[.gpus[0].mig_devices[].profile] | join(",")')" = "3g.40gb,2g.20gb,1g.10gb,1g.10gb" ]
@@ -239,4 +244,43 @@ PY
 	kill "$(cat "$shared/alice.pid")"
 	wait
 	rm -rf "$shared"
+}
+
+# A GPU in MIG mode is judged per slice: a lease of a slice is used only by
+# its processes in that slice, and a process outside gpuman is named with
+# its slice, not counted against another slice's lease.
+@test "waste judges a GPU in MIG mode per slice, naming the slice" {
+	two_free_slices
+	gpuman run --mig 1g.10gb -- gpuman-simload --mem 2G --util 50 --seconds 60 3>&- &
+	BG_PIDS=$!
+	gpuman run --mig 2g.20gb -- sleep 60 3>&- &
+	BG_PIDS="$BG_PIDS $!"
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 2 ]'
+	used=$(gpuman status --json | jq -r '.leases[] | .gpus[0].mig_uuid | select(startswith("MIG-1"))')
+	free=$SLICE_1C
+	[ "$used" != "$SLICE_1C" ] || free=$SLICE_1D
+	CUDA_VISIBLE_DEVICES=$free gpuman-simload --mem 1G --util 50 --seconds 60 3>&- &
+	outsider=$!
+	BG_PIDS="$BG_PIDS $outsider"
+	wait_for '[ "$(gpuman ps --json | jq length)" = 3 ]'
+	me=$(id -un)
+	run -3 gpuman waste --grace 0 --json
+	# the job in its own slice uses its lease
+	used_lease=$(gpuman status --json | jq -r '.leases[] | select(.gpus[0].mig_uuid == "'"$used"'") | .id')
+	[ "$(jqr '[.waste[] | select(.lease == "'"$used_lease"'")] | length')" = 0 ]
+	# the 2g.20gb lease idles: named by its slice
+	[ "$(jqr '[.waste[] | select(.kind == "idle-lease") | .mig_uuid] | join(",")')" = MIG-2b000000-1111-4000-8000-000000000002 ]
+	[ "$(jqr '.waste[] | select(.kind == "idle-lease") | .gpus | join(",")')" = 0 ]
+	[[ "$(jqr '.waste[] | select(.kind == "idle-lease") | .what')" == *"has held slice 2g.20gb MIG-2b000000 of GPU 0 for"* ]]
+	[[ "$(jqr '.waste[] | select(.kind == "idle-lease") | .advice')" == *"CUDA_VISIBLE_DEVICES=MIG-2b000000-1111-4000-8000-000000000002"* ]]
+	# the process outside gpuman is in a slice nobody leased, not on my lease
+	[ "$(jqr '.waste[] | select(.pid == '"$outsider"') | .kind')" = unleased ]
+	[ "$(jqr '.waste[] | select(.pid == '"$outsider"') | .mig_uuid')" = "$free" ]
+	[ "$(jqr '.waste[] | select(.pid == '"$outsider"') | .on_lease_of')" = null ]
+	[[ "$(jqr '.waste[] | select(.pid == '"$outsider"') | .advice')" == *"gpuman run --mig 1g.10gb"* ]]
+	# the simulated job on 3g.40gb is outside gpuman too, in its slice
+	[ "$(jqr '.waste[] | select(.pid == 2500301) | .mig_uuid')" = "$SLICE_3G" ]
+	run -3 gpuman waste --grace 0
+	[[ "$output" == *"$outsider (slice 1g.10gb ${free:0:12} of GPU 0)"* ]]
+	[[ "$output" == *"idle-lease lease "*"($me, sleep 60) has held slice 2g.20gb MIG-2b000000 of GPU 0"* ]]
 }

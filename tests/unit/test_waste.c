@@ -34,6 +34,7 @@ static void machine(struct gm_snapshot *snap, unsigned gpus)
 
 static unsigned idx[2][8];
 static char uuids[2][8][96];
+static char migs[2][8][96];
 
 /* A lease of user on the GPUs listed, started age_ms ago, job job_pid. */
 static void lease(struct registry_view *view, size_t pos, const char *user, int job_pid,
@@ -56,6 +57,16 @@ static void lease(struct registry_view *view, size_t pos, const char *user, int 
 		idx[pos][i] = gpus[i];
 	view->lease_count = pos + 1;
 }
+
+/* Make lease pos a lease of one MIG slice ("MIG-<tail>") of its GPU. */
+static void lease_slice(struct registry_view *view, size_t pos, const char *tail)
+{
+	snprintf(migs[pos][0], sizeof migs[pos][0], "MIG-%s", tail);
+	view->leases[pos].migs = migs[pos];
+}
+
+#define SLICE_A "a0000000-1111-4000-8000-000000000001"
+#define SLICE_B "b0000000-1111-4000-8000-000000000002"
 
 static struct waste_opts opts(void)
 {
@@ -243,6 +254,112 @@ static void test_healthy_machine(void **state)
 	fake_snapshot_release(&snap);
 }
 
+/* GPU 0 in MIG mode: slice A holds bob's job, slice B is carol's lease, and
+ * a process outside gpuman runs in B.  Per slice: bob's lease is used, the
+ * intruder is on carol's slice (not bob's), and carol's lease is idle, named
+ * by its slice.  (NVML has no per-process utilization on slices.) */
+static void test_mig_slices_judged_per_slice(void **state)
+{
+	struct gm_snapshot snap;
+	struct registry_view view = REGISTRY_VIEW_INIT;
+	struct lease_info leases[2];
+	long in_lease[2] = {0, -1};
+	struct waste_report rep;
+	struct waste_opts o = opts();
+	char text[1024];
+	const unsigned g0[] = {0};
+
+	(void)state;
+	machine(&snap, 1);
+	fake_mig(&snap, 0, "1g.10gb", SLICE_A, 9728, 700, 60);
+	fake_mig(&snap, 0, "1g.10gb", SLICE_B, 9728, 8700, 99);
+	view.leases = leases;
+	lease(&view, 0, "bob", 60, 30 * MIN, 1, g0);
+	lease_slice(&view, 0, SLICE_A);
+	lease(&view, 1, "carol", 70, 2 * 60 * MIN, 1, g0);
+	lease_slice(&view, 1, SLICE_B);
+	proc(&snap, 0, 60, 9000, -1); /* bob's job, in slice A */
+	proc(&snap, 0, 99, 1000, -1); /* outside gpuman, in slice B */
+	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
+	assert_int_equal(rep.count, 2);
+	/* alice (the intruder's user), then carol; nothing of bob's */
+	assert_int_equal(rep.items[0].kind, WASTE_UNLEASED);
+	assert_int_equal(rep.items[0].pid, 99);
+	assert_int_equal(rep.items[0].gpus, 0x1);
+	assert_string_equal(rep.items[0].mig_uuid, "MIG-" SLICE_B);
+	assert_int_equal(rep.items[0].on_lease, 1);
+	waste_what(&snap, &view, &o, &rep.items[0], text, sizeof text);
+	assert_string_equal(text,
+	                    "pid 99 (alice, python train.py) runs on slice 1g.10gb "
+	                    "MIG-b0000000 of GPU 0 outside gpuman, on a slice leased to carol");
+	waste_advice(&snap, &view, &rep.items[0], text, sizeof text);
+	assert_non_null(strstr(text, "gpuman run --mig 1g.10gb"));
+	assert_int_equal(rep.items[1].kind, WASTE_IDLE_LEASE);
+	assert_string_equal(rep.items[1].user, "carol");
+	assert_int_equal(rep.items[1].lease, 1);
+	assert_string_equal(rep.items[1].mig_uuid, "MIG-" SLICE_B);
+	waste_what(&snap, &view, &o, &rep.items[1], text, sizeof text);
+	assert_string_equal(text, "lease lease-1 of pid 69 (carol, python sweep.py) has held slice "
+	                          "1g.10gb MIG-b0000000 of GPU 0 for 2h00m with none of its "
+	                          "processes on it");
+	waste_advice(&snap, &view, &rep.items[1], text, sizeof text);
+	assert_non_null(strstr(text, "CUDA_VISIBLE_DEVICES=MIG-" SLICE_B));
+	assert_non_null(strstr(text, "kill 69"));
+	waste_report_release(&rep);
+	fake_snapshot_release(&snap);
+}
+
+/* bob's lease holds slice A but his job runs in slice B: A is idle, and the
+ * job is outside its lease in B, not counted as A's use. */
+static void test_mig_job_in_another_slice(void **state)
+{
+	struct gm_snapshot snap;
+	struct registry_view view = REGISTRY_VIEW_INIT;
+	struct lease_info leases[1];
+	long in_lease[1] = {0};
+	struct waste_report rep;
+	struct waste_opts o = opts();
+	char text[1024];
+	const unsigned g0[] = {0};
+
+	(void)state;
+	machine(&snap, 2);
+	fake_mig(&snap, 0, "2g.20gb", SLICE_A, 19968, 19968, 0);
+	fake_mig(&snap, 0, "1g.10gb", SLICE_B, 9728, 700, 60);
+	view.leases = leases;
+	lease(&view, 0, "bob", 60, 30 * MIN, 1, g0);
+	lease_slice(&view, 0, SLICE_A);
+	proc(&snap, 0, 60, 9000, -1);
+	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
+	assert_int_equal(rep.count, 2);
+	assert_int_equal(rep.items[0].kind, WASTE_UNLEASED);
+	assert_int_equal(rep.items[0].pid, 60);
+	assert_int_equal(rep.items[0].lease, 0);
+	assert_int_equal(rep.items[0].on_lease, -1);
+	assert_string_equal(rep.items[0].mig_uuid, "MIG-" SLICE_B);
+	waste_what(&snap, &view, &o, &rep.items[0], text, sizeof text);
+	assert_string_equal(text, "pid 60 (alice, python train.py) runs on slice 1g.10gb "
+	                          "MIG-b0000000 of GPU 0 outside its lease lease-0 (no lease "
+	                          "holds the slice)");
+	waste_advice(&snap, &view, &rep.items[0], text, sizeof text);
+	assert_non_null(strstr(text, "CUDA_VISIBLE_DEVICES=MIG-" SLICE_A));
+	assert_int_equal(rep.items[1].kind, WASTE_IDLE_LEASE);
+	assert_int_equal(rep.items[1].idle_gpus, 0x1);
+	assert_string_equal(rep.items[1].mig_uuid, "MIG-" SLICE_A);
+	waste_what(&snap, &view, &o, &rep.items[1], text, sizeof text);
+	assert_non_null(strstr(text, "has held slice 2g.20gb MIG-a0000000 of GPU 0 for 30m"));
+	/* in its own slice, the job uses the lease: nothing to report */
+	waste_report_release(&rep);
+	snap.migs[0].pids = snap.migs[1].pids;
+	snap.migs[0].pid_count = 1;
+	snap.migs[1].pids = NULL;
+	snap.migs[1].pid_count = 0;
+	assert_int_equal(waste_find(&snap, &view, in_lease, &o, &rep), 0);
+	assert_int_equal(rep.count, 0);
+	waste_report_release(&rep);
+	fake_snapshot_release(&snap);
+}
+
 static void test_text_printable(void **state)
 {
 	char buf[64];
@@ -279,6 +396,8 @@ int main(void)
 	    cmocka_unit_test(test_idle_lease_and_intruder),
 	    cmocka_unit_test(test_idle_reservation),
 	    cmocka_unit_test(test_healthy_machine),
+	    cmocka_unit_test(test_mig_slices_judged_per_slice),
+	    cmocka_unit_test(test_mig_job_in_another_slice),
 	    cmocka_unit_test(test_text_printable),
 	};
 
