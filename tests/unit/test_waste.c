@@ -360,6 +360,42 @@ static void test_mig_job_in_another_slice(void **state)
 	fake_snapshot_release(&snap);
 }
 
+/* A hog that computes in a slice of GPU 0 and idles on whole GPU 1: the
+ * advice names the slice; outside gpuman it is one finding per slice and
+ * one for its whole GPUs. */
+static void test_mig_hog_advice_names_the_slice(void **state)
+{
+	struct gm_snapshot snap;
+	struct registry_view view = REGISTRY_VIEW_INIT;
+	struct waste_report rep;
+	struct waste_opts o = opts();
+	char text[1024];
+
+	(void)state;
+	machine(&snap, 2);
+	fake_mig(&snap, 0, "3g.40gb", SLICE_A, 40192, 10000, 42);
+	proc(&snap, 0, 42, 30000, 70);
+	proc(&snap, 1, 42, 500, 0);
+	assert_int_equal(waste_find(&snap, &view, NULL, &o, &rep), 0);
+	assert_int_equal(rep.count, 3);
+	assert_int_equal(rep.items[0].kind, WASTE_HOG);
+	assert_int_equal(rep.items[0].idle_gpus, 0x2);
+	waste_advice(&snap, &view, &rep.items[0], text, sizeof text);
+	assert_non_null(strstr(text, "gpuman run --mig 3g.40gb -- CMD, or "
+	                             "CUDA_VISIBLE_DEVICES=MIG-" SLICE_A ";"));
+	assert_int_equal(rep.items[1].kind, WASTE_UNLEASED);
+	assert_int_equal(rep.items[1].gpus, 0x1);
+	assert_string_equal(rep.items[1].mig_uuid, "MIG-" SLICE_A);
+	assert_int_equal(rep.items[2].kind, WASTE_UNLEASED);
+	assert_int_equal(rep.items[2].gpus, 0x2);
+	assert_string_equal(rep.items[2].mig_uuid, "");
+	waste_what(&snap, &view, &o, &rep.items[2], text, sizeof text);
+	assert_string_equal(
+	    text, "pid 42 (alice, python train.py) runs on GPU 1 outside gpuman (no lease)");
+	waste_report_release(&rep);
+	fake_snapshot_release(&snap);
+}
+
 static void test_text_printable(void **state)
 {
 	char buf[64];
@@ -398,6 +434,7 @@ int main(void)
 	    cmocka_unit_test(test_healthy_machine),
 	    cmocka_unit_test(test_mig_slices_judged_per_slice),
 	    cmocka_unit_test(test_mig_job_in_another_slice),
+	    cmocka_unit_test(test_mig_hog_advice_names_the_slice),
 	    cmocka_unit_test(test_text_printable),
 	};
 
