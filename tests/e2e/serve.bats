@@ -322,3 +322,27 @@ hold_lease() {
 	[ "$rc" = 0 ]
 	[[ "$(cat "$BATS_TEST_TMPDIR/serve.log")" == *"Terminated, stopping"* ]]
 }
+
+@test "serve: with no --listen it serves dcgm-exporter's port 9400 on loopback only" {
+	four_gpus
+	# 9400 in hex, listening (state 0A), in /proc/net/tcp's local address column
+	if awk 'NR > 1 && $4 == "0A" {print $2}' /proc/net/tcp /proc/net/tcp6 | grep -qi ':24B8$'; then
+		skip "port 9400 is taken on this machine (another gpuman serve or dcgm-exporter?)"
+	fi
+	gpuman serve --interval 0.3 2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
+	SERVE_PID=$!
+	wait_for "grep -q 'listen' '$BATS_TEST_TMPDIR/serve.log'"
+	# make check runs this suite twice at once (plain and ASan builds)
+	if grep -q 'Address already in use' "$BATS_TEST_TMPDIR/serve.log"; then
+		skip "port 9400 was taken meanwhile (the other build's run of this suite?)"
+	fi
+	grep -q 'listening on 127.0.0.1:9400 ' "$BATS_TEST_TMPDIR/serve.log"
+	kill -0 "$SERVE_PID"
+	run -0 curl -sf http://127.0.0.1:9400/metrics
+	[[ "$output" == *'DCGM_FI_DEV_FB_USED{gpu="0"'* ]]
+	# bound to 127.0.0.1 (0100007F), never to every address
+	run awk 'NR > 1 && $4 == "0A" {print $2}' /proc/net/tcp /proc/net/tcp6
+	[[ "$output" == *"0100007F:24B8"* ]]
+	[[ "$output" != *"00000000:24B8"* ]]
+	[[ "$output" != *"00000000000000000000000000000000:24B8"* ]]
+}
