@@ -27,11 +27,15 @@ struct layout {
 	int name_w;  /* NAME column */
 	int fixed_w; /* index to power, before PROCESSES */
 	int stacked;
+	int narrow; /* stacked, and even the readings need two lines */
 };
 #define STATUS_MIN_NAME 26
 #define STATUS_STACK_INDENT 5
 /* The readings after the name: "%4uC %4u%% " + " %6s / %-6s %3u%% " + "%4u / %-4uW ". */
 #define STATUS_READINGS_W 47
+/* A stacked GPU's readings line: the indent, then "%4uC %4u%% " and the
+ * rest of the readings. */
+#define STATUS_STACKED_READINGS_W (STATUS_STACK_INDENT + STATUS_READINGS_W - 1)
 /* A process entry, "alice 2028329 10.4G", needs about this much room. */
 #define STATUS_ITEM_ROOM 20
 
@@ -136,6 +140,7 @@ static void layout_init(struct layout *l, const struct cli_select *sel, const st
 	}
 	l->fixed_w = 3 + 2 + l->name_w + 1 + STATUS_READINGS_W;
 	l->stacked = l->width && l->width < l->fixed_w + 1 + STATUS_ITEM_ROOM;
+	l->narrow = l->stacked && l->width < STATUS_STACKED_READINGS_W;
 }
 
 /* "1h05m", "42s": the time a reservation has left. */
@@ -310,6 +315,8 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 		       g->mem_total_mib ? (unsigned)(g->mem_used_mib * 100 / g->mem_total_mib) : 0);
 	else
 		printf(" %-19s ", "      - / -");
+	if (l->narrow)
+		printf("\n%*s", STATUS_STACK_INDENT, "");
 	if ((g->valid & GM_HAS_POWER) && (g->valid & GM_HAS_POWER_LIMIT))
 		printf("%4u / %-4uW", g->power_mw / 1000, g->power_limit_mw / 1000);
 	else if (g->valid & GM_HAS_POWER)
@@ -359,9 +366,15 @@ static void print_waste(const struct cli *cli, const struct cli_select *sel,
 		printf("  ... and %zu more\n", shown - STATUS_WASTE_LINES);
 	if (unleased && !shown)
 		printf("%swaste (gpuman waste for advice):%s\n", c_bold(cli), c_reset(cli));
-	if (unleased)
-		printf("  %s%-10s%s %zu process%s on GPUs outside gpuman\n", c_yellow(cli),
-		       "unleased", c_reset(cli), unleased, unleased == 1 ? "" : "es");
+	if (unleased) {
+		struct cursor c = {13, width, 13};
+
+		printf("  %s%-10s%s ", c_yellow(cli), "unleased", c_reset(cli));
+		snprintf(what, sizeof what, "%zu process%s on GPUs outside gpuman", unleased,
+		         unleased == 1 ? "" : "es");
+		put_words(&c, what);
+		putchar('\n');
+	}
 }
 
 /* Whether the GPU row is shown: -i, and with -u only GPUs where one of
@@ -548,10 +561,11 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 	}
 	if (snap->gpu_count) {
 		if (l.stacked)
-			printf("%s%3s  %s\n%*s%5s %5s  %-20s %s\n%*s%s%s\n", c_bold(cli), "GPU",
+			printf("%s%3s  %s\n%*s%5s %5s  %-20s%s%*s%s\n%*s%s%s\n", c_bold(cli), "GPU",
 			       "NAME", STATUS_STACK_INDENT, "", "TEMP", "UTIL",
-			       "MEMORY USED / TOTAL", "POWER", STATUS_STACK_INDENT, "",
-			       "PROCESSES (user pid memory)", c_reset(cli));
+			       "MEMORY USED / TOTAL", l.narrow ? "\n" : " ",
+			       l.narrow ? STATUS_STACK_INDENT : 0, "", "POWER", STATUS_STACK_INDENT,
+			       "", "PROCESSES (user pid memory)", c_reset(cli));
 		else
 			printf("%s%3s  %-*s %5s %5s  %-20s %-12s %s%s\n", c_bold(cli), "GPU",
 			       l.name_w, "NAME", "TEMP", "UTIL", "MEMORY USED / TOTAL", "POWER",

@@ -168,7 +168,7 @@ lab_pids_in() {
 	# a pipe: one line per GPU, as scripts read it
 	run -0 gpuman status
 	[ "${lines[2]}" = "  0  NVIDIA GeForce GTX 1080 Ti   83C   97%   10.9G / 11.0G   98%  231 / 250 W  pid 2028329 10.4G, pid 3141592 485M" ]
-	for w in 100 80 60; do
+	for w in 100 80 60 40; do
 		COLUMNS=$w run -0 gpuman status
 		long=$(printf '%s\n' "$output" | awk -v w="$w" 'length($0) > w')
 		[ -z "$long" ] || { echo "COLUMNS=$w, longer lines: $long"; false; }
@@ -186,6 +186,10 @@ lab_pids_in() {
 	[ "${lines[6]}" = "       83C   97%   10.9G / 11.0G   98%  231 / 250 W" ]
 	[ "${lines[7]}" = "     pid 2028329 10.4G, pid 3141592 485M" ]
 	[[ "$output" == *$'holds 2.4G on GPUs\n             0,1,5,6,7 but computes only on 3'* ]]
+	# 40 (a phone): the power goes under the other readings
+	COLUMNS=40 run -0 gpuman status
+	[ "${lines[7]}" = "       83C   97%   10.9G / 11.0G   98% " ]
+	[ "${lines[8]}" = "      231 / 250 W" ]
 	# COLUMNS that is not a number is ignored
 	COLUMNS=wide run -0 gpuman status
 	[ "${lines[2]}" = "  0  NVIDIA GeForce GTX 1080 Ti   83C   97%   10.9G / 11.0G   98%  231 / 250 W  pid 2028329 10.4G, pid 3141592 485M" ]
