@@ -197,18 +197,29 @@ static const char *holder_check(struct lock_holder *h, dev_t dev, ino_t ino, int
 {
 	unsigned long long cpu = 0;
 	char state = '?';
-	int pid = lock_holder_pid(dev, ino), gone;
+	int pid = lock_holder_pid(dev, ino), gone, hidden;
 
 	if (pid <= 0)
 		return NULL; /* released meanwhile, or not shown to us */
 	gone = proc_stat(pid, &state, &cpu) < 0 || state == 'Z' || state == 'X';
+	/* Another user's live process that a /proc mounted with hidepid will
+	 * not show: not ended, but neither its work nor its stop can be seen. */
+	hidden = gone && state == '?' && kill(pid, 0) < 0 && errno == EPERM;
 	if (pid != h->pid) {
 		memset(h, 0, sizeof *h);
 		h->pid = pid;
 		h->since_ms = h->active_ms = now;
 		h->cpu = cpu;
-		holder_describe(h);
+		if (hidden)
+			snprintf(h->who, sizeof h->who,
+			         "pid %d (another user's; /proc's hidepid hides it)", pid);
+		else
+			holder_describe(h);
 	}
+	if (hidden) /* as long as an idle holder we could see is given */
+		return now - h->since_ms >= LOCK_IDLE_MS
+		           ? "cannot be watched here and has held it 10 s"
+		           : NULL;
 	if (cpu != h->cpu || state == 'R' || state == 'D')
 		h->active_ms = now;
 	h->cpu = cpu;
