@@ -16,15 +16,18 @@ static const struct csv_column ps_columns[] = {
     {"user", ""},
     {"memory_mib", "MiB"},
     {"util_pct", "percent, over the last 10 s"},
-    {"type", "C, G or C+G"},
+    {"type", "C, G, C+G, M+C (MPS client) or M+C+G"},
     {"lease", "gpuman lease id"},
     {"command", "command line"},
     {"mig", "MIG slice UUID"},
 };
 #define PS_COLUMNS (sizeof ps_columns / sizeof ps_columns[0])
 
+/* nvidia-smi's marks: M+C is a client of an MPS server. */
 static const char *kind_name(const struct gm_proc *p)
 {
+	if (p->mps)
+		return p->kind & GM_PROC_GRAPHICS ? "M+C+G" : "M+C";
 	return p->kind == (GM_PROC_COMPUTE | GM_PROC_GRAPHICS) ? "C+G"
 	       : p->kind == GM_PROC_GRAPHICS                   ? "G"
 	                                                       : "C";
@@ -198,11 +201,11 @@ const struct cmd_entry cmd_ps = {
     "\n"
     "Every process NVML reports on any GPU: its GPU (NVML index), pid, user,\n"
     "memory, utilization (its own, averaged over the last 10 s; '-' where the\n"
-    "GPU does not report it), type (C compute, G graphics), the gpuman lease it\n"
-    "runs under and its command line; on a machine with MIG slices, the slice\n"
-    "(profile) each process runs in.  User and command show '?' where /proc\n"
-    "does not show the process (e.g. from a container).  On a terminal the\n"
-    "command is cut to its width.\n"
+    "GPU does not report it), type (C compute, G graphics, M+C a client of an\n"
+    "MPS server), the gpuman lease it runs under and its command line; on a\n"
+    "machine with MIG slices, the slice (profile) each process runs in.  User\n"
+    "and command show '?' where /proc does not show the process (e.g. from a\n"
+    "container).  On a terminal the command is cut to its width.\n"
     "\n"
     "  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
     "  -u, --user USER[,USER] only these users' processes (names or uids)\n"

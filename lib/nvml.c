@@ -126,10 +126,18 @@ static void resolve(struct nvml *nv)
 	nv->pci[2] = (fn_dev_pci)dlsym(dl, "nvmlDeviceGetPciInfo");
 	nv->memory_v2 = (fn_dev_mem2)dlsym(dl, "nvmlDeviceGetMemoryInfo_v2");
 	nv->memory_v1 = (fn_dev_mem1)dlsym(dl, "nvmlDeviceGetMemoryInfo");
-	nv->procs[0][0] = (fn_dev_procs)dlsym(dl, "nvmlDeviceGetComputeRunningProcesses_v2");
-	nv->procs[0][1] = (fn_dev_procs)dlsym(dl, "nvmlDeviceGetComputeRunningProcesses");
-	nv->procs[1][0] = (fn_dev_procs)dlsym(dl, "nvmlDeviceGetGraphicsRunningProcesses_v2");
-	nv->procs[1][1] = (fn_dev_procs)dlsym(dl, "nvmlDeviceGetGraphicsRunningProcesses");
+	nv->procs[PROC_COMPUTE][0] =
+	    (fn_dev_procs)dlsym(dl, "nvmlDeviceGetComputeRunningProcesses_v2");
+	nv->procs[PROC_COMPUTE][1] =
+	    (fn_dev_procs)dlsym(dl, "nvmlDeviceGetComputeRunningProcesses");
+	nv->procs[PROC_GRAPHICS][0] =
+	    (fn_dev_procs)dlsym(dl, "nvmlDeviceGetGraphicsRunningProcesses_v2");
+	nv->procs[PROC_GRAPHICS][1] =
+	    (fn_dev_procs)dlsym(dl, "nvmlDeviceGetGraphicsRunningProcesses");
+	/* MPS clients: in this list, not (or not only) in the compute one. */
+	nv->procs[PROC_MPS][0] =
+	    (fn_dev_procs)dlsym(dl, "nvmlDeviceGetMPSComputeRunningProcesses_v2");
+	nv->procs[PROC_MPS][1] = (fn_dev_procs)dlsym(dl, "nvmlDeviceGetMPSComputeRunningProcesses");
 
 	nv->error_string = (fn_errstr)dlsym(dl, "nvmlErrorString");
 	nv->sim_error = (fn_simerr)dlsym(dl, "gpumanSimError");

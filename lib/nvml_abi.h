@@ -104,6 +104,10 @@ struct nvml_pci {
 #define PROC_TRIES 4
 #define PROC_MAX 65536 /* a count beyond this is garbage, not processes */
 
+/* NVML's process lists, each with its own functions.  _v3 is not used:
+ * the same 24 bytes as _v2, except on the 535 drivers that write 32. */
+enum proc_list { PROC_COMPUTE, PROC_GRAPHICS, PROC_MPS, PROC_LISTS };
+
 #define GPU_MAX 64
 #define MIG_MAX 64 /* slots per GPU; A100 and H100 have 7 */
 
@@ -152,6 +156,7 @@ enum nvml_op {
 	OP_MEMORY,
 	OP_PROCS_COMPUTE,
 	OP_PROCS_GRAPHICS,
+	OP_PROCS_MPS,
 	OP_COUNT_OF
 };
 
@@ -172,7 +177,8 @@ struct nvml {
 	fn_dev_pci pci[3];
 	fn_dev_mem2 memory_v2;
 	fn_dev_mem1 memory_v1;
-	fn_dev_procs procs[2][2]; /* [compute, graphics][v2, v1] */
+	/* [enum proc_list][v2, v1]; MPS from R470 (NULL before: not read) */
+	fn_dev_procs procs[PROC_LISTS][2];
 
 	fn_errstr error_string;
 	fn_simerr sim_error; /* gpumanSimError: only the simulator has it */

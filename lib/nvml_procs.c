@@ -1,6 +1,6 @@
 /*
- * nvml_procs.c - one GPU's processes (compute and graphics lists, merged by
- * pid) and its MIG slices with their own processes, appended to the
+ * nvml_procs.c - one GPU's processes (compute, graphics and MPS lists,
+ * merged by pid) and its MIG slices with their own processes, appended to the
  * snapshot.  NVML's process entries are parsed from raw bytes: their
  * layout changed between driver versions.
  */
@@ -45,17 +45,27 @@ static int proc_cmp(const void *a, const void *b)
 }
 
 /*
- * Read one process list (compute or graphics) of a GPU by NVML's protocol:
+ * Read one process list (enum proc_list) of a GPU by NVML's protocol:
  * ask for the count with an empty buffer (SUCCESS means none), then fill a
  * buffer with slack, again while processes keep appearing.  On ANSWER_OK,
  * *out (caller frees) holds *count entries sorted by pid, one per pid: a
  * process on several MIG instances has their memory summed.  Returns an enum
  * answer, or -1 when out of memory.
  */
-static int read_procs(struct gpu_query *q, int graphics, struct raw_proc **out, size_t *count)
+static int read_procs(struct gpu_query *q, enum proc_list list, struct raw_proc **out,
+                      size_t *count)
 {
-	static const char *const what[] = {"compute processes", "graphics processes"};
-	enum nvml_op op = graphics ? OP_PROCS_GRAPHICS : OP_PROCS_COMPUTE;
+	static const char *const what[] = {
+	    [PROC_COMPUTE] = "compute processes",
+	    [PROC_GRAPHICS] = "graphics processes",
+	    [PROC_MPS] = "MPS processes",
+	};
+	static const enum nvml_op ops[] = {
+	    [PROC_COMPUTE] = OP_PROCS_COMPUTE,
+	    [PROC_GRAPHICS] = OP_PROCS_GRAPHICS,
+	    [PROC_MPS] = OP_PROCS_MPS,
+	};
+	enum nvml_op op = ops[list];
 	struct nvml *nv = q->nv;
 	struct raw_proc *raw = NULL, *r;
 	unsigned char *buf = NULL, *e;
@@ -68,10 +78,10 @@ static int read_procs(struct gpu_query *q, int graphics, struct raw_proc **out, 
 	/* The newest version that exists (FUNCTION_NOT_FOUND: an older one). */
 	rc = NVML_ERROR_FUNCTION_NOT_FOUND;
 	for (v = level_get(nv, op); v < 2; v++) {
-		if (!nv->procs[graphics][v])
+		if (!nv->procs[list][v])
 			continue;
 		n = 0;
-		rc = nv->procs[graphics][v](q->dev, &n, NULL);
+		rc = nv->procs[list][v](q->dev, &n, NULL);
 		if (rc != NVML_ERROR_FUNCTION_NOT_FOUND)
 			break;
 		level_raise(nv, op, v + 1);
@@ -88,17 +98,17 @@ static int read_procs(struct gpu_query *q, int graphics, struct raw_proc **out, 
 			goto out;
 		}
 		n = cap;
-		rc = nv->procs[graphics][v](q->dev, &n, buf);
+		rc = nv->procs[list][v](q->dev, &n, buf);
 	}
 	if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
 		snapshot_add_note(q->snap,
 		                  "GPU %u: %s: NVML kept asking for more room (%u "
 		                  "entries); list not read",
-		                  q->gpu->index, what[graphics], n);
+		                  q->gpu->index, what[list], n);
 		ret = ANSWER_NONE;
 		goto out;
 	}
-	ret = nvml_answer(q, what[graphics], rc);
+	ret = nvml_answer(q, what[list], rc);
 	if (ret != ANSWER_OK || !buf)
 		goto out; /* SUCCESS on the first call: no processes */
 	if (n > cap)
@@ -152,12 +162,13 @@ out:
 
 /*
  * Merge a list into the GPU's processes, which start at first and are sorted
- * by pid up to sorted_end.  A process in both the compute and the graphics
- * list is one process using one amount of memory: the kinds add up, the
- * memory does not.  -1 when out of memory.
+ * by pid up to sorted_end.  A process in several lists (compute and graphics,
+ * or compute and MPS) is one process using one amount of memory: the kinds
+ * add up, the memory does not.  mps marks the MPS list's processes.  -1 when
+ * out of memory.
  */
 static int merge_procs(struct proc_sink *sink, unsigned gpu, size_t first, size_t sorted_end,
-                       const struct raw_proc *raw, size_t n, unsigned kind)
+                       const struct raw_proc *raw, size_t n, unsigned kind, int mps)
 {
 	struct gm_snapshot *snap = sink->snap;
 	struct gm_proc key, *p, *procs;
@@ -172,6 +183,7 @@ static int merge_procs(struct proc_sink *sink, unsigned gpu, size_t first, size_
 		                       : NULL;
 		if (p) {
 			p->kind |= kind;
+			p->mps |= mps;
 			if (raw[i].has_mem && (!p->has_mem || mib > p->used_mib)) {
 				p->has_mem = 1;
 				p->used_mib = mib;
@@ -193,26 +205,35 @@ static int merge_procs(struct proc_sink *sink, unsigned gpu, size_t first, size_
 		p->has_mem = raw[i].has_mem;
 		p->used_mib = mib;
 		p->kind = kind;
+		p->mps = mps;
 	}
 	return 0;
 }
 
-/* Both process lists of one GPU.  Returns an enum answer, or -1 (no memory). */
+/* The process lists of one GPU: MPS clients compute through the MPS
+ * server, so they are compute processes too.  A driver without the MPS
+ * list (before R470) costs no call.  Returns an enum answer, or -1 (no
+ * memory). */
 int nvml_query_procs(struct gpu_query *q, struct proc_sink *sink)
 {
-	static const unsigned kinds[] = {GM_PROC_COMPUTE, GM_PROC_GRAPHICS};
+	static const unsigned kinds[] = {
+	    [PROC_COMPUTE] = GM_PROC_COMPUTE,
+	    [PROC_GRAPHICS] = GM_PROC_GRAPHICS,
+	    [PROC_MPS] = GM_PROC_COMPUTE,
+	};
 	struct gm_snapshot *snap = sink->snap;
 	size_t first = snap->proc_count, n;
 	struct raw_proc *raw;
-	int graphics, a;
+	enum proc_list list;
+	int a;
 
-	for (graphics = 0; graphics < 2; graphics++) {
-		a = read_procs(q, graphics, &raw, &n);
+	for (list = 0; list < PROC_LISTS; list++) {
+		a = read_procs(q, list, &raw, &n);
 		if (a == ANSWER_OK) {
 			if (merge_procs(sink, q->gpu->index, first, snap->proc_count, raw, n,
-			                kinds[graphics]) < 0)
+			                kinds[list], list == PROC_MPS) < 0)
 				a = -1;
-			else if (!graphics)
+			else if (list == PROC_COMPUTE)
 				q->gpu->valid |= GM_HAS_PROCESSES;
 		}
 		free(raw);
@@ -311,12 +332,12 @@ static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first,
 		m->compute_instance_id = ci;
 		m->valid |= GM_MIG_HAS_INSTANCE;
 	}
-	a = read_procs(mq, 0, &raw, &n);
+	a = read_procs(mq, PROC_COMPUTE, &raw, &n);
 	if (a != ANSWER_OK)
 		return a;
 	m->pids = calloc(n + 1, sizeof *m->pids);
 	if (!m->pids || merge_procs(sink, mq->gpu->index, first, snap->proc_count, raw, n,
-	                            GM_PROC_COMPUTE) < 0) {
+	                            GM_PROC_COMPUTE, 0) < 0) {
 		free(raw);
 		return -1;
 	}

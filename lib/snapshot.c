@@ -345,6 +345,7 @@ json_t *snapshot_proc_json(const struct gm_snapshot *snap, const struct gm_proc 
 	json_object_set_new(o, "used_mib",
 	                    proc->has_mem ? json_integer((json_int_t)proc->used_mib) : json_null());
 	json_object_set_new(o, "type", json_string(kind));
+	json_object_set_new(o, "mps", json_boolean(proc->mps));
 	json_object_set_new(o, "utilization_pct",
 	                    proc->has_util ? json_integer(proc->util_pct) : json_null());
 	json_object_set_new(o, "user", proc->has_user ? json_string(proc->user) : json_null());

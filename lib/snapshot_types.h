@@ -44,6 +44,7 @@ struct gm_proc {
 	int has_mem;  /* 0 when NVML does not report its memory */
 	uint64_t used_mib;
 	unsigned kind; /* enum gm_proc_kind bits */
+	int mps;       /* an MPS client (in NVML's MPS list): kind has COMPUTE */
 	int has_user;  /* /proc showed the owner */
 	unsigned uid;
 	char user[33];

@@ -189,7 +189,7 @@ enum scenario_compute_mode {
 enum scenario_proc_kind {
 	SCENARIO_PROC_COMPUTE = 1,
 	SCENARIO_PROC_GRAPHICS = 2,
-	SCENARIO_PROC_MPS = 4 /* an MPS client: in the MPS list only */
+	SCENARIO_PROC_MPS = 4 /* an MPS client: in the MPS list */
 };
 
 struct scenario_proc {

@@ -207,11 +207,15 @@ static int parse_proc(struct loader *ld, const json_t *obj, const char *where,
 		proc->kind = SCENARIO_PROC_GRAPHICS;
 	else if (!strcmp(type, "mps"))
 		proc->kind = SCENARIO_PROC_MPS;
+	else if (!strcmp(type, "compute+mps")) /* an MPS client listed by both calls */
+		proc->kind = SCENARIO_PROC_COMPUTE | SCENARIO_PROC_MPS;
 	else if (!strcmp(type, "both"))
 		proc->kind = SCENARIO_PROC_COMPUTE | SCENARIO_PROC_GRAPHICS;
 	else
 		return loader_bad(ld, where, "type",
-		                  "unknown type '%s' (use compute, graphics, both or mps)", type);
+		                  "unknown type '%s' (use compute, graphics, both, mps or "
+		                  "compute+mps)",
+		                  type);
 	return 0;
 }
 

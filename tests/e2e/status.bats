@@ -109,6 +109,65 @@ JSON
 	[ "$(jqr 'length')" = 3 ]
 }
 
+# mps_gpus - GPU 0 runs one compute process and two MPS clients: this test's
+# shell ($$, so that /proc shows its user) in the MPS list only, and
+# 3100002, which both process lists show.
+mps_gpus() {
+	scenario mps <<JSON
+{ "driver_version": "550.54.15", "cuda_driver_version": 12040,
+  "gpus": [
+    { "name": "Test GPU A", "memory_total_mib": 16000, "memory_used_mib": 0, "utilization_gpu": 0,
+      "processes": [ { "pid": 3100001, "used_mib": 4000, "utilization": 50 },
+                     { "pid": $$, "used_mib": 1500, "utilization": 20, "type": "mps" },
+                     { "pid": 3100002, "used_mib": 2000, "utilization": 10, "type": "compute+mps" } ] },
+    { "name": "Test GPU B", "memory_total_mib": 16000, "memory_used_mib": 0, "utilization_gpu": 0,
+      "processes": [] } ] }
+JSON
+}
+
+# procs_are "GPU:PID:..." ... - .processes (sorted by pid) as jq's FIELDS says, in any order
+procs_are() {
+	local fields=$1
+	shift
+	[ "$(jqr "[.processes[] | $fields] | sort | join(\" \")")" = \
+	  "$(printf '%s\n' "$@" | LC_ALL=C sort | paste -sd' ')" ]
+}
+
+@test "MPS clients (NVML's MPS list) are compute processes marked mps, once each, with user and memory" {
+	mps_gpus
+	run -0 gpuman status --json
+	procs_are '"\(.gpu):\(.pid):\(.used_mib):\(.type):\(.mps):\(.utilization_pct)"' \
+		0:3100001:4000:compute:false:50 0:3100002:2000:compute:true:10 0:$$:1500:compute:true:20
+	[ "$(jqr ".processes[] | select(.pid == $$) | .user")" = "$(id -un)" ]
+	run -0 gpuman ps --json
+	[ "$(jqr "[.[] | select(.mps) | .pid] | sort | join(\",\")")" = \
+	  "$(printf '%s\n' 3100002 $$ | sort -n | paste -sd,)" ]
+	run -0 gpuman ps
+	[[ "$output" == *" $$ "*"1.5G"*" M+C "* ]]
+	[[ "$output" == *" 3100001 "*" C "* ]]
+	run -0 gpuman ps --format csv=pid,type
+	[[ "$output" == *$'\n'"$$,M+C"* ]]
+	# waste counts them as compute processes outside gpuman (exit 3: found)
+	run -3 gpuman waste --json
+	[ "$(jqr "[.waste[] | select(.pid == $$) | .kind] | join(\",\")")" = unleased ]
+	# only the unversioned MPS call (16-byte entries): the same processes
+	jq '.missing_symbols = ["nvmlDeviceGetMPSComputeRunningProcesses_v2"]' "$GPUMAN_SIM" \
+		>"$BATS_TEST_TMPDIR/v1.json"
+	GPUMAN_SIM=$BATS_TEST_TMPDIR/v1.json run -0 gpuman status --json
+	procs_are '"\(.pid):\(.used_mib):\(.mps)"' 3100001:4000:false 3100002:2000:true $$:1500:true
+}
+
+@test "a driver without the MPS list (R390) still works: compute processes only, none marked mps" {
+	mps_gpus
+	jq '.driver_version = "390.157"' "$GPUMAN_SIM" >"$BATS_TEST_TMPDIR/r390.json"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/r390.json
+	GPUMAN_NVML=$GM_BUILD/sim/r390/libnvidia-ml.so.1 run -0 gpuman status --json
+	procs_are '"\(.pid):\(.used_mib):\(.mps)"' 3100001:4000:false 3100002:2000:false
+	[ "$(jqr '.notes | length')" = 0 ]
+	GPUMAN_NVML=$GM_BUILD/sim/r390/libnvidia-ml.so.1 run -0 gpuman ps
+	[[ "$output" != *"M+C"* ]]
+}
+
 @test "a laptop GPU without power management reads as not supported, not as zero" {
 	scenario laptop <<'JSON'
 { "gpus": [ { "name": "Laptop GPU", "memory_total_mib": 4096, "memory_used_mib": 100,
