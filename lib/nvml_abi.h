@@ -177,7 +177,7 @@ struct nvml {
 	fn_dev_pci pci[3];
 	fn_dev_mem2 memory_v2;
 	fn_dev_mem1 memory_v1;
-	/* [enum proc_list][v2, v1]; MPS from R470 (NULL before: not read) */
+	/* [enum proc_list][v2, v1]; MPS NULL on older drivers: not read */
 	fn_dev_procs procs[PROC_LISTS][2];
 
 	fn_errstr error_string;

@@ -212,7 +212,7 @@ static int merge_procs(struct proc_sink *sink, unsigned gpu, size_t first, size_
 
 /* The process lists of one GPU: MPS clients compute through the MPS
  * server, so they are compute processes too.  A driver without the MPS
- * list (before R470) costs no call.  Returns an enum answer, or -1 (no
+ * list (an older one) costs no call.  Returns an enum answer, or -1 (no
  * memory). */
 int nvml_query_procs(struct gpu_query *q, struct proc_sink *sink)
 {

@@ -139,6 +139,8 @@ procs_are() {
 	procs_are '"\(.gpu):\(.pid):\(.used_mib):\(.type):\(.mps):\(.utilization_pct)"' \
 		0:3100001:4000:compute:false:50 0:3100002:2000:compute:true:10 0:$$:1500:compute:true:20
 	[ "$(jqr ".processes[] | select(.pid == $$) | .user")" = "$(id -un)" ]
+	run -0 gpuman status
+	[[ "$output" == *"$(id -un) $$ 1.5G"* ]]
 	run -0 gpuman ps --json
 	[ "$(jqr "[.[] | select(.mps) | .pid] | sort | join(\",\")")" = \
 	  "$(printf '%s\n' 3100002 $$ | sort -n | paste -sd,)" ]
