@@ -160,6 +160,14 @@ out:
 	return ret;
 }
 
+/* Sort the GPU's processes (from first on) by pid again after a merge
+ * appended some. */
+static void sort_procs(struct gm_snapshot *snap, size_t first)
+{
+	if (snap->proc_count - first > 1)
+		qsort(snap->procs + first, snap->proc_count - first, sizeof *snap->procs, proc_cmp);
+}
+
 /*
  * Merge a list into the GPU's processes, which start at first and are sorted
  * by pid up to sorted_end.  A process in several lists (compute and graphics,
@@ -239,9 +247,8 @@ int nvml_query_procs(struct gpu_query *q, struct proc_sink *sink)
 		free(raw);
 		if (a == -1 || a == ANSWER_LOST)
 			return a;
+		sort_procs(snap, first); /* the next merge searches them */
 	}
-	if (snap->proc_count - first > 1)
-		qsort(snap->procs + first, snap->proc_count - first, sizeof *snap->procs, proc_cmp);
 	return ANSWER_OK;
 }
 
@@ -269,6 +276,13 @@ static int mig_cmp(const void *a, const void *b)
 	if (x->compute_instance_id != y->compute_instance_id)
 		return x->compute_instance_id < y->compute_instance_id ? -1 : 1;
 	return strcmp(x->uuid, y->uuid);
+}
+
+static int pid_cmp(const void *a, const void *b)
+{
+	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 static void drop_migs(struct gm_snapshot *snap, size_t from)
@@ -303,10 +317,10 @@ static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first,
 {
 	struct nvml *nv = mq->nv;
 	struct gm_snapshot *snap = sink->snap;
-	struct raw_proc *raw;
+	struct raw_proc *raw[2] = {NULL, NULL}; /* compute, MPS */
+	size_t n[2] = {0, 0}, k, i;
 	unsigned gi, ci;
-	size_t n;
-	int a;
+	int a, l;
 
 	m->gpu = mq->gpu->index;
 	if (nv->name && nv->name(mq->dev, m->name, sizeof m->name) == NVML_SUCCESS) {
@@ -332,23 +346,37 @@ static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first,
 		m->compute_instance_id = ci;
 		m->valid |= GM_MIG_HAS_INSTANCE;
 	}
-	a = read_procs(mq, PROC_COMPUTE, &raw, &n);
+	a = read_procs(mq, PROC_COMPUTE, &raw[0], &n[0]);
 	if (a != ANSWER_OK)
 		return a;
-	m->pids = calloc(n + 1, sizeof *m->pids);
-	if (!m->pids || merge_procs(sink, mq->gpu->index, first, snap->proc_count, raw, n,
-	                            GM_PROC_COMPUTE, 0) < 0) {
-		free(raw);
-		return -1;
+	/* The clients of the slice's MPS server run in it too. */
+	a = read_procs(mq, PROC_MPS, &raw[1], &n[1]);
+	if (a == ANSWER_LOST || a == -1)
+		goto out;
+	a = -1;
+	m->pids = calloc(n[0] + n[1] + 1, sizeof *m->pids);
+	if (!m->pids)
+		goto out;
+	for (l = 0; l < 2; l++) {
+		if (merge_procs(sink, mq->gpu->index, first, snap->proc_count, raw[l], n[l],
+		                GM_PROC_COMPUTE, l == 1) < 0)
+			goto out;
+		sort_procs(snap, first);
+		for (k = 0; k < n[l]; k++)
+			m->pids[m->pid_count++] = raw[l][k].pid;
 	}
-	for (size_t k = 0; k < n; k++)
-		m->pids[k] = raw[k].pid; /* sorted by pid, one each */
-	m->pid_count = n;
+	/* Sorted by pid, one each: a pid in both lists is one process. */
+	qsort(m->pids, m->pid_count, sizeof *m->pids, pid_cmp);
+	for (k = 0, i = 0; i < m->pid_count; i++)
+		if (k == 0 || m->pids[k - 1] != m->pids[i])
+			m->pids[k++] = m->pids[i];
+	m->pid_count = k;
 	m->valid |= GM_MIG_HAS_PROCESSES;
-	free(raw);
-	if (snap->proc_count - first > 1)
-		qsort(snap->procs + first, snap->proc_count - first, sizeof *snap->procs, proc_cmp);
-	return ANSWER_OK;
+	a = ANSWER_OK;
+out:
+	free(raw[0]);
+	free(raw[1]);
+	return a;
 }
 
 /* The slices of a GPU in MIG mode (its processes start at first).  NVML

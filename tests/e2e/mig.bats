@@ -63,6 +63,20 @@ teardown() {
 	[ "$(jqr '.[1].mig_uuid')" = "$SLICE_1C" ]
 }
 
+@test "an MPS client in a slice is one of its processes, marked mps, once even in both lists" {
+	scenario mps < <(jq '.gpus[0].mig_devices[1].processes =
+		[{"pid": 2500303, "used_mib": 1000, "utilization": 0, "type": "mps"}]
+		| .gpus[0].mig_devices[2].processes +=
+		[{"pid": 2500304, "used_mib": 500, "utilization": 0, "type": "compute+mps"}]' "$MIG_SIM")
+	run -0 gpuman status --json
+	[ "$(jqr '.gpus[0].mig_devices[1].pids | join(",")')" = 2500303 ]
+	[ "$(jqr '.gpus[0].mig_devices[2].pids | join(",")')" = 2500302,2500304 ]
+	[ "$(jqr '[.processes[] | "\(.pid)=\(.mig_uuid):\(.used_mib):\(.mps)"] | join(" ")')" = \
+	  "2500301=$SLICE_3G:30720:false 2500302=$SLICE_1C:2048:false 2500303=MIG-2b000000-1111-4000-8000-000000000002:1000:true 2500304=$SLICE_1C:500:true" ]
+	run -0 gpuman ps
+	[[ "$output" == *"  0 2g.20gb   2500303 "*" M+C "* ]]
+}
+
 @test "a GPU without MIG mode has no MIG column in ps and no slice rows" {
 	run -0 gpuman --sim "$GM_ROOT/examples/lab-8gpu.json" ps
 	[[ "${lines[0]}" != *MIG* ]]

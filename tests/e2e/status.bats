@@ -109,9 +109,9 @@ JSON
 	[ "$(jqr 'length')" = 3 ]
 }
 
-# mps_gpus - GPU 0 runs one compute process and two MPS clients: this test's
-# shell ($$, so that /proc shows its user) in the MPS list only, and
-# 3100002, which both process lists show.
+# mps_gpus - GPU 0 runs one compute process, two graphics ones and two MPS
+# clients: this test's shell ($$, so that /proc shows its user) in the MPS
+# list only, and 3100002, which both process lists show.
 mps_gpus() {
 	scenario mps <<JSON
 { "driver_version": "550.54.15", "cuda_driver_version": 12040,
@@ -119,7 +119,9 @@ mps_gpus() {
     { "name": "Test GPU A", "memory_total_mib": 16000, "memory_used_mib": 0, "utilization_gpu": 0,
       "processes": [ { "pid": 3100001, "used_mib": 4000, "utilization": 50 },
                      { "pid": $$, "used_mib": 1500, "utilization": 20, "type": "mps" },
-                     { "pid": 3100002, "used_mib": 2000, "utilization": 10, "type": "compute+mps" } ] },
+                     { "pid": 3100002, "used_mib": 2000, "utilization": 10, "type": "compute+mps" },
+                     { "pid": 3000001, "used_mib": 100, "utilization": 0, "type": "graphics" },
+                     { "pid": 3000002, "used_mib": 100, "utilization": 0, "type": "graphics" } ] },
     { "name": "Test GPU B", "memory_total_mib": 16000, "memory_used_mib": 0, "utilization_gpu": 0,
       "processes": [] } ] }
 JSON
@@ -137,7 +139,8 @@ procs_are() {
 	mps_gpus
 	run -0 gpuman status --json
 	procs_are '"\(.gpu):\(.pid):\(.used_mib):\(.type):\(.mps):\(.utilization_pct)"' \
-		0:3100001:4000:compute:false:50 0:3100002:2000:compute:true:10 0:$$:1500:compute:true:20
+		0:3100001:4000:compute:false:50 0:3100002:2000:compute:true:10 0:$$:1500:compute:true:20 \
+		0:3000001:100:graphics:false:0 0:3000002:100:graphics:false:0
 	[ "$(jqr ".processes[] | select(.pid == $$) | .user")" = "$(id -un)" ]
 	run -0 gpuman status
 	[[ "$output" == *"$(id -un) $$ 1.5G"* ]]
@@ -156,7 +159,8 @@ procs_are() {
 	jq '.missing_symbols = ["nvmlDeviceGetMPSComputeRunningProcesses_v2"]' "$GPUMAN_SIM" \
 		>"$BATS_TEST_TMPDIR/v1.json"
 	GPUMAN_SIM=$BATS_TEST_TMPDIR/v1.json run -0 gpuman status --json
-	procs_are '"\(.pid):\(.used_mib):\(.mps)"' 3100001:4000:false 3100002:2000:true $$:1500:true
+	procs_are '"\(.pid):\(.used_mib):\(.mps)"' 3100001:4000:false 3100002:2000:true $$:1500:true \
+		3000001:100:false 3000002:100:false
 }
 
 @test "a driver without the MPS list (R390) still works: compute processes only, none marked mps" {
@@ -164,7 +168,8 @@ procs_are() {
 	jq '.driver_version = "390.157"' "$GPUMAN_SIM" >"$BATS_TEST_TMPDIR/r390.json"
 	export GPUMAN_SIM=$BATS_TEST_TMPDIR/r390.json
 	GPUMAN_NVML=$GM_BUILD/sim/r390/libnvidia-ml.so.1 run -0 gpuman status --json
-	procs_are '"\(.pid):\(.used_mib):\(.mps)"' 3100001:4000:false 3100002:2000:false
+	procs_are '"\(.pid):\(.used_mib):\(.mps)"' 3100001:4000:false 3100002:2000:false \
+		3000001:100:false 3000002:100:false
 	[ "$(jqr '.notes | length')" = 0 ]
 	GPUMAN_NVML=$GM_BUILD/sim/r390/libnvidia-ml.so.1 run -0 gpuman ps
 	[[ "$output" != *"M+C"* ]]
