@@ -10,6 +10,7 @@
 # option; the machine's own /proc is left as it is.
 
 load helpers
+load helpers/registry_users
 
 setup() {
 	gm_setup
@@ -76,26 +77,6 @@ bg() {
 		>"$SHARED/out/$name" 2>&1 3>&- &
 	BG_PIDS="${BG_PIDS:-} $!"
 	wait_for "[ -s '$SHARED/pids/$name' ]"
-}
-
-pid_of() {
-	cat "$SHARED/pids/$1"
-}
-
-# kill_tree NAME - kill -9 the process and its children at once
-kill_tree() {
-	local pid
-	pid=$(pid_of "$1")
-	kill -9 $(ps --ppid "$pid" -o pid=) "$pid" 2>/dev/null || return 0
-	wait_for "! kill -0 $pid 2>/dev/null || grep -q '^State:.Z' /proc/$pid/status"
-}
-
-leases() {
-	find "$STATE" -maxdepth 1 -name 'lease.*' | wc -l
-}
-
-tickets() {
-	find "$STATE" -maxdepth 1 -name 'wait.*' | wc -l
 }
 
 # The premise of every test: in the namespace, bob cannot read alice's
