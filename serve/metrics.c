@@ -437,6 +437,35 @@ static void health(struct out *o, const struct gm_snapshot *snap, const struct s
 	fputs("} 1\n", o->f);
 }
 
+/* A gauge per lease the waste finder reports as kind: an idle lease's age,
+ * or how long an over-limit one is past its max_lease. */
+static void lease_findings(struct out *o, const struct waste_report *rep,
+                           const struct registry_view *view, enum waste_kind kind, const char *name,
+                           const char *help)
+{
+	char gpus_buf[256];
+
+	head(o, name, "gauge", help);
+	for (size_t i = 0; rep && i < rep->count; i++) {
+		const struct waste_item *it = &rep->items[i];
+
+		if (it->kind != kind || it->lease < 0 || (size_t)it->lease >= view->lease_count)
+			continue;
+		fprintf(o->f, "%s{", name);
+		label(o, 1, "lease", view->leases[it->lease].id);
+		label(o, 0, "user", it->has_user ? it->user : "");
+		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
+		label(o, 0, "gpus", gpus_buf);
+		if (it->mig_uuid[0]) /* a finding about a MIG slice */
+			label(o, 0, "mig_uuid", it->mig_uuid);
+		label(o, 0, "hostname", o->host);
+		fprintf(o->f, "} %.3f\n",
+		        (kind == WASTE_IDLE_LEASE ? it->age_ms
+		                                  : view->leases[it->lease].over_limit_ms) /
+		            1000.0);
+	}
+}
+
 /* The waste finder's findings: how many of each kind, and per finding what
  * it holds (hogs and processes outside gpuman) or how long (idle leases). */
 static void waste(struct out *o, const struct registry_view *view, const struct waste_report *rep)
@@ -479,42 +508,10 @@ static void waste(struct out *o, const struct registry_view *view, const struct 
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %llu\n", (unsigned long long)it->held_mib);
 	}
-	head(o, "gpuman_waste_idle_lease_seconds", "gauge",
-	     "How long a lease has held GPUs on which none of its processes runs.");
-	for (size_t i = 0; rep && i < rep->count; i++) {
-		const struct waste_item *it = &rep->items[i];
-
-		if (it->kind != WASTE_IDLE_LEASE || it->lease < 0 ||
-		    (size_t)it->lease >= view->lease_count)
-			continue;
-		fputs("gpuman_waste_idle_lease_seconds{", o->f);
-		label(o, 1, "lease", view->leases[it->lease].id);
-		label(o, 0, "user", it->has_user ? it->user : "");
-		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
-		label(o, 0, "gpus", gpus_buf);
-		if (it->mig_uuid[0]) /* a finding about a MIG slice */
-			label(o, 0, "mig_uuid", it->mig_uuid);
-		label(o, 0, "hostname", o->host);
-		fprintf(o->f, "} %.3f\n", it->age_ms / 1000.0);
-	}
-	head(o, "gpuman_waste_over_limit_seconds", "gauge",
-	     "How long a lease has been held past its user's max_lease (gpuman.conf).");
-	for (size_t i = 0; rep && i < rep->count; i++) {
-		const struct waste_item *it = &rep->items[i];
-
-		if (it->kind != WASTE_OVER_LIMIT || it->lease < 0 ||
-		    (size_t)it->lease >= view->lease_count)
-			continue;
-		fputs("gpuman_waste_over_limit_seconds{", o->f);
-		label(o, 1, "lease", view->leases[it->lease].id);
-		label(o, 0, "user", it->has_user ? it->user : "");
-		waste_gpu_list(it->idle_gpus, gpus_buf, sizeof gpus_buf);
-		label(o, 0, "gpus", gpus_buf);
-		if (it->mig_uuid[0]) /* a finding about a MIG slice */
-			label(o, 0, "mig_uuid", it->mig_uuid);
-		label(o, 0, "hostname", o->host);
-		fprintf(o->f, "} %.3f\n", view->leases[it->lease].over_limit_ms / 1000.0);
-	}
+	lease_findings(o, rep, view, WASTE_IDLE_LEASE, "gpuman_waste_idle_lease_seconds",
+	               "How long a lease has held GPUs on which none of its processes runs.");
+	lease_findings(o, rep, view, WASTE_OVER_LIMIT, "gpuman_waste_over_limit_seconds",
+	               "How long a lease has been held past its user's max_lease (gpuman.conf).");
 }
 
 char *serve_metrics(const struct gm_snapshot *snap, const struct registry_view *view,
