@@ -268,11 +268,12 @@ $(BUILD)/gpuman-cudaload: sim/cudaload.cu
 bench: all $(BENCH_BIN)
 	@sh bench/run $(abspath $(BUILD))
 
-# Man pages, made by help2man from the programs' --help (scripts/mkman).
-$(BUILD)/man/gpuman.1: $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload scripts/mkman \
-		README.md include/gpuman.h
+# Man pages, made by scripts/mkman from their sources in docs/ (Markdown,
+# NAME.SECTION.md) and, for libgpuman(3)'s API, from gpuman.h.
+# tests/e2e/man.bats holds each command's page to its --help.
+$(BUILD)/man/gpuman.1: $(wildcard docs/*.md) scripts/mkman include/gpuman.h
 	@rm -rf $(BUILD)/man
-	sh scripts/mkman $(BUILD) $(BUILD)/man
+	sh scripts/mkman $(BUILD)/man
 man: $(BUILD)/man/gpuman.1
 
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
@@ -293,7 +294,8 @@ $(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h
 install: all $(BUILD)/gpuman.pc man
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGLIBDIR) $(DESTDIR)$(INCDIR) \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR)/examples \
-		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 \
+		$(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/$(SONAME)
@@ -309,6 +311,8 @@ install: all $(BUILD)/gpuman.pc man
 	install -m 644 examples/*.json examples/*.txt $(DESTDIR)$(DATADIR)/examples/
 	install -m 644 $(BUILD)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(BUILD)/man/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 644 $(BUILD)/man/*.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 $(BUILD)/man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 644 contrib/completion/gpuman.bash $(DESTDIR)$(BASHCOMPDIR)/gpuman
 	install -m 644 contrib/completion/_gpuman $(DESTDIR)$(ZSHCOMPDIR)/_gpuman
 	install -m 644 contrib/completion/gpuman.fish $(DESTDIR)$(FISHCOMPDIR)/gpuman.fish
@@ -327,7 +331,9 @@ uninstall:
 	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
 	rm -rf $(DESTDIR)$(PYDIR)/gpuman $(DESTDIR)$(DATADIR) $(SIM_OLDER:%=$(DESTDIR)$(PKGLIBDIR)/r%)
 	rm -f $(DESTDIR)$(MANDIR)/man1/gpuman.1 $(DESTDIR)$(MANDIR)/man1/gpuman-*.1 \
-	      $(DESTDIR)$(MANDIR)/man3/libgpuman.3 $(DESTDIR)$(BASHCOMPDIR)/gpuman \
+	      $(DESTDIR)$(MANDIR)/man3/libgpuman.3 $(DESTDIR)$(MANDIR)/man3/gpuman-python.3 \
+	      $(DESTDIR)$(MANDIR)/man5/gpuman.conf.5 $(DESTDIR)$(MANDIR)/man5/gpuman-scenario.5 \
+	      $(DESTDIR)$(MANDIR)/man7/gpuman-trust.7 $(DESTDIR)$(BASHCOMPDIR)/gpuman \
 	      $(DESTDIR)$(ZSHCOMPDIR)/_gpuman $(DESTDIR)$(FISHCOMPDIR)/gpuman.fish
 	[ -z "$(PTHDIR)" ] || rm -f $(DESTDIR)$(PTHDIR)/gpuman.pth
 	-rmdir $(DESTDIR)$(PKGLIBDIR) 2>/dev/null

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
-# cli: the command line as the README documents it - option forms that are
-# easy to get wrong, JSON errors, help, and the README's own examples.
+# cli: the command line as the README and the manual document it - option
+# forms that are easy to get wrong, JSON errors, help, and the documents' own
+# examples.
 
 load helpers
 
@@ -93,16 +94,17 @@ LAB=$GM_ROOT/examples/lab-8gpu.json
 	run -0 gpuman pick --mem 1%
 }
 
-@test "the README's GPU names, UUID prefixes and pick results are the shipped scenario's" {
-	run ! grep -nwE 'alice|bob|carol' "$GM_ROOT/README.md"
-	for prefix in $(grep -oE 'GPU-[0-9a-f]{4}\b' "$GM_ROOT/README.md" | sort -u); do
+@test "the README's and manual's GPU names, UUID prefixes and pick results are the shipped scenario's" {
+	docs=("$GM_ROOT/README.md" "$GM_ROOT"/docs/*.md)
+	run ! grep -nwE 'alice|bob|carol' "${docs[@]}"
+	for prefix in $(cat "${docs[@]}" | grep -oE 'GPU-[0-9a-f]{4}\b' | sort -u); do
 		run -0 gpuman --sim "$LAB" info "$prefix"
 	done
-	grep -q 'gpuman info GPU-b120' "$GM_ROOT/README.md"
+	cat "${docs[@]}" | grep -q 'gpuman info GPU-b120'
 	run -0 gpuman --sim "$LAB" pick
-	grep -qF "gpuman pick                      # the GPU with most free memory: $output " "$GM_ROOT/README.md"
+	grep -qF "gpuman pick                      # the GPU with most free memory: $output " "$GM_ROOT/docs/gpuman-pick.1.md"
 	run -0 gpuman --sim "$LAB" pick -n 2 --by power
-	grep -qF "gpuman pick -n 2 --by power      # $output" "$GM_ROOT/README.md"
+	grep -qF "gpuman pick -n 2 --by power      # $output" "$GM_ROOT/docs/gpuman-pick.1.md"
 }
 
 @test "the demo's last line names a directory that still exists" {
