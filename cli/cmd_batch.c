@@ -344,7 +344,7 @@ const struct cmd_entry cmd_batch = {
     "this machine can ever meet the request (before any log directory is made),\n"
     "130 Ctrl-C.\n"
     "\n"
-    "Slurm (see the README): --slurm runs the tasks as srun steps in a Slurm\n"
+    "Slurm (see gpuman-batch(1)): --slurm runs the tasks as srun steps in a Slurm\n"
     "allocation, which gpuman makes with salloc (-N N, -p PARTITION, -A ACCOUNT,\n"
     "-t TIME, -C CONSTRAINT, --qos Q, --gres gpu[:TYPE]:N per node, --salloc-arg\n"
     "ARG) or, inside one (salloc's shell, an sbatch script), uses; plain batch\n"

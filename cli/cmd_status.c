@@ -814,7 +814,7 @@ const struct cmd_entry cmd_status = {
     "                         max_clock_graphics_mhz\n"
     "  --watch[=SEC]          print it again every SEC seconds (default 2) until\n"
     "                         interrupted, as plain text (gpuman top is the live view)\n"
-    "  --json                 the snapshot as JSON (schema in the README)\n"
+    "  --json                 the snapshot as JSON (schema in gpuman-status(1))\n"
     "  --sim FILE             use the NVML simulator with this scenario\n",
     status_exec,
 };

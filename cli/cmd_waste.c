@@ -12,7 +12,7 @@
 
 enum { OPT_GRACE = OPT_CMD_BASE };
 
-/* Exit status when something is found, for scripts (README "Exit status"). */
+/* Exit status when something is found, for scripts (gpuman(1), EXIT STATUS). */
 #define EXIT_WASTE_FOUND 3
 
 struct waste_args {
@@ -304,7 +304,7 @@ const struct cmd_entry cmd_waste = {
     "                    kind, user, pid, command, lease, gpus, compute_gpus,\n"
     "                    held_mib, held_s, on_lease_of, what, advice (a field a\n"
     "                    finding lacks is empty; GPU lists are space separated)\n"
-    "  --json            the findings as JSON (schema in the README)\n"
+    "  --json            the findings as JSON (schema in gpuman-waste(1))\n"
     "  --sim FILE        use the NVML simulator with this scenario\n"
     "\n"
     "exit status: 0 nothing found, 3 waste found, 1 failure, 2 usage error\n",

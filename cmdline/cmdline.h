@@ -16,7 +16,7 @@
 #include "gpuman.h"
 #include "gpuman-internal.h"
 
-/* Exit statuses (README "Exit status"). */
+/* Exit statuses (gpuman(1), EXIT STATUS). */
 enum {
 	EXIT_OK = 0,
 	EXIT_FAIL = 1,

@@ -119,7 +119,7 @@ char *engine_request_json(const struct gm_request *req, int no_framework_env);
 struct gm_request *engine_request_parse(const char *json, int *no_framework_env, char *errbuf,
                                         size_t errlen);
 
-/* A job as JSON (the schema of `gpuman queue --json`, README); batch: a
+/* A job as JSON (the schema of `gpuman queue --json`, gpuman-queue(1)); batch: a
  * batch task ("task" instead of "id", no argv, cwd, submit time).  New
  * reference. */
 struct json_t;

@@ -173,7 +173,7 @@ enum gm_proc_kind { GM_PROC_COMPUTE = 1, GM_PROC_GRAPHICS = 2 };
 GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot **out, char *errbuf,
                                     size_t errlen);
 GM_API void gm_snapshot_free(struct gm_snapshot *snap);
-/* The snapshot as JSON (schema in README "JSON output"); caller frees
+/* The snapshot as JSON (schema in gpuman-status(1)); caller frees
  * (gm_free).  NULL when out of memory. */
 GM_API char *gm_snapshot_json(const struct gm_snapshot *snap);
 /* Find a GPU by NVML index ("3") or UUID prefix ("GPU-8f3", "8f3"). NULL if
