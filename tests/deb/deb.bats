@@ -19,7 +19,9 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	for f in /usr/bin/gpuman /usr/bin/gpuman-serve /usr/bin/gpuman-runner /usr/bin/gpuman-simload \
 		/usr/lib/gpuman/libnvidia-ml.so.1 /usr/share/gpuman/examples/lab-8gpu.json \
 		/usr/share/man/man1/gpuman.1.gz /usr/share/man/man1/gpuman-run.1.gz \
-		/usr/share/man/man1/gpuman-runner.1.gz /usr/lib/tmpfiles.d/gpuman.conf \
+		/usr/share/man/man1/gpuman-runner.1.gz /usr/share/man/man5/gpuman.conf.5.gz \
+		/usr/share/man/man5/gpuman-scenario.5.gz /usr/share/man/man7/gpuman-trust.7.gz \
+		/usr/lib/tmpfiles.d/gpuman.conf \
 		/usr/share/bash-completion/completions/gpuman /usr/share/zsh/vendor-completions/_gpuman \
 		/usr/share/fish/vendor_completions.d/gpuman.fish; do
 		grep -qxF "$f" <<<"$output" || { echo "gpuman lacks $f"; false; }
@@ -34,6 +36,7 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	done
 	run -0 contents python3-gpuman
 	grep -qxF /usr/lib/python3/dist-packages/gpuman/__init__.py <<<"$output"
+	grep -qxF /usr/share/man/man3/gpuman-python.3.gz <<<"$output"
 	# Nothing under /usr/local, nothing of the build tree.
 	run ! grep -h '/usr/local\|/build/' <(for p in gpuman libgpuman1 libgpuman-dev python3-gpuman; do contents $p; done)
 }

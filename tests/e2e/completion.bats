@@ -67,9 +67,9 @@ listed() { gpuman --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 	[ "$output" = "<normal:pyth>" ]
 }
 
-@test "a man page per command, made from its --help: same synopsis, every option" {
+@test "a man page per command: its --help's synopsis, every option" {
 	man=$BATS_TEST_TMPDIR/man
-	sh "$GM_ROOT/scripts/mkman" "$GM_BUILD" "$man"
+	sh "$GM_ROOT/scripts/mkman" "$man"
 	[ -f "$man/gpuman.1" ] && [ -f "$man/libgpuman.3" ]
 	for c in $(listed); do
 		page=$(MANWIDTH=200 man -l "$man/gpuman-$c.1" 2>/dev/null)
