@@ -29,7 +29,9 @@
 #include "lease.h"
 #include "parse.h"
 #include "pick.h"
+#include "line.h"
 #include "proctree.h"
+#include "record.h"
 #include "policy.h"
 #include "registry.h"
 #include "snapshot.h"
@@ -128,7 +130,7 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
 	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
 	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
-		if (policy_candidate(&a->in, req, pos))
+		if (a->cand[pos])
 			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
 	if (!opts || !opts->command)
 		cmd = self_command();
@@ -138,9 +140,17 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	json_object_set_new(o, "command",
 	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
 	json_object_set_new(o, "since_ms", json_integer(now_ms()));
-	json_object_set_new(o, "summary",
-	                    json_string(registry_waiter_summary(req, summary, sizeof summary)));
+	json_object_set_new(o, "summary", json_string(line_summary(req, summary, sizeof summary)));
 	json_object_set_new(o, "candidates", cand);
+	/* What the rules place it by, for the waiters behind it (line.h). */
+	json_object_set_new(o, "request", record_request_json(req));
+	if (a->env.usable)
+		json_object_set_new(o, "usable", record_usable_json(a->env.usable, a->snap));
+	if (a->env.mig_usable)
+		json_object_set_new(o, "usable_migs",
+		                    record_usable_migs_json(a->env.mig_usable, a->snap));
+	if (getenv("GPUMAN_RESERVATION") && *getenv("GPUMAN_RESERVATION"))
+		json_object_set_new(o, "within", json_string(getenv("GPUMAN_RESERVATION")));
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	free(cmd);

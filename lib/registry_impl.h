@@ -33,15 +33,11 @@ struct attempt {
 	struct gm_snapshot *snap; /* owned unless given by the caller */
 	int snap_given;
 	struct pick_env env;
-	struct policy_lease *leases;
-	size_t lease_count;
-	char (*holders)[80];
-	const char **held_for;
-	char (*held_text)[160];
-	const char **barred;
-	char (*barred_text)[160];
-	struct policy_result res;
-	struct policy_input in;
+	/* The rules' decision (line.h) for this request */
+	enum policy_outcome outcome;
+	struct policy_result res; /* the policy's answer, when it ran */
+	char *why;                /* for people: why it is not granted (owned) */
+	unsigned char *cand;      /* per snapshot position: could ever be given it */
 };
 
 /*

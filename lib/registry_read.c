@@ -32,6 +32,7 @@
 #include "pick.h"
 #include "proctree.h"
 #include "policy.h"
+#include "record.h"
 #include "registry.h"
 #include "snapshot.h"
 #include "text.h"
@@ -368,6 +369,34 @@ static int parse_reservation(const struct registry *reg, int dirfd, const char *
 	return 0;
 }
 
+/* What the rules place the waiter by (record.h).  A ticket that does not
+ * say, from an older gpuman, asks for one GPU among its candidates. */
+static int waiter_request(json_t *o, struct waiter_info *wi)
+{
+	json_t *r = json_object_get(o, "request");
+	char err[GM_ERRBUF_SIZE];
+
+	if (r) {
+		wi->req = record_request_parse(r, NULL, err, sizeof err);
+	} else if (wi->cand_count && (wi->req = gm_request_new())) {
+		char *only = calloc(wi->cand_count, sizeof wi->cand[0]);
+
+		for (size_t i = 0; only && i < wi->cand_count; i++)
+			sprintf(only + strlen(only), "%s%s", i ? "," : "", wi->cand[i]);
+		if (!only || gm_request_set(wi->req, "only", only, err, sizeof err) != GM_OK) {
+			gm_request_free(wi->req);
+			wi->req = NULL;
+		}
+		free(only);
+	}
+	if (!wi->req)
+		return -1;
+	wi->usable = json_incref(json_object_get(o, "usable"));
+	wi->usable_migs = json_incref(json_object_get(o, "usable_migs"));
+	str_copy(wi->within, sizeof wi->within, jstr(o, "within"));
+	return 0;
+}
+
 static int parse_waiter(const char *name, const char *text, const struct stat *st,
                         struct waiter_info *wi)
 {
@@ -402,6 +431,11 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 	}
 	json_array_foreach(cand, i, c) snprintf(wi->cand[i], sizeof wi->cand[i], "%s",
 	                                        json_string_value(c) ? json_string_value(c) : "");
+	if (waiter_request(o, wi) < 0) {
+		free(wi->cand);
+		json_decref(o);
+		return 1;
+	}
 	json_decref(o);
 	return 0;
 }
@@ -513,9 +547,8 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
 	for (size_t i = 0; i < view->waiter_count; i++) {
 		struct waiter_info *wi = &view->waiters[i];
-		unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
 
-		registry_over_cap(reg, view, wi->uid, count ? count : 1, wi->limit,
+		registry_over_cap(reg, view, wi->uid, wi->req ? wi->req->count : 1, wi->limit,
 		                  sizeof wi->limit);
 	}
 	if (rc != GM_OK) {
@@ -539,8 +572,12 @@ void registry_view_release(struct registry_view *view)
 		free(view->leases[i].indices);
 		free(view->leases[i].migs);
 	}
-	for (size_t i = 0; i < view->waiter_count; i++)
+	for (size_t i = 0; i < view->waiter_count; i++) {
 		free(view->waiters[i].cand);
+		gm_request_free(view->waiters[i].req);
+		json_decref(view->waiters[i].usable);
+		json_decref(view->waiters[i].usable_migs);
+	}
 	free(view->leases);
 	free(view->waiters);
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;

@@ -1,0 +1,153 @@
+/*
+ * record.c - the JSON codec of a request and of a usable set (record.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "parse.h"
+#include "policy.h"
+#include "record.h"
+#include "util.h"
+
+/* Lists and sizes as gm_request_set() reads them. */
+static void set_list(json_t *o, const char *key, const struct gpu_list *list)
+{
+	size_t need = 1;
+	char *s;
+
+	if (!list->count)
+		return;
+	for (size_t i = 0; i < list->count; i++)
+		need += strlen(list->items[i]) + 1;
+	s = calloc(1, need);
+	if (!s)
+		return;
+	for (size_t i = 0; i < list->count; i++) {
+		if (i)
+			strcat(s, ",");
+		strcat(s, list->items[i]);
+	}
+	json_object_set_new(o, key, json_string(s));
+	free(s);
+}
+
+static void set_size(json_t *o, const char *key, const struct gm_size *size)
+{
+	char buf[32];
+
+	if (size->is_pct)
+		snprintf(buf, sizeof buf, "%u%%", size->pct);
+	else
+		snprintf(buf, sizeof buf, "%llu", (unsigned long long)size->mib);
+	json_object_set_new(o, key, json_string(buf));
+}
+
+json_t *record_request_json(const struct gm_request *req)
+{
+	json_t *o = json_object();
+	char buf[32];
+
+	if (!o)
+		return NULL;
+	snprintf(buf, sizeof buf, "%u", req->count);
+	json_object_set_new(o, "n", json_string(buf));
+	json_object_set_new(o, "by", json_string(policy_name(req->by)));
+	if (req->has_min_free)
+		set_size(o, "min-free", &req->min_free);
+	if (req->has_max_util) {
+		snprintf(buf, sizeof buf, "%u", req->max_util);
+		json_object_set_new(o, "max-util", json_string(buf));
+	}
+	set_list(o, "only", &req->only);
+	set_list(o, "exclude", &req->exclude);
+	if (req->share)
+		set_size(o, "mem", &req->mem);
+	if (req->idle)
+		json_object_set_new(o, "idle", json_string(""));
+	if (req->mig[0])
+		json_object_set_new(o, "mig", json_string(req->mig));
+	return o;
+}
+
+static int skipped(const char *key, const char *const *skip)
+{
+	for (size_t i = 0; skip && skip[i]; i++)
+		if (!strcmp(key, skip[i]))
+			return 1;
+	return 0;
+}
+
+struct gm_request *record_request_parse(json_t *o, const char *const *skip, char *err, size_t len)
+{
+	struct gm_request *req = gm_request_new();
+	const char *key;
+	json_t *v;
+
+	if (!req || !json_is_object(o)) {
+		gm_fail(req ? GM_ERR_INVALID : GM_ERR_NOMEM, err, len, "%s",
+		        req ? "malformed request" : "out of memory");
+		goto failed;
+	}
+	json_object_foreach(o, key, v)
+	{
+		if (skipped(key, skip))
+			continue;
+		/* The same parser as the command line and the C API: what a
+		 * user cannot ask for there, they cannot ask for here.  The wait
+		 * travels beside the request, never in it. */
+		if (!json_is_string(v) || !strcmp(key, "wait")) {
+			gm_fail(GM_ERR_INVALID, err, len, "malformed request");
+			goto failed;
+		}
+		if (gm_request_set(req, key, json_string_value(v), err, len) != GM_OK)
+			goto failed;
+	}
+	return req;
+failed:
+	gm_request_free(req);
+	return NULL;
+}
+
+json_t *record_usable_json(const unsigned char *usable, const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && usable && i < snap->gpu_count; i++)
+		if (usable[i])
+			json_object_set_new(o, snap->gpus[i].uuid, json_integer(usable[i]));
+	return o;
+}
+
+json_t *record_usable_migs_json(const unsigned char *mig_usable, const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && mig_usable && i < snap->mig_count; i++)
+		if (mig_usable[i] && snap->migs[i].uuid[0])
+			json_object_set_new(o, snap->migs[i].uuid, json_integer(mig_usable[i]));
+	return o;
+}
+
+unsigned char *record_usable_from(json_t *o, const struct gm_snapshot *snap)
+{
+	unsigned char *u;
+
+	if (!json_is_object(o))
+		return NULL;
+	u = calloc(snap->gpu_count + 1, 1);
+	for (size_t i = 0; u && i < snap->gpu_count; i++)
+		u[i] = (unsigned char)json_integer_value(json_object_get(o, snap->gpus[i].uuid));
+	return u;
+}
+
+unsigned char *record_usable_migs_from(json_t *o, const struct gm_snapshot *snap)
+{
+	unsigned char *u;
+
+	if (!json_is_object(o))
+		return NULL;
+	u = calloc(snap->mig_count + 1, 1);
+	for (size_t i = 0; u && i < snap->mig_count; i++)
+		u[i] = (unsigned char)json_integer_value(json_object_get(o, snap->migs[i].uuid));
+	return u;
+}

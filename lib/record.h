@@ -1,0 +1,33 @@
+/*
+ * record.h - the JSON form of the records both lease transports and the
+ * job store pass around, one codec each: a request (the broker's wire, the
+ * registry's tickets, the queue's stored jobs) and the GPUs an inherited
+ * CUDA_VISIBLE_DEVICES lets a caller use (the wire and the tickets).
+ */
+#ifndef GM_RECORD_H
+#define GM_RECORD_H
+
+#include <stddef.h>
+#include <jansson.h>
+#include "gpuman.h"
+#include "snapshot_types.h"
+
+/* A request as gm_request_set() keys and string values ("n", "by",
+ * "min-free", "max-util", "only", "exclude", "mem", "idle", "mig"); the
+ * wait is not part of it.  New reference; NULL on out-of-memory. */
+json_t *record_request_json(const struct gm_request *req);
+
+/* Back: each key through gm_request_set(), so what the command line
+ * refuses is refused here; a key in skip (NULL-terminated; may be NULL) is
+ * passed over.  A new request (caller frees), or NULL with err naming the
+ * bad key or value. */
+struct gm_request *record_request_parse(json_t *o, const char *const *skip, char *err, size_t len);
+
+/* Per snapshot position (per slice), pick_env's usable values as an object
+ * by UUID, and back (NULL object: NULL, everything usable; caller frees). */
+json_t *record_usable_json(const unsigned char *usable, const struct gm_snapshot *snap);
+json_t *record_usable_migs_json(const unsigned char *mig_usable, const struct gm_snapshot *snap);
+unsigned char *record_usable_from(json_t *o, const struct gm_snapshot *snap);
+unsigned char *record_usable_migs_from(json_t *o, const struct gm_snapshot *snap);
+
+#endif
