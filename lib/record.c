@@ -7,6 +7,7 @@
 #include "parse.h"
 #include "policy.h"
 #include "record.h"
+#include "registry.h"
 #include "util.h"
 
 /* Lists and sizes as gm_request_set() reads them. */
@@ -150,4 +151,91 @@ unsigned char *record_usable_migs_from(json_t *o, const struct gm_snapshot *snap
 	for (size_t i = 0; u && i < snap->mig_count; i++)
 		u[i] = (unsigned char)json_integer_value(json_object_get(o, snap->migs[i].uuid));
 	return u;
+}
+
+json_t *record_lease_json(const struct lease_info *li)
+{
+	json_t *o = json_object(), *gpus = json_array();
+
+	if (!o || !gpus) {
+		json_decref(o);
+		json_decref(gpus);
+		return NULL;
+	}
+	for (size_t g = 0; g < li->gpu_count; g++) {
+		const char *mig = li->migs && li->migs[g][0] ? li->migs[g] : NULL;
+
+		json_array_append_new(gpus,
+		                      json_pack("{s:i, s:s, s:o}", "index", (int)li->indices[g],
+		                                "uuid", li->uuids[g], "mig_uuid",
+		                                mig ? json_string(mig) : json_null()));
+	}
+	json_object_set_new(o, "id", json_string(li->id));
+	json_object_set_new(o, "uid", json_integer(li->uid));
+	json_object_set_new(o, "user", json_string(li->user));
+	json_object_set_new(o, "pid", json_integer(li->pid));
+	json_object_set_new(o, "job_pid", json_integer(li->job_pid));
+	json_object_set_new(o, "command", json_string(li->command));
+	json_object_set_new(o, "start_ms", json_integer(li->start_ms));
+	json_object_set_new(o, "kind", json_string(li->exclusive ? "exclusive" : "share"));
+	json_object_set_new(o, "share_mib",
+	                    li->exclusive ? json_null() : json_integer((json_int_t)li->share_mib));
+	json_object_set_new(o, "gpus", gpus);
+	/* a reservation (gpuman reserve): held by nobody until then */
+	json_object_set_new(o, "reservation", json_boolean(li->reservation));
+	json_object_set_new(o, "expires_ms",
+	                    li->reservation ? json_integer(li->expires_ms) : json_null());
+	return o;
+}
+
+static void copy_str(char *dst, size_t len, json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	snprintf(dst, len, "%s", s ? s : "");
+}
+
+int record_lease_parse(json_t *o, struct lease_info *li)
+{
+	json_t *gpus = json_object_get(o, "gpus"), *g;
+	size_t i;
+
+	memset(li, 0, sizeof *li);
+	copy_str(li->id, sizeof li->id, o, "id");
+	li->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	copy_str(li->user, sizeof li->user, o, "user");
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	copy_str(li->command, sizeof li->command, o, "command");
+	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
+	li->exclusive = !strcmp(json_string_value(json_object_get(o, "kind")) ?: "", "exclusive");
+	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	li->reservation = json_is_true(json_object_get(o, "reservation"));
+	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
+	li->gpu_count = json_array_size(gpus);
+	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
+	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
+	if (!li->uuids || !li->indices || !li->migs) {
+		record_lease_release(li);
+		return -1;
+	}
+	json_array_foreach(gpus, i, g)
+	{
+		copy_str(li->uuids[i], sizeof li->uuids[i], g, "uuid");
+		copy_str(li->migs[i], sizeof li->migs[i], g, "mig_uuid");
+		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+	}
+	return 0;
+}
+
+void record_lease_release(struct lease_info *li)
+{
+	free(li->uuids);
+	free(li->indices);
+	free(li->migs);
+	li->uuids = NULL;
+	li->indices = NULL;
+	li->migs = NULL;
+	li->gpu_count = 0;
 }

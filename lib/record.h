@@ -30,4 +30,24 @@ json_t *record_usable_migs_json(const unsigned char *mig_usable, const struct gm
 unsigned char *record_usable_from(json_t *o, const struct gm_snapshot *snap);
 unsigned char *record_usable_migs_from(json_t *o, const struct gm_snapshot *snap);
 
+/*
+ * A lease: one record for the registry's lease files, the broker's wire
+ * (its view) and state file, and status --json / serve / the Python
+ * binding: "id", "uid", "user", "pid", "job_pid", "command", "start_ms",
+ * "kind" ("exclusive" or "share"), "share_mib" (null when exclusive),
+ * "gpus" ([{"index", "uuid", "mig_uuid" (null for a whole GPU)}]),
+ * "reservation" and "expires_ms" (null unless a reservation).  Each
+ * transport adds what only it keeps (a file's "pidns", the state file's
+ * token).  New reference; NULL on out-of-memory.
+ */
+struct lease_info;
+json_t *record_lease_json(const struct lease_info *li);
+
+/* Back, into *li (its arrays allocated; free with record_lease_release).
+ * Fields are read as they are; whoever reads a lease from someone else
+ * checks it (the registry believes a file's owner, not its "uid").
+ * 0, or -1 on out-of-memory. */
+int record_lease_parse(json_t *o, struct lease_info *li);
+void record_lease_release(struct lease_info *li);
+
 #endif

@@ -262,8 +262,7 @@ static const char *jstr(json_t *o, const char *key)
 /* resv: read from a resv.<id> file, which alone may claim to be a reservation. */
 static int parse_lease(const char *text, const struct stat *st, struct lease_info *li, int resv)
 {
-	json_t *o = json_loads(text, 0, NULL), *gpus, *g;
-	size_t i;
+	json_t *o = json_loads(text, 0, NULL);
 
 	if (!o)
 		return -1;
@@ -283,28 +282,13 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 		json_decref(o);
 		return 1;
 	}
-	snprintf(li->id, sizeof li->id, "%s", jstr(o, "id"));
-	li->uid = st->st_uid;
-	registry_user_name(st->st_uid, li->user, sizeof li->user);
-	snprintf(li->command, sizeof li->command, "%s", jstr(o, "command"));
-	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
-	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
-	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
-	gpus = json_object_get(o, "gpus");
-	li->gpu_count = json_array_size(gpus);
-	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
-	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
-	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
-	if (!li->uuids || !li->indices || !li->migs) {
+	if (record_lease_parse(o, li) < 0) {
 		json_decref(o);
 		return -1;
 	}
-	json_array_foreach(gpus, i, g)
-	{
-		snprintf(li->uuids[i], sizeof li->uuids[i], "%s", jstr(g, "uuid"));
-		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
-		snprintf(li->migs[i], sizeof li->migs[i], "%s", jstr(g, "mig_uuid"));
-	}
+	/* The file's owner names its user, never what it says. */
+	li->uid = st->st_uid;
+	registry_user_name(st->st_uid, li->user, sizeof li->user);
 	json_decref(o);
 	return 0;
 }

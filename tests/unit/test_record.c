@@ -13,6 +13,7 @@
 #include "gpuman.h"
 #include "policy.h"
 #include "record.h"
+#include "registry.h"
 #include "unit.h"
 
 static struct gm_request *parse_opts(const char *const *kv)
@@ -93,12 +94,63 @@ static void test_a_usable_set_round_trips_by_uuid(void **state)
 	fake_snapshot_release(&snap);
 }
 
+static void test_a_lease_round_trips(void **state)
+{
+	char uuids[2][96] = {"GPU-a", "GPU-b"}, migs[2][96] = {"", "MIG-x"};
+	unsigned indices[2] = {0, 3};
+	struct lease_info li = {.id = "1-2-3",
+	                        .uid = 1000,
+	                        .user = "alice",
+	                        .pid = 42,
+	                        .job_pid = 43,
+	                        .command = "train.py",
+	                        .start_ms = 5,
+	                        .exclusive = 1,
+	                        .gpu_count = 2,
+	                        .uuids = uuids,
+	                        .indices = indices,
+	                        .migs = migs,
+	                        .reservation = 1,
+	                        .expires_ms = 99},
+	                  back;
+	json_t *o = record_lease_json(&li);
+
+	(void)state;
+	assert_true(json_is_null(json_object_get(o, "share_mib")));
+	assert_true(json_is_null(
+	    json_object_get(json_array_get(json_object_get(o, "gpus"), 0), "mig_uuid")));
+	assert_int_equal(record_lease_parse(o, &back), 0);
+	assert_string_equal(back.id, "1-2-3");
+	assert_int_equal(back.uid, 1000);
+	assert_string_equal(back.user, "alice");
+	assert_int_equal(back.job_pid, 43);
+	assert_string_equal(back.command, "train.py");
+	assert_true(back.exclusive);
+	assert_int_equal(back.gpu_count, 2);
+	assert_int_equal(back.indices[1], 3);
+	assert_string_equal(back.uuids[1], "GPU-b");
+	assert_string_equal(back.migs[0], "");
+	assert_string_equal(back.migs[1], "MIG-x");
+	assert_true(back.reservation);
+	assert_int_equal(back.expires_ms, 99);
+	record_lease_release(&back);
+	json_decref(o);
+	li.exclusive = 0;
+	li.share_mib = 8192;
+	li.reservation = 0;
+	o = record_lease_json(&li);
+	assert_int_equal(json_integer_value(json_object_get(o, "share_mib")), 8192);
+	assert_true(json_is_null(json_object_get(o, "expires_ms")));
+	json_decref(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_a_request_round_trips),
 	    cmocka_unit_test(test_what_the_command_line_refuses_is_refused),
 	    cmocka_unit_test(test_a_usable_set_round_trips_by_uuid),
+	    cmocka_unit_test(test_a_lease_round_trips),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
