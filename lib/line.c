@@ -59,6 +59,7 @@ struct pass {
 	const char **held_for;
 	char (*held_text)[HELD_LEN];
 	size_t held;
+	char first_held[128]; /* the first waiter that holds GPUs back */
 	const char **barred;
 	char (*barred_text)[HELD_LEN];
 	unsigned char *usable, *mig_usable; /* confined to a reservation */
@@ -145,7 +146,9 @@ static int pass_grant(struct pass *p, size_t w, const struct policy_result *res)
 	const struct gm_request *req = wt->req;
 	char(*holder)[HOLDER_LEN] = &p->holders[in->lease_count + w];
 
-	snprintf(*holder, sizeof *holder, "%s (pid %d)", wt->user, wt->pid);
+	/* Granted in this pass: the broker's lease from now on, the
+	 * registry's as soon as the waiter's own process takes it. */
+	snprintf(*holder, sizeof *holder, "%s (pid %d, served first in line)", wt->user, wt->pid);
 	if (pass_grow(p, res->count) < 0)
 		return -1;
 	for (size_t i = 0; i < res->count; i++) {
@@ -329,8 +332,11 @@ int line_decide(const struct line_input *in, struct line_decision *out)
 		d->why[0] = '\0';
 		if (p.ngpu && p.held == p.ngpu) {
 			d->verdict = LINE_WAIT;
+			/* Named by the first of them: whom it waits behind. */
 			snprintf(d->why, sizeof d->why,
-			         "every GPU it could use is held for earlier requests in line");
+			         "every GPU it could use is held for earlier requests in line, the "
+			         "first %s",
+			         p.first_held);
 			if (wt->wait)
 				d->position = ++waiting;
 			continue;
@@ -367,7 +373,13 @@ int line_decide(const struct line_input *in, struct line_decision *out)
 				continue;
 			line_held_text(wt, p.held_text[pos], sizeof p.held_text[pos]);
 			p.held_for[pos] = p.held_text[pos];
-			p.held++;
+			if (!p.held++) {
+				char summary[64];
+
+				snprintf(p.first_held, sizeof p.first_held, "%.32s's %s (pid %d)",
+				         wt->user, line_summary(wt->req, summary, sizeof summary),
+				         wt->pid);
+			}
 		}
 	}
 	rc = 0;

@@ -317,8 +317,9 @@ static void test_a_saturated_line_costs_no_policy_run(void **state)
 	assert_int_equal(f->out[1].verdict, LINE_WAIT);
 	assert_false(f->out[1].ran);
 	assert_int_equal(f->out[1].position, 2);
-	assert_string_equal(f->out[1].why,
-	                    "every GPU it could use is held for earlier requests in line");
+	assert_string_equal(
+	    f->out[1].why, "every GPU it could use is held for earlier requests in line, the first "
+	                   "alice's 4 GPUs exclusive (pid 10)");
 	assert_int_equal(f->out[2].verdict, LINE_WAIT);
 	assert_int_equal(f->out[2].position, 0);
 }
