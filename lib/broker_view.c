@@ -118,7 +118,7 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	if (!view->leases || !view->waiters)
 		rc = GM_ERR_NOMEM;
 	if (rc != GM_OK) {
-		registry_view_release(view);
+		record_view_release(view);
 		gm_fail(rc, err, len, "out of memory");
 	}
 done:

@@ -239,3 +239,21 @@ void record_lease_release(struct lease_info *li)
 	li->migs = NULL;
 	li->gpu_count = 0;
 }
+
+void record_view_release(struct registry_view *view)
+{
+	for (size_t i = 0; i < view->lease_count; i++) {
+		free(view->leases[i].uuids);
+		free(view->leases[i].indices);
+		free(view->leases[i].migs);
+	}
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		free(view->waiters[i].cand);
+		gm_request_free(view->waiters[i].req);
+		json_decref(view->waiters[i].usable);
+		json_decref(view->waiters[i].usable_migs);
+	}
+	free(view->leases);
+	free(view->waiters);
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+}

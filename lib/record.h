@@ -50,4 +50,9 @@ json_t *record_lease_json(const struct lease_info *li);
 int record_lease_parse(json_t *o, struct lease_info *li);
 void record_lease_release(struct lease_info *li);
 
+/* Free what a view of the leases and the line holds (registry.h), keep
+ * the struct: either transport's. */
+struct registry_view;
+void record_view_release(struct registry_view *view);
+
 #endif

@@ -28,7 +28,6 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
 #include "caps.h"
 #include "context.h"
 #include "lease.h"
@@ -42,6 +41,7 @@
 #include "registry_impl.h"
 #include "snapshot.h"
 #include "text.h"
+#include "transport.h"
 #include "util.h"
 
 /* ---- the directory ------------------------------------------------------ */
@@ -113,7 +113,8 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	reg->lock_fd = -1;
 	reg->held_fd = -1;
-	if (broker_wanted(sock, sizeof sock)) {
+	reg->transport = transport_choose(sock, sizeof sock);
+	if (reg->transport == &transport_broker) {
 		char *slash = strrchr(sock, '/');
 
 		reg->broker = strdup(sock);
@@ -184,8 +185,9 @@ void registry_close(struct registry *reg)
 	if (reg->lock_fd >= 0)
 		close(reg->lock_fd);
 	config_release(&reg->cfg);
+	if (reg->transport && reg->transport->close)
+		reg->transport->close(reg);
 	free(reg->broker);
-	broker_place_free(reg->place);
 	free(reg);
 }
 
@@ -359,6 +361,29 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
                              const struct gm_request *req, const struct acquire_opts *opts,
                              struct gm_lease **out, char **explain, char *err, size_t len)
 {
+	return reg->transport->acquire(reg, ctx, req, opts, out, explain, err, len);
+}
+
+enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
+                               char *err, size_t len)
+{
+	enum gm_err rc = reg->transport->read(reg, view, upto, err, len);
+
+	if (rc != GM_OK)
+		return rc;
+	registry_mark_over_limit(reg, view);
+	/* Not available here: said in status, not silently skipped. */
+	view->gpu_hours_unenforced =
+	    config_has_gpu_hours(&reg->cfg) && !(reg->transport->caps & TRANSPORT_GPU_HOURS);
+	return GM_OK;
+}
+
+/* The files transport's acquire: choose and lease under the registry
+ * lock, waiting in the line of tickets (registry.h). */
+static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
+                                 const struct gm_request *req, const struct acquire_opts *opts,
+                                 struct gm_lease **out, char **explain, char *err, size_t len)
+{
 	struct attempt a;
 	char ticket[128] = "";
 	struct waiting w = {ctx->cancel_fd, reg, ticket, {0}, -1, 0};
@@ -366,9 +391,6 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
 
-	if (reg->broker)
-		return broker_acquire(reg->broker, &reg->place, ctx, req, opts, out, explain, err,
-		                      len);
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
@@ -450,12 +472,15 @@ done:
 
 enum gm_err registry_release(struct registry *reg, const char *id, char *err, size_t len)
 {
+	return reg->transport->release_id(reg, id, err, len);
+}
+
+static enum gm_err files_release_id(struct registry *reg, const char *id, char *err, size_t len)
+{
 	char name[128], user[33];
 	struct stat st;
 	int dfd;
 
-	if (reg->broker)
-		return broker_release_id(reg->broker, id, err, len);
 	if (!*id || strchr(id, '/') || strlen(id) > 64)
 		return gm_fail(GM_ERR_INVALID, err, len, "'%s' is not a reservation id", id);
 	snprintf(name, sizeof name, RESV_PREFIX "%s", id);
@@ -479,8 +504,29 @@ enum gm_err registry_release(struct registry *reg, const char *id, char *err, si
 
 int registry_wake_fd(const struct registry *reg)
 {
-	return reg->place ? broker_place_fd(reg->place) : -1;
+	return reg->transport->wake_fd(reg);
 }
+
+static void files_release(struct gm_lease *lease)
+{
+	if (lease->fd < 0)
+		return;
+	/* Remove first: a waiter woken by the close must not find it. */
+	unlink(lease->path);
+	close(lease->fd);
+	lease->fd = -1;
+}
+
+static int files_wake_fd(const struct registry *reg)
+{
+	(void)reg; /* its waiters watch the directory themselves */
+	return -1;
+}
+
+const struct lease_transport transport_files = {
+    "registry",    0,    files_acquire, registry_files_read, files_release_id, files_release,
+    files_wake_fd, NULL,
+};
 
 /* ---- the public lease API ----------------------------------------------- */
 
@@ -594,15 +640,7 @@ GM_API void gm_lease_release(struct gm_lease *lease)
 {
 	if (!lease)
 		return;
-	if (lease->broker) {
-		broker_release(lease);
-		if (lease->fd >= 0)
-			close(lease->fd);
-	} else if (lease->fd >= 0) {
-		/* Remove first: a waiter woken by the close must not find it. */
-		unlink(lease->path);
-		close(lease->fd);
-	}
+	transport_of_lease(lease)->release(lease);
 	registry_lease_free_fields(lease);
 }
 

@@ -68,6 +68,9 @@ struct registry {
 	char *broker;      /* non-NULL: leases go through the broker at this
 	                    * socket (broker.h) and dir is not used */
 	struct broker_place *place; /* a kept place in its line, or NULL */
+	/* The transport chosen at open (transport.h); everything goes
+	 * through it. */
+	const struct lease_transport *transport;
 };
 
 /* With a lease broker (broker_wanted()), only remember its socket: reading

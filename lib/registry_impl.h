@@ -78,6 +78,13 @@ json_int_t registry_own_pidns(void);
 int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
                       unsigned count, char *why, size_t len);
 
+/* The files transport's read (transport.h): registry_read_upto's work. */
+enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
+                                char *err, size_t len);
+
+/* Mark the leases held longer than their user's max_lease. */
+void registry_mark_over_limit(const struct registry *reg, struct registry_view *view);
+
 /* Does s start with prefix (a file name with LEASE_PREFIX, say)? */
 int registry_starts_with(const char *s, const char *prefix);
 

@@ -295,7 +295,7 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 
 /* Leases held longer than their user's max_lease: run and the queue end
  * theirs, a library client's stays until its owner ends it. */
-static void mark_over_limit(const struct registry *reg, struct registry_view *view)
+void registry_mark_over_limit(const struct registry *reg, struct registry_view *view)
 {
 	int64_t now = now_ms();
 
@@ -449,19 +449,13 @@ static void clean_tmp(int dirfd, const char *name)
  * a waiter is held back only by those ahead of it, and leaving the rest
  * unopened halves the work of a read in a long line.
  */
-enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
-                               char *err, size_t len)
+enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
+                                char *err, size_t len)
 {
 	DIR *d;
 	struct dirent *de;
 	enum gm_err rc = GM_OK;
 
-	if (reg->broker) {
-		rc = broker_read(reg->broker, view, err, len);
-		if (rc == GM_OK)
-			mark_over_limit(reg, view);
-		return rc;
-	}
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 	d = opendir(reg->dir);
 	if (!d)
@@ -539,8 +533,6 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 		registry_view_release(view);
 		return gm_fail(rc, err, len, "out of memory");
 	}
-	mark_over_limit(reg, view);
-	view->gpu_hours_unenforced = config_has_gpu_hours(&reg->cfg);
 	return GM_OK;
 }
 
@@ -551,18 +543,5 @@ enum gm_err registry_read(struct registry *reg, struct registry_view *view, char
 
 void registry_view_release(struct registry_view *view)
 {
-	for (size_t i = 0; i < view->lease_count; i++) {
-		free(view->leases[i].uuids);
-		free(view->leases[i].indices);
-		free(view->leases[i].migs);
-	}
-	for (size_t i = 0; i < view->waiter_count; i++) {
-		free(view->waiters[i].cand);
-		gm_request_free(view->waiters[i].req);
-		json_decref(view->waiters[i].usable);
-		json_decref(view->waiters[i].usable_migs);
-	}
-	free(view->leases);
-	free(view->waiters);
-	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	record_view_release(view);
 }
