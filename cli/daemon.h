@@ -60,6 +60,7 @@ struct conn {
 	uint64_t seq;
 	char command[256];
 	char summary[128];
+	char user[33];       /* its user's name, looked up once */
 	char limit[256];     /* its user's limit keeps it waiting (line.h), "" not */
 	json_t *usable;      /* UUID -> pick_env usable value; NULL: all */
 	json_t *usable_migs; /* the same for MIG slices; NULL: as their GPU */

@@ -232,8 +232,7 @@ void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapsho
 	unsigned char *u = record_usable_from(c->usable, snap);
 	unsigned char *mu = record_usable_migs_from(c->usable_migs, snap);
 	unsigned char *cand = calloc(snap->gpu_count + 1, 1);
-	char user[33];
-	struct line_waiter w = {c->uid, user, c->pid, c->req, u, mu, c->within, c->wait};
+	struct line_waiter w = {c->uid, c->user, c->pid, c->req, u, mu, c->within, c->wait};
 	struct line_input in = {.snap = snap,
 	                        .cfg = &d->cfg,
 	                        .now_ms = now_ms(),
@@ -242,7 +241,6 @@ void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapsho
 	                        .waiters = &w,
 	                        .waiter_count = 1};
 
-	daemon_user_name(c->uid, user, sizeof user);
 	c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
 	if (ll && cand && c->cand && line_candidates(&in, 0, cand) == 0)
 		for (size_t pos = 0; pos < snap->gpu_count; pos++)
@@ -270,7 +268,6 @@ void daemon_serve_line(struct daemon *d, int fresh)
 	struct line_decision *out = NULL;
 	struct conn **conns = NULL;
 	unsigned char **usable = NULL;
-	char(*users)[33] = NULL;
 	size_t n = 0, lease_count = 0;
 	int shares = 0;
 
@@ -286,16 +283,13 @@ void daemon_serve_line(struct daemon *d, int fresh)
 	out = calloc(d->line_len + 1, sizeof *out);
 	conns = calloc(d->line_len + 1, sizeof *conns);
 	usable = calloc(2 * d->line_len + 2, sizeof *usable);
-	users = calloc(d->line_len + 1, sizeof *users);
-	if (!ll || !lw || !out || !conns || !usable || !users ||
-	    (shares && proctree_read(&tree) < 0))
+	if (!ll || !lw || !out || !conns || !usable || (shares && proctree_read(&tree) < 0))
 		goto done;
 	for (struct conn *c = d->line_head; c && n < d->line_len; c = c->lnext, n++) {
 		conns[n] = c;
 		usable[2 * n] = record_usable_from(c->usable, in.snap);
 		usable[2 * n + 1] = record_usable_migs_from(c->usable_migs, in.snap);
-		daemon_user_name(c->uid, users[n], sizeof users[n]);
-		lw[n] = (struct line_waiter){c->uid,        users[n],          c->pid,    c->req,
+		lw[n] = (struct line_waiter){c->uid,        c->user,           c->pid,    c->req,
 		                             usable[2 * n], usable[2 * n + 1], c->within, c->wait};
 	}
 	in.cfg = &d->cfg;
@@ -344,5 +338,4 @@ done:
 	free(out);
 	free(conns);
 	free(usable);
-	free(users);
 }
