@@ -1,7 +1,7 @@
 /*
  * daemon_place.c - the broker's placement (cmd_daemon.c): the admin's
- * limits, a fresh snapshot, and serving its line of waiters first come,
- * first served with lib/policy.c, as the daemonless registry does.
+ * limits, a fresh snapshot, and serving its line of waiters by the rules
+ * of lib/line.c, which the daemonless registry applies too.
  */
 #include <errno.h>
 #include <fcntl.h>
