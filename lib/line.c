@@ -60,6 +60,7 @@ struct pass {
 	char (*held_text)[HELD_LEN];
 	size_t held;
 	char first_held[128]; /* the first waiter that holds GPUs back */
+	char saturated[256];  /* why those behind wait, once every GPU is held */
 	const char **barred;
 	char (*barred_text)[HELD_LEN];
 	unsigned char *usable, *mig_usable; /* confined to a reservation */
@@ -332,11 +333,14 @@ int line_decide(const struct line_input *in, struct line_decision *out)
 		d->why[0] = '\0';
 		if (p.ngpu && p.held == p.ngpu) {
 			d->verdict = LINE_WAIT;
-			/* Named by the first of them: whom it waits behind. */
-			snprintf(d->why, sizeof d->why,
-			         "every GPU it could use is held for earlier requests in line, the "
-			         "first %s",
-			         p.first_held);
+			/* Named by the first of them: whom it waits behind.  The
+			 * same words for everyone behind, written once. */
+			if (!p.saturated[0])
+				snprintf(p.saturated, sizeof p.saturated,
+				         "every GPU it could use is held for earlier requests in "
+				         "line, the first %s",
+				         p.first_held);
+			memcpy(d->why, p.saturated, sizeof d->why);
 			if (wt->wait)
 				d->position = ++waiting;
 			continue;
