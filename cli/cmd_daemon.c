@@ -179,37 +179,31 @@ static int pidfd_open_(int pid)
 
 json_t *daemon_lease_json(const struct blease *l, int secret)
 {
-	json_t *o = json_object(), *gpus = json_array();
+	struct lease_info li = {0};
+	json_t *o;
 
-	json_object_set_new(o, "id", json_string(l->id));
-	if (secret) {
+	/* The one lease record (record.h), plus what only the broker keeps. */
+	str_copy(li.id, sizeof li.id, l->id);
+	li.uid = l->uid;
+	str_copy(li.user, sizeof li.user, l->user);
+	li.pid = l->pid;
+	li.job_pid = l->job_pid ? l->job_pid : l->pid;
+	str_copy(li.command, sizeof li.command, l->command);
+	li.start_ms = l->start_ms;
+	li.exclusive = l->exclusive;
+	li.share_mib = l->share_mib;
+	li.gpu_count = l->n;
+	li.uuids = l->uuids;
+	li.indices = l->indices;
+	li.migs = l->migs;
+	li.reservation = l->reservation;
+	li.expires_ms = l->expires_ms;
+	o = record_lease_json(&li);
+	if (o && secret) {
 		json_object_set_new(o, "token", json_string(l->token));
 		json_object_set_new(o, "pid_start", json_integer((json_int_t)l->pid_start));
 		json_object_set_new(o, "job_start", json_integer((json_int_t)l->job_start));
 	}
-	json_object_set_new(o, "uid", json_integer(l->uid));
-	json_object_set_new(o, "user", json_string(l->user));
-	json_object_set_new(o, "pid", json_integer(l->pid));
-	json_object_set_new(o, "job_pid", json_integer(l->job_pid ? l->job_pid : l->pid));
-	json_object_set_new(o, "command", json_string(l->command));
-	json_object_set_new(o, "start_ms", json_integer(l->start_ms));
-	json_object_set_new(o, "kind", json_string(l->exclusive ? "exclusive" : "share"));
-	json_object_set_new(o, "share_mib",
-	                    l->exclusive ? json_null() : json_integer((json_int_t)l->share_mib));
-	if (l->reservation) {
-		json_object_set_new(o, "reservation", json_true());
-		json_object_set_new(o, "expires_ms", json_integer(l->expires_ms));
-	}
-	for (size_t i = 0; i < l->n; i++) {
-		json_t *g = json_object();
-
-		json_object_set_new(g, "index", json_integer(l->indices[i]));
-		json_object_set_new(g, "uuid", json_string(l->uuids[i]));
-		if (l->migs[i][0])
-			json_object_set_new(g, "mig_uuid", json_string(l->migs[i]));
-		json_array_append_new(gpus, g);
-	}
-	json_object_set_new(o, "gpus", gpus);
 	return o;
 }
 
@@ -331,52 +325,37 @@ static void restore(struct daemon *d)
 	json_array_foreach(arr, i, o)
 	{
 		struct blease *l = calloc(1, sizeof *l);
-		json_t *gpus = json_object_get(o, "gpus"), *g;
-		size_t k;
+		struct lease_info li;
 		int watch;
 		uint64_t start;
 
-		if (!l)
+		if (!l || record_lease_parse(o, &li) < 0) {
+			free(l);
 			break;
+		}
 		l->kind = EV_PIDFD;
 		l->pidfd = -1;
-		str_copy(l->id, sizeof l->id, json_string_value(json_object_get(o, "id")) ?: "");
+		str_copy(l->id, sizeof l->id, li.id);
 		str_copy(l->token, sizeof l->token,
 		         json_string_value(json_object_get(o, "token")) ?: "");
-		l->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
-		str_copy(l->user, sizeof l->user,
-		         json_string_value(json_object_get(o, "user")) ?: "");
-		l->pid = (int)json_integer_value(json_object_get(o, "pid"));
+		l->uid = li.uid;
+		str_copy(l->user, sizeof l->user, li.user);
+		l->pid = li.pid;
 		l->pid_start = (uint64_t)json_integer_value(json_object_get(o, "pid_start"));
 		l->job_start = (uint64_t)json_integer_value(json_object_get(o, "job_start"));
-		l->job_pid =
-		    l->job_start ? (int)json_integer_value(json_object_get(o, "job_pid")) : 0;
-		str_copy(l->command, sizeof l->command,
-		         json_string_value(json_object_get(o, "command")) ?: "");
-		l->start_ms = json_integer_value(json_object_get(o, "start_ms"));
-		l->exclusive =
-		    !strcmp(json_string_value(json_object_get(o, "kind")) ?: "", "exclusive");
-		l->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
-		l->n = json_array_size(gpus);
-		l->indices = calloc(l->n + 1, sizeof *l->indices);
-		l->uuids = calloc(l->n + 1, sizeof *l->uuids);
-		l->migs = calloc(l->n + 1, sizeof *l->migs);
-		if (!l->indices || !l->uuids || !l->migs) {
-			daemon_lease_free(l);
-			break;
-		}
-		json_array_foreach(gpus, k, g)
-		{
-			l->indices[k] = (unsigned)json_integer_value(json_object_get(g, "index"));
-			str_copy(l->uuids[k], sizeof l->uuids[k],
-			         json_string_value(json_object_get(g, "uuid")) ?: "");
-			str_copy(l->migs[k], sizeof l->migs[k],
-			         json_string_value(json_object_get(g, "mig_uuid")) ?: "");
-		}
-		if (json_is_true(json_object_get(o, "reservation"))) {
+		l->job_pid = l->job_start ? li.job_pid : 0;
+		str_copy(l->command, sizeof l->command, li.command);
+		l->start_ms = li.start_ms;
+		l->exclusive = li.exclusive;
+		l->share_mib = li.share_mib;
+		l->n = li.gpu_count;
+		l->indices = li.indices;
+		l->uuids = li.uuids;
+		l->migs = li.migs;
+		if (li.reservation) {
 			/* Held by nobody: kept until it expires. */
 			l->reservation = 1;
-			l->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
+			l->expires_ms = li.expires_ms;
 			if (l->expires_ms <= now_ms()) {
 				daemon_lease_free(l);
 				ended++;

@@ -60,6 +60,8 @@ struct conn {
 	uint64_t seq;
 	char command[256];
 	char summary[128];
+	char user[33];       /* its user's name, looked up once */
+	char limit[256];     /* its user's limit keeps it waiting (line.h), "" not */
 	json_t *usable;      /* UUID -> pick_env usable value; NULL: all */
 	json_t *usable_migs; /* the same for MIG slices; NULL: as their GPU */
 	char (*cand)[96];
@@ -184,8 +186,6 @@ int64_t daemon_day_start(int64_t at_ms); /* local midnight before at_ms */
 void daemon_hours_charge(struct daemon *d, const struct blease *l);
 /* uid's GPU-ms today: ended leases and live ones. */
 int64_t daemon_hours_used(struct daemon *d, unsigned uid);
-/* Has uid used up max_gpu_hours today?  1 with why; 0 no (or no cap). */
-int daemon_hours_over(struct daemon *d, unsigned uid, char *why, size_t len);
 /* The ledger for the state file, and back (today's entries only). */
 json_t *daemon_hours_json(const struct daemon *d);
 void daemon_hours_restore(struct daemon *d, json_t *arr);
@@ -206,32 +206,20 @@ void daemon_accept_all(struct daemon *d);
  * there are none to go by. */
 int daemon_config_fresh(struct daemon *d);
 
-/* GPUs that uid's leases and reservations hold. */
-unsigned daemon_held_by(const struct daemon *d, unsigned uid);
-
 /* Reservations whose time is up end; returns the next expiry (wall clock
  * ms), or -1 for none. */
 int64_t daemon_expire(struct daemon *d);
 
 struct gm_snapshot *daemon_snapshot(struct daemon *d, int fresh);
 
-/* Per snapshot position, what c's inherited allocation lets it use. */
-unsigned char *daemon_usable_for(const struct conn *c, const struct gm_snapshot *snap);
-
-/* Per slice (snap->migs), the same. */
-unsigned char *daemon_mig_usable_for(const struct conn *c, const struct gm_snapshot *snap);
+/* c->cand: the GPUs c could ever be given (line_candidates). */
+void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapshot *snap);
 
 void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *snap,
                   const struct policy_result *res);
 
-/*
- * Serve the line, first come first served: each waiter in arrival order is
- * placed if the policy finds it GPUs among those no earlier waiter could
- * use; one that does not fit holds back its candidate GPUs from everybody
- * behind it.  Once every GPU is held back, nobody further back can be
- * placed, so the walk stops there: a pass costs the few waiters at the
- * head, not the length of the line.
- */
+/* Serve the line with the rules (lib/line.h): grant, refuse or tell each
+ * waiter its place. */
 void daemon_serve_line(struct daemon *d, int fresh);
 
 void conn_readable(struct daemon *d, struct conn *c);

@@ -246,32 +246,17 @@ void daemon_accept_all(struct daemon *d)
 
 static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 {
-	json_t *r = json_object_get(msg, "request"), *v, *usable = json_object_get(msg, "usable");
+	json_t *usable = json_object_get(msg, "usable");
 	json_t *usable_migs = json_object_get(msg, "usable_migs");
-	const char *key, *cmd = json_string_value(json_object_get(msg, "command"));
-	char err[GM_ERRBUF_SIZE];
+	const char *cmd = json_string_value(json_object_get(msg, "command"));
+	char err[GM_ERRBUF_SIZE] = "";
 	struct gm_snapshot *snap;
-	struct policy_input in = {0};
-	unsigned char *u, *mu;
 
-	c->req = gm_request_new();
-	if (!c->req || !json_is_object(r) || (usable && !json_is_object(usable)) ||
-	    (usable_migs && !json_is_object(usable_migs))) {
-		daemon_refuse(d, c, GM_ERR_INVALID, "malformed request", NULL);
+	if ((usable && !json_is_object(usable)) || (usable_migs && !json_is_object(usable_migs)) ||
+	    !(c->req =
+	          record_request_parse(json_object_get(msg, "request"), NULL, err, sizeof err))) {
+		daemon_refuse(d, c, GM_ERR_INVALID, err[0] ? err : "malformed request", NULL);
 		return;
-	}
-	json_object_foreach(r, key, v)
-	{
-		/* The same parser as the command line and the C API: what a
-		 * user cannot ask for there, they cannot ask for here. */
-		if (!json_is_string(v) || !strcmp(key, "wait") ||
-		    gm_request_set(c->req, key, json_string_value(v), err, sizeof err) != GM_OK) {
-			daemon_refuse(
-			    d, c, GM_ERR_INVALID,
-			    json_is_string(v) && strcmp(key, "wait") ? err : "malformed request",
-			    NULL);
-			return;
-		}
 	}
 	c->wait = json_is_true(json_object_get(msg, "wait"));
 	c->reserve_ms = json_integer_value(json_object_get(msg, "reserve_ms"));
@@ -291,7 +276,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		str_copy(c->command, sizeof c->command, cmd);
 	else
 		daemon_proc_command(c->pid, c->command, sizeof c->command);
-	registry_waiter_summary(c->req, c->summary, sizeof c->summary);
+	line_summary(c->req, c->summary, sizeof c->summary);
+	daemon_user_name(c->uid, c->user, sizeof c->user);
 	c->since_ms = now_ms();
 	c->seq = ++d->next_seq;
 	/* The GPUs it could ever use: what it holds back while it waits,
@@ -301,27 +287,7 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		daemon_refuse(d, c, GM_ERR_NVML, "the lease broker cannot read the GPUs", NULL);
 		return;
 	}
-	u = daemon_usable_for(c, snap);
-	mu = daemon_mig_usable_for(c, snap);
-	in.snap = snap;
-	in.usable = u;
-	in.mig_usable = mu;
-	{
-		const char **barred = calloc(snap->gpu_count + 1, sizeof *barred);
-		char(*text)[160] = calloc(snap->gpu_count + 1, sizeof *text);
-
-		if (barred && text && caps_barred(&d->cfg, c->uid, snap, barred, text))
-			in.barred = barred;
-		c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
-		for (size_t pos = 0; c->cand && pos < snap->gpu_count; pos++)
-			if (policy_candidate(&in, c->req, pos))
-				str_copy(c->cand[c->cand_count++], sizeof c->cand[0],
-				         snap->gpus[pos].uuid);
-		free((void *)barred);
-		free(text);
-	}
-	free(u);
-	free(mu);
+	daemon_candidates(d, c, snap);
 	c->state = CONN_WAITING;
 	c->in_line = 1;
 	c->lprev = d->line_tail;
@@ -410,7 +376,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 static void on_view(struct daemon *d, struct conn *c)
 {
 	json_t *m = json_object(), *leases = json_array(), *waiters = json_array();
-	char user[33], limit[200];
+	char user[33];
 
 	for (struct blease *l = d->leases; l; l = l->next)
 		json_array_append_new(leases, daemon_lease_json(l, 0));
@@ -427,10 +393,8 @@ static void on_view(struct daemon *d, struct conn *c)
 		json_object_set_new(o, "command", json_string(w->command));
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
 		json_object_set_new(o, "summary", json_string(w->summary));
-		if (caps_over(&d->cfg, w->uid, daemon_held_by(d, w->uid), w->req->count, limit,
-		              sizeof limit) ||
-		    daemon_hours_over(d, w->uid, limit, sizeof limit))
-			json_object_set_new(o, "limit", json_string(limit));
+		if (w->limit[0])
+			json_object_set_new(o, "limit", json_string(w->limit));
 		for (size_t i = 0; i < w->cand_count; i++)
 			json_array_append_new(cand, json_string(w->cand[i]));
 		json_object_set_new(o, "candidates", cand);

@@ -86,23 +86,6 @@ int64_t daemon_hours_used(struct daemon *d, unsigned uid)
 	return used;
 }
 
-int daemon_hours_over(struct daemon *d, unsigned uid, char *why, size_t len)
-{
-	char from[96];
-	int64_t cap = config_max_gpu_ms(&d->cfg, uid, from, sizeof from), used;
-
-	if (!cap)
-		return 0;
-	used = daemon_hours_used(d, uid);
-	if (used < cap)
-		return 0;
-	snprintf(why, len,
-	         "daily GPU-hours used up: %.4g of %.4g h (max_gpu_hours, %s in %s); resets at "
-	         "00:00",
-	         (double)used / 3600000.0, (double)cap / 3600000.0, from, d->cfg.system_path);
-	return 1;
-}
-
 json_t *daemon_hours_json(const struct daemon *d)
 {
 	json_t *arr = json_array();

@@ -1,7 +1,7 @@
 /*
  * daemon_place.c - the broker's placement (cmd_daemon.c): the admin's
- * limits, a fresh snapshot, and serving its line of waiters first come,
- * first served with lib/policy.c, as the daemonless registry does.
+ * limits, a fresh snapshot, and serving its line of waiters by the rules
+ * of lib/line.c, which the daemonless registry applies too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,25 +56,6 @@ int daemon_config_fresh(struct daemon *d)
 	return 0;
 }
 
-/* GPUs that uid's leases and reservations hold. */
-unsigned daemon_held_by(const struct daemon *d, unsigned uid)
-{
-	unsigned n = 0;
-
-	for (const struct blease *l = d->leases; l; l = l->next)
-		n += l->uid == uid ? (unsigned)l->n : 0;
-	return n;
-}
-
-/* The reservation c asks inside of, if it is its user's and lives. */
-static const struct blease *within_of(const struct daemon *d, const struct conn *c)
-{
-	for (const struct blease *l = d->leases; c->within[0] && l; l = l->next)
-		if (l->reservation && l->uid == c->uid && !strcmp(l->id, c->within))
-			return l;
-	return NULL;
-}
-
 /* Reservations whose time is up end; returns the next expiry (wall clock
  * ms), or -1 for none. */
 int64_t daemon_expire(struct daemon *d)
@@ -113,97 +94,6 @@ struct gm_snapshot *daemon_snapshot(struct daemon *d, int fresh)
 	d->snap = snap;
 	d->snap_at = now;
 	return snap;
-}
-
-/* The leases as the policy sees them, GPU by GPU (as registry.c's
- * attempt_run does for lease files). */
-struct placed {
-	struct policy_lease *pl;
-	char (*holders)[80];
-	size_t count;
-};
-
-static int placed_build(struct placed *p, const struct daemon *d, const struct gm_snapshot *snap,
-                        const struct blease *skip)
-{
-	struct proctree tree = PROCTREE_INIT;
-	size_t total = 0, i = 0;
-	int need_tree = 0;
-
-	free(p->pl);
-	free(p->holders);
-	memset(p, 0, sizeof *p);
-	for (const struct blease *l = d->leases; l; l = l->next) {
-		total += l->n;
-		need_tree |= !l->exclusive;
-	}
-	p->pl = calloc(total + 1, sizeof *p->pl);
-	p->holders = calloc(d->lease_count + 1, sizeof *p->holders);
-	if (!p->pl || !p->holders || (need_tree && proctree_read(&tree) < 0))
-		return -1;
-	for (const struct blease *l = d->leases; l; l = l->next, i++) {
-		int job = l->job_pid ? l->job_pid : l->pid;
-
-		if (l == skip)
-			continue;
-		if (l->reservation)
-			snprintf(p->holders[i], sizeof p->holders[i],
-			         "%s (reservation, %llds left)", l->user,
-			         (long long)((l->expires_ms - now_ms()) / 1000));
-		else
-			snprintf(p->holders[i], sizeof p->holders[i], "%s (pid %d)", l->user, job);
-		for (size_t g = 0; g < l->n; g++) {
-			struct policy_lease *x = &p->pl[p->count++];
-			const struct gm_gpu *gpu = gm_snapshot_find(snap, l->uuids[g]);
-			uint64_t used = 0;
-
-			x->uuid = l->uuids[g];
-			x->mig = l->migs[g][0] ? l->migs[g] : NULL;
-			x->exclusive = l->exclusive;
-			x->share_mib = l->share_mib;
-			x->holder = p->holders[i];
-			/* What the job's own processes already hold counts as
-			 * used memory in the snapshot, not as pending. */
-			for (size_t k = 0; !l->exclusive && gpu && k < snap->proc_count; k++) {
-				const struct gm_proc *pr = &snap->procs[k];
-
-				if (pr->gpu == gpu->index && pr->has_mem &&
-				    proctree_within(&tree, job, (int)pr->pid))
-					used += pr->used_mib;
-			}
-			x->pending_mib = x->share_mib > used ? x->share_mib - used : 0;
-		}
-	}
-	proctree_release(&tree);
-	return 0;
-}
-
-/* Per snapshot position, what c's inherited allocation lets it use. */
-unsigned char *daemon_usable_for(const struct conn *c, const struct gm_snapshot *snap)
-{
-	unsigned char *u;
-
-	if (!c->usable)
-		return NULL;
-	u = calloc(snap->gpu_count + 1, 1);
-	for (size_t i = 0; u && i < snap->gpu_count; i++)
-		u[i] = (unsigned char)json_integer_value(
-		    json_object_get(c->usable, snap->gpus[i].uuid));
-	return u;
-}
-
-/* Per slice (snap->migs), the same. */
-unsigned char *daemon_mig_usable_for(const struct conn *c, const struct gm_snapshot *snap)
-{
-	unsigned char *u;
-
-	if (!c->usable_migs)
-		return NULL;
-	u = calloc(snap->mig_count + 1, 1);
-	for (size_t i = 0; u && i < snap->mig_count; i++)
-		u[i] = (unsigned char)json_integer_value(
-		    json_object_get(c->usable_migs, snap->migs[i].uuid));
-	return u;
 }
 
 void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *snap,
@@ -302,150 +192,150 @@ static void tell_queued(struct daemon *d, struct conn *c, size_t position, const
 		conn_close(d, c);
 }
 
+/* max_gpu_hours: the ledger's figure, which only the broker keeps. */
+static int64_t gpu_ms_used(void *data, unsigned uid)
+{
+	return daemon_hours_used(data, uid);
+}
+
+/* The broker's leases as the rules (line.h) read them. */
+static struct line_lease *line_leases(const struct daemon *d, size_t *count, int *shares)
+{
+	struct line_lease *ll = calloc(d->lease_count + 1, sizeof *ll);
+	size_t n = 0;
+
+	*shares = 0;
+	for (const struct blease *l = d->leases; ll && l; l = l->next) {
+		ll[n++] = (struct line_lease){l->id,
+		                              l->uid,
+		                              l->user,
+		                              l->pid,
+		                              l->job_pid,
+		                              l->reservation,
+		                              l->expires_ms,
+		                              l->exclusive,
+		                              l->share_mib,
+		                              l->n,
+		                              (const char(*)[96])l->uuids,
+		                              (const char(*)[96])l->migs};
+		*shares |= !l->exclusive;
+	}
+	*count = n;
+	return ll;
+}
+
+void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapshot *snap)
+{
+	size_t lease_count = 0;
+	int shares;
+	struct line_lease *ll = line_leases(d, &lease_count, &shares);
+	unsigned char *u = record_usable_from(c->usable, snap);
+	unsigned char *mu = record_usable_migs_from(c->usable_migs, snap);
+	unsigned char *cand = calloc(snap->gpu_count + 1, 1);
+	struct line_waiter w = {c->uid, c->user, c->pid, c->req, u, mu, c->within, c->wait};
+	struct line_input in = {.snap = snap,
+	                        .cfg = &d->cfg,
+	                        .now_ms = now_ms(),
+	                        .leases = ll,
+	                        .lease_count = lease_count,
+	                        .waiters = &w,
+	                        .waiter_count = 1};
+
+	c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
+	if (ll && cand && c->cand && line_candidates(&in, 0, cand) == 0)
+		for (size_t pos = 0; pos < snap->gpu_count; pos++)
+			if (cand[pos])
+				str_copy(c->cand[c->cand_count++], sizeof c->cand[0],
+				         snap->gpus[pos].uuid);
+	free(ll);
+	free(u);
+	free(mu);
+	free(cand);
+}
+
 /*
- * Serve the line, first come first served: each waiter in arrival order is
- * placed if the policy finds it GPUs among those no earlier waiter could
- * use; one that does not fit holds back its candidate GPUs from everybody
- * behind it.  Once every GPU is held back, nobody further back can be
- * placed, so the walk stops there: a pass costs the few waiters at the
- * head, not the length of the line.
+ * Serve the line with the rules (line.h), first come first served: the
+ * waiters it grants are granted, those it finds can never fit or that do
+ * not wait are refused with its reason, the rest are told their place
+ * (once) and wait.
  */
 void daemon_serve_line(struct daemon *d, int fresh)
 {
-	struct gm_snapshot *snap;
-	struct placed placed = {0}, mine = {0};
-	const char **held_for = NULL, **barred = NULL;
-	char(*held_text)[160] = NULL, (*barred_text)[160] = NULL;
-	size_t position = 0, held = 0;
-	struct conn *c, *next;
-	char user[33];
+	struct proctree tree = PROCTREE_INIT;
+	struct line_input in = {0};
+	struct line_lease *ll = NULL;
+	struct line_waiter *lw = NULL;
+	struct line_decision *out = NULL;
+	struct conn **conns = NULL;
+	unsigned char **usable = NULL;
+	size_t n = 0, lease_count = 0;
+	int shares = 0;
 
 	d->dirty = 0;
 	if (!d->line_head)
 		return;
-	snap = daemon_snapshot(d, fresh);
-	if (!snap)
+	in.snap = daemon_snapshot(d, fresh);
+	if (!in.snap)
 		return;
 	daemon_config_fresh(d);
-	held_for = calloc(snap->gpu_count + 1, sizeof *held_for);
-	held_text = calloc(snap->gpu_count + 1, sizeof *held_text);
-	barred = calloc(snap->gpu_count + 1, sizeof *barred);
-	barred_text = calloc(snap->gpu_count + 1, sizeof *barred_text);
-	if (!held_for || !held_text || !barred || !barred_text ||
-	    placed_build(&placed, d, snap, NULL) < 0)
+	ll = line_leases(d, &lease_count, &shares);
+	lw = calloc(d->line_len + 1, sizeof *lw);
+	out = calloc(d->line_len + 1, sizeof *out);
+	conns = calloc(d->line_len + 1, sizeof *conns);
+	usable = calloc(2 * d->line_len + 2, sizeof *usable);
+	if (!ll || !lw || !out || !conns || !usable || (shares && proctree_read(&tree) < 0))
 		goto done;
-	for (c = d->line_head; c; c = next) {
-		struct policy_result res = POLICY_RESULT_INIT;
-		struct policy_input in = {.snap = snap,
-		                          .leases = placed.pl,
-		                          .lease_count = placed.count,
-		                          .held_for = held_for};
-		const struct blease *within;
-		unsigned char *usable, *mig_usable = NULL;
-		char *why, limit[200];
-		int over;
+	for (struct conn *c = d->line_head; c && n < d->line_len; c = c->lnext, n++) {
+		conns[n] = c;
+		usable[2 * n] = record_usable_from(c->usable, in.snap);
+		usable[2 * n + 1] = record_usable_migs_from(c->usable_migs, in.snap);
+		lw[n] = (struct line_waiter){c->uid,        c->user,           c->pid,    c->req,
+		                             usable[2 * n], usable[2 * n + 1], c->within, c->wait};
+	}
+	in.cfg = &d->cfg;
+	in.now_ms = now_ms();
+	in.tree = shares ? &tree : NULL;
+	in.leases = ll;
+	in.lease_count = lease_count;
+	in.waiters = lw;
+	in.waiter_count = n;
+	in.gpu_ms_used = gpu_ms_used;
+	in.gpu_ms_data = d;
+	if (line_decide(&in, out) < 0)
+		goto done;
+	for (size_t i = 0; i < n; i++) {
+		struct conn *c = conns[i];
+		const struct line_decision *dec = &out[i];
+		char *why;
 
-		next = c->lnext;
-		position++;
-		/* Over its cap, it is not served and holds nothing back: first
-		 * come, first served within what each user may have. */
-		within = within_of(d, c);
-		over = caps_over(&d->cfg, c->uid,
-		                 daemon_held_by(d, c->uid) - (within ? (unsigned)within->n : 0),
-		                 c->req->count, limit, sizeof limit);
-		if (!over && !within)
-			over = daemon_hours_over(d, c->uid, limit, sizeof limit);
-		if (over == 2 || (over && !c->wait)) {
-			daemon_refuse(d, c, over == 2 ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,
-			              over == 2 ? "no GPU of this machine can ever meet the request"
-			                        : "no GPU meets the request now",
-			              limit);
-			position--;
+		str_copy(c->limit, sizeof c->limit, dec->capped ? dec->why : "");
+		if (dec->verdict == LINE_GRANT) {
+			daemon_grant(d, c, in.snap, &dec->res);
 			continue;
 		}
-		if (over) {
-			if (!c->told)
-				tell_queued(d, c, position, limit);
+		if (dec->verdict == LINE_WAIT && c->wait && c->told)
 			continue;
-		}
-		usable = daemon_usable_for(c, snap);
-		mig_usable = daemon_mig_usable_for(c, snap);
-		in.usable = usable;
-		if (caps_barred(&d->cfg, c->uid, snap, barred, barred_text))
-			in.barred = barred;
-		/* Inside its own reservation: those GPUs are not taken from it. */
-		if (within && placed_build(&mine, d, snap, within) == 0) {
-			in.leases = mine.pl;
-			in.lease_count = mine.count;
-		}
-		in.mig_usable = mig_usable;
-		if (held == snap->gpu_count) {
-			/* Everything is held for earlier requests. */
-			if (!c->wait)
-				daemon_refuse(
-				    d, c, GM_ERR_UNAVAILABLE, "no GPU meets the request now",
-				    "every GPU it could use is held for earlier requests in line");
-			else if (!c->told)
-				tell_queued(d, c, position,
-				            "every GPU it could use is held for "
-				            "earlier requests in line");
-			free(usable);
-			free(mig_usable);
-			continue;
-		}
-		if (policy_choose(&in, c->req, &res) < 0) {
-			free(usable);
-			free(mig_usable);
-			break;
-		}
-		if (res.outcome == POLICY_OK) {
-			daemon_grant(d, c, snap, &res);
-			position--;
-			if (placed_build(&placed, d, snap, NULL) < 0) {
-				policy_result_release(&res);
-				free(usable);
-				free(mig_usable);
-				break;
-			}
-			in.leases = placed.pl;
-			in.lease_count = placed.count;
-		} else if (res.outcome == POLICY_NEVER || !c->wait) {
-			why = pick_explain(snap, &res, c->req->count);
+		why = line_explain(in.snap, dec, c->req->count);
+		if (dec->verdict == LINE_NEVER || !c->wait)
 			daemon_refuse(
-			    d, c, res.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,
-			    res.outcome == POLICY_NEVER
+			    d, c, dec->verdict == LINE_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,
+			    dec->verdict == LINE_NEVER
 			        ? "no GPU of this machine can ever meet the request"
 			        : "no GPU meets the request now",
 			    why);
-			free(why);
-		} else {
-			if (!c->told) {
-				why = pick_explain(snap, &res, c->req->count);
-				tell_queued(d, c, position, why);
-				free(why);
-			}
-			for (size_t pos = 0; pos < snap->gpu_count; pos++) {
-				if (held_for[pos] || !policy_candidate(&in, c->req, pos))
-					continue;
-				daemon_user_name(c->uid, user, sizeof user);
-				snprintf(held_text[pos], sizeof held_text[pos],
-				         "queued for an earlier request: %.32s's %.64s (pid %d)",
-				         user, c->summary, c->pid);
-				held_for[pos] = held_text[pos];
-				held++;
-			}
-		}
-		policy_result_release(&res);
-		free(usable);
-		free(mig_usable);
+		else
+			tell_queued(d, c, dec->position, why);
+		free(why);
 	}
 done:
-	free(placed.pl);
-	free(placed.holders);
-	free(mine.pl);
-	free(mine.holders);
-	free(held_for);
-	free(held_text);
-	free((void *)barred);
-	free(barred_text);
+	if (out)
+		line_decisions_release(out, n);
+	for (size_t i = 0; usable && i < 2 * n; i++)
+		free(usable[i]);
+	proctree_release(&tree);
+	free(ll);
+	free(lw);
+	free(out);
+	free(conns);
+	free(usable);
 }

@@ -21,70 +21,19 @@
 #include <unistd.h>
 #include "parse.h"
 #include "policy.h"
+#include "record.h"
 #include "util.h"
 #include "internal.h"
 
 /* ---- requests as JSON ------------------------------------------------- */
 
-static void size_text(const struct gm_size *size, char *buf, size_t len)
-{
-	if (size->is_pct)
-		snprintf(buf, len, "%u%%", size->pct);
-	else
-		snprintf(buf, len, "%llu", (unsigned long long)size->mib);
-}
-
-static json_t *list_json(const struct gpu_list *list)
-{
-	size_t need = 1;
-	char *text;
-	json_t *s;
-
-	for (size_t i = 0; i < list->count; i++)
-		need += strlen(list->items[i]) + 1;
-	text = calloc(1, need);
-	if (!text)
-		return NULL;
-	for (size_t i = 0; i < list->count; i++) {
-		if (i)
-			strcat(text, ",");
-		strcat(text, list->items[i]);
-	}
-	s = json_string(text);
-	free(text);
-	return s;
-}
-
 char *engine_request_json(const struct gm_request *req, int no_framework_env)
 {
-	json_t *o = json_object();
-	char buf[64], *text;
+	json_t *o = record_request_json(req);
+	char *text;
 
 	if (!o)
 		return NULL;
-	snprintf(buf, sizeof buf, "%u", req->count);
-	json_object_set_new(o, "n", json_string(buf));
-	json_object_set_new(o, "by", json_string(policy_name(req->by)));
-	if (req->has_min_free) {
-		size_text(&req->min_free, buf, sizeof buf);
-		json_object_set_new(o, "min-free", json_string(buf));
-	}
-	if (req->has_max_util) {
-		snprintf(buf, sizeof buf, "%u", req->max_util);
-		json_object_set_new(o, "max-util", json_string(buf));
-	}
-	if (req->only.count)
-		json_object_set_new(o, "only", list_json(&req->only));
-	if (req->exclude.count)
-		json_object_set_new(o, "exclude", list_json(&req->exclude));
-	if (req->share) {
-		size_text(&req->mem, buf, sizeof buf);
-		json_object_set_new(o, "mem", json_string(buf));
-	}
-	if (req->idle)
-		json_object_set_new(o, "idle", json_string(""));
-	if (req->mig[0])
-		json_object_set_new(o, "mig", json_string(req->mig));
 	if (no_framework_env)
 		json_object_set_new(o, "no-framework-env", json_string(""));
 	text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
@@ -95,33 +44,22 @@ char *engine_request_json(const struct gm_request *req, int no_framework_env)
 struct gm_request *engine_request_parse(const char *text, int *no_framework_env, char *err,
                                         size_t len)
 {
-	json_t *o = text ? json_loads(text, 0, NULL) : NULL, *v;
-	struct gm_request *req = gm_request_new();
-	const char *key;
+	static const char *const skip[] = {"no-framework-env", NULL};
+	json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+	struct gm_request *req = NULL;
 
 	if (no_framework_env)
 		*no_framework_env = 0;
-	if (!req || !json_is_object(o)) {
+	if (!json_is_object(o)) {
 		gm_fail(GM_ERR_INVALID, err, len, "the job's request is unreadable");
-		goto failed;
+		goto done;
 	}
-	json_object_foreach(o, key, v)
-	{
-		if (!strcmp(key, "no-framework-env")) {
-			if (no_framework_env)
-				*no_framework_env = 1;
-			continue;
-		}
-		if (!json_is_string(v) ||
-		    gm_request_set(req, key, json_string_value(v), err, len) != GM_OK)
-			goto failed;
-	}
+	req = record_request_parse(o, skip, err, len);
+	if (req && no_framework_env)
+		*no_framework_env = json_object_get(o, "no-framework-env") != NULL;
+done:
 	json_decref(o);
 	return req;
-failed:
-	json_decref(o);
-	gm_request_free(req);
-	return NULL;
 }
 
 /* A deep copy of req, to add exclusions or a minimum to. */

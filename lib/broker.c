@@ -20,6 +20,7 @@
 #include "lease.h"
 #include "pick.h"
 #include "policy.h"
+#include "record.h"
 #include "registry.h"
 #include "util.h"
 #include "broker_impl.h"
@@ -186,87 +187,6 @@ static int next_message(int fd, struct broker_buf *b, int cancel_fd,
 			return -1;
 		b->len += (size_t)n;
 	}
-}
-
-/* Lists and sizes as gm_request_set() reads them. */
-static void set_list(json_t *o, const char *key, const struct gpu_list *list)
-{
-	size_t need = 1;
-	char *s;
-
-	if (!list->count)
-		return;
-	for (size_t i = 0; i < list->count; i++)
-		need += strlen(list->items[i]) + 1;
-	s = calloc(1, need);
-	if (!s)
-		return;
-	for (size_t i = 0; i < list->count; i++) {
-		if (i)
-			strcat(s, ",");
-		strcat(s, list->items[i]);
-	}
-	json_object_set_new(o, key, json_string(s));
-	free(s);
-}
-
-static void set_size(json_t *o, const char *key, const struct gm_size *size)
-{
-	char buf[32];
-
-	if (size->is_pct)
-		snprintf(buf, sizeof buf, "%u%%", size->pct);
-	else
-		snprintf(buf, sizeof buf, "%llu", (unsigned long long)size->mib);
-	json_object_set_new(o, key, json_string(buf));
-}
-
-static json_t *request_json(const struct gm_request *req)
-{
-	json_t *o = json_object();
-	char buf[32];
-
-	snprintf(buf, sizeof buf, "%u", req->count);
-	json_object_set_new(o, "n", json_string(buf));
-	json_object_set_new(o, "by", json_string(policy_name(req->by)));
-	if (req->has_min_free)
-		set_size(o, "min-free", &req->min_free);
-	if (req->has_max_util) {
-		snprintf(buf, sizeof buf, "%u", req->max_util);
-		json_object_set_new(o, "max-util", json_string(buf));
-	}
-	set_list(o, "only", &req->only);
-	set_list(o, "exclude", &req->exclude);
-	if (req->share)
-		set_size(o, "mem", &req->mem);
-	if (req->idle)
-		json_object_set_new(o, "idle", json_string(""));
-	if (req->mig[0])
-		json_object_set_new(o, "mig", json_string(req->mig));
-	return o;
-}
-
-/* The GPUs an inherited CUDA_VISIBLE_DEVICES lets us use, by UUID. */
-static json_t *usable_json(const struct pick_env *env, const struct gm_snapshot *snap)
-{
-	json_t *o = json_object();
-
-	for (size_t i = 0; i < snap->gpu_count; i++)
-		if (env->usable[i])
-			json_object_set_new(o, snap->gpus[i].uuid, json_integer(env->usable[i]));
-	return o;
-}
-
-/* The MIG slices it lets us use, by UUID. */
-static json_t *usable_migs_json(const struct pick_env *env, const struct gm_snapshot *snap)
-{
-	json_t *o = json_object();
-
-	for (size_t i = 0; i < snap->mig_count; i++)
-		if (env->mig_usable[i] && snap->migs[i].uuid[0])
-			json_object_set_new(o, snap->migs[i].uuid,
-			                    json_integer(env->mig_usable[i]));
-	return o;
 }
 
 /* The granted lease, told to us in msg, as the caller's gm_lease. */
@@ -464,14 +384,15 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		fd = broker_request_start(path, buf, msg, "acquire", &rc, err, len);
 		if (fd < 0)
 			goto done;
-		json_object_set_new(msg, "request", request_json(req));
+		json_object_set_new(msg, "request", record_request_json(req));
 		json_object_set_new(msg, "wait", json_boolean(req->has_wait || keep));
 		if (opts && opts->command)
 			json_object_set_new(msg, "command", json_string(opts->command));
 		if (env.usable)
-			json_object_set_new(msg, "usable", usable_json(&env, snap));
+			json_object_set_new(msg, "usable", record_usable_json(env.usable, snap));
 		if (env.mig_usable)
-			json_object_set_new(msg, "usable_migs", usable_migs_json(&env, snap));
+			json_object_set_new(msg, "usable_migs",
+			                    record_usable_migs_json(env.mig_usable, snap));
 		if (opts && opts->reserve_ms > 0)
 			json_object_set_new(msg, "reserve_ms", json_integer(opts->reserve_ms));
 		/* Inside one's own reservation: its GPUs are ours (the broker

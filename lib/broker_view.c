@@ -19,6 +19,7 @@
 #include "lease.h"
 #include "pick.h"
 #include "policy.h"
+#include "record.h"
 #include "registry.h"
 #include "util.h"
 #include "broker_impl.h"
@@ -30,38 +31,6 @@ static const char *jstr(json_t *o, const char *key)
 	const char *s = json_string_value(json_object_get(o, key));
 
 	return s ? s : "";
-}
-
-static int view_lease(json_t *o, struct lease_info *li)
-{
-	json_t *gpus = json_object_get(o, "gpus"), *g;
-	size_t i;
-
-	memset(li, 0, sizeof *li);
-	str_copy(li->id, sizeof li->id, jstr(o, "id"));
-	li->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
-	str_copy(li->user, sizeof li->user, jstr(o, "user"));
-	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
-	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
-	str_copy(li->command, sizeof li->command, jstr(o, "command"));
-	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
-	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
-	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
-	li->reservation = json_is_true(json_object_get(o, "reservation"));
-	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
-	li->gpu_count = json_array_size(gpus);
-	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
-	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
-	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
-	if (!li->uuids || !li->indices || !li->migs)
-		return -1;
-	json_array_foreach(gpus, i, g)
-	{
-		str_copy(li->uuids[i], sizeof li->uuids[i], jstr(g, "uuid"));
-		str_copy(li->migs[i], sizeof li->migs[i], jstr(g, "mig_uuid"));
-		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
-	}
-	return 0;
 }
 
 static int view_waiter(json_t *o, struct waiter_info *wi)
@@ -139,8 +108,8 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	a = json_object_get(reply, "leases");
 	view->leases = calloc(json_array_size(a) + 1, sizeof *view->leases);
 	json_array_foreach(a, i, o) if (view->leases &&
-	                                view_lease(o, &view->leases[view->lease_count++]) < 0) rc =
-	    GM_ERR_NOMEM;
+	                                record_lease_parse(o, &view->leases[view->lease_count++]) <
+	                                    0) rc = GM_ERR_NOMEM;
 	a = json_object_get(reply, "waiters");
 	view->waiters = calloc(json_array_size(a) + 1, sizeof *view->waiters);
 	json_array_foreach(a, i, o) if (view->waiters &&
@@ -149,7 +118,7 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	if (!view->leases || !view->waiters)
 		rc = GM_ERR_NOMEM;
 	if (rc != GM_OK) {
-		registry_view_release(view);
+		record_view_release(view);
 		gm_fail(rc, err, len, "out of memory");
 	}
 done:

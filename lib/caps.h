@@ -1,7 +1,6 @@
 /*
- * caps.h - the admin's limits (config.h), applied where leases are granted.
- * The daemonless registry (under its lock) and the broker (cmd_daemon.c)
- * call these same functions, so the two cannot disagree on a rule.
+ * caps.h - the admin's limits (config.h), applied where leases are granted:
+ * the predicates the leasing rules (line.h) apply for both transports.
  */
 #ifndef GM_CAPS_H
 #define GM_CAPS_H

@@ -371,11 +371,16 @@ static void who_is(const struct config *cfg, unsigned uid, struct who *w)
 		struct who who;
 	} cache[8];
 	static _Thread_local unsigned next;
-	int64_t now = monotonic_ms();
+	int64_t now;
 
-	memset(w, 0, sizeof *w);
+	/* Nobody named: nothing to look up (and the 4 KiB of groups not
+	 * cleared at every waiter of every pass of the broker's line). */
+	w->known = 0;
+	w->group_count = 0;
 	if (!cfg->user_count && !cfg->group_count)
 		return;
+	now = monotonic_ms();
+	memset(w, 0, sizeof *w);
 	for (size_t i = 0; i < ARRAY_SIZE(cache); i++)
 		if (cache[i].at_ms && cache[i].uid == uid && now - cache[i].at_ms < WHO_CACHE_MS) {
 			*w = cache[i].who;

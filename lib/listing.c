@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include "listing.h"
 #include "proctree.h"
+#include "record.h"
 #include "snapshot.h"
 #include "util.h"
 
@@ -16,34 +17,8 @@ json_t *listing_leases_json(const struct registry_view *view)
 
 	for (size_t i = 0; i < view->lease_count; i++) {
 		const struct lease_info *l = &view->leases[i];
-		json_t *o = json_object(), *gpus = json_array();
+		json_t *o = record_lease_json(l);
 
-		for (size_t g = 0; g < l->gpu_count; g++) {
-			json_t *jg = json_object();
-
-			json_object_set_new(jg, "index", json_integer(l->indices[g]));
-			json_object_set_new(jg, "uuid", json_string(l->uuids[g]));
-			json_object_set_new(jg, "mig_uuid",
-			                    l->migs && l->migs[g][0] ? json_string(l->migs[g])
-			                                             : json_null());
-			json_array_append_new(gpus, jg);
-		}
-		json_object_set_new(o, "id", json_string(l->id));
-		json_object_set_new(o, "user", json_string(l->user));
-		json_object_set_new(o, "uid", json_integer(l->uid));
-		json_object_set_new(o, "pid", json_integer(l->pid));
-		json_object_set_new(o, "job_pid", json_integer(l->job_pid));
-		json_object_set_new(o, "command", json_string(l->command));
-		json_object_set_new(o, "start_ms", json_integer(l->start_ms));
-		json_object_set_new(o, "kind", json_string(l->exclusive ? "exclusive" : "share"));
-		json_object_set_new(o, "share_mib",
-		                    l->exclusive ? json_null()
-		                                 : json_integer((json_int_t)l->share_mib));
-		json_object_set_new(o, "gpus", gpus);
-		/* a reservation (gpuman reserve): held by nobody until then */
-		json_object_set_new(o, "reservation", json_boolean(l->reservation));
-		json_object_set_new(o, "expires_ms",
-		                    l->reservation ? json_integer(l->expires_ms) : json_null());
 		/* held longer than its user's max_lease (gpuman.conf) */
 		json_object_set_new(o, "over_limit_ms",
 		                    l->over_limit_ms ? json_integer(l->over_limit_ms)

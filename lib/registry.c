@@ -28,18 +28,20 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
 #include "caps.h"
 #include "context.h"
 #include "lease.h"
 #include "parse.h"
 #include "pick.h"
+#include "line.h"
 #include "proctree.h"
+#include "record.h"
 #include "policy.h"
 #include "registry.h"
 #include "registry_impl.h"
 #include "snapshot.h"
 #include "text.h"
+#include "transport.h"
 #include "util.h"
 
 /* ---- the directory ------------------------------------------------------ */
@@ -111,7 +113,8 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	reg->lock_fd = -1;
 	reg->held_fd = -1;
-	if (broker_wanted(sock, sizeof sock)) {
+	reg->transport = transport_choose(sock, sizeof sock);
+	if (reg->transport == &transport_broker) {
 		char *slash = strrchr(sock, '/');
 
 		reg->broker = strdup(sock);
@@ -182,28 +185,10 @@ void registry_close(struct registry *reg)
 	if (reg->lock_fd >= 0)
 		close(reg->lock_fd);
 	config_release(&reg->cfg);
+	if (reg->transport && reg->transport->close)
+		reg->transport->close(reg);
 	free(reg->broker);
-	broker_place_free(reg->place);
 	free(reg);
-}
-
-/* ---- memory a share has not allocated yet ------------------------------ */
-
-/* MiB that the job's own processes (job_pid and descendants) hold on GPU
- * index, per NVML. */
-static uint64_t job_used_mib(const struct gm_snapshot *snap, const struct proctree *tree,
-                             int job_pid, unsigned index)
-{
-	uint64_t used = 0;
-
-	for (size_t i = 0; i < snap->proc_count; i++) {
-		const struct gm_proc *p = &snap->procs[i];
-
-		if (p->gpu == index && p->has_mem && job_pid > 0 &&
-		    proctree_within(tree, job_pid, (int)p->pid))
-			used += p->used_mib;
-	}
-	return used;
 }
 
 /* ---- caps: the admin's limits (caps.h) ---------------------------------- */
@@ -231,35 +216,10 @@ int registry_over_cap(const struct registry *reg, const struct registry_view *vi
 int registry_waiter_capped(const struct registry *reg, const struct registry_view *view,
                            const struct waiter_info *wi)
 {
-	unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
-
-	return registry_over_cap(reg, view, wi->uid, count ? count : 1, NULL, 0) != 0;
+	return registry_over_cap(reg, view, wi->uid, wi->req ? wi->req->count : 1, NULL, 0) != 0;
 }
 
 /* ---- one attempt: read everything, ask the policy ---------------------- */
-
-/*
- * Inside one's own reservation (GPUMAN_RESERVATION, as gpuman reserve
- * prints it), its GPUs are the caller's to use: the reservation neither
- * occupies them nor counts against the caller's cap.  Leases taken inside
- * it still do, so two runs there never share a GPU unasked.
- */
-static void drop_within(struct registry_view *view)
-{
-	const char *id = getenv("GPUMAN_RESERVATION");
-
-	for (size_t i = 0; id && *id && i < view->lease_count; i++) {
-		struct lease_info *li = &view->leases[i];
-
-		if (!li->reservation || li->uid != (unsigned)geteuid() || strcmp(li->id, id))
-			continue;
-		free(li->uuids);
-		free(li->indices);
-		free(li->migs);
-		*li = view->leases[--view->lease_count];
-		return;
-	}
-}
 
 static void attempt_release(struct attempt *a)
 {
@@ -267,155 +227,162 @@ static void attempt_release(struct attempt *a)
 	if (!a->snap_given)
 		gm_snapshot_free(a->snap);
 	pick_env_release(&a->env);
-	free(a->leases);
-	free(a->holders);
-	free((void *)a->held_for);
-	free(a->held_text);
-	free((void *)a->barred);
-	free(a->barred_text);
+	free(a->cand);
+	free(a->why);
 	policy_result_release(&a->res);
 	memset(a, 0, sizeof *a);
 }
 
-const char *registry_waiter_summary(const struct gm_request *req, char *buf, size_t len)
+/* A lease file as the rules (line.h) read it. */
+static struct line_lease line_lease_of(const struct lease_info *li)
 {
-	char size[32];
-
-	if (req->mig[0])
-		snprintf(buf, len, "1 MIG slice %s", req->mig);
-	else if (req->share)
-		snprintf(buf, len, "%u GPU%s, %s share", req->count, req->count == 1 ? "" : "s",
-		         size_format(&req->mem, size, sizeof size));
-	else
-		snprintf(buf, len, "%u GPU%s exclusive", req->count, req->count == 1 ? "" : "s");
-	return buf;
+	return (struct line_lease){li->id,
+	                           li->uid,
+	                           li->user,
+	                           li->pid,
+	                           li->job_pid,
+	                           li->reservation,
+	                           li->expires_ms,
+	                           li->exclusive,
+	                           li->share_mib,
+	                           li->gpu_count,
+	                           (const char(*)[96])li->uuids,
+	                           (const char(*)[96])li->migs};
 }
 
 /*
- * Read leases, waiters and (unless given) NVML, and run the policy.  Waiters
- * whose ticket sorts before `mine` (all of them when mine is NULL: a request
- * that does not wait queues behind everyone) hold their candidate GPUs back.
+ * Read leases, waiters and (unless given) NVML, and ask the rules (line.h)
+ * about the waiters whose ticket sorts before `mine` (all of them when mine
+ * is NULL: a request that does not wait queues behind everyone), then
+ * about this request: its decision is a->res (the policy's answer, when it
+ * ran) and a->why (one line, when it did not); a->cand the GPUs it could
+ * ever be given.
  */
 static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
                                const struct gm_snapshot *given, const struct gm_request *req,
                                const char *mine, struct attempt *a, char *err, size_t len)
 {
 	struct proctree tree = PROCTREE_INIT;
-	size_t ngpu;
-	enum gm_err rc;
-	int need_tree = 0;
+	struct line_input in = {0};
+	struct line_lease *ll = NULL;
+	struct line_waiter *lw = NULL;
+	struct line_decision *out = NULL;
+	unsigned char **usable = NULL;
+	const char *within = getenv("GPUMAN_RESERVATION");
+	char self[33];
+	size_t n = 0;
+	int shares = 0;
+	enum gm_err rc = GM_ERR_NOMEM;
 
 	memset(a, 0, sizeof *a);
 	rc = registry_read_upto(reg, &a->view, mine, err, len);
 	if (rc != GM_OK)
 		return rc;
-	drop_within(&a->view);
+	rc = GM_ERR_NOMEM;
 	if (given) {
 		a->snap = (struct gm_snapshot *)given;
 		a->snap_given = 1;
 	} else {
-		rc = snapshot_take(ctx, 0, 0, &a->snap, err, len); /* no clocks: placing is hot */
-		if (rc != GM_OK)
-			return rc;
+		enum gm_err src =
+		    snapshot_take(ctx, 0, 0, &a->snap, err, len); /* no clocks: placing is hot */
+
+		if (src != GM_OK)
+			return src;
 	}
-	ngpu = a->snap->gpu_count;
+	a->outcome = POLICY_NEVER;
 	if (pick_env_init(&a->env, a->snap) < 0)
-		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		goto done;
+	ll = calloc(a->view.lease_count + 1, sizeof *ll);
+	lw = calloc(a->view.waiter_count + 2, sizeof *lw);
+	out = calloc(a->view.waiter_count + 2, sizeof *out);
+	usable = calloc(2 * a->view.waiter_count + 2, sizeof *usable);
+	a->cand = calloc(a->snap->gpu_count + 1, 1);
+	if (!ll || !lw || !out || !usable || !a->cand)
+		goto done;
 	for (size_t i = 0; i < a->view.lease_count; i++) {
-		a->lease_count += a->view.leases[i].gpu_count;
-		need_tree |= !a->view.leases[i].exclusive;
+		ll[i] = line_lease_of(&a->view.leases[i]);
+		shares |= !a->view.leases[i].exclusive;
 	}
-	a->leases = calloc(a->lease_count + 1, sizeof *a->leases);
-	a->holders = calloc(a->view.lease_count + 1, sizeof *a->holders);
-	a->held_for = calloc(ngpu + 1, sizeof *a->held_for);
-	a->held_text = calloc(ngpu + 1, sizeof *a->held_text);
-	a->barred = calloc(ngpu + 1, sizeof *a->barred);
-	a->barred_text = calloc(ngpu + 1, sizeof *a->barred_text);
-	if (!a->leases || !a->holders || !a->held_for || !a->held_text || !a->barred ||
-	    !a->barred_text)
-		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-	if (need_tree && proctree_read(&tree) < 0)
-		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-	a->lease_count = 0;
-	for (size_t i = 0; i < a->view.lease_count; i++) {
-		const struct lease_info *li = &a->view.leases[i];
-
-		if (li->reservation)
-			snprintf(a->holders[i], sizeof a->holders[i],
-			         "%s (reservation, %llds left)", li->user,
-			         (long long)((li->expires_ms - now_ms()) / 1000));
-		else
-			snprintf(a->holders[i], sizeof a->holders[i], "%s (pid %d)", li->user,
-			         li->job_pid > 0 ? li->job_pid : li->pid);
-		for (size_t g = 0; g < li->gpu_count; g++) {
-			struct policy_lease *pl = &a->leases[a->lease_count++];
-			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, li->uuids[g]);
-			uint64_t used = 0;
-
-			pl->uuid = li->uuids[g];
-			pl->mig = li->migs[g];
-			pl->exclusive = li->exclusive;
-			pl->share_mib = li->share_mib;
-			pl->holder = a->holders[i];
-			if (!li->exclusive && gpu)
-				used = job_used_mib(a->snap, &tree, li->job_pid, gpu->index);
-			pl->pending_mib = pl->share_mib > used ? pl->share_mib - used : 0;
-		}
-	}
-	proctree_release(&tree);
+	if (shares && proctree_read(&tree) < 0)
+		goto done;
 	for (size_t w = 0; w < a->view.waiter_count; w++) {
 		const struct waiter_info *wi = &a->view.waiters[w];
 
 		if (mine && strcmp(wi->name, mine) >= 0)
 			break;
-		if (registry_waiter_capped(reg, &a->view, wi))
+		if (!wi->req)
 			continue;
-		for (size_t c = 0; c < wi->cand_count; c++) {
-			const struct gm_gpu *gpu = gm_snapshot_find(a->snap, wi->cand[c]);
-			size_t pos;
-
-			if (!gpu)
-				continue;
-			pos = (size_t)(gpu - a->snap->gpus);
-			if (a->held_for[pos])
-				continue;
-			if (snprintf(a->held_text[pos], sizeof a->held_text[pos],
-			             "queued for an earlier request: %s's %s (pid %d)", wi->user,
-			             wi->summary, wi->pid) >= (int)sizeof a->held_text[pos])
-				a->held_text[pos][sizeof a->held_text[pos] - 1] = '\0';
-			a->held_for[pos] = a->held_text[pos];
-		}
+		usable[2 * n] = record_usable_from(wi->usable, a->snap);
+		usable[2 * n + 1] = record_usable_migs_from(wi->usable_migs, a->snap);
+		lw[n] = (struct line_waiter){wi->uid,       wi->user,          wi->pid,    wi->req,
+		                             usable[2 * n], usable[2 * n + 1], wi->within, 1};
+		n++;
 	}
-	a->in.snap = a->snap;
-	a->in.leases = a->leases;
-	a->in.lease_count = a->lease_count;
-	a->in.usable = a->env.usable;
-	a->in.held_for = a->held_for;
-	a->in.mig_usable = a->env.mig_usable;
-	if (caps_barred(&reg->cfg, (unsigned)geteuid(), a->snap, a->barred, a->barred_text))
-		a->in.barred = a->barred;
-	if (policy_choose(&a->in, req, &a->res) < 0)
-		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-	if (a->res.outcome != POLICY_NEVER) {
-		char why[sizeof a->res.why[0]];
-		int over = registry_over_cap(reg, &a->view, (unsigned)geteuid(), req->count, why,
-		                             sizeof why);
-
-		/* The cap is why on every GPU that would otherwise do. */
-		if (over) {
-			a->res.outcome = over == 2 ? POLICY_NEVER : POLICY_NOT_NOW;
-			a->res.count = 0;
-			for (size_t g = 0; g < a->res.gpu_count; g++)
-				if (!a->res.why[g][0] || over == 2)
-					snprintf(a->res.why[g], sizeof a->res.why[g], "%s", why);
-		}
-	}
-	return GM_OK;
+	registry_user_name((unsigned)geteuid(), self, sizeof self);
+	lw[n] = (struct line_waiter){(unsigned)geteuid(), self,   getpid(),     req, a->env.usable,
+	                             a->env.mig_usable,   within, req->has_wait};
+	in.snap = a->snap;
+	in.cfg = &reg->cfg;
+	in.now_ms = now_ms();
+	in.tree = shares ? &tree : NULL;
+	in.leases = ll;
+	in.lease_count = a->view.lease_count;
+	in.waiters = lw;
+	in.waiter_count = n + 1;
+	/* No ledger of GPU-hours here (a user's own files are the user's to
+	 * delete): status says max_gpu_hours is the broker's. */
+	if (line_decide(&in, out) < 0 || line_candidates(&in, n, a->cand) < 0)
+		goto done;
+	a->outcome = out[n].verdict == LINE_GRANT   ? POLICY_OK
+	             : out[n].verdict == LINE_NEVER ? POLICY_NEVER
+	                                            : POLICY_NOT_NOW;
+	a->why = line_explain(a->snap, &out[n], req->count);
+	a->res = out[n].res;
+	out[n].res = (struct policy_result)POLICY_RESULT_INIT;
+	if (!a->why)
+		goto done;
+	rc = GM_OK;
+done:
+	if (out)
+		line_decisions_release(out, n + 1);
+	for (size_t i = 0; usable && i < 2 * n; i++)
+		free(usable[i]);
+	proctree_release(&tree);
+	free(ll);
+	free(lw);
+	free(out);
+	free(usable);
+	if (rc == GM_ERR_NOMEM)
+		gm_fail(rc, err, len, "out of memory");
+	return rc;
 }
 
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
                              const struct gm_request *req, const struct acquire_opts *opts,
                              struct gm_lease **out, char **explain, char *err, size_t len)
+{
+	return reg->transport->acquire(reg, ctx, req, opts, out, explain, err, len);
+}
+
+enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
+                               char *err, size_t len)
+{
+	enum gm_err rc = reg->transport->read(reg, view, upto, err, len);
+
+	if (rc != GM_OK)
+		return rc;
+	registry_mark_over_limit(reg, view);
+	/* Not available here: said in status, not silently skipped. */
+	view->gpu_hours_unenforced =
+	    config_has_gpu_hours(&reg->cfg) && !(reg->transport->caps & TRANSPORT_GPU_HOURS);
+	return GM_OK;
+}
+
+/* The files transport's acquire: choose and lease under the registry
+ * lock, waiting in the line of tickets (registry.h). */
+static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
+                                 const struct gm_request *req, const struct acquire_opts *opts,
+                                 struct gm_lease **out, char **explain, char *err, size_t len)
 {
 	struct attempt a;
 	char ticket[128] = "";
@@ -424,9 +391,6 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
 
-	if (reg->broker)
-		return broker_acquire(reg->broker, &reg->place, ctx, req, opts, out, explain, err,
-		                      len);
 	*out = NULL;
 	if (explain)
 		*explain = NULL;
@@ -444,18 +408,18 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		                 ticket[0] ? ticket : NULL, &a, err, len);
 		if (rc != GM_OK)
 			goto done;
-		if (a.res.outcome == POLICY_OK) {
+		if (a.outcome == POLICY_OK) {
 			rc = registry_publish_lease(reg, &a, req, opts, out, err, len);
 			goto done;
 		}
-		if (a.res.outcome == POLICY_NEVER || !req->has_wait) {
-			rc = a.res.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
+		if (a.outcome == POLICY_NEVER || !req->has_wait) {
+			rc = a.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
 			gm_fail(rc, err, len, "%s",
 			        rc == GM_ERR_NEVER
 			            ? "no GPU of this machine can ever meet the request"
 			            : "no GPU meets the request now");
 			if (explain)
-				*explain = pick_explain(a.snap, &a.res, req->count);
+				*explain = a.why ? strdup(a.why) : NULL;
 			goto done;
 		}
 		if (!ticket[0]) {
@@ -467,12 +431,8 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 			registry_ahead_refresh(&w);
 			registry_unlock(reg);
 			locked = 0;
-			if (opts && opts->on_wait) {
-				char *why = pick_explain(a.snap, &a.res, req->count);
-
-				opts->on_wait(opts->on_wait_data, why ? why : "");
-				free(why);
-			}
+			if (opts && opts->on_wait)
+				opts->on_wait(opts->on_wait_data, a.why ? a.why : "");
 		} else {
 			registry_unlock(reg);
 			locked = 0;
@@ -481,7 +441,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		if (rc == GM_ERR_TIMEOUT) {
 			gm_fail(rc, err, len, "no GPU met the request within the wait");
 			if (explain)
-				*explain = pick_explain(a.snap, &a.res, req->count);
+				*explain = a.why ? strdup(a.why) : NULL;
 			goto done;
 		}
 		if (rc == GM_ERR_INTERRUPTED) {
@@ -512,12 +472,15 @@ done:
 
 enum gm_err registry_release(struct registry *reg, const char *id, char *err, size_t len)
 {
+	return reg->transport->release_id(reg, id, err, len);
+}
+
+static enum gm_err files_release_id(struct registry *reg, const char *id, char *err, size_t len)
+{
 	char name[128], user[33];
 	struct stat st;
 	int dfd;
 
-	if (reg->broker)
-		return broker_release_id(reg->broker, id, err, len);
 	if (!*id || strchr(id, '/') || strlen(id) > 64)
 		return gm_fail(GM_ERR_INVALID, err, len, "'%s' is not a reservation id", id);
 	snprintf(name, sizeof name, RESV_PREFIX "%s", id);
@@ -541,8 +504,29 @@ enum gm_err registry_release(struct registry *reg, const char *id, char *err, si
 
 int registry_wake_fd(const struct registry *reg)
 {
-	return reg->place ? broker_place_fd(reg->place) : -1;
+	return reg->transport->wake_fd(reg);
 }
+
+static void files_release(struct gm_lease *lease)
+{
+	if (lease->fd < 0)
+		return;
+	/* Remove first: a waiter woken by the close must not find it. */
+	unlink(lease->path);
+	close(lease->fd);
+	lease->fd = -1;
+}
+
+static int files_wake_fd(const struct registry *reg)
+{
+	(void)reg; /* its waiters watch the directory themselves */
+	return -1;
+}
+
+const struct lease_transport transport_files = {
+    "registry",    0,    files_acquire, registry_files_read, files_release_id, files_release,
+    files_wake_fd, NULL,
+};
 
 /* ---- the public lease API ----------------------------------------------- */
 
@@ -577,20 +561,22 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 		if (pick_env_init(&a.env, snap) < 0)
 			rc = GM_ERR_NOMEM;
 		else {
-			a.in.snap = snap;
-			a.in.usable = a.env.usable;
-			a.in.mig_usable = a.env.mig_usable;
-			rc = policy_choose(&a.in, req, &a.res) < 0 ? GM_ERR_NOMEM : GM_OK;
+			struct policy_input in = {
+			    .snap = snap, .usable = a.env.usable, .mig_usable = a.env.mig_usable};
+
+			rc = policy_choose(&in, req, &a.res) < 0 ? GM_ERR_NOMEM : GM_OK;
+			a.outcome = a.res.outcome;
+			a.why = pick_explain(snap, &a.res, req->count);
 		}
 	}
 	if (rc != GM_OK)
 		goto done;
-	if (explain && !(*explain = pick_explain(snap, &a.res, req->count))) {
+	if (explain && !(*explain = a.why ? strdup(a.why) : NULL)) {
 		rc = GM_ERR_NOMEM;
 		goto done;
 	}
-	if (a.res.outcome != POLICY_OK) {
-		rc = a.res.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
+	if (a.outcome != POLICY_OK) {
+		rc = a.outcome == POLICY_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE;
 		goto done;
 	}
 	*indices = malloc((a.res.count + 1) * sizeof **indices);
@@ -654,15 +640,7 @@ GM_API void gm_lease_release(struct gm_lease *lease)
 {
 	if (!lease)
 		return;
-	if (lease->broker) {
-		broker_release(lease);
-		if (lease->fd >= 0)
-			close(lease->fd);
-	} else if (lease->fd >= 0) {
-		/* Remove first: a waiter woken by the close must not find it. */
-		unlink(lease->path);
-		close(lease->fd);
-	}
+	transport_of_lease(lease)->release(lease);
 	registry_lease_free_fields(lease);
 }
 

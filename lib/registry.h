@@ -68,6 +68,9 @@ struct registry {
 	char *broker;      /* non-NULL: leases go through the broker at this
 	                    * socket (broker.h) and dir is not used */
 	struct broker_place *place; /* a kept place in its line, or NULL */
+	/* The transport chosen at open (transport.h); everything goes
+	 * through it. */
+	const struct lease_transport *transport;
 };
 
 /* With a lease broker (broker_wanted()), only remember its socket: reading
@@ -117,6 +120,12 @@ struct waiter_info {
 	char limit[200];   /* why its user's max_gpus keeps it waiting now; "" if not */
 	size_t cand_count; /* GPUs it may be placed on (UUIDs) */
 	char (*cand)[96];
+	/* What the rules (line.h) place it by, from its ticket (record.h);
+	 * owned by the view.  NULL from the broker's view, which places its
+	 * line itself. */
+	struct gm_request *req;
+	struct json_t *usable, *usable_migs; /* NULL: everything */
+	char within[64];                     /* inside this reservation of its user's; "" not */
 };
 
 struct registry_view {
@@ -138,9 +147,6 @@ struct registry_view {
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,
                           size_t errlen);
 void registry_view_release(struct registry_view *view);
-/* "2 GPUs exclusive", "1 GPU, 8 GiB share", "1 MIG slice 1g.10gb": a waiter
- * as status shows it, in the registry's line and the broker's alike. */
-const char *registry_waiter_summary(const struct gm_request *req, char *buf, size_t len);
 
 struct acquire_opts {
 	const char *command; /* shown in status; default: this process's */

@@ -29,7 +29,9 @@
 #include "lease.h"
 #include "parse.h"
 #include "pick.h"
+#include "line.h"
 #include "proctree.h"
+#include "record.h"
 #include "policy.h"
 #include "registry.h"
 #include "snapshot.h"
@@ -128,7 +130,7 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
 	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
 	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
-		if (policy_candidate(&a->in, req, pos))
+		if (a->cand[pos])
 			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
 	if (!opts || !opts->command)
 		cmd = self_command();
@@ -138,9 +140,17 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	json_object_set_new(o, "command",
 	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
 	json_object_set_new(o, "since_ms", json_integer(now_ms()));
-	json_object_set_new(o, "summary",
-	                    json_string(registry_waiter_summary(req, summary, sizeof summary)));
+	json_object_set_new(o, "summary", json_string(line_summary(req, summary, sizeof summary)));
 	json_object_set_new(o, "candidates", cand);
+	/* What the rules place it by, for the waiters behind it (line.h). */
+	json_object_set_new(o, "request", record_request_json(req));
+	if (a->env.usable)
+		json_object_set_new(o, "usable", record_usable_json(a->env.usable, a->snap));
+	if (a->env.mig_usable)
+		json_object_set_new(o, "usable_migs",
+		                    record_usable_migs_json(a->env.mig_usable, a->snap));
+	if (getenv("GPUMAN_RESERVATION") && *getenv("GPUMAN_RESERVATION"))
+		json_object_set_new(o, "within", json_string(getenv("GPUMAN_RESERVATION")));
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	free(cmd);
@@ -205,8 +215,9 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
                                    struct gm_lease **out, char *err, size_t len)
 {
 	struct gm_lease *l = calloc(1, sizeof *l);
-	json_t *doc = json_object(), *gpus = json_array();
-	struct spawn_call sc = {opts, l, getpid(), err, len, doc};
+	struct lease_info li = {0};
+	json_t *doc = NULL;
+	struct spawn_call sc = {opts, l, getpid(), err, len, NULL};
 	size_t n = a->res.count, ilen = 1, mig_used = 0, mig_gpus = 0;
 	char mig_list[64] = "";
 	uint64_t min_total = 0;
@@ -223,7 +234,11 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	l->indices_text = calloc(n + 1, 12);
 	l->cuda_visible = a->res.mig ? strdup(a->snap->migs[a->res.chosen[0]].uuid)
 	                             : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
-	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible)
+	li.indices = calloc(n + 1, sizeof *li.indices);
+	li.uuids = calloc(n + 1, sizeof *li.uuids);
+	li.migs = calloc(n + 1, sizeof *li.migs);
+	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible || !li.indices ||
+	    !li.uuids || !li.migs)
 		goto failed;
 	random_id(l->id, sizeof l->id);
 	l->exclusive = !req->share;
@@ -232,7 +247,6 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 		const struct gm_gpu *g = m ? &a->snap->gpus[snapshot_position(a->snap, m->gpu)]
 		                           : &a->snap->gpus[a->res.chosen[i]];
 		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
-		json_t *jg = json_object();
 
 		l->indices[i] = g->index;
 		/* a slice's holder knows it by the slice's UUID, as CUDA does */
@@ -244,11 +258,10 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 			l->share_mib = share;
 		if (!min_total || g->mem_total_mib < min_total)
 			min_total = g->mem_total_mib;
-		json_object_set_new(jg, "index", json_integer(g->index));
-		json_object_set_new(jg, "uuid", json_string(g->uuid));
-		if (m)
-			json_object_set_new(jg, "mig_uuid", json_string(m->uuid));
-		json_array_append_new(gpus, jg);
+		/* the file names a slice's GPU, and the slice beside it */
+		li.indices[i] = g->index;
+		str_copy(li.uuids[i], sizeof li.uuids[i], g->uuid);
+		str_copy(li.migs[i], sizeof li.migs[i], m ? m->uuid : "");
 	}
 	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
 	/* Say why a GPU that looks idle was passed over. */
@@ -268,20 +281,25 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	}
 	if (!opts || !opts->command)
 		cmd = self_command();
-	json_object_set_new(doc, "id", json_string(l->id));
-	json_object_set_new(doc, "uid", json_integer((json_int_t)geteuid()));
-	json_object_set_new(doc, "pid", json_integer(getpid()));
+	/* The one lease record (record.h); the owner of the file, not its
+	 * "uid", is what readers believe. */
+	str_copy(li.id, sizeof li.id, l->id);
+	li.uid = (unsigned)geteuid();
+	registry_user_name(li.uid, li.user, sizeof li.user);
+	li.pid = getpid();
+	str_copy(li.command, sizeof li.command,
+	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
+	li.start_ms = now_ms();
+	li.exclusive = !req->share;
+	li.share_mib = l->share_mib;
+	li.gpu_count = n;
+	li.reservation = opts && opts->reserve_ms > 0;
+	li.expires_ms = li.reservation ? li.start_ms + opts->reserve_ms : 0;
+	doc = record_lease_json(&li);
+	if (!doc)
+		goto failed;
 	json_object_set_new(doc, "pidns", json_integer(registry_own_pidns()));
-	json_object_set_new(doc, "command",
-	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
-	json_object_set_new(doc, "start_ms", json_integer(now_ms()));
-	json_object_set_new(doc, "kind", json_string(req->share ? "share" : "exclusive"));
-	json_object_set_new(doc, "share_mib", json_integer((json_int_t)l->share_mib));
-	json_object_set_new(doc, "gpus", gpus);
-	if (opts && opts->reserve_ms > 0) {
-		json_object_set_new(doc, "reservation", json_true());
-		json_object_set_new(doc, "expires_ms", json_integer(now_ms() + opts->reserve_ms));
-	}
+	sc.doc = doc;
 	snprintf(name, sizeof name, "%s%s",
 	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, l->id);
 	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
@@ -299,11 +317,13 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	}
 	l->fd = fd;
 	json_decref(doc);
+	record_lease_release(&li);
 	free(cmd);
 	*out = l;
 	return GM_OK;
 failed:
 	json_decref(doc);
+	record_lease_release(&li);
 	free(cmd);
 	if (l)
 		registry_lease_free_fields(l);

@@ -33,15 +33,11 @@ struct attempt {
 	struct gm_snapshot *snap; /* owned unless given by the caller */
 	int snap_given;
 	struct pick_env env;
-	struct policy_lease *leases;
-	size_t lease_count;
-	char (*holders)[80];
-	const char **held_for;
-	char (*held_text)[160];
-	const char **barred;
-	char (*barred_text)[160];
-	struct policy_result res;
-	struct policy_input in;
+	/* The rules' decision (line.h) for this request */
+	enum policy_outcome outcome;
+	struct policy_result res; /* the policy's answer, when it ran */
+	char *why;                /* for people: why it is not granted (owned) */
+	unsigned char *cand;      /* per snapshot position: could ever be given it */
 };
 
 /*
@@ -81,6 +77,13 @@ json_int_t registry_own_pidns(void);
 /* Would count more GPUs take uid beyond its cap?  caps_over(). */
 int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
                       unsigned count, char *why, size_t len);
+
+/* The files transport's read (transport.h): registry_read_upto's work. */
+enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
+                                char *err, size_t len);
+
+/* Mark the leases held longer than their user's max_lease. */
+void registry_mark_over_limit(const struct registry *reg, struct registry_view *view);
 
 /* Does s start with prefix (a file name with LEASE_PREFIX, say)? */
 int registry_starts_with(const char *s, const char *prefix);

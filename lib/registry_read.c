@@ -32,6 +32,7 @@
 #include "pick.h"
 #include "proctree.h"
 #include "policy.h"
+#include "record.h"
 #include "registry.h"
 #include "snapshot.h"
 #include "text.h"
@@ -261,8 +262,7 @@ static const char *jstr(json_t *o, const char *key)
 /* resv: read from a resv.<id> file, which alone may claim to be a reservation. */
 static int parse_lease(const char *text, const struct stat *st, struct lease_info *li, int resv)
 {
-	json_t *o = json_loads(text, 0, NULL), *gpus, *g;
-	size_t i;
+	json_t *o = json_loads(text, 0, NULL);
 
 	if (!o)
 		return -1;
@@ -282,35 +282,20 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 		json_decref(o);
 		return 1;
 	}
-	snprintf(li->id, sizeof li->id, "%s", jstr(o, "id"));
-	li->uid = st->st_uid;
-	registry_user_name(st->st_uid, li->user, sizeof li->user);
-	snprintf(li->command, sizeof li->command, "%s", jstr(o, "command"));
-	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
-	li->exclusive = !strcmp(jstr(o, "kind"), "exclusive");
-	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
-	gpus = json_object_get(o, "gpus");
-	li->gpu_count = json_array_size(gpus);
-	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
-	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
-	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
-	if (!li->uuids || !li->indices || !li->migs) {
+	if (record_lease_parse(o, li) < 0) {
 		json_decref(o);
 		return -1;
 	}
-	json_array_foreach(gpus, i, g)
-	{
-		snprintf(li->uuids[i], sizeof li->uuids[i], "%s", jstr(g, "uuid"));
-		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
-		snprintf(li->migs[i], sizeof li->migs[i], "%s", jstr(g, "mig_uuid"));
-	}
+	/* The file's owner names its user, never what it says. */
+	li->uid = st->st_uid;
+	registry_user_name(st->st_uid, li->user, sizeof li->user);
 	json_decref(o);
 	return 0;
 }
 
 /* Leases held longer than their user's max_lease: run and the queue end
  * theirs, a library client's stays until its owner ends it. */
-static void mark_over_limit(const struct registry *reg, struct registry_view *view)
+void registry_mark_over_limit(const struct registry *reg, struct registry_view *view)
 {
 	int64_t now = now_ms();
 
@@ -368,6 +353,34 @@ static int parse_reservation(const struct registry *reg, int dirfd, const char *
 	return 0;
 }
 
+/* What the rules place the waiter by (record.h).  A ticket that does not
+ * say, from an older gpuman, asks for one GPU among its candidates. */
+static int waiter_request(json_t *o, struct waiter_info *wi)
+{
+	json_t *r = json_object_get(o, "request");
+	char err[GM_ERRBUF_SIZE];
+
+	if (r) {
+		wi->req = record_request_parse(r, NULL, err, sizeof err);
+	} else if (wi->cand_count && (wi->req = gm_request_new())) {
+		char *only = calloc(wi->cand_count, sizeof wi->cand[0]);
+
+		for (size_t i = 0; only && i < wi->cand_count; i++)
+			sprintf(only + strlen(only), "%s%s", i ? "," : "", wi->cand[i]);
+		if (!only || gm_request_set(wi->req, "only", only, err, sizeof err) != GM_OK) {
+			gm_request_free(wi->req);
+			wi->req = NULL;
+		}
+		free(only);
+	}
+	if (!wi->req)
+		return -1;
+	wi->usable = json_incref(json_object_get(o, "usable"));
+	wi->usable_migs = json_incref(json_object_get(o, "usable_migs"));
+	str_copy(wi->within, sizeof wi->within, jstr(o, "within"));
+	return 0;
+}
+
 static int parse_waiter(const char *name, const char *text, const struct stat *st,
                         struct waiter_info *wi)
 {
@@ -402,6 +415,11 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 	}
 	json_array_foreach(cand, i, c) snprintf(wi->cand[i], sizeof wi->cand[i], "%s",
 	                                        json_string_value(c) ? json_string_value(c) : "");
+	if (waiter_request(o, wi) < 0) {
+		free(wi->cand);
+		json_decref(o);
+		return 1;
+	}
 	json_decref(o);
 	return 0;
 }
@@ -431,19 +449,13 @@ static void clean_tmp(int dirfd, const char *name)
  * a waiter is held back only by those ahead of it, and leaving the rest
  * unopened halves the work of a read in a long line.
  */
-enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
-                               char *err, size_t len)
+enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
+                                char *err, size_t len)
 {
 	DIR *d;
 	struct dirent *de;
 	enum gm_err rc = GM_OK;
 
-	if (reg->broker) {
-		rc = broker_read(reg->broker, view, err, len);
-		if (rc == GM_OK)
-			mark_over_limit(reg, view);
-		return rc;
-	}
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 	d = opendir(reg->dir);
 	if (!d)
@@ -513,17 +525,14 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
 	for (size_t i = 0; i < view->waiter_count; i++) {
 		struct waiter_info *wi = &view->waiters[i];
-		unsigned count = (unsigned)strtoul(wi->summary, NULL, 10);
 
-		registry_over_cap(reg, view, wi->uid, count ? count : 1, wi->limit,
+		registry_over_cap(reg, view, wi->uid, wi->req ? wi->req->count : 1, wi->limit,
 		                  sizeof wi->limit);
 	}
 	if (rc != GM_OK) {
 		registry_view_release(view);
 		return gm_fail(rc, err, len, "out of memory");
 	}
-	mark_over_limit(reg, view);
-	view->gpu_hours_unenforced = config_has_gpu_hours(&reg->cfg);
 	return GM_OK;
 }
 
@@ -534,14 +543,5 @@ enum gm_err registry_read(struct registry *reg, struct registry_view *view, char
 
 void registry_view_release(struct registry_view *view)
 {
-	for (size_t i = 0; i < view->lease_count; i++) {
-		free(view->leases[i].uuids);
-		free(view->leases[i].indices);
-		free(view->leases[i].migs);
-	}
-	for (size_t i = 0; i < view->waiter_count; i++)
-		free(view->waiters[i].cand);
-	free(view->leases);
-	free(view->waiters);
-	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	record_view_release(view);
 }

@@ -53,6 +53,10 @@
 /* caps_over, caps_barred, caps_reserve_ok: the admin's limits, which the
  * daemon applies with the registry's own functions. */
 #include "../caps.h"
+/* line_decide and friends: the leasing rules the broker serves its line
+ * with; record_*: the one JSON codec of a request. */
+#include "../line.h"
+#include "../record.h"
 /* broker_take_line: the daemon's side of the broker's wait line. */
 #include "../broker.h"
 /* slurm_*: batch --slurm's allocation (issue 6's back-end). */

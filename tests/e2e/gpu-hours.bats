@@ -75,6 +75,23 @@ broker() {
 	run -0 as_user alice gpuman run -- true
 }
 
+@test "broker: max_gpu_hours used up holds inside one's own reservation too (every limit counts every lease)" {
+	gm_user alice
+	broker
+	# the reservation's own 1.8 GPU-seconds use up the day's allowance
+	run -0 as_user alice sh -c '
+		eval "$(gpuman reserve --for 60s 2>/dev/null)" || exit 9
+		sleep 2.2
+		gpuman run -- echo granted
+		echo "rc $?"
+		gpuman run --exclude "$GPUMAN_GPUS" -- echo granted outside
+		echo "rc $?"'
+	echo "$output" >&3
+	[[ "$output" != *granted* ]]
+	[[ "$output" == *"daily GPU-hours used up"* ]]
+	[[ "$output" == *"rc 75"* ]]
+}
+
 @test "without the broker max_gpu_hours is not enforced, and status says so" {
 	run -0 gpuman status
 	[[ "$output" == *"note: max_gpu_hours (gpuman.conf) is not enforced: only the broker"* ]]

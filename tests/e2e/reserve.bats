@@ -115,6 +115,52 @@ inside_own() {
 	inside_own
 }
 
+# narrows_only - a request inside one's own reservation gets only the
+# reservation's GPUs (issue 23, attack 5): with max_gpus = 2 and both
+# reserved, a run inside it (GPUMAN_RESERVATION alone, no inherited
+# CUDA_VISIBLE_DEVICES) that excludes them is refused naming the
+# reservation, never given the other two GPUs; one that fits runs there
+narrows_only() {
+	gm_user alice
+	printf '[limits]\nmax_gpus = 2\n' >"$GPUMAN_CONFIG"
+	run -0 as_user alice sh -c '
+		eval "$(gpuman reserve -n 2 --for 60s 2>/dev/null)" || exit 9
+		echo "reserved $GPUMAN_GPUS"
+		unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER
+		gpuman run -n 2 --exclude "$GPUMAN_GPUS" -- sh -c "echo granted beside \$GPUMAN_GPUS"
+		echo "rc $?"
+		gpuman run -n 2 --exclude "$GPUMAN_GPUS" --wait=1s -- sh -c "echo granted beside \$GPUMAN_GPUS"
+		echo "rc $?"
+		gpuman run --exclude "${GPUMAN_GPUS%%,*}" -- sh -c "echo inside \$GPUMAN_GPUS"
+		gpuman status --json | jq -r ".leases | length"'
+	echo "$output" >&3
+	res=$(printf '%s\n' "$output" | sed -n 's/^reserved //p')
+	[[ "$output" != *"granted beside"* ]]
+	[[ "$output" == *"rc 75"* || "$output" == *"rc 1"* ]]
+	[[ "$output" == *"GPU 2 (g2): outside reservation "*"inside which it asks"* ]]
+	# the run that fits got the reservation's other GPU
+	[[ "$output" == *"inside ${res#*,}"* ]]
+	# nothing but the reservation is left, and nobody holds 4 GPUs
+	[ "$(printf '%s\n' "$output" | tail -1)" = 1 ]
+}
+
+four_gpus() {
+	echo '{ "gpus": [ {"name":"g0","memory_total_mib":16000}, {"name":"g1","memory_total_mib":16000},
+		{"name":"g2","memory_total_mib":16000}, {"name":"g3","memory_total_mib":16000} ] }' \
+		>"$SHARED/gpus.json"
+}
+
+@test "registry: a request inside one's own reservation gets only its GPUs, whatever it excludes (max_gpus holds)" {
+	four_gpus
+	narrows_only
+}
+
+@test "broker: a request inside one's own reservation gets only its GPUs, whatever it excludes (max_gpus holds)" {
+	four_gpus
+	broker
+	narrows_only
+}
+
 @test "registry: a reservation holds GPUs against another user, who cannot release it; released early" {
 	holds_against_others
 	# a reservation is a plain file of its owner: nobody else may write it

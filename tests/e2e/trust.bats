@@ -147,7 +147,8 @@ ticket_name() {
 	[ "$(jqr '.waiters | length')" = 1 ]
 	[ "$(jqr '.waiters[0].user')" = gmtest-mallory ]
 	run -75 as_user bob gpuman run -- true
-	[[ "$output" == *"queued for an earlier request: gmtest-mallory's"* ]]
+	# (the rules serve her first: her GPU is hers as soon as she takes it)
+	[[ "$output" == *"leased exclusively by gmtest-mallory (pid "*", served first in line)"* ]]
 	# A stopped waiter keeps its place but holds nothing back meanwhile.
 	kill -STOP "$(pid_of m-sleep)"
 	wait_for "grep -q '^State:.T' /proc/$(pid_of m-sleep)/status"

@@ -1,0 +1,259 @@
+/*
+ * record.c - the JSON codec of a request and of a usable set (record.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "parse.h"
+#include "policy.h"
+#include "record.h"
+#include "registry.h"
+#include "util.h"
+
+/* Lists and sizes as gm_request_set() reads them. */
+static void set_list(json_t *o, const char *key, const struct gpu_list *list)
+{
+	size_t need = 1;
+	char *s;
+
+	if (!list->count)
+		return;
+	for (size_t i = 0; i < list->count; i++)
+		need += strlen(list->items[i]) + 1;
+	s = calloc(1, need);
+	if (!s)
+		return;
+	for (size_t i = 0; i < list->count; i++) {
+		if (i)
+			strcat(s, ",");
+		strcat(s, list->items[i]);
+	}
+	json_object_set_new(o, key, json_string(s));
+	free(s);
+}
+
+static void set_size(json_t *o, const char *key, const struct gm_size *size)
+{
+	char buf[32];
+
+	if (size->is_pct)
+		snprintf(buf, sizeof buf, "%u%%", size->pct);
+	else
+		snprintf(buf, sizeof buf, "%llu", (unsigned long long)size->mib);
+	json_object_set_new(o, key, json_string(buf));
+}
+
+json_t *record_request_json(const struct gm_request *req)
+{
+	json_t *o = json_object();
+	char buf[32];
+
+	if (!o)
+		return NULL;
+	snprintf(buf, sizeof buf, "%u", req->count);
+	json_object_set_new(o, "n", json_string(buf));
+	json_object_set_new(o, "by", json_string(policy_name(req->by)));
+	if (req->has_min_free)
+		set_size(o, "min-free", &req->min_free);
+	if (req->has_max_util) {
+		snprintf(buf, sizeof buf, "%u", req->max_util);
+		json_object_set_new(o, "max-util", json_string(buf));
+	}
+	set_list(o, "only", &req->only);
+	set_list(o, "exclude", &req->exclude);
+	if (req->share)
+		set_size(o, "mem", &req->mem);
+	if (req->idle)
+		json_object_set_new(o, "idle", json_string(""));
+	if (req->mig[0])
+		json_object_set_new(o, "mig", json_string(req->mig));
+	return o;
+}
+
+static int skipped(const char *key, const char *const *skip)
+{
+	for (size_t i = 0; skip && skip[i]; i++)
+		if (!strcmp(key, skip[i]))
+			return 1;
+	return 0;
+}
+
+struct gm_request *record_request_parse(json_t *o, const char *const *skip, char *err, size_t len)
+{
+	struct gm_request *req = gm_request_new();
+	const char *key;
+	json_t *v;
+
+	if (!req || !json_is_object(o)) {
+		gm_fail(req ? GM_ERR_INVALID : GM_ERR_NOMEM, err, len, "%s",
+		        req ? "malformed request" : "out of memory");
+		goto failed;
+	}
+	json_object_foreach(o, key, v)
+	{
+		if (skipped(key, skip))
+			continue;
+		/* The same parser as the command line and the C API: what a
+		 * user cannot ask for there, they cannot ask for here.  The wait
+		 * travels beside the request, never in it. */
+		if (!json_is_string(v) || !strcmp(key, "wait")) {
+			gm_fail(GM_ERR_INVALID, err, len, "malformed request");
+			goto failed;
+		}
+		if (gm_request_set(req, key, json_string_value(v), err, len) != GM_OK)
+			goto failed;
+	}
+	return req;
+failed:
+	gm_request_free(req);
+	return NULL;
+}
+
+json_t *record_usable_json(const unsigned char *usable, const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && usable && i < snap->gpu_count; i++)
+		if (usable[i])
+			json_object_set_new(o, snap->gpus[i].uuid, json_integer(usable[i]));
+	return o;
+}
+
+json_t *record_usable_migs_json(const unsigned char *mig_usable, const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && mig_usable && i < snap->mig_count; i++)
+		if (mig_usable[i] && snap->migs[i].uuid[0])
+			json_object_set_new(o, snap->migs[i].uuid, json_integer(mig_usable[i]));
+	return o;
+}
+
+unsigned char *record_usable_from(json_t *o, const struct gm_snapshot *snap)
+{
+	unsigned char *u;
+
+	if (!json_is_object(o))
+		return NULL;
+	u = calloc(snap->gpu_count + 1, 1);
+	for (size_t i = 0; u && i < snap->gpu_count; i++)
+		u[i] = (unsigned char)json_integer_value(json_object_get(o, snap->gpus[i].uuid));
+	return u;
+}
+
+unsigned char *record_usable_migs_from(json_t *o, const struct gm_snapshot *snap)
+{
+	unsigned char *u;
+
+	if (!json_is_object(o))
+		return NULL;
+	u = calloc(snap->mig_count + 1, 1);
+	for (size_t i = 0; u && i < snap->mig_count; i++)
+		u[i] = (unsigned char)json_integer_value(json_object_get(o, snap->migs[i].uuid));
+	return u;
+}
+
+json_t *record_lease_json(const struct lease_info *li)
+{
+	json_t *o = json_object(), *gpus = json_array();
+
+	if (!o || !gpus) {
+		json_decref(o);
+		json_decref(gpus);
+		return NULL;
+	}
+	for (size_t g = 0; g < li->gpu_count; g++) {
+		const char *mig = li->migs && li->migs[g][0] ? li->migs[g] : NULL;
+
+		json_array_append_new(gpus,
+		                      json_pack("{s:i, s:s, s:o}", "index", (int)li->indices[g],
+		                                "uuid", li->uuids[g], "mig_uuid",
+		                                mig ? json_string(mig) : json_null()));
+	}
+	json_object_set_new(o, "id", json_string(li->id));
+	json_object_set_new(o, "uid", json_integer(li->uid));
+	json_object_set_new(o, "user", json_string(li->user));
+	json_object_set_new(o, "pid", json_integer(li->pid));
+	json_object_set_new(o, "job_pid", json_integer(li->job_pid));
+	json_object_set_new(o, "command", json_string(li->command));
+	json_object_set_new(o, "start_ms", json_integer(li->start_ms));
+	json_object_set_new(o, "kind", json_string(li->exclusive ? "exclusive" : "share"));
+	json_object_set_new(o, "share_mib",
+	                    li->exclusive ? json_null() : json_integer((json_int_t)li->share_mib));
+	json_object_set_new(o, "gpus", gpus);
+	/* a reservation (gpuman reserve): held by nobody until then */
+	json_object_set_new(o, "reservation", json_boolean(li->reservation));
+	json_object_set_new(o, "expires_ms",
+	                    li->reservation ? json_integer(li->expires_ms) : json_null());
+	return o;
+}
+
+static void copy_str(char *dst, size_t len, json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	snprintf(dst, len, "%s", s ? s : "");
+}
+
+int record_lease_parse(json_t *o, struct lease_info *li)
+{
+	json_t *gpus = json_object_get(o, "gpus"), *g;
+	size_t i;
+
+	memset(li, 0, sizeof *li);
+	copy_str(li->id, sizeof li->id, o, "id");
+	li->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	copy_str(li->user, sizeof li->user, o, "user");
+	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	copy_str(li->command, sizeof li->command, o, "command");
+	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
+	li->exclusive = !strcmp(json_string_value(json_object_get(o, "kind")) ?: "", "exclusive");
+	li->share_mib = (uint64_t)json_integer_value(json_object_get(o, "share_mib"));
+	li->reservation = json_is_true(json_object_get(o, "reservation"));
+	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
+	li->gpu_count = json_array_size(gpus);
+	li->uuids = calloc(li->gpu_count + 1, sizeof *li->uuids);
+	li->indices = calloc(li->gpu_count + 1, sizeof *li->indices);
+	li->migs = calloc(li->gpu_count + 1, sizeof *li->migs);
+	if (!li->uuids || !li->indices || !li->migs) {
+		record_lease_release(li);
+		return -1;
+	}
+	json_array_foreach(gpus, i, g)
+	{
+		copy_str(li->uuids[i], sizeof li->uuids[i], g, "uuid");
+		copy_str(li->migs[i], sizeof li->migs[i], g, "mig_uuid");
+		li->indices[i] = (unsigned)json_integer_value(json_object_get(g, "index"));
+	}
+	return 0;
+}
+
+void record_lease_release(struct lease_info *li)
+{
+	free(li->uuids);
+	free(li->indices);
+	free(li->migs);
+	li->uuids = NULL;
+	li->indices = NULL;
+	li->migs = NULL;
+	li->gpu_count = 0;
+}
+
+void record_view_release(struct registry_view *view)
+{
+	for (size_t i = 0; i < view->lease_count; i++) {
+		free(view->leases[i].uuids);
+		free(view->leases[i].indices);
+		free(view->leases[i].migs);
+	}
+	for (size_t i = 0; i < view->waiter_count; i++) {
+		free(view->waiters[i].cand);
+		gm_request_free(view->waiters[i].req);
+		json_decref(view->waiters[i].usable);
+		json_decref(view->waiters[i].usable_migs);
+	}
+	free(view->leases);
+	free(view->waiters);
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+}

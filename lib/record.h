@@ -1,0 +1,58 @@
+/*
+ * record.h - the JSON form of the records both lease transports and the
+ * job store pass around, one codec each: a request (the broker's wire, the
+ * registry's tickets, the queue's stored jobs) and the GPUs an inherited
+ * CUDA_VISIBLE_DEVICES lets a caller use (the wire and the tickets).
+ */
+#ifndef GM_RECORD_H
+#define GM_RECORD_H
+
+#include <stddef.h>
+#include <jansson.h>
+#include "gpuman.h"
+#include "snapshot_types.h"
+
+/* A request as gm_request_set() keys and string values ("n", "by",
+ * "min-free", "max-util", "only", "exclude", "mem", "idle", "mig"); the
+ * wait is not part of it.  New reference; NULL on out-of-memory. */
+json_t *record_request_json(const struct gm_request *req);
+
+/* Back: each key through gm_request_set(), so what the command line
+ * refuses is refused here; a key in skip (NULL-terminated; may be NULL) is
+ * passed over.  A new request (caller frees), or NULL with err naming the
+ * bad key or value. */
+struct gm_request *record_request_parse(json_t *o, const char *const *skip, char *err, size_t len);
+
+/* Per snapshot position (per slice), pick_env's usable values as an object
+ * by UUID, and back (NULL object: NULL, everything usable; caller frees). */
+json_t *record_usable_json(const unsigned char *usable, const struct gm_snapshot *snap);
+json_t *record_usable_migs_json(const unsigned char *mig_usable, const struct gm_snapshot *snap);
+unsigned char *record_usable_from(json_t *o, const struct gm_snapshot *snap);
+unsigned char *record_usable_migs_from(json_t *o, const struct gm_snapshot *snap);
+
+/*
+ * A lease: one record for the registry's lease files, the broker's wire
+ * (its view) and state file, and status --json / serve / the Python
+ * binding: "id", "uid", "user", "pid", "job_pid", "command", "start_ms",
+ * "kind" ("exclusive" or "share"), "share_mib" (null when exclusive),
+ * "gpus" ([{"index", "uuid", "mig_uuid" (null for a whole GPU)}]),
+ * "reservation" and "expires_ms" (null unless a reservation).  Each
+ * transport adds what only it keeps (a file's "pidns", the state file's
+ * token).  New reference; NULL on out-of-memory.
+ */
+struct lease_info;
+json_t *record_lease_json(const struct lease_info *li);
+
+/* Back, into *li (its arrays allocated; free with record_lease_release).
+ * Fields are read as they are; whoever reads a lease from someone else
+ * checks it (the registry believes a file's owner, not its "uid").
+ * 0, or -1 on out-of-memory. */
+int record_lease_parse(json_t *o, struct lease_info *li);
+void record_lease_release(struct lease_info *li);
+
+/* Free what a view of the leases and the line holds (registry.h), keep
+ * the struct: either transport's. */
+struct registry_view;
+void record_view_release(struct registry_view *view);
+
+#endif
