@@ -495,7 +495,6 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	struct daemon *d;
 	struct sigaction sa;
 	struct rlimit rl;
-	char err[GM_ERRBUF_SIZE];
 	int rc, status = EXIT_FAIL;
 
 	rc = cli_parse(cli, &cmd_daemon, argc, argv, "", longopts, daemon_option, &args);
@@ -523,16 +522,15 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	if (gm_open(&d->ctx, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
 	if (check_state_dir(d->state_path) < 0)
 		goto done;
 	if (daemon_config_fresh(d) < 0)
 		goto done;
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->epfd < 0)
+		goto done;
+	/* The machine's NVML session, on a thread of its own. */
+	if (daemon_reader_start(d) < 0)
 		goto done;
 	restore(d);
 	d->listener.fd = listen_on(args.socket_path);
@@ -548,13 +546,15 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	while (!stopping) {
 		struct epoll_event evs[64];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
-		int64_t next_expiry = daemon_expire(d);
+		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
 		int timeout = -1, n, recheck = 0;
 
 		if (d->line_head)
 			until = d->snap_at + RECHECK_MS;
 		if (next_silent >= 0 && (until < 0 || next_silent < until))
 			until = next_silent;
+		if (next_reading >= 0 && (until < 0 || next_reading < until))
+			until = next_reading;
 		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
 		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
 			until = now + (next_expiry - now_ms());
@@ -568,6 +568,8 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 
 			if (*kind == EV_LISTEN) {
 				daemon_accept_all(d);
+			} else if (*kind == EV_READER) {
+				daemon_reader_ready(d);
 			} else if (*kind == EV_PIDFD) {
 				struct blease *l = (struct blease *)kind;
 
@@ -623,8 +625,8 @@ done:
 		close(d->listener.fd);
 	if (d->epfd >= 0)
 		close(d->epfd);
+	daemon_reader_stop(d);
 	gm_snapshot_free(d->snap);
-	gm_close(d->ctx);
 	if (d->cfg_read)
 		config_release(&d->cfg);
 	free(d->hours);

@@ -133,7 +133,8 @@ enum gm_field {
 	GM_HAS_CLOCK_GRAPHICS = 1u << 13,    /* GM_GPU_CLOCK_GRAPHICS_MHZ */
 	GM_HAS_MAX_CLOCK_SM = 1u << 14,      /* GM_GPU_MAX_CLOCK_SM_MHZ */
 	GM_HAS_MAX_CLOCK_MEM = 1u << 15,     /* GM_GPU_MAX_CLOCK_MEM_MHZ */
-	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16 /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16, /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_PERSISTENCE = 1u << 17         /* persistence mode was readable */
 };
 
 /* The clock domains gpuman reads (NVML's nvmlClockType_t has these and

@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <jansson.h>
+#include "broker.h"
 #include "context.h"
 #include "util.h"
 
@@ -136,7 +137,7 @@ static void simulator_for_scenario(char *path, size_t len, const char *scenario)
 		memcpy(path, lib, strlen(lib) + 1);
 }
 
-GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
+static enum gm_err context_open(struct gm_context **out, int local, char *errbuf, size_t errlen)
 {
 	struct gm_context *ctx;
 	const char *path = getenv("GPUMAN_NVML");
@@ -161,11 +162,16 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 		}
 		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
 	}
-	err = nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
+	/* Where a broker runs it holds the machine's NVML session: ask it,
+	 * and never pay the driver's start-up here (nor load the library). */
+	if (!local && broker_wanted(ctx->broker, sizeof ctx->broker)) {
+		*out = ctx;
+		return GM_OK;
+	}
+	ctx->broker[0] = '\0';
+	err = context_load_nvml(ctx, errbuf, errlen);
 	if (err != GM_OK)
 		goto failed;
-	if (!ctx->nvml_path[0])
-		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "libnvidia-ml.so.1");
 	*out = ctx;
 	return GM_OK;
 failed:
@@ -173,6 +179,26 @@ failed:
 		close(ctx->cancel_fd);
 	free(ctx);
 	return err;
+}
+
+enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errlen)
+{
+	enum gm_err err =
+	    nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
+
+	if (err == GM_OK && !ctx->nvml_path[0])
+		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "libnvidia-ml.so.1");
+	return err;
+}
+
+GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
+{
+	return context_open(out, 0, errbuf, errlen);
+}
+
+enum gm_err context_open_local(struct gm_context **out, char *errbuf, size_t errlen)
+{
+	return context_open(out, 1, errbuf, errlen);
 }
 
 GM_API void gm_close(struct gm_context *ctx)
@@ -187,5 +213,5 @@ GM_API void gm_close(struct gm_context *ctx)
 
 GM_API const char *gm_context_nvml_path(const struct gm_context *ctx)
 {
-	return ctx->nvml_path;
+	return ctx->nvml_path[0] ? ctx->nvml_path : "libnvidia-ml.so.1";
 }

@@ -16,6 +16,14 @@
 enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
                           struct gm_snapshot **out, char *errbuf, size_t errlen);
 
+/* The same, from the lease broker where one runs (gm_open chose it), with
+ * a reading no older than max_age_ms (-1: any; snapshot_take asks for
+ * BROKER_SNAPSHOT_MAX_AGE_MS).  A lease only needs the GPUs' names, so
+ * broker_acquire takes any age: a slow driver never delays a grant. */
+enum gm_err snapshot_take_aged(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
+                               long max_age_ms, struct gm_snapshot **out, char *errbuf,
+                               size_t errlen);
+
 /* One GPU / one process / the whole snapshot as JSON objects (new refs). */
 json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos);
 /* Where CUDA numbers the GPU at pos: in its default fastest-first order, or
