@@ -97,7 +97,6 @@ int64_t daemon_expire(struct daemon *d)
 
 /* ---- placement ------------------------------------------------------------ */
 
-
 /* The leases as the policy sees them, GPU by GPU (as registry.c's
  * attempt_run does for lease files). */
 struct placed {

@@ -56,13 +56,13 @@ struct daemon_reader {
 	int started;
 	/* Shared with the thread, under mu. */
 	pthread_mutex_t mu;
-	pthread_cond_t wake; /* loop -> reader: read */
-	pthread_cond_t done; /* reader -> loop: the first reading, a reading */
+	pthread_cond_t wake;            /* loop -> reader: read */
+	pthread_cond_t done;            /* reader -> loop: the first reading, a reading */
 	int want, busy, stop, readings; /* readings: finished, good or not */
-	int64_t busy_since; /* monotonic ms, while busy */
-	struct gm_snapshot *fresh; /* a reading the loop has not taken */
-	int64_t fresh_at;          /* monotonic ms when it was begun */
-	char err[GM_ERRBUF_SIZE];  /* the last failure ("" none) */
+	int64_t busy_since;             /* monotonic ms, while busy */
+	struct gm_snapshot *fresh;      /* a reading the loop has not taken */
+	int64_t fresh_at;               /* monotonic ms when it was begun */
+	char err[GM_ERRBUF_SIZE];       /* the last failure ("" none) */
 	/* The loop's alone. */
 	struct snap_waiter *waiters;
 	size_t waiter_count, waiter_cap;
@@ -382,10 +382,11 @@ static void answer(struct daemon *d, struct conn *c, long max_age_ms)
 		char why[GM_ERRBUF_SIZE + 200];
 
 		if (d->reader->err[0])
-			snprintf(why, sizeof why,
-			         "the lease broker's last reading of the GPUs failed (%s); this one "
-			         "is %.1f s old",
-			         d->reader->err, (double)age / 1000.0);
+			snprintf(
+			    why, sizeof why,
+			    "the lease broker's last reading of the GPUs failed (%s); this one "
+			    "is %.1f s old",
+			    d->reader->err, (double)age / 1000.0);
 		else
 			snprintf(why, sizeof why,
 			         "the driver did not answer the lease broker within %d ms; this "

@@ -128,11 +128,11 @@ enum gm_field {
 	GM_HAS_PCI = 1u << 9,          /* gm_gpu_pci_bus_id() */
 	GM_HAS_CUDA_RANK = 1u << 10,   /* GM_GPU_CUDA_RANK */
 	/* Clocks (0.3.0), each on its own: a GPU may report some only. */
-	GM_HAS_CLOCK_SM = 1u << 11,          /* GM_GPU_CLOCK_SM_MHZ */
-	GM_HAS_CLOCK_MEM = 1u << 12,         /* GM_GPU_CLOCK_MEM_MHZ */
-	GM_HAS_CLOCK_GRAPHICS = 1u << 13,    /* GM_GPU_CLOCK_GRAPHICS_MHZ */
-	GM_HAS_MAX_CLOCK_SM = 1u << 14,      /* GM_GPU_MAX_CLOCK_SM_MHZ */
-	GM_HAS_MAX_CLOCK_MEM = 1u << 15,     /* GM_GPU_MAX_CLOCK_MEM_MHZ */
+	GM_HAS_CLOCK_SM = 1u << 11,           /* GM_GPU_CLOCK_SM_MHZ */
+	GM_HAS_CLOCK_MEM = 1u << 12,          /* GM_GPU_CLOCK_MEM_MHZ */
+	GM_HAS_CLOCK_GRAPHICS = 1u << 13,     /* GM_GPU_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_MAX_CLOCK_SM = 1u << 14,       /* GM_GPU_MAX_CLOCK_SM_MHZ */
+	GM_HAS_MAX_CLOCK_MEM = 1u << 15,      /* GM_GPU_MAX_CLOCK_MEM_MHZ */
 	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16, /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
 	GM_HAS_PERSISTENCE = 1u << 17         /* persistence mode was readable */
 };

@@ -122,8 +122,8 @@ void broker_release(struct gm_lease *lease);
  * no older than max_age_ms (-1: any), with proc util and clocks.
  * GM_ERR_STATE when the broker cannot be reached or answers nonsense.
  */
-enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out,
-                            char *err, size_t len);
+enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out, char *err,
+                            size_t len);
 
 /* End this user's reservation id (registry_release() through the broker). */
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);

@@ -53,8 +53,8 @@ static json_t *read_reply(int fd)
 	return reply;
 }
 
-enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out,
-                            char *err, size_t len)
+enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out, char *err,
+                            size_t len)
 {
 	json_t *msg = json_object(), *reply = NULL;
 	const char *op, *stale;

@@ -352,6 +352,9 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	json_object_set_new(o, "mig_mode",
 	                    (gpu->valid & GM_HAS_MIG) ? json_boolean(gpu->mig_mode == 1)
 	                                              : json_null());
+	json_object_set_new(o, "persistence_mode",
+	                    (gpu->valid & GM_HAS_PERSISTENCE) ? json_boolean(gpu->persistence_mode)
+	                                                      : json_null());
 	migs = json_array();
 	for (size_t i = 0; i < snap->mig_count; i++)
 		if (snap->migs[i].gpu == gpu->index)
@@ -417,7 +420,48 @@ json_t *snapshot_json(const struct gm_snapshot *snap)
 	json_object_set_new(o, "gpus", gpus);
 	json_object_set_new(o, "processes", procs);
 	json_object_set_new(o, "notes", notes);
+	/* Who read the GPUs, how long ago, and what opening NVML cost it. */
+	json_object_set_new(o, "reading", snapshot_reading_json(snap));
 	return o;
+}
+
+json_t *snapshot_reading_json(const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "by", json_string(snap->from_broker ? "broker" : "self"));
+	json_object_set_new(o, "age_ms", json_integer(snap->from_broker ? snap->age_ms : 0));
+	/* to 0.1 ms: a time, not a float's digits */
+	json_object_set_new(o, "nvml_init_ms",
+	                    json_real((double)(int64_t)(snap->nvml_init_ms * 10 + 0.5) / 10));
+	return o;
+}
+
+int snapshot_persistence_note(const struct gm_snapshot *snap, char *buf, size_t len)
+{
+	char list[256] = "";
+	size_t used = 0, off = 0;
+
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+
+		if (!(g->valid & GM_HAS_PERSISTENCE) || g->persistence_mode)
+			continue;
+		if (used < sizeof list)
+			used += (size_t)snprintf(list + used, sizeof list - used, "%s%u",
+			                         off++ ? "," : "", g->index);
+	}
+	if (!off)
+		return 0;
+	snprintf(buf, len,
+	         "persistence mode is off on GPU%s %s: the driver takes the GPUs down when no "
+	         "program holds them open, and whoever opens NVML next waits while it brings "
+	         "them up (nvmlInit took %.0f ms %s); start nvidia-persistenced (systemctl enable "
+	         "--now nvidia-persistenced) to keep them up",
+	         off > 1 ? "s" : "", list, snap->nvml_init_ms,
+	         snap->from_broker ? "in the lease broker, which pays it once for everybody"
+	                           : "in this command, and every gpuman command pays it again");
+	return 1;
 }
 
 GM_API char *gm_snapshot_json(const struct gm_snapshot *snap)

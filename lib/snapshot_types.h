@@ -28,8 +28,8 @@ struct gm_gpu {
 	unsigned power_mw, power_limit_mw;
 	unsigned temperature_c;
 	int cc_major, cc_minor;
-	int compute_mode; /* enum gm_compute_mode */
-	int mig_mode;     /* 0 disabled, 1 enabled */
+	int compute_mode;     /* enum gm_compute_mode */
+	int mig_mode;         /* 0 disabled, 1 enabled */
 	int persistence_mode; /* 0 off, 1 on: valid by GM_HAS_PERSISTENCE */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
 	 * FASTEST_FIRST device order follows; higher comes first. */

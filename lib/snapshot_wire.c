@@ -29,7 +29,10 @@ static const struct {
 	size_t off;
 	enum wire_type type;
 } gpu_fields[] = {
-#define F(key, field, type) {key, offsetof(struct gm_gpu, field), type}
+#define F(key, field, type)                                                                        \
+	{                                                                                          \
+		key, offsetof(struct gm_gpu, field), type                                          \
+	}
     F("index", index, W_UNSIGNED),
     F("state", state, W_INT),
     F("valid", valid, W_UNSIGNED),
@@ -60,7 +63,10 @@ static const struct {
 	const char *key;
 	size_t off, size;
 } gpu_strings[] = {
-#define S(key, field) {key, offsetof(struct gm_gpu, field), sizeof(((struct gm_gpu *)0)->field)}
+#define S(key, field)                                                                              \
+	{                                                                                          \
+		key, offsetof(struct gm_gpu, field), sizeof(((struct gm_gpu *)0)->field)           \
+	}
     S("uuid", uuid),
     S("name", name),
     S("pci_bus_id", pci_bus_id),

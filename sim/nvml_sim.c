@@ -114,7 +114,8 @@ static double init_cost_ms(const struct scenario *sc)
 	for (size_t i = 0; i < sc->gpu_count; i++) {
 		const struct scenario_gpu *g = &sc->gpus[i];
 
-		if ((g->reading_has & (1u << READING_PERSISTENCE)) && !g->reading[READING_PERSISTENCE])
+		if ((g->reading_has & (1u << READING_PERSISTENCE)) &&
+		    !g->reading[READING_PERSISTENCE])
 			ms += sc->latency.attach_ms;
 	}
 	return ms;

@@ -39,26 +39,15 @@ static const char *const function_names[FN_COUNT] = {
 };
 
 /* Every object may carry a "comment": JSON has no comments of its own. */
-static const char *const top_keys[] = {"comment",
-                                       "driver_version",
-                                       "cuda_driver_version",
-                                       "init_error",
-                                       "missing_symbols",
-                                       "gpus",
-                                       "timeline",
-                                       "latency",
-                                       NULL};
+static const char *const top_keys[] = {"comment",    "driver_version",  "cuda_driver_version",
+                                       "init_error", "missing_symbols", "gpus",
+                                       "timeline",   "latency",         NULL};
 
 /* The keys of "latency", by what they cost. */
-static const char *const latency_keys[] = {"comment",
-                                           "init_ms",
-                                           "attach_ms",
-                                           "query_ms",
-                                           "memory_ms",
-                                           "utilization_ms",
-                                           "processes_ms",
-                                           "process_utilization_ms",
-                                           NULL};
+static const char *const latency_keys[] = {
+    "comment",   "init_ms",        "attach_ms",    "query_ms",
+    "memory_ms", "utilization_ms", "processes_ms", "process_utilization_ms",
+    NULL};
 static const char *const family_keys[FAMILY_COUNT] = {
     [FAMILY_QUERY] = "query_ms",
     [FAMILY_MEMORY] = "memory_ms",

@@ -307,8 +307,8 @@ struct scenario {
 	struct scenario_phase *phases;   /* owned; at_s increasing */
 	struct scenario_gpu_state *base; /* [gpu_count], owned; NULL without a timeline */
 	double repeat_s;
-	int64_t epoch_ms; /* the file's modification time */
-	long applied;     /* phase in gpus[]: -1 base */
+	int64_t epoch_ms;                /* the file's modification time */
+	long applied;                    /* phase in gpus[]: -1 base */
 	struct scenario_latency latency; /* all 0 without "latency" */
 };
 
