@@ -140,8 +140,6 @@ static void simulator_for_scenario(char *path, size_t len, const char *scenario)
 static enum gm_err context_open(struct gm_context **out, int local, char *errbuf, size_t errlen)
 {
 	struct gm_context *ctx;
-	const char *path = getenv("GPUMAN_NVML");
-	const char *sim = getenv("GPUMAN_SIM");
 	enum gm_err err;
 
 	*out = NULL;
@@ -149,43 +147,43 @@ static enum gm_err context_open(struct gm_context **out, int local, char *errbuf
 	if (!ctx)
 		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
 	ctx->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (path && *path) {
-		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "%s", path);
-	} else if (sim && *sim) {
-		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0) {
-			err = gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
-			              "GPUMAN_SIM is set but the simulator library was not found "
-			              "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
-			              "its path",
-			              GM_PKGLIBDIR);
-			goto failed;
-		}
-		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
-	}
 	/* Where a broker runs it holds the machine's NVML session: ask it,
-	 * and never pay the driver's start-up here (nor load the library). */
+	 * and never pay the driver's start-up here (nor find, load or
+	 * configure the library). */
 	if (!local && broker_wanted(ctx->broker, sizeof ctx->broker)) {
 		*out = ctx;
 		return GM_OK;
 	}
 	ctx->broker[0] = '\0';
 	err = context_load_nvml(ctx, errbuf, errlen);
-	if (err != GM_OK)
-		goto failed;
+	if (err != GM_OK) {
+		if (ctx->cancel_fd >= 0)
+			close(ctx->cancel_fd);
+		free(ctx);
+		return err;
+	}
 	*out = ctx;
 	return GM_OK;
-failed:
-	if (ctx->cancel_fd >= 0)
-		close(ctx->cancel_fd);
-	free(ctx);
-	return err;
 }
 
 enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errlen)
 {
-	enum gm_err err =
-	    nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
+	const char *path = getenv("GPUMAN_NVML");
+	const char *sim = getenv("GPUMAN_SIM");
+	enum gm_err err;
 
+	if (path && *path) {
+		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "%s", path);
+	} else if (sim && *sim) {
+		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0)
+			return gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
+			               "GPUMAN_SIM is set but the simulator library was not found "
+			               "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
+			               "its path",
+			               GM_PKGLIBDIR);
+		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
+	}
+	err = nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
 	if (err == GM_OK && !ctx->nvml_path[0])
 		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "libnvidia-ml.so.1");
 	return err;
