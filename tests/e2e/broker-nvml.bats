@@ -240,3 +240,21 @@ proc_of() { # proc_of PID - status --json's entry for that process, from $output
 	run -0 hp bob gpuman status --json
 	[ "$(proc_of "$pid")" = "gmtest-alice null" ]
 }
+
+@test "broker NVML: gpuman serve reads the GPUs from the broker (one NVML session per machine)" {
+	command -v curl >/dev/null || skip "needs curl"
+	[ -x "$GM_BUILD/gpuman-serve" ] || skip "gpuman-serve not built (libmicrohttpd missing)"
+	machine "$(gpu),$(gpu),$(gpu)"
+	start_daemon
+	GPUMAN_NVML=$SHARED/no-such-libnvidia-ml.so gpuman serve --listen 127.0.0.1:0 --interval 0.3 \
+		2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
+	echo $! >"$SHARED/pids/serve"
+	wait_for "grep -q '(port [0-9]*)' '$BATS_TEST_TMPDIR/serve.log'" || {
+		cat "$BATS_TEST_TMPDIR/serve.log"; false; }
+	local url=http://127.0.0.1:$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$BATS_TEST_TMPDIR/serve.log")
+	run -0 curl -sf "$url/api/v1/status"
+	[ "$(jqr '.gpus | length')" = 3 ]
+	[ "$(jqr '.reading.by')" = broker ]
+	run -0 curl -sf "$url/metrics"
+	[[ "$output" == *'gpu="2"'* ]]
+}
