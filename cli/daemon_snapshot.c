@@ -36,8 +36,6 @@
 #include "gpuman-internal.h"
 #include "cli.h"
 #include "daemon.h"
-#include "../context.h"
-#include "../snapshot_wire.h"
 
 /* How long placement waits for a reading in flight (see above). */
 #define PLACE_WAIT_MS 50

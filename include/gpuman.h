@@ -228,7 +228,10 @@ enum gm_gpu_value {
 	GM_GPU_CLOCK_GRAPHICS_MHZ = 15,
 	GM_GPU_MAX_CLOCK_SM_MHZ = 16,
 	GM_GPU_MAX_CLOCK_MEM_MHZ = 17,
-	GM_GPU_MAX_CLOCK_GRAPHICS_MHZ = 18
+	GM_GPU_MAX_CLOCK_GRAPHICS_MHZ = 18,
+	/* Persistence mode (nvmlDeviceGetPersistenceMode): 1 on, 0 off (the
+	 * driver takes the GPU down when no program holds it open). */
+	GM_GPU_PERSISTENCE_MODE = 19
 };
 /*
  * One reading of the GPU: 1 and *out set when the GPU reported it; 0 when

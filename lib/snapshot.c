@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "broker.h"
 #include "context.h"
+#include "gpu_fields.h"
 #include "parse.h"
 #include "snapshot.h"
 #include "util.h"
@@ -243,11 +244,8 @@ json_t *json_text(const char *s)
 	return j ? j : json_null();
 }
 
-/* A field the GPU did not report is null in JSON, never 0. */
-static json_t *opt_int(const struct gm_gpu *gpu, unsigned bit, json_int_t v)
-{
-	return (gpu->valid & bit) ? json_integer(v) : json_null();
-}
+/* A field the GPU did not report is null in JSON, never 0 (the field
+ * table's readings, in snapshot_gpu_json). */
 
 long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_order)
 {
@@ -263,18 +261,6 @@ long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_ord
 	free(order);
 	return found;
 }
-
-/* The clocks' JSON keys, by enum gm_clock. */
-static const struct {
-	const char *now, *max;
-	unsigned has, has_max;
-} clock_keys[GM_CLOCK_COUNT] = {
-    [GM_CLOCK_SM] = {"clock_sm_mhz", "max_clock_sm_mhz", GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM},
-    [GM_CLOCK_MEM] = {"clock_memory_mhz", "max_clock_memory_mhz", GM_HAS_CLOCK_MEM,
-                      GM_HAS_MAX_CLOCK_MEM},
-    [GM_CLOCK_GRAPHICS] = {"clock_graphics_mhz", "max_clock_graphics_mhz", GM_HAS_CLOCK_GRAPHICS,
-                           GM_HAS_MAX_CLOCK_GRAPHICS},
-};
 
 json_t *snapshot_mig_json(const struct gm_mig *m)
 {
@@ -318,29 +304,19 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	                    (gpu->valid & GM_HAS_PCI) ? json_string(gpu->pci_bus_id) : json_null());
 	json_object_set_new(o, "state", json_string(gpu_state_name(gpu->state)));
 	json_object_set_new(o, "note", gpu->note[0] ? json_text(gpu->note) : json_null());
-	json_object_set_new(o, "memory_total_mib",
-	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_total_mib));
-	json_object_set_new(o, "memory_used_mib",
-	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_used_mib));
-	json_object_set_new(o, "memory_free_mib",
-	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_free_mib));
-	json_object_set_new(o, "utilization_gpu_pct", opt_int(gpu, GM_HAS_UTIL, gpu->util_gpu_pct));
-	json_object_set_new(o, "utilization_memory_pct",
-	                    opt_int(gpu, GM_HAS_UTIL, gpu->util_mem_pct));
-	json_object_set_new(o, "power_draw_w",
-	                    (gpu->valid & GM_HAS_POWER) ? json_real(gpu->power_mw / 1000.0)
-	                                                : json_null());
-	json_object_set_new(o, "power_limit_w",
-	                    (gpu->valid & GM_HAS_POWER_LIMIT)
-	                        ? json_real(gpu->power_limit_mw / 1000.0)
-	                        : json_null());
-	json_object_set_new(o, "temperature_c",
-	                    opt_int(gpu, GM_HAS_TEMPERATURE, gpu->temperature_c));
-	for (int c = 0; c < GM_CLOCK_COUNT; c++) {
-		json_object_set_new(o, clock_keys[c].now,
-		                    opt_int(gpu, clock_keys[c].has, gpu->clock_mhz[c]));
-		json_object_set_new(o, clock_keys[c].max,
-		                    opt_int(gpu, clock_keys[c].has_max, gpu->clock_max_mhz[c]));
+	/* The readings of the GPU field table that JSON shows as numbers. */
+	for (size_t i = 0; i < gpu_field_count; i++) {
+		const struct gpu_field *f = &gpu_fields[i];
+		int64_t v;
+
+		if (!f->json)
+			continue;
+		if (!gpu_field_get(gpu, f, &v))
+			json_object_set_new(o, f->json, json_null());
+		else if (f->json_scale > 1)
+			json_object_set_new(o, f->json, json_real((double)v / f->json_scale));
+		else
+			json_object_set_new(o, f->json, json_integer((json_int_t)v));
 	}
 	snprintf(cc, sizeof cc, "%d.%d", gpu->cc_major, gpu->cc_minor);
 	json_object_set_new(o, "compute_capability",

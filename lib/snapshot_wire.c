@@ -6,14 +6,16 @@
  * scripts, with units converted and absent fields as null), this form is
  * lossless: raw fields and validity bits.
  *
- * The numeric fields of a GPU are one table (gpu_fields[]): a field added
- * to struct gm_gpu travels once it has its row here.
+ * A GPU's readings travel as "values", in the order of the GPU field table
+ * (gpu_fields.h, whose rows are only ever appended): a reading added there
+ * travels with no change here.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include "gpu_fields.h"
 #include "snapshot_wire.h"
 #include "util.h"
 
@@ -21,43 +23,6 @@
 #define WIRE_MAX_GPUS 4096
 #define WIRE_MAX_PROCS (1u << 20)
 #define WIRE_MAX_NOTES 4096
-
-enum wire_type { W_UNSIGNED, W_INT, W_U64 };
-
-static const struct {
-	const char *key;
-	size_t off;
-	enum wire_type type;
-} gpu_fields[] = {
-#define F(key, field, type)                                                                        \
-	{                                                                                          \
-		key, offsetof(struct gm_gpu, field), type                                          \
-	}
-    F("index", index, W_UNSIGNED),
-    F("state", state, W_INT),
-    F("valid", valid, W_UNSIGNED),
-    F("mem_total_mib", mem_total_mib, W_U64),
-    F("mem_free_mib", mem_free_mib, W_U64),
-    F("mem_used_mib", mem_used_mib, W_U64),
-    F("util_gpu_pct", util_gpu_pct, W_UNSIGNED),
-    F("util_mem_pct", util_mem_pct, W_UNSIGNED),
-    F("power_mw", power_mw, W_UNSIGNED),
-    F("power_limit_mw", power_limit_mw, W_UNSIGNED),
-    F("temperature_c", temperature_c, W_UNSIGNED),
-    F("cc_major", cc_major, W_INT),
-    F("cc_minor", cc_minor, W_INT),
-    F("compute_mode", compute_mode, W_INT),
-    F("mig_mode", mig_mode, W_INT),
-    F("persistence_mode", persistence_mode, W_INT),
-    F("cuda_rank", cuda_rank, W_U64),
-    F("clock_sm_mhz", clock_mhz[GM_CLOCK_SM], W_UNSIGNED),
-    F("clock_mem_mhz", clock_mhz[GM_CLOCK_MEM], W_UNSIGNED),
-    F("clock_graphics_mhz", clock_mhz[GM_CLOCK_GRAPHICS], W_UNSIGNED),
-    F("max_clock_sm_mhz", clock_max_mhz[GM_CLOCK_SM], W_UNSIGNED),
-    F("max_clock_mem_mhz", clock_max_mhz[GM_CLOCK_MEM], W_UNSIGNED),
-    F("max_clock_graphics_mhz", clock_max_mhz[GM_CLOCK_GRAPHICS], W_UNSIGNED),
-#undef F
-};
 
 static const struct {
 	const char *key;
@@ -107,25 +72,20 @@ static json_t *wire_text(const char *s)
 
 static json_t *gpu_encode(const struct gm_gpu *g)
 {
-	json_t *o = json_object();
+	json_t *o = json_object(), *values = json_array();
 
-	for (size_t i = 0; i < ARRAY_SIZE(gpu_fields); i++) {
-		const char *p = (const char *)g + gpu_fields[i].off;
-		json_int_t v = 0;
+	json_object_set_new(o, "index", json_integer(g->index));
+	json_object_set_new(o, "state", json_integer(g->state));
+	json_object_set_new(o, "valid", json_integer(g->valid));
+	for (size_t i = 0; i < gpu_field_count; i++) {
+		struct gm_gpu all = *g;
+		int64_t v = 0;
 
-		switch (gpu_fields[i].type) {
-		case W_UNSIGNED:
-			v = *(const unsigned *)(const void *)p;
-			break;
-		case W_INT:
-			v = *(const int *)(const void *)p;
-			break;
-		case W_U64:
-			v = (json_int_t) * (const uint64_t *)(const void *)p;
-			break;
-		}
-		json_object_set_new(o, gpu_fields[i].key, json_integer(v));
+		all.valid = ~0u; /* the raw field, read or not: lossless */
+		gpu_field_get(&all, &gpu_fields[i], &v);
+		json_array_append_new(values, json_integer((json_int_t)v));
 	}
+	json_object_set_new(o, "values", values);
 	for (size_t i = 0; i < ARRAY_SIZE(gpu_strings); i++)
 		json_object_set_new(o, gpu_strings[i].key,
 		                    wire_text((const char *)g + gpu_strings[i].off));
@@ -134,22 +94,15 @@ static json_t *gpu_encode(const struct gm_gpu *g)
 
 static void gpu_decode(const json_t *o, struct gm_gpu *g)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(gpu_fields); i++) {
-		char *p = (char *)g + gpu_fields[i].off;
-		json_int_t v = jint(o, gpu_fields[i].key);
+	const json_t *values = json_object_get(o, "values");
 
-		switch (gpu_fields[i].type) {
-		case W_UNSIGNED:
-			*(unsigned *)(void *)p = (unsigned)v;
-			break;
-		case W_INT:
-			*(int *)(void *)p = (int)v;
-			break;
-		case W_U64:
-			*(uint64_t *)(void *)p = (uint64_t)v;
-			break;
-		}
-	}
+	g->index = (unsigned)jint(o, "index");
+	g->state = (enum gm_gpu_state)jint(o, "state");
+	g->valid = (unsigned)jint(o, "valid");
+	/* a newer broker's extra readings are left out */
+	for (size_t i = 0; i < gpu_field_count && i < json_array_size(values); i++)
+		gpu_field_set(g, &gpu_fields[i],
+		              (int64_t)json_integer_value(json_array_get(values, i)));
 	for (size_t i = 0; i < ARRAY_SIZE(gpu_strings); i++)
 		str_copy((char *)g + gpu_strings[i].off, gpu_strings[i].size,
 		         jstr(o, gpu_strings[i].key));
