@@ -64,6 +64,11 @@ struct daemon_reader {
 	/* The loop's alone. */
 	struct snap_waiter *waiters;
 	size_t waiter_count, waiter_cap;
+	/* d->snap's wire form, encoded once per reading (readings counts the
+	 * readings taken into d->snap; wire_of, the one encoded), for every
+	 * caller who may see all of it. */
+	json_t *wire;
+	unsigned long taken, wire_of;
 	int64_t last_said_ms; /* of the last failure logged */
 };
 
@@ -152,6 +157,7 @@ static int collect_locked(struct daemon *d)
 	d->snap = r->fresh;
 	d->snap_at = r->fresh_at;
 	r->fresh = NULL;
+	r->taken++;
 	return 1;
 }
 
@@ -213,6 +219,7 @@ void daemon_reader_stop(struct daemon *d)
 	if (r->efd >= 0)
 		close(r->efd);
 	free(r->waiters);
+	json_decref(r->wire);
 	free(r);
 }
 
@@ -347,11 +354,18 @@ static enum proc_view caller_view(const struct conn *c)
 static json_t *snapshot_for(const struct daemon *d, const struct conn *c)
 {
 	enum proc_view view = caller_view(c);
-	json_t *o = snapshot_wire_encode(d->snap), *procs, *p;
+	struct daemon_reader *r = d->reader;
+	json_t *o, *procs, *p;
 	size_t i;
 
+	if (!r->wire || r->wire_of != r->taken) {
+		json_decref(r->wire);
+		r->wire = snapshot_wire_encode(d->snap);
+		r->wire_of = r->taken;
+	}
 	if (view == SEE_ALL)
-		return o;
+		return json_incref(r->wire);
+	o = json_deep_copy(r->wire);
 	procs = json_object_get(o, "processes");
 	json_array_foreach(procs, i, p)
 	{
