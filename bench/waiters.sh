@@ -21,7 +21,9 @@
 #
 # WAITERS_RUNS and WAITERS_QUEUED change the burst's 500 and 40;
 # WAITERS_REGISTRY=1 runs the burst once more on the daemonless registry
-# (GPUMAN_BROKER=off) to compare.  Prints the load average: the numbers
+# (GPUMAN_BROKER=off) to compare.  WAITERS_LATENCY=1 gives the simulated
+# GPUs the H200 latency profile (examples/h200-latency.json's "latency":
+# nvmlInit 24 ms measured, per-call costs guessed).  Prints the load average: the numbers
 # mean little on a machine that other work keeps busy.
 set -eu
 build=$(cd "${1:?usage: waiters.sh BUILD}" && pwd)
@@ -52,7 +54,11 @@ gpus() { # gpus N FILE
 		list="$list${list:+,}{\"name\":\"g$i\",\"memory_total_mib\":16000}"
 		i=$((i + 1))
 	done
-	echo "{ \"gpus\": [ $list ] }" >"$2"
+	lat=
+	[ "${WAITERS_LATENCY:-0}" = 0 ] ||
+		lat=$(python3 -c 'import json, sys; print("\"latency\": %s," % json.dumps(json.load(open(sys.argv[1]))["latency"]))' \
+			"$root/examples/h200-latency.json")
+	echo "{ $lat \"gpus\": [ $list ] }" >"$2"
 	chmod 644 "$2"
 }
 gpus 8 "$work/eight.json"

@@ -474,7 +474,6 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	struct daemon *d;
 	struct sigaction sa;
 	struct rlimit rl;
-	char err[GM_ERRBUF_SIZE];
 	int rc, status = EXIT_FAIL;
 
 	rc = cli_parse(cli, &cmd_daemon, argc, argv, "", longopts, daemon_option, &args);
@@ -502,16 +501,15 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	if (gm_open(&d->ctx, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
 	if (check_state_dir(d->state_path) < 0)
 		goto done;
 	if (daemon_config_fresh(d) < 0)
 		goto done;
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->epfd < 0)
+		goto done;
+	/* The machine's NVML session, on a thread of its own. */
+	if (daemon_reader_start(d) < 0)
 		goto done;
 	restore(d);
 	d->listener.fd = listen_on(args.socket_path);
@@ -527,13 +525,15 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	while (!stopping) {
 		struct epoll_event evs[64];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
-		int64_t next_expiry = daemon_expire(d);
+		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
 		int timeout = -1, n, recheck = 0;
 
 		if (d->line_head)
 			until = d->snap_at + RECHECK_MS;
 		if (next_silent >= 0 && (until < 0 || next_silent < until))
 			until = next_silent;
+		if (next_reading >= 0 && (until < 0 || next_reading < until))
+			until = next_reading;
 		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
 		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
 			until = now + (next_expiry - now_ms());
@@ -547,6 +547,8 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 
 			if (*kind == EV_LISTEN) {
 				daemon_accept_all(d);
+			} else if (*kind == EV_READER) {
+				daemon_reader_ready(d);
 			} else if (*kind == EV_PIDFD) {
 				struct blease *l = (struct blease *)kind;
 
@@ -602,8 +604,8 @@ done:
 		close(d->listener.fd);
 	if (d->epfd >= 0)
 		close(d->epfd);
+	daemon_reader_stop(d);
 	gm_snapshot_free(d->snap);
-	gm_close(d->ctx);
 	if (d->cfg_read)
 		config_release(&d->cfg);
 	free(d->hours);
@@ -631,6 +633,17 @@ const struct cmd_entry cmd_daemon = {
     "                 (default " DEFAULT_STATE "; its directory must be\n"
     "                 yours and writable by nobody else)\n"
     "  --sim FILE     use the NVML simulator with this scenario\n"
+    "\n"
+    "It also holds the machine's one NVML session: it opens the driver once\n"
+    "(the start-up every other program would pay: about 24 ms on an H200,\n"
+    "seconds without persistence mode) and answers every client's snapshot,\n"
+    "so that status, ps, info, pick, waste, top, serve and the Python binding\n"
+    "load no NVML where it runs.  A reading it hands out is at most 500 ms\n"
+    "old; asked after that, it reads the GPUs again on a thread of its own\n"
+    "and answers when the reading is in, or after 1 s with the reading it has\n"
+    "and its age (status shows the age): a driver call that takes seconds\n"
+    "delays no grant, release or answer.  A caller's view of other users'\n"
+    "processes is what its own /proc shows (hidepid).\n"
     "\n"
     "The admin's gpuman.conf (GPUMAN_CONFIG, default " CONFIG_SYSTEM_PATH ") binds\n"
     "every grant: max_gpus, max_reserve, keep_out and GPUs kept for a group,\n"

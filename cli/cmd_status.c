@@ -557,6 +557,12 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 			snprintf(item, sizeof item, "(simulated: %s)", sim);
 			put_item(&c, "  ", item);
 		}
+		/* The reading's age: the broker may answer from its last one. */
+		if (snap->from_broker) {
+			snprintf(item, sizeof item, "read by the broker %lld ms ago",
+			         (long long)snap->age_ms);
+			put_item(&c, "  ", item);
+		}
 		putchar('\n');
 	}
 	if (snap->gpu_count) {
@@ -630,6 +636,8 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		       fmt_left(left, sizeof left, r->expires_ms - now_ms()), cli_safe(id, r->id));
 	}
 	print_waste(cli, sel, look, wopts, waste, l.width);
+	if (snapshot_persistence_note(snap, what, sizeof what))
+		printf("%snote: %s%s\n", c_dim(cli), what, c_reset(cli));
 	for (size_t i = 0; i < snap->note_count; i++)
 		printf("%snote: %s%s\n", c_dim(cli), cli_safe(what, snap->notes[i]), c_reset(cli));
 	if (view->gpu_hours_unenforced)

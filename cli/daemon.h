@@ -28,7 +28,7 @@
  * dropped before it costs the broker much memory. */
 #define MAX_OUTPUT_BYTES (8u << 20)
 
-enum ev_kind { EV_LISTEN, EV_CONN, EV_PIDFD };
+enum ev_kind { EV_LISTEN, EV_CONN, EV_PIDFD, EV_READER };
 
 enum conn_state {
 	CONN_NEW,     /* no message yet */
@@ -117,7 +117,6 @@ struct daemon {
 		int fd;
 	} listener;
 	const char *state_path;
-	struct gm_context *ctx;
 	struct gm_snapshot *snap;
 	int64_t snap_at; /* monotonic ms */
 	struct conn *conns;
@@ -137,6 +136,7 @@ struct daemon {
 	int cfg_read;
 	struct hours_use *hours; /* the ledger of max_gpu_hours */
 	size_t hours_count;
+	struct daemon_reader *reader; /* the NVML session (daemon_snapshot.c) */
 };
 
 void daemon_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -226,5 +226,27 @@ void conn_readable(struct daemon *d, struct conn *c);
 
 /* Connections that have not said what they want in time are dropped. */
 int64_t daemon_drop_silent(struct daemon *d);
+
+/* ---- daemon_snapshot.c: the machine's one NVML session ------------------ */
+
+/*
+ * NVML is opened and read by a reader thread, never on the event loop: a
+ * driver call that takes seconds (persistence mode off, a GPU fallen off
+ * the bus) delays no grant, release or answer.  Start it (opens NVML and
+ * takes the first reading, which the line needs; its eventfd joins
+ * d->epfd, so call after epoll_create1): 0, or -1 with a message said.
+ */
+int daemon_reader_start(struct daemon *d);
+void daemon_reader_stop(struct daemon *d);
+/* The reader's eventfd fired: take its reading into d->snap, serve the
+ * line again and answer the snapshots waiting for it. */
+void daemon_reader_ready(struct daemon *d);
+/* Answer the waiters whose time limit passed; the next limit (monotonic
+ * ms), or -1. */
+int64_t daemon_reader_due(struct daemon *d);
+/* {"op":"snapshot"} from c. */
+void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg);
+/* c is closing: it waits for no reading any more. */
+void daemon_snapshot_forget(struct daemon *d, struct conn *c);
 
 #endif

@@ -158,6 +158,7 @@ void conn_close(struct daemon *d, struct conn *c)
 {
 	if (c->dead)
 		return;
+	daemon_snapshot_forget(d, c);
 	daemon_line_remove(d, c);
 	if (c->lease)
 		daemon_lease_end(d, c->lease);
@@ -415,6 +416,8 @@ static int on_message(struct daemon *d, struct conn *c, json_t *msg)
 		on_acquire(d, c, msg);
 	else if (c->state == CONN_NEW && !strcmp(op, "view"))
 		on_view(d, c);
+	else if (c->state == CONN_NEW && !strcmp(op, "snapshot"))
+		daemon_snapshot_op(d, c, msg);
 	else if ((c->state == CONN_NEW || c->state == CONN_LEASED) && !strcmp(op, "release"))
 		on_release(d, c, msg);
 	else if (c->state == CONN_LEASED && !strcmp(op, "job"))

@@ -78,24 +78,6 @@ int64_t daemon_expire(struct daemon *d)
 
 /* ---- placement ------------------------------------------------------------ */
 
-struct gm_snapshot *daemon_snapshot(struct daemon *d, int fresh)
-{
-	int64_t now = monotonic_ms();
-	struct gm_snapshot *snap;
-	char err[GM_ERRBUF_SIZE];
-
-	if (d->snap && !fresh && now - d->snap_at < SNAPSHOT_REUSE_MS)
-		return d->snap;
-	if (gm_snapshot_take(d->ctx, &snap, err, sizeof err) != GM_OK) {
-		daemon_say("cannot read the GPUs: %s", err);
-		return d->snap; /* the last one, if any */
-	}
-	gm_snapshot_free(d->snap);
-	d->snap = snap;
-	d->snap_at = now;
-	return snap;
-}
-
 void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *snap,
                   const struct policy_result *res)
 {

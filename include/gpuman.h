@@ -128,12 +128,13 @@ enum gm_field {
 	GM_HAS_PCI = 1u << 9,          /* gm_gpu_pci_bus_id() */
 	GM_HAS_CUDA_RANK = 1u << 10,   /* GM_GPU_CUDA_RANK */
 	/* Clocks (0.3.0), each on its own: a GPU may report some only. */
-	GM_HAS_CLOCK_SM = 1u << 11,          /* GM_GPU_CLOCK_SM_MHZ */
-	GM_HAS_CLOCK_MEM = 1u << 12,         /* GM_GPU_CLOCK_MEM_MHZ */
-	GM_HAS_CLOCK_GRAPHICS = 1u << 13,    /* GM_GPU_CLOCK_GRAPHICS_MHZ */
-	GM_HAS_MAX_CLOCK_SM = 1u << 14,      /* GM_GPU_MAX_CLOCK_SM_MHZ */
-	GM_HAS_MAX_CLOCK_MEM = 1u << 15,     /* GM_GPU_MAX_CLOCK_MEM_MHZ */
-	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16 /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_CLOCK_SM = 1u << 11,           /* GM_GPU_CLOCK_SM_MHZ */
+	GM_HAS_CLOCK_MEM = 1u << 12,          /* GM_GPU_CLOCK_MEM_MHZ */
+	GM_HAS_CLOCK_GRAPHICS = 1u << 13,     /* GM_GPU_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_MAX_CLOCK_SM = 1u << 14,       /* GM_GPU_MAX_CLOCK_SM_MHZ */
+	GM_HAS_MAX_CLOCK_MEM = 1u << 15,      /* GM_GPU_MAX_CLOCK_MEM_MHZ */
+	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16, /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
+	GM_HAS_PERSISTENCE = 1u << 17         /* persistence mode was readable */
 };
 
 /* The clock domains gpuman reads (NVML's nvmlClockType_t has these and
@@ -227,7 +228,10 @@ enum gm_gpu_value {
 	GM_GPU_CLOCK_GRAPHICS_MHZ = 15,
 	GM_GPU_MAX_CLOCK_SM_MHZ = 16,
 	GM_GPU_MAX_CLOCK_MEM_MHZ = 17,
-	GM_GPU_MAX_CLOCK_GRAPHICS_MHZ = 18
+	GM_GPU_MAX_CLOCK_GRAPHICS_MHZ = 18,
+	/* Persistence mode (nvmlDeviceGetPersistenceMode): 1 on, 0 off (the
+	 * driver takes the GPU down when no program holds it open). */
+	GM_GPU_PERSISTENCE_MODE = 19
 };
 /*
  * One reading of the GPU: 1 and *out set when the GPU reported it; 0 when

@@ -22,6 +22,7 @@
 #include "policy.h"
 #include "record.h"
 #include "registry.h"
+#include "snapshot.h"
 #include "util.h"
 #include "broker_impl.h"
 
@@ -362,7 +363,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	if (opts && opts->snapshot) {
 		snap = (struct gm_snapshot *)opts->snapshot;
 	} else {
-		rc = gm_snapshot_take(ctx, &snap, err, len);
+		/* Only the GPUs' names matter here: any age will do. */
+		rc = snapshot_take_aged(ctx, 0, 0, -1, &snap, err, len);
 		if (rc != GM_OK) {
 			snap = NULL;
 			goto done;

@@ -27,6 +27,10 @@
  *     {"op":"release","id":ID,"token":T}   the same from a new connection
  *                              (after the broker was restarted)
  *     {"op":"view"}             every lease and waiter, for status
+ *     {"op":"snapshot","max_age_ms":N}   the GPUs as the broker's NVML
+ *                              session read them, no older than N ms
+ *                              (default BROKER_SNAPSHOT_MAX_AGE_MS; -1:
+ *                              any reading), lib/snapshot_wire.c's form
  *   broker -> client
  *     {"op":"queued","position":N,"why":"..."}
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
@@ -36,6 +40,12 @@
  *                              has "reservation":true and "expires_ms"; a
  *                              waiter held back by its cap a "limit"
  *     {"op":"released"}
+ *     {"op":"snapshot","age_ms":A,"snapshot":{...}[,"stale":"..."]}  the
+ *                              reading, A ms old when sent; "stale" says
+ *                              why it is older than asked (the driver did
+ *                              not answer within BROKER_SNAPSHOT_WAIT_MS).
+ *                              Another user's processes are what the
+ *                              caller's own /proc shows of them (hidepid).
  */
 #ifndef GM_BROKER_H
 #define GM_BROKER_H
@@ -50,6 +60,12 @@ struct json_t;
 #define BROKER_VERSION 1
 #define BROKER_MAX_LINE 16384
 #define BROKER_DEFAULT_SOCKET "/run/gpuman/gpuman.sock"
+/* A reading the broker hands out is at most this old: asked after that,
+ * it reads the GPUs again (off its event loop) ... */
+#define BROKER_SNAPSHOT_MAX_AGE_MS 500
+/* ... and waits this long for the driver at most, then answers with the
+ * reading it has and its age: a slow driver delays nobody by more. */
+#define BROKER_SNAPSHOT_WAIT_MS 1000
 
 /*
  * Should leases go through a broker, and which?  GPUMAN_BROKER=off: no;
@@ -100,6 +116,14 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 /* End a broker lease: on its connection, or, when the broker was restarted
  * since, on a new one with the lease's token.  Does not free the lease. */
 void broker_release(struct gm_lease *lease);
+
+/*
+ * The GPUs as the broker at path read them (the "snapshot" op): a reading
+ * no older than max_age_ms (-1: any), with proc util and clocks.
+ * GM_ERR_STATE when the broker cannot be reached or answers nonsense.
+ */
+enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out, char *err,
+                            size_t len);
 
 /* End this user's reservation id (registry_release() through the broker). */
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);

@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <jansson.h>
+#include "broker.h"
 #include "context.h"
 #include "util.h"
 
@@ -136,11 +137,9 @@ static void simulator_for_scenario(char *path, size_t len, const char *scenario)
 		memcpy(path, lib, strlen(lib) + 1);
 }
 
-GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
+static enum gm_err context_open(struct gm_context **out, int local, char *errbuf, size_t errlen)
 {
 	struct gm_context *ctx;
-	const char *path = getenv("GPUMAN_NVML");
-	const char *sim = getenv("GPUMAN_SIM");
 	enum gm_err err;
 
 	*out = NULL;
@@ -148,31 +147,56 @@ GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 	if (!ctx)
 		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
 	ctx->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* Where a broker runs it holds the machine's NVML session: ask it,
+	 * and never pay the driver's start-up here (nor find, load or
+	 * configure the library). */
+	if (!local && broker_wanted(ctx->broker, sizeof ctx->broker)) {
+		*out = ctx;
+		return GM_OK;
+	}
+	ctx->broker[0] = '\0';
+	err = context_load_nvml(ctx, errbuf, errlen);
+	if (err != GM_OK) {
+		if (ctx->cancel_fd >= 0)
+			close(ctx->cancel_fd);
+		free(ctx);
+		return err;
+	}
+	*out = ctx;
+	return GM_OK;
+}
+
+enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errlen)
+{
+	const char *path = getenv("GPUMAN_NVML");
+	const char *sim = getenv("GPUMAN_SIM");
+	enum gm_err err;
+
 	if (path && *path) {
 		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "%s", path);
 	} else if (sim && *sim) {
-		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0) {
-			err = gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
-			              "GPUMAN_SIM is set but the simulator library was not found "
-			              "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
-			              "its path",
-			              GM_PKGLIBDIR);
-			goto failed;
-		}
+		if (find_simulator(ctx->nvml_path, sizeof ctx->nvml_path) < 0)
+			return gm_fail(GM_ERR_NVML_LOAD, errbuf, errlen,
+			               "GPUMAN_SIM is set but the simulator library was not found "
+			               "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
+			               "its path",
+			               GM_PKGLIBDIR);
 		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
 	}
 	err = nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
-	if (err != GM_OK)
-		goto failed;
-	if (!ctx->nvml_path[0])
+	if (err == GM_OK && !ctx->nvml_path[0])
 		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "libnvidia-ml.so.1");
-	*out = ctx;
-	return GM_OK;
-failed:
-	if (ctx->cancel_fd >= 0)
-		close(ctx->cancel_fd);
-	free(ctx);
 	return err;
+}
+
+GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
+{
+	return context_open(out, 0, errbuf, errlen);
+}
+
+enum gm_err context_open_local(struct gm_context **out, char *errbuf, size_t errlen)
+{
+	return context_open(out, 1, errbuf, errlen);
 }
 
 GM_API void gm_close(struct gm_context *ctx)
@@ -187,5 +211,5 @@ GM_API void gm_close(struct gm_context *ctx)
 
 GM_API const char *gm_context_nvml_path(const struct gm_context *ctx)
 {
-	return ctx->nvml_path;
+	return ctx->nvml_path[0] ? ctx->nvml_path : "libnvidia-ml.so.1";
 }

@@ -9,9 +9,23 @@
 #include "nvml.h"
 
 struct gm_context {
-	struct nvml *nvml;
-	char nvml_path[PATH_MAX]; /* what was loaded, for messages */
+	struct nvml *nvml;        /* NULL while the broker reads the GPUs for us */
+	char nvml_path[PATH_MAX]; /* what was (or would be) loaded, for messages */
 	int cancel_fd;            /* eventfd that gm_cancel() signals */
+	/* The lease broker whose NVML session answers our snapshots, "" none:
+	 * where a broker runs, a client never loads NVML (one session per
+	 * machine, its start-up paid once). */
+	char broker[PATH_MAX];
 };
+
+/*
+ * gm_open for the process that holds the machine's NVML session (the
+ * broker): NVML is loaded here, whatever broker GPUMAN_BROKER names.
+ */
+enum gm_err context_open_local(struct gm_context **out, char *errbuf, size_t errlen);
+
+/* Load NVML now in a context that was asking the broker (it does not
+ * answer): 0, or -1 with errbuf set. */
+enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errlen);
 
 #endif

@@ -153,6 +153,7 @@ static void resolve(struct nvml *nv)
 	nv->max_clock = (fn_dev_sel_uint)dlsym(dl, "nvmlDeviceGetMaxClockInfo");
 	nv->cc = (fn_dev_2int)dlsym(dl, "nvmlDeviceGetCudaComputeCapability");
 	nv->compute_mode = (fn_dev_int)dlsym(dl, "nvmlDeviceGetComputeMode");
+	nv->persistence = (fn_dev_int)dlsym(dl, "nvmlDeviceGetPersistenceMode");
 	nv->mig_mode = (fn_dev_2uint)dlsym(dl, "nvmlDeviceGetMigMode");
 	nv->proc_util = (fn_dev_proc_util)dlsym(dl, "nvmlDeviceGetProcessUtilization");
 	nv->max_migs = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetMaxMigDeviceCount");
@@ -161,15 +162,25 @@ static void resolve(struct nvml *nv)
 	nv->compute_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetComputeInstanceId");
 }
 
+static int64_t monotonic_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* Called with cache_lock held. */
 static enum gm_err nvml_init_locked(struct nvml *nv, char *errbuf, size_t errlen)
 {
 	char text[256];
 	const char *sim;
+	int64_t start_us = monotonic_us();
 	int rc;
 
 	CALL_VERSIONED(rc, nv, OP_INIT, nv->init);
 	if (rc == NVML_SUCCESS) {
+		nv->init_ms = (double)(monotonic_us() - start_us) / 1000.0;
 		nv->initialised = 1;
 		return GM_OK;
 	}
@@ -308,6 +319,11 @@ out:
  * gm_open would pay the init again, and dlclose of libnvidia-ml is unsafe
  * while its internal threads may still run.  The OS reclaims it all at exit.
  */
+double nvml_init_ms(const struct nvml *nv)
+{
+	return nv ? nv->init_ms : 0;
+}
+
 void nvml_close(struct nvml *nv)
 {
 	if (!nv)

@@ -20,6 +20,8 @@ struct nvml;
  */
 enum gm_err nvml_open(const char *path, struct nvml **out, char *errbuf, size_t errlen);
 void nvml_close(struct nvml *nv);
+/* How long the library's nvmlInit took in this process, ms. */
+double nvml_init_ms(const struct nvml *nv);
 
 /*
  * Fill snap (zeroed by the caller): driver versions, every GPU with its

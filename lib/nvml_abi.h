@@ -188,12 +188,15 @@ struct nvml {
 	fn_dev_uint power, power_limit, cores;
 	fn_dev_sel_uint temperature, clock, max_clock;
 	fn_dev_2int cc;
-	fn_dev_int compute_mode;
+	fn_dev_int compute_mode, persistence;
 	fn_dev_2uint mig_mode;
 	fn_dev_proc_util proc_util;
 	/* MIG slices (R450+; a driver before has none of them). */
 	fn_dev_uint max_migs, gpu_instance_id, compute_instance_id;
 	fn_dev_idx_handle mig_handle;
+	/* How long this process's nvmlInit took, ms: what every program
+	 * that opens NVML pays on this machine (persistence mode off: seconds). */
+	double init_ms;
 };
 
 /* The first version to try, and remembering that older ones are needed. */

@@ -216,6 +216,13 @@ enum answer nvml_query_fields(struct gpu_query *q)
 			gpu->valid |= GM_HAS_COMPUTE_MODE;
 		}
 	}
+	if (nv->persistence) {
+		ASK("persistence mode", nv->persistence(q->dev, &i1));
+		if (a == ANSWER_OK) {
+			gpu->persistence_mode = i1 ? 1 : 0;
+			gpu->valid |= GM_HAS_PERSISTENCE;
+		}
+	}
 	if (nv->mig_mode) {
 		ASK("MIG mode", nv->mig_mode(q->dev, &u1, &u2));
 		if (a == ANSWER_OK) {

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "broker.h"
 #include "context.h"
+#include "gpu_fields.h"
 #include "parse.h"
 #include "snapshot.h"
 #include "util.h"
@@ -86,16 +88,53 @@ GM_API enum gm_err gm_snapshot_take(struct gm_context *ctx, struct gm_snapshot *
 enum gm_err snapshot_take(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
                           struct gm_snapshot **out, char *errbuf, size_t errlen)
 {
+	return snapshot_take_aged(ctx, proc_util_window_ms, clocks, BROKER_SNAPSHOT_MAX_AGE_MS, out,
+	                          errbuf, errlen);
+}
+
+/*
+ * The broker's reading, where one runs.  A broker that does not answer
+ * leaves the views working: the GPUs are read here (leases, which only it
+ * knows, are another matter: their transport says so).
+ */
+static enum gm_err snapshot_from_broker(struct gm_context *ctx, long max_age_ms,
+                                        struct gm_snapshot **out, char *errbuf, size_t errlen)
+{
+	char why[GM_ERRBUF_SIZE];
+	enum gm_err err = broker_snapshot(ctx->broker, max_age_ms, out, why, sizeof why);
+
+	if (err != GM_ERR_STATE) {
+		if (err != GM_OK)
+			gm_fail(err, errbuf, errlen, "%s", why);
+		return err;
+	}
+	err = context_load_nvml(ctx, errbuf, errlen);
+	if (err != GM_OK)
+		return err;
+	ctx->broker[0] = '\0';
+	return GM_ERR_STATE; /* read here instead */
+}
+
+enum gm_err snapshot_take_aged(struct gm_context *ctx, unsigned proc_util_window_ms, int clocks,
+                               long max_age_ms, struct gm_snapshot **out, char *errbuf,
+                               size_t errlen)
+{
 	struct gm_snapshot *snap;
 	enum gm_err err;
 	unsigned last_uid = (unsigned)-1;
 	char last_user[33] = "";
 
 	*out = NULL;
+	if (!ctx->nvml && ctx->broker[0]) {
+		err = snapshot_from_broker(ctx, max_age_ms, out, errbuf, errlen);
+		if (err != GM_ERR_STATE)
+			return err;
+	}
 	snap = calloc(1, sizeof *snap);
 	if (!snap)
 		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
 	snap->taken_ms = now_ms();
+	snap->nvml_init_ms = nvml_init_ms(ctx->nvml);
 	err = nvml_snapshot(ctx->nvml, snap, errbuf, errlen);
 	if (err != GM_OK) {
 		gm_snapshot_free(snap);
@@ -205,11 +244,8 @@ json_t *json_text(const char *s)
 	return j ? j : json_null();
 }
 
-/* A field the GPU did not report is null in JSON, never 0. */
-static json_t *opt_int(const struct gm_gpu *gpu, unsigned bit, json_int_t v)
-{
-	return (gpu->valid & bit) ? json_integer(v) : json_null();
-}
+/* A field the GPU did not report is null in JSON, never 0 (the field
+ * table's readings, in snapshot_gpu_json). */
 
 long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_order)
 {
@@ -225,18 +261,6 @@ long snapshot_cuda_index(const struct gm_snapshot *snap, size_t pos, int pci_ord
 	free(order);
 	return found;
 }
-
-/* The clocks' JSON keys, by enum gm_clock. */
-static const struct {
-	const char *now, *max;
-	unsigned has, has_max;
-} clock_keys[GM_CLOCK_COUNT] = {
-    [GM_CLOCK_SM] = {"clock_sm_mhz", "max_clock_sm_mhz", GM_HAS_CLOCK_SM, GM_HAS_MAX_CLOCK_SM},
-    [GM_CLOCK_MEM] = {"clock_memory_mhz", "max_clock_memory_mhz", GM_HAS_CLOCK_MEM,
-                      GM_HAS_MAX_CLOCK_MEM},
-    [GM_CLOCK_GRAPHICS] = {"clock_graphics_mhz", "max_clock_graphics_mhz", GM_HAS_CLOCK_GRAPHICS,
-                           GM_HAS_MAX_CLOCK_GRAPHICS},
-};
 
 json_t *snapshot_mig_json(const struct gm_mig *m)
 {
@@ -280,29 +304,19 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	                    (gpu->valid & GM_HAS_PCI) ? json_string(gpu->pci_bus_id) : json_null());
 	json_object_set_new(o, "state", json_string(gpu_state_name(gpu->state)));
 	json_object_set_new(o, "note", gpu->note[0] ? json_text(gpu->note) : json_null());
-	json_object_set_new(o, "memory_total_mib",
-	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_total_mib));
-	json_object_set_new(o, "memory_used_mib",
-	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_used_mib));
-	json_object_set_new(o, "memory_free_mib",
-	                    opt_int(gpu, GM_HAS_MEMORY, (json_int_t)gpu->mem_free_mib));
-	json_object_set_new(o, "utilization_gpu_pct", opt_int(gpu, GM_HAS_UTIL, gpu->util_gpu_pct));
-	json_object_set_new(o, "utilization_memory_pct",
-	                    opt_int(gpu, GM_HAS_UTIL, gpu->util_mem_pct));
-	json_object_set_new(o, "power_draw_w",
-	                    (gpu->valid & GM_HAS_POWER) ? json_real(gpu->power_mw / 1000.0)
-	                                                : json_null());
-	json_object_set_new(o, "power_limit_w",
-	                    (gpu->valid & GM_HAS_POWER_LIMIT)
-	                        ? json_real(gpu->power_limit_mw / 1000.0)
-	                        : json_null());
-	json_object_set_new(o, "temperature_c",
-	                    opt_int(gpu, GM_HAS_TEMPERATURE, gpu->temperature_c));
-	for (int c = 0; c < GM_CLOCK_COUNT; c++) {
-		json_object_set_new(o, clock_keys[c].now,
-		                    opt_int(gpu, clock_keys[c].has, gpu->clock_mhz[c]));
-		json_object_set_new(o, clock_keys[c].max,
-		                    opt_int(gpu, clock_keys[c].has_max, gpu->clock_max_mhz[c]));
+	/* The readings of the GPU field table that JSON shows as numbers. */
+	for (size_t i = 0; i < gpu_field_count; i++) {
+		const struct gpu_field *f = &gpu_fields[i];
+		int64_t v;
+
+		if (!f->json)
+			continue;
+		if (!gpu_field_get(gpu, f, &v))
+			json_object_set_new(o, f->json, json_null());
+		else if (f->json_scale > 1)
+			json_object_set_new(o, f->json, json_real((double)v / f->json_scale));
+		else
+			json_object_set_new(o, f->json, json_integer((json_int_t)v));
 	}
 	snprintf(cc, sizeof cc, "%d.%d", gpu->cc_major, gpu->cc_minor);
 	json_object_set_new(o, "compute_capability",
@@ -314,6 +328,9 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 	json_object_set_new(o, "mig_mode",
 	                    (gpu->valid & GM_HAS_MIG) ? json_boolean(gpu->mig_mode == 1)
 	                                              : json_null());
+	json_object_set_new(o, "persistence_mode",
+	                    (gpu->valid & GM_HAS_PERSISTENCE) ? json_boolean(gpu->persistence_mode)
+	                                                      : json_null());
 	migs = json_array();
 	for (size_t i = 0; i < snap->mig_count; i++)
 		if (snap->migs[i].gpu == gpu->index)
@@ -379,7 +396,48 @@ json_t *snapshot_json(const struct gm_snapshot *snap)
 	json_object_set_new(o, "gpus", gpus);
 	json_object_set_new(o, "processes", procs);
 	json_object_set_new(o, "notes", notes);
+	/* Who read the GPUs, how long ago, and what opening NVML cost it. */
+	json_object_set_new(o, "reading", snapshot_reading_json(snap));
 	return o;
+}
+
+json_t *snapshot_reading_json(const struct gm_snapshot *snap)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "by", json_string(snap->from_broker ? "broker" : "self"));
+	json_object_set_new(o, "age_ms", json_integer(snap->from_broker ? snap->age_ms : 0));
+	/* to 0.1 ms: a time, not a float's digits */
+	json_object_set_new(o, "nvml_init_ms",
+	                    json_real((double)(int64_t)(snap->nvml_init_ms * 10 + 0.5) / 10));
+	return o;
+}
+
+int snapshot_persistence_note(const struct gm_snapshot *snap, char *buf, size_t len)
+{
+	char list[256] = "";
+	size_t used = 0, off = 0;
+
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+
+		if (!(g->valid & GM_HAS_PERSISTENCE) || g->persistence_mode)
+			continue;
+		if (used < sizeof list)
+			used += (size_t)snprintf(list + used, sizeof list - used, "%s%u",
+			                         off++ ? "," : "", g->index);
+	}
+	if (!off)
+		return 0;
+	snprintf(buf, len,
+	         "persistence mode is off on GPU%s %s: the driver takes the GPUs down when no "
+	         "program holds them open, and whoever opens NVML next waits while it brings "
+	         "them up (nvmlInit took %.0f ms %s); start nvidia-persistenced (systemctl enable "
+	         "--now nvidia-persistenced) to keep them up",
+	         off > 1 ? "s" : "", list, snap->nvml_init_ms,
+	         snap->from_broker ? "in the lease broker, which pays it once for everybody"
+	                           : "in this command, and every gpuman command pays it again");
+	return 1;
 }
 
 GM_API char *gm_snapshot_json(const struct gm_snapshot *snap)

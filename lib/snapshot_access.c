@@ -3,6 +3,7 @@
  * processes: the only way programs outside this tree read them, so that
  * their layouts (snapshot_types.h) stay the library's own.
  */
+#include "gpu_fields.h"
 #include "snapshot_types.h"
 
 GM_API const char *gm_snapshot_driver_version(const struct gm_snapshot *snap)
@@ -81,93 +82,10 @@ GM_API unsigned gm_gpu_valid(const struct gm_gpu *gpu)
 
 GM_API int gm_gpu_value(const struct gm_gpu *gpu, enum gm_gpu_value what, int64_t *out)
 {
-	unsigned need;
-	int64_t v;
-
-	switch (what) {
-	case GM_GPU_MEM_TOTAL_MIB:
-		need = GM_HAS_MEMORY;
-		v = (int64_t)gpu->mem_total_mib;
-		break;
-	case GM_GPU_MEM_FREE_MIB:
-		need = GM_HAS_MEMORY;
-		v = (int64_t)gpu->mem_free_mib;
-		break;
-	case GM_GPU_MEM_USED_MIB:
-		need = GM_HAS_MEMORY;
-		v = (int64_t)gpu->mem_used_mib;
-		break;
-	case GM_GPU_UTIL_GPU_PCT:
-		need = GM_HAS_UTIL;
-		v = gpu->util_gpu_pct;
-		break;
-	case GM_GPU_UTIL_MEM_PCT:
-		need = GM_HAS_UTIL;
-		v = gpu->util_mem_pct;
-		break;
-	case GM_GPU_POWER_MW:
-		need = GM_HAS_POWER;
-		v = gpu->power_mw;
-		break;
-	case GM_GPU_POWER_LIMIT_MW:
-		need = GM_HAS_POWER_LIMIT;
-		v = gpu->power_limit_mw;
-		break;
-	case GM_GPU_TEMPERATURE_C:
-		need = GM_HAS_TEMPERATURE;
-		v = gpu->temperature_c;
-		break;
-	case GM_GPU_CC_MAJOR:
-		need = GM_HAS_CC;
-		v = gpu->cc_major;
-		break;
-	case GM_GPU_CC_MINOR:
-		need = GM_HAS_CC;
-		v = gpu->cc_minor;
-		break;
-	case GM_GPU_COMPUTE_MODE:
-		need = GM_HAS_COMPUTE_MODE;
-		v = gpu->compute_mode;
-		break;
-	case GM_GPU_MIG_MODE:
-		need = GM_HAS_MIG;
-		v = gpu->mig_mode;
-		break;
-	case GM_GPU_CUDA_RANK:
-		need = GM_HAS_CUDA_RANK;
-		v = (int64_t)gpu->cuda_rank;
-		break;
-	case GM_GPU_CLOCK_SM_MHZ:
-		need = GM_HAS_CLOCK_SM;
-		v = gpu->clock_mhz[GM_CLOCK_SM];
-		break;
-	case GM_GPU_CLOCK_MEM_MHZ:
-		need = GM_HAS_CLOCK_MEM;
-		v = gpu->clock_mhz[GM_CLOCK_MEM];
-		break;
-	case GM_GPU_CLOCK_GRAPHICS_MHZ:
-		need = GM_HAS_CLOCK_GRAPHICS;
-		v = gpu->clock_mhz[GM_CLOCK_GRAPHICS];
-		break;
-	case GM_GPU_MAX_CLOCK_SM_MHZ:
-		need = GM_HAS_MAX_CLOCK_SM;
-		v = gpu->clock_max_mhz[GM_CLOCK_SM];
-		break;
-	case GM_GPU_MAX_CLOCK_MEM_MHZ:
-		need = GM_HAS_MAX_CLOCK_MEM;
-		v = gpu->clock_max_mhz[GM_CLOCK_MEM];
-		break;
-	case GM_GPU_MAX_CLOCK_GRAPHICS_MHZ:
-		need = GM_HAS_MAX_CLOCK_GRAPHICS;
-		v = gpu->clock_max_mhz[GM_CLOCK_GRAPHICS];
-		break;
-	default:
-		return 0; /* asked by a program built against a newer header */
-	}
-	if (!(gpu->valid & need))
+	/* asked by a program built against a newer header: not read */
+	if ((unsigned)what >= gpu_field_count)
 		return 0;
-	*out = v;
-	return 1;
+	return gpu_field_get(gpu, &gpu_fields[what], out);
 }
 
 GM_API unsigned gm_proc_pid(const struct gm_proc *proc)

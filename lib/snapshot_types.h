@@ -28,8 +28,9 @@ struct gm_gpu {
 	unsigned power_mw, power_limit_mw;
 	unsigned temperature_c;
 	int cc_major, cc_minor;
-	int compute_mode; /* enum gm_compute_mode */
-	int mig_mode;     /* 0 disabled, 1 enabled */
+	int compute_mode;     /* enum gm_compute_mode */
+	int mig_mode;         /* 0 disabled, 1 enabled */
+	int persistence_mode; /* 0 off, 1 on: valid by GM_HAS_PERSISTENCE */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
 	 * FASTEST_FIRST device order follows; higher comes first. */
 	uint64_t cuda_rank;
@@ -83,6 +84,14 @@ struct gm_snapshot {
 	/* MIG slices, read through gm_snapshot_mig() */
 	size_t mig_count;
 	struct gm_mig *migs; /* sorted by GPU, then GPU instance id */
+	/* How long the reading NVML session's nvmlInit took (ms): what a
+	 * program that opens the driver itself pays here. */
+	double nvml_init_ms;
+	/* Who read it: 0 this process; 1 the lease broker, which holds the
+	 * one NVML session of the machine (then age_ms is how old the
+	 * reading was when the broker sent it). */
+	int from_broker;
+	int64_t age_ms;
 };
 
 #endif

@@ -68,120 +68,40 @@ static void gpu_labels(struct out *o, const struct gm_gpu *g)
 	label(o, 0, "hostname", o->host);
 }
 
-enum gpu_field {
-	FB_USED,
-	FB_FREE,
-	FB_TOTAL,
-	UTIL,
-	MEM_UTIL,
-	POWER,
-	POWER_LIMIT,
-	TEMP,
-	SM_CLOCK,
-	MEM_CLOCK,
-	MAX_SM_CLOCK,
-	MAX_MEM_CLOCK,
-	GR_CLOCK,
-	MAX_GR_CLOCK,
-	UP
-};
-
-static const struct {
-	const char *name, *help;
-	unsigned need; /* gm_field bits */
-} gpu_metrics[] = {
-    [FB_USED] = {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", GM_HAS_MEMORY},
-    [FB_FREE] = {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", GM_HAS_MEMORY},
-    [FB_TOTAL] = {"DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", GM_HAS_MEMORY},
-    [UTIL] = {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", GM_HAS_UTIL},
-    [MEM_UTIL] = {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", GM_HAS_UTIL},
-    [POWER] = {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", GM_HAS_POWER},
-    [POWER_LIMIT] = {"DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
-                     GM_HAS_POWER_LIMIT},
-    [TEMP] = {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", GM_HAS_TEMPERATURE},
-    [SM_CLOCK] = {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", GM_HAS_CLOCK_SM},
-    [MEM_CLOCK] = {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", GM_HAS_CLOCK_MEM},
-    [MAX_SM_CLOCK] = {"DCGM_FI_DEV_MAX_SM_CLOCK", "Maximum SM clock frequency (in MHz).",
-                      GM_HAS_MAX_CLOCK_SM},
-    [MAX_MEM_CLOCK] = {"DCGM_FI_DEV_MAX_MEM_CLOCK", "Maximum memory clock frequency (in MHz).",
-                       GM_HAS_MAX_CLOCK_MEM},
-    /* dcgm-exporter has no graphics clock */
-    [GR_CLOCK] = {"gpuman_gpu_graphics_clock_mhz", "Graphics clock frequency (in MHz).",
-                  GM_HAS_CLOCK_GRAPHICS},
-    [MAX_GR_CLOCK] = {"gpuman_gpu_max_graphics_clock_mhz",
-                      "Maximum graphics clock frequency (in MHz).", GM_HAS_MAX_CLOCK_GRAPHICS},
-    [UP] = {"gpuman_gpu_up", "1 if NVML answers for the GPU, 0 if it is lost or fails.", 0},
-};
-
-static void gpu_value(struct out *o, const struct gm_gpu *g, enum gpu_field f)
+/* A GPU's gauges: the GPU field table's rows that have a metric name
+ * (lib/gpu_fields.h), and whether NVML answers for it at all. */
+static void gpu_series(struct out *o, const struct gm_snapshot *snap, const struct gpu_field *f)
 {
-	switch (f) {
-	case FB_USED:
-		fprintf(o->f, "%llu", (unsigned long long)g->mem_used_mib);
-		break;
-	case FB_FREE:
-		fprintf(o->f, "%llu", (unsigned long long)g->mem_free_mib);
-		break;
-	case FB_TOTAL:
-		fprintf(o->f, "%llu", (unsigned long long)g->mem_total_mib);
-		break;
-	case UTIL:
-		fprintf(o->f, "%u", g->util_gpu_pct);
-		break;
-	case MEM_UTIL:
-		fprintf(o->f, "%u", g->util_mem_pct);
-		break;
-	case POWER:
-		fprintf(o->f, "%.3f", g->power_mw / 1000.0);
-		break;
-	case POWER_LIMIT:
-		fprintf(o->f, "%.3f", g->power_limit_mw / 1000.0);
-		break;
-	case TEMP:
-		fprintf(o->f, "%u", g->temperature_c);
-		break;
-	case SM_CLOCK:
-		fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_SM]);
-		break;
-	case MEM_CLOCK:
-		fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_MEM]);
-		break;
-	case MAX_SM_CLOCK:
-		fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_SM]);
-		break;
-	case MAX_MEM_CLOCK:
-		fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_MEM]);
-		break;
-	case GR_CLOCK:
-		fprintf(o->f, "%u", g->clock_mhz[GM_CLOCK_GRAPHICS]);
-		break;
-	case MAX_GR_CLOCK:
-		fprintf(o->f, "%u", g->clock_max_mhz[GM_CLOCK_GRAPHICS]);
-		break;
-	case UP:
-		fputc(g->state == GM_GPU_OK ? '1' : '0', o->f);
-		break;
+	const char *name = f ? f->metric : "gpuman_gpu_up";
+
+	head(o, name, "gauge",
+	     f ? f->help : "1 if NVML answers for the GPU, 0 if it is lost or fails.");
+	for (size_t i = 0; i < snap->gpu_count; i++) {
+		const struct gm_gpu *g = &snap->gpus[i];
+		int64_t v = 0;
+
+		/* A field the GPU does not report is left out, never 0. */
+		if (f && (g->state != GM_GPU_OK || !gpu_field_get(g, f, &v)))
+			continue;
+		fprintf(o->f, "%s{", name);
+		gpu_labels(o, g);
+		fputs("} ", o->f);
+		if (!f)
+			fputc(g->state == GM_GPU_OK ? '1' : '0', o->f);
+		else if (f->metric_scale > 1)
+			fprintf(o->f, "%.3f", (double)v / f->metric_scale);
+		else
+			fprintf(o->f, "%lld", (long long)v);
+		fputc('\n', o->f);
 	}
 }
 
 static void gpus(struct out *o, const struct gm_snapshot *snap)
 {
-	for (size_t m = 0; m < sizeof gpu_metrics / sizeof gpu_metrics[0]; m++) {
-		head(o, gpu_metrics[m].name, "gauge", gpu_metrics[m].help);
-		for (size_t i = 0; i < snap->gpu_count; i++) {
-			const struct gm_gpu *g = &snap->gpus[i];
-
-			/* A field the GPU does not report is left out, never 0. */
-			if (m != UP && (g->state != GM_GPU_OK ||
-			                (g->valid & gpu_metrics[m].need) != gpu_metrics[m].need))
-				continue;
-			fprintf(o->f, "%s{", gpu_metrics[m].name);
-			gpu_labels(o, g);
-			fputs("} ", o->f);
-			gpu_value(o, g, (enum gpu_field)m);
-			fputc('\n', o->f);
-		}
-	}
+	for (size_t m = 0; m < gpu_field_count; m++)
+		if (gpu_fields[m].metric)
+			gpu_series(o, snap, &gpu_fields[m]);
+	gpu_series(o, snap, NULL);
 }
 
 static void processes(struct out *o, const struct gm_snapshot *snap)

@@ -22,6 +22,7 @@
  * and sim/driver-branches.txt.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -77,6 +78,62 @@ struct simstate_live sim_live = SIMSTATE_LIVE_INIT;
 static long long live_read_ns = -1; /* CLOCK_MONOTONIC of the last reading, -1: none */
 uint64_t sim_live_used_mib[SCENARIO_MAX_GPUS];
 unsigned sim_live_util_pct[SCENARIO_MAX_GPUS];
+
+/*
+ * What the scenario's "latency" says a call costs: real time, slept with
+ * clock_nanosleep on an absolute deadline so that signals do not shorten
+ * it, so that a program timed against the simulator pays what it would
+ * pay a real driver (and spends no CPU on it, as a program waiting on the
+ * driver spends none).  A cost under SPEND_SLICE_MS is owed, per thread,
+ * until the debt reaches it: one sleep of 20 us costs more CPU than the
+ * call it stands for and overshoots by the kernel's timer slack (50 us),
+ * so a snapshot of 200 such calls sleeps a few slices of a millisecond
+ * instead, the same time in all.
+ */
+#define SPEND_SLICE_MS 1.0
+static _Thread_local double sim_debt_ms;
+
+static void sim_spend(double ms)
+{
+	struct timespec until;
+	long long ns;
+
+	if (ms <= 0)
+		return;
+	if (ms < SPEND_SLICE_MS) {
+		sim_debt_ms += ms;
+		if (sim_debt_ms < SPEND_SLICE_MS)
+			return;
+		ms = sim_debt_ms;
+	}
+	sim_debt_ms = 0;
+	ns = (long long)(ms * 1e6);
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += (time_t)(ns / 1000000000LL);
+	until.tv_nsec += (long)(ns % 1000000000LL);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+		;
+}
+
+/* nvmlInit's cost for this scenario: the driver's start-up, and each GPU
+ * without persistence mode brought up again. */
+static double init_cost_ms(const struct scenario *sc)
+{
+	double ms = sc->latency.init_ms;
+
+	for (size_t i = 0; i < sc->gpu_count; i++) {
+		const struct scenario_gpu *g = &sc->gpus[i];
+
+		if ((g->reading_has & (1u << READING_PERSISTENCE)) &&
+		    !g->reading[READING_PERSISTENCE])
+			ms += sc->latency.attach_ms;
+	}
+	return ms;
+}
 
 static long long monotonic_ns(void)
 {
@@ -191,6 +248,7 @@ static enum nvml_return sim_init(enum scenario_fn fn)
 	struct scenario *sc = NULL;
 	const char *path = getenv("GPUMAN_SIM");
 	enum nvml_return ret = NVML_SUCCESS;
+	double cost_ms = 0;
 
 	pthread_mutex_lock(&sim_mutex);
 	if (sim) {
@@ -233,12 +291,16 @@ static enum nvml_return sim_init(enum scenario_fn fn)
 	sim = sc;
 	sc = NULL;
 	sim_init_count = 1;
+	/* Only the first init of a process starts the driver; later ones
+	 * count references, as NVML's do. */
+	cost_ms = init_cost_ms(sim);
 done:
 	if (ret == NVML_ERROR_UNKNOWN)
 		snprintf(sim_unknown_text, sizeof sim_unknown_text,
 		         "Unknown Error (gpuman NVML simulator: %s)", sim_error);
 	pthread_mutex_unlock(&sim_mutex);
 	scenario_free(sc);
+	sim_spend(cost_ms);
 	return ret;
 }
 
@@ -371,6 +433,9 @@ enum nvml_return sim_device_query(enum scenario_fn fn, const struct scenario_gpu
 		ret = (enum nvml_return)(dev->is_mig ? dev->parent->fail : dev->fail);
 	if (ret == NVML_SUCCESS && (dev->has & need) != need)
 		ret = NVML_ERROR_NOT_SUPPORTED;
+	/* The driver answers after its time, whatever it answers. */
+	if (sim)
+		sim_spend(sim->latency.call_ms[scenario_fn_family(fn)]);
 	return ret;
 }
 

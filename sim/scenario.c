@@ -39,14 +39,84 @@ static const char *const function_names[FN_COUNT] = {
 };
 
 /* Every object may carry a "comment": JSON has no comments of its own. */
-static const char *const top_keys[] = {"comment",
-                                       "driver_version",
-                                       "cuda_driver_version",
-                                       "init_error",
-                                       "missing_symbols",
-                                       "gpus",
-                                       "timeline",
-                                       NULL};
+static const char *const top_keys[] = {"comment",    "driver_version",  "cuda_driver_version",
+                                       "init_error", "missing_symbols", "gpus",
+                                       "timeline",   "latency",         NULL};
+
+/* The keys of "latency", by what they cost. */
+static const char *const latency_keys[] = {
+    "comment",   "init_ms",        "attach_ms",    "query_ms",
+    "memory_ms", "utilization_ms", "processes_ms", "process_utilization_ms",
+    NULL};
+static const char *const family_keys[FAMILY_COUNT] = {
+    [FAMILY_QUERY] = "query_ms",
+    [FAMILY_MEMORY] = "memory_ms",
+    [FAMILY_UTILIZATION] = "utilization_ms",
+    [FAMILY_PROCESSES] = "processes_ms",
+    [FAMILY_PROCESS_UTILIZATION] = "process_utilization_ms",
+};
+
+/* A minute a call is more than any driver takes: a bigger number is a
+ * mistake (seconds written as milliseconds), not a simulation. */
+#define MAX_LATENCY_MS 600000.0
+
+static int parse_latency(struct loader *ld, const json_t *root, struct scenario *sc)
+{
+	const json_t *lat = json_object_get(root, "latency");
+	struct scenario_latency *l = &sc->latency;
+	double x;
+	int f;
+
+	if (!lat || json_is_null(lat))
+		return 0;
+	if (!json_is_object(lat))
+		return loader_bad(ld, "", "latency", "expected an object of milliseconds, got %s",
+		                  loader_type_name(lat));
+	if (loader_check_keys(ld, lat, "latency", latency_keys) < 0)
+		return -1;
+	f = loader_get_number(ld, lat, "latency", "init_ms", 0, MAX_LATENCY_MS, 0, &x);
+	if (f < 0)
+		return -1;
+	l->init_ms = f == FIELD_SET ? x : 0;
+	f = loader_get_number(ld, lat, "latency", "attach_ms", 0, MAX_LATENCY_MS, 0, &x);
+	if (f < 0)
+		return -1;
+	l->attach_ms = f == FIELD_SET ? x : 0;
+	for (int fam = 0; fam < FAMILY_COUNT; fam++) {
+		f = loader_get_number(ld, lat, "latency", family_keys[fam], 0, MAX_LATENCY_MS, 0,
+		                      &x);
+		if (f < 0)
+			return -1;
+		l->call_ms[fam] = f == FIELD_SET ? x : 0;
+	}
+	return 0;
+}
+
+enum scenario_family scenario_fn_family(enum scenario_fn fn)
+{
+	switch (fn) {
+	case FN_nvmlDeviceGetMemoryInfo:
+	case FN_nvmlDeviceGetMemoryInfo_v2:
+	case FN_nvmlDeviceGetBAR1MemoryInfo:
+		return FAMILY_MEMORY;
+	case FN_nvmlDeviceGetUtilizationRates:
+		return FAMILY_UTILIZATION;
+	case FN_nvmlDeviceGetComputeRunningProcesses:
+	case FN_nvmlDeviceGetComputeRunningProcesses_v2:
+	case FN_nvmlDeviceGetComputeRunningProcesses_v3:
+	case FN_nvmlDeviceGetGraphicsRunningProcesses:
+	case FN_nvmlDeviceGetGraphicsRunningProcesses_v2:
+	case FN_nvmlDeviceGetGraphicsRunningProcesses_v3:
+	case FN_nvmlDeviceGetMPSComputeRunningProcesses:
+	case FN_nvmlDeviceGetMPSComputeRunningProcesses_v2:
+	case FN_nvmlDeviceGetMPSComputeRunningProcesses_v3:
+		return FAMILY_PROCESSES;
+	case FN_nvmlDeviceGetProcessUtilization:
+		return FAMILY_PROCESS_UTILIZATION;
+	default:
+		return FAMILY_QUERY;
+	}
+}
 
 static int parse_missing(struct loader *ld, const json_t *root, struct scenario *sc)
 {
@@ -132,7 +202,7 @@ static int parse_top(struct loader *ld, const json_t *root, struct scenario *sc)
 	for (i = 0; i < sc->gpu_count; i++)
 		if (scenario_parse_gpu(ld, json_array_get(gpus, i), i, &sc->gpus[i]) < 0)
 			return -1;
-	if (scenario_check_unique(ld, sc) < 0)
+	if (scenario_check_unique(ld, sc) < 0 || parse_latency(ld, root, sc) < 0)
 		return -1;
 	return scenario_parse_timeline(ld, root, sc);
 }

@@ -260,6 +260,30 @@ struct scenario_phase {
 	struct scenario_gpu_state *gpus; /* [gpu_count], owned */
 };
 
+/*
+ * "latency": what the driver's calls cost, in milliseconds, so that a
+ * benchmark on a machine without a GPU pays what a real driver makes a
+ * program pay.  Absent: everything is free (tests stay fast).  init_ms is
+ * nvmlInit's own cost; attach_ms is added for each GPU whose
+ * persistence_mode is 0 (the driver brings it up for every program that
+ * opens it); the others are per call, by the family of the NVML function
+ * (scenario_fn_family), query_ms for every device query of no other
+ * family.
+ */
+enum scenario_family {
+	FAMILY_QUERY = 0, /* every other device query */
+	FAMILY_MEMORY,
+	FAMILY_UTILIZATION,
+	FAMILY_PROCESSES,
+	FAMILY_PROCESS_UTILIZATION,
+	FAMILY_COUNT
+};
+
+struct scenario_latency {
+	double init_ms, attach_ms;
+	double call_ms[FAMILY_COUNT]; /* by enum scenario_family */
+};
+
 struct scenario {
 	char *path;     /* as given, for messages */
 	char *realpath; /* canonical, keys the default state dir */
@@ -283,8 +307,9 @@ struct scenario {
 	struct scenario_phase *phases;   /* owned; at_s increasing */
 	struct scenario_gpu_state *base; /* [gpu_count], owned; NULL without a timeline */
 	double repeat_s;
-	int64_t epoch_ms; /* the file's modification time */
-	long applied;     /* phase in gpus[]: -1 base */
+	int64_t epoch_ms;                /* the file's modification time */
+	long applied;                    /* phase in gpus[]: -1 base */
+	struct scenario_latency latency; /* all 0 without "latency" */
 };
 
 /*
@@ -305,6 +330,9 @@ void scenario_free(struct scenario *sc);
  */
 long scenario_phase_at(const struct scenario *sc, int64_t now_ms);
 long scenario_apply_time(struct scenario *sc, int64_t now_ms);
+
+/* The cost family of an NVML function (FAMILY_QUERY for most). */
+enum scenario_family scenario_fn_family(enum scenario_fn fn);
 
 /* NVML error code for a scenario error name ("gpu_is_lost"), or -1. */
 int scenario_error_code(const char *name);

@@ -59,6 +59,12 @@
 #include "../record.h"
 /* broker_take_line: the daemon's side of the broker's wait line. */
 #include "../broker.h"
+/* The GPU field table: serve's metrics are its rows. */
+#include "../gpu_fields.h"
+/* context_open_local and snapshot_wire_encode: the broker holds the
+ * machine's NVML session and sends its readings to clients. */
+#include "../context.h"
+#include "../snapshot_wire.h"
 /* slurm_*: batch --slurm's allocation (issue 6's back-end). */
 #include "../slurm.h"
 

@@ -561,3 +561,77 @@ aged() {
 	GPUMAN_SIM="$f" run nvmlq init
 	[[ "$output" == *"sim_error=$f: timeline.phases[0]: unknown key 'utilisation'"* ]]
 }
+
+# lat_probe - nvmlInit_v2's time and one call of each cost family on GPU 0,
+# in milliseconds, as "name=MS" lines (ctypes, the simulator library).
+lat_probe() {
+	python3 - "$GM_BUILD/sim/libnvidia-ml.so.1" <<'PY'
+import ctypes, sys, time
+L = ctypes.CDLL(sys.argv[1])
+def t(f):
+    t0 = time.monotonic(); rc = f(); return rc, (time.monotonic() - t0) * 1000
+rc, ms = t(L.nvmlInit_v2)
+print("init=%.1f rc=%d" % (ms, rc))
+h = ctypes.c_void_p()
+L.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
+buf = (ctypes.c_ulonglong * 4)()
+n = ctypes.c_uint(0)
+v = ctypes.c_uint(0)
+for name, f in [("memory", lambda: L.nvmlDeviceGetMemoryInfo(h, buf)),
+                ("utilization", lambda: L.nvmlDeviceGetUtilizationRates(h, buf)),
+                ("processes", lambda: L.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), None)),
+                ("temperature", lambda: L.nvmlDeviceGetTemperature(h, 0, ctypes.byref(v)))]:
+    print("%s=%.1f" % (name, t(f)[1]))
+PY
+}
+
+# ms_of NAME - the milliseconds lat_probe printed for NAME
+ms_of() { sed -n "s/^$1=\([0-9.]*\).*/\1/p" <<<"$output" | cut -d. -f1; }
+
+@test "latency: a scenario's latency profile makes NVML calls take real time, by family" {
+	local f="$BATS_TEST_TMPDIR/slow.json"
+	cat >"$f" <<'JSON'
+{ "latency": { "init_ms": 400, "attach_ms": 150, "memory_ms": 60, "utilization_ms": 30,
+               "processes_ms": 90, "query_ms": 10 },
+  "gpus": [ { "name": "a", "memory_total_mib": 1000, "temperature_c": 40, "persistence_mode": 0 },
+            { "name": "b", "memory_total_mib": 1000, "persistence_mode": 1 },
+            { "name": "c", "memory_total_mib": 1000 } ] }
+JSON
+	GPUMAN_SIM=$f run -0 lat_probe
+	echo "$output"
+	# init: 400 ms, and 150 ms for the one GPU whose persistence mode is off
+	[ "$(ms_of init)" -ge 550 ] && [ "$(ms_of init)" -lt 1500 ]
+	[ "$(ms_of memory)" -ge 60 ] && [ "$(ms_of memory)" -lt 600 ]
+	[ "$(ms_of utilization)" -ge 30 ] && [ "$(ms_of utilization)" -lt 500 ]
+	[ "$(ms_of processes)" -ge 90 ] && [ "$(ms_of processes)" -lt 600 ]
+	[ "$(ms_of temperature)" -ge 10 ] && [ "$(ms_of temperature)" -lt 400 ]
+	# the time is slept, not spun: seconds of NVML cost no second of CPU
+	sed 's/"init_ms": 400/"init_ms": 2000/' "$f" >"$f.1" && mv "$f.1" "$f"
+	local cpu
+	cpu=$( { /usr/bin/time -f '%e %U %S' env GPUMAN_SIM="$f" GPUMAN_BROKER=off \
+		"$GM_BUILD/gpuman" pick >/dev/null; } 2>&1 | tail -1)
+	echo "wall user sys: $cpu"
+	awk -v c="$cpu" 'BEGIN { split(c, a, " "); exit !(a[1] >= 2.1 && a[2] + a[3] < 0.5) }'
+}
+
+@test "latency: without a profile every call is free, and a mistyped key is refused with a suggestion" {
+	run -0 lat_probe
+	[ "$(ms_of init)" -lt 300 ]
+	[ "$(ms_of processes)" -lt 50 ]
+	local f="$BATS_TEST_TMPDIR/typo.json"
+	echo '{ "latency": { "init_msec": 24 }, "gpus": [] }' >"$f"
+	GPUMAN_SIM=$f run nvmlq init
+	has "sim_error=$f: latency: unknown key 'init_msec' (did you mean 'init_ms'?)"
+	echo '{ "latency": { "init_ms": -1 }, "gpus": [] }' >"$f"
+	GPUMAN_SIM=$f run nvmlq init
+	[[ "$output" == *"sim_error=$f: latency.init_ms:"* ]]
+	echo '{ "latency": 24, "gpus": [] }' >"$f"
+	GPUMAN_SIM=$f run nvmlq init
+	[[ "$output" == *"sim_error=$f: latency: expected an object of milliseconds, got"* ]]
+}
+
+@test "latency: the shipped H200 profile costs what the H200 measured at start-up" {
+	GPUMAN_SIM="$ROOT/examples/h200-latency.json" run -0 lat_probe
+	echo "$output"
+	[ "$(ms_of init)" -ge 24 ] && [ "$(ms_of init)" -lt 200 ]
+}

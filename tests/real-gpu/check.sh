@@ -15,6 +15,13 @@
 #   6. per-process utilization from the real driver: a busy CUDA job is
 #      listed by `ps --json` with its memory and a non-zero utilization,
 #      and `waste --json` answers.
+#   7. one NVML session per machine: a broker of this check holds NVML;
+#      `pick` and `status` through it against nvidia-smi --query-gpu and
+#      the bare C query (the no-broker figures of step 5 are taken with the
+#      system's broker stopped, as a broker holding NVML keeps the driver
+#      warm for everybody); its snapshot against nvidia-smi as in step 1;
+#      and the driver's per-call costs (nvmllatency.c) for the simulator's
+#      profile, examples/h200-latency.json.
 # Run from the source tree on the GPU machine: sh tests/real-gpu/check.sh
 # Needs: the NVIDIA driver, cc, nvcc for the CUDA twin (step 3 is skipped,
 # saying so, without it).  Prints "ok"/"FAIL" lines; exit 1 if any failed.
@@ -40,11 +47,30 @@ mkdir -p "$report"
 gm="$build/gpuman"
 command -v nvidia-smi >/dev/null || { echo "FAIL no nvidia-smi: not an NVIDIA machine"; exit 1; }
 
-# 1. status against nvidia-smi
-"$gm" status --json >"$tmp/gm.json" || bad "gpuman status --json"
-nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,power.draw,temperature.gpu,clocks.max.sm,clocks.max.mem,clocks.sm,clocks.mem \
-	--format=csv,noheader,nounits >"$tmp/smi.csv" || bad "nvidia-smi --query-gpu"
-python3 - "$tmp/gm.json" "$tmp/smi.csv" <<'PY' || fails=$((fails + 1))
+# The figures without a broker are the driver's cold cost: a broker that
+# holds NVML (the system's gpuman.service) keeps it warm for everybody.
+# Stop it for the check (root), start it again at the end.
+export GPUMAN_BROKER=off
+sysbroker=
+if command -v systemctl >/dev/null && systemctl is-active --quiet gpuman.service 2>/dev/null; then
+	echo "note stopping gpuman.service for the no-broker figures (started again at the end)"
+	systemctl stop gpuman.service gpuman.socket && sysbroker=1
+fi
+broker_pid=
+trap '[ -z "$broker_pid" ] || kill "$broker_pid" 2>/dev/null
+	[ -z "$sysbroker" ] || systemctl start gpuman.socket gpuman.service
+	rm -rf "$tmp"' EXIT
+
+# smi_csv FILE - nvidia-smi's reading of the fields compare_smi checks
+smi_csv() {
+	nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,memory.used,utilization.gpu,power.draw,temperature.gpu,clocks.max.sm,clocks.max.mem,clocks.sm,clocks.mem \
+		--format=csv,noheader,nounits >"$1" || bad "nvidia-smi --query-gpu"
+}
+
+# compare_smi GM_JSON SMI_CSV - identities and totals exactly, moving
+# readings within a tolerance; pynvml too where importable
+compare_smi() {
+python3 - "$1" "$2" <<'PY' || fails=$((fails + 1))
 import csv, json, sys
 gm = json.load(open(sys.argv[1]))
 rows = [[c.strip() for c in r] for r in csv.reader(open(sys.argv[2]))]
@@ -90,6 +116,12 @@ for g in gm["gpus"]:
 print("%s status --json against pynvml" % ("ok  " if not bad else "FAIL"))
 sys.exit(1 if bad else 0)
 PY
+}
+
+# 1. status against nvidia-smi
+"$gm" status --json >"$tmp/gm.json" || bad "gpuman status --json"
+smi_csv "$tmp/smi.csv"
+compare_smi "$tmp/gm.json" "$tmp/smi.csv"
 cp "$tmp/gm.json" "$tmp/smi.csv" "$report/" 2>/dev/null
 "$gm" status >"$report/status.txt" 2>&1 && ok "status" || bad "status: $(tail -1 "$report/status.txt")"
 "$gm" info >"$report/info.txt" 2>&1 && ok "info" || bad "info: $(tail -1 "$report/info.txt")"
@@ -193,5 +225,41 @@ set -- $("$build/bench/runtime" 100 "$q"); c=$1
 awk -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
 	printf "time gpuman pick %.2f ms; nvidia-smi --query-gpu %.2f ms (gpuman takes %.2fx its time); bare C NVML query %.2f ms (gpuman %.2fx of it)\n",
 		g / 1000, s / 1000, g / s, c / 1000, g / c }'
+
+# 7. one NVML session per machine: a broker of our own holds the driver
+mkdir -m 1777 "$tmp/bk"
+"$gm" daemon --socket "$tmp/bk/gpuman.sock" --state "$tmp/bk/state/leases.json" 2>"$tmp/bk/log" &
+broker_pid=$!
+for _ in $(seq 200); do grep -q serving "$tmp/bk/log" && break; sleep 0.05; done
+if grep -q serving "$tmp/bk/log"; then
+	export GPUMAN_BROKER="$tmp/bk/gpuman.sock"
+	set -- $("$build/bench/runtime" 200 "$gm" pick); bp=$1
+	set -- $("$build/bench/runtime" 100 "$gm" status); bs=$1
+	awk -v bp="$bp" -v bs="$bs" -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
+		printf "time through the broker: pick %.2f ms, status %.2f ms; pick without it %.2f ms (%.1fx); nvidia-smi --query-gpu %.2f ms: pick %.1fx faster (target >= 10x), status %.1fx; bare C NVML query %.2f ms: pick %.1fx faster\n",
+			bp / 1000, bs / 1000, g / 1000, g / bp, s / 1000, s / bp, s / bs, c / 1000, c / bp }'
+	"$gm" status --json >"$tmp/gm-broker.json" || bad "status --json through the broker"
+	smi_csv "$tmp/smi-broker.csv"
+	[ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["reading"]["by"])' "$tmp/gm-broker.json" 2>/dev/null)" = broker ] &&
+		ok "status read the GPUs through the broker" || bad "status did not read through the broker"
+	echo "the broker's snapshot against nvidia-smi:"
+	compare_smi "$tmp/gm-broker.json" "$tmp/smi-broker.csv"
+	cp "$tmp/gm-broker.json" "$report/" 2>/dev/null
+	export GPUMAN_BROKER=off
+else
+	bad "gpuman daemon did not start: $(tail -1 "$tmp/bk/log")"
+fi
+kill "$broker_pid" 2>/dev/null
+wait "$broker_pid" 2>/dev/null
+broker_pid=
+l=$build/real-gpu/nvmllatency
+[ -x "$l" ] || { mkdir -p "$tmp/q" && l=$tmp/q/nvmllatency && cc -O2 -o "$l" "$root/tests/real-gpu/nvmllatency.c" -ldl; }
+if lat=$("$l"); then
+	echo "per-call costs for examples/h200-latency.json (measured; replace its guesses): $lat"
+	echo "$lat" >"$report/latency.json"
+else
+	bad "nvmllatency"
+fi
+
 [ "$fails" -eq 0 ] && echo "real-gpu check: all passed" || echo "real-gpu check: $fails failed"
 [ "$fails" -eq 0 ]

@@ -35,6 +35,7 @@ static const struct {
     {GM_GPU_MAX_CLOCK_SM_MHZ, GM_HAS_MAX_CLOCK_SM, 1980},
     {GM_GPU_MAX_CLOCK_MEM_MHZ, GM_HAS_MAX_CLOCK_MEM, 9751},
     {GM_GPU_MAX_CLOCK_GRAPHICS_MHZ, GM_HAS_MAX_CLOCK_GRAPHICS, 1965},
+    {GM_GPU_PERSISTENCE_MODE, GM_HAS_PERSISTENCE, 1},
 };
 
 static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
@@ -44,6 +45,7 @@ static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
 
 	g->compute_mode = GM_COMPUTE_EXCLUSIVE_PROCESS;
 	g->mig_mode = 1;
+	g->persistence_mode = 1;
 	g->clock_mhz[GM_CLOCK_SM] = 1410;
 	g->clock_mhz[GM_CLOCK_MEM] = 9501;
 	g->clock_mhz[GM_CLOCK_GRAPHICS] = 1395;
@@ -51,7 +53,8 @@ static struct gm_gpu *one_gpu(struct gm_snapshot *snap)
 	g->clock_max_mhz[GM_CLOCK_MEM] = 9751;
 	g->clock_max_mhz[GM_CLOCK_GRAPHICS] = 1965;
 	g->valid |= GM_HAS_CLOCK_SM | GM_HAS_CLOCK_MEM | GM_HAS_CLOCK_GRAPHICS |
-	            GM_HAS_MAX_CLOCK_SM | GM_HAS_MAX_CLOCK_MEM | GM_HAS_MAX_CLOCK_GRAPHICS;
+	            GM_HAS_MAX_CLOCK_SM | GM_HAS_MAX_CLOCK_MEM | GM_HAS_MAX_CLOCK_GRAPHICS |
+	            GM_HAS_PERSISTENCE;
 	return g;
 }
 
