@@ -330,6 +330,14 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 			print_mig_row(cli, sel, snap, view, g, &snap->migs[i], l);
 }
 
+/* A finding status shows under -i and -u: one of those users', on one of
+ * those GPUs (the table and the JSON alike). */
+static int waste_shown(const struct cli_select *sel, const struct waste_item *it)
+{
+	return cli_select_user_name(sel, it->has_user, it->user) &&
+	       (!sel->gpus || ((it->idle_gpus | it->busy_gpus | it->gpus) & sel->gpus));
+}
+
 /* The hogs and idle leases, then one line for the processes outside gpuman. */
 static void print_waste(const struct cli *cli, const struct cli_select *sel,
                         const struct cli_look *look, const struct waste_opts *wopts,
@@ -341,8 +349,7 @@ static void print_waste(const struct cli *cli, const struct cli_select *sel,
 	for (size_t i = 0; i < waste->count; i++) {
 		const struct waste_item *it = &waste->items[i];
 
-		if (!cli_select_user_name(sel, it->has_user, it->user) ||
-		    (sel->gpus && !((it->idle_gpus | it->busy_gpus | it->gpus) & sel->gpus)))
+		if (!waste_shown(sel, it))
 			continue;
 		if (it->kind == WASTE_UNLEASED) {
 			unleased++;
@@ -640,24 +647,53 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		    c_dim(cli), c_reset(cli));
 }
 
-/* Inside a Slurm job: the JSON without the GPUs (and their processes)
- * outside the allocation, as the table shows them. */
-static void json_only_selected(json_t *o, const struct gm_snapshot *snap,
-                               const struct cli_select *sel)
+/* Whether a lease is shown: its user's, on a GPU shown. */
+static int lease_shown(const struct cli_select *sel, const struct cli_look *look,
+                       const struct lease_info *l)
 {
-	json_t *gpus = json_object_get(o, "gpus"), *procs = json_object_get(o, "processes");
-	size_t i = json_array_size(gpus);
+	if (!cli_select_user_name(sel, 1, l->user))
+		return 0;
+	for (size_t k = 0; k < l->gpu_count; k++)
+		for (size_t i = 0; i < look->snap->gpu_count; i++)
+			if (look->snap->gpus[i].index == l->indices[k] &&
+			    gpu_shown(sel, look, &look->snap->gpus[i]))
+				return 1;
+	return 0;
+}
 
-	while (i-- > 0)
-		if (i < snap->gpu_count && !cli_select_gpu(sel, snap->gpus[i].index))
-			json_array_remove(gpus, i);
-	for (i = json_array_size(procs); i-- > 0;) {
-		json_int_t g = json_integer_value(json_object_get(json_array_get(procs, i), "gpu"));
+/* The JSON of what the table shows under -i and -u (and, inside a Slurm
+ * job, the GPUs of its allocation): the arrays are built in the order of
+ * the snapshot, the view and the report, so position i is entry i. */
+static void json_only_selected(json_t *o, const struct cli_select *sel, const struct cli_look *look,
+                               const struct waste_report *waste)
+{
+	const struct gm_snapshot *snap = look->snap;
+	json_t *arr;
+	size_t i;
 
-		if (!cli_select_gpu(sel, (unsigned)g))
-			json_array_remove(procs, i);
-	}
-	json_object_set_new(o, "slurm_job", json_string(getenv("SLURM_JOB_ID")));
+	arr = json_object_get(o, "gpus");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < snap->gpu_count && !gpu_shown(sel, look, &snap->gpus[i]))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "processes");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < snap->proc_count && !cli_select_proc(sel, &snap->procs[i]))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "leases");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < look->view->lease_count && !lease_shown(sel, look, &look->view->leases[i]))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "waiters");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < look->view->waiter_count &&
+		    !cli_select_user_name(sel, 1, look->view->waiters[i].user))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "waste");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < waste->count && !waste_shown(sel, &waste->items[i]))
+			json_array_remove(arr, i);
+	if (getenv("SLURM_JOB_ID") && sel->gpus)
+		json_object_set_new(o, "slurm_job", json_string(getenv("SLURM_JOB_ID")));
 }
 
 /* One look at the machine, printed as asked.  Returns an exit status. */
@@ -682,10 +718,9 @@ static int status_once(struct cli *cli, struct cli_select *sel, const size_t *id
 	if (cli->json) {
 		json_t *o = listing_status_json(look.snap, look.view);
 
-		if (getenv("SLURM_JOB_ID") && sel->gpus)
-			json_only_selected(o, look.snap, sel);
 		json_object_set_new(o, "waste",
 		                    listing_waste_json(look.snap, look.view, &wopts, &waste));
+		json_only_selected(o, sel, &look, &waste);
 		rc = cli_print_json(o);
 	} else if (sel->csv) {
 		print_csv(sel, &look, idx, ncols);

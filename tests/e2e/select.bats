@@ -65,3 +65,28 @@ load helpers
 	run -2 gpuman status --watch=0
 	[[ "$output" == *"give 0.1 to 86400 seconds"* ]]
 }
+
+@test "status --json honours -i and -u as the table and CSV do (GPUs, processes, leases, waste)" {
+	four_gpus
+	run -0 gpuman status --json -i 1,dddd
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 1,3 ]
+	[ "$(jqr '[.processes[].pid] | join(",")')" = 3000001,3000002,3000003 ]
+	run -0 gpuman status --json -i 2
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 2 ]
+	[ "$(jqr '.processes | length')" = 0 ]
+	gpuman run --only 2 -- gpuman-simload --mem 1G --util 30 --seconds 60 &
+	job=$!
+	wait_for '[ "$(gpuman ps -u "$(id -un)" --json | jq length)" = 1 ]'
+	run -0 gpuman status --json -u "$(id -un)"
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 2 ]
+	[ "$(jqr '[.processes[].gpu] | join(",")')" = 2 ]
+	[ "$(jqr '[.leases[].user] | unique | join(",")')" = "$(id -un)" ]
+	# the same GPUs as the CSV and the table show
+	run -0 gpuman status -u "$(id -un)" --format csv=index
+	[ "$output" = $'index\n2' ]
+	# a lease on a GPU left out by -i is left out too
+	run -0 gpuman status --json -i 0
+	[ "$(jqr '.leases | length')" = 0 ]
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 0 ]
+	kill $job; wait $job || true
+}
