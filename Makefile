@@ -68,7 +68,7 @@ SIM_LIBS := $(SIM_BRANCHES:%=$(BUILD)/sim/r%/libnvidia-ml.so.1) $(BUILD)/sim/lib
 # every other function of NVML's list.
 SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_device.o $(BUILD)/sim/nvml_procs.o \
 	$(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/nvml_mig.o $(BUILD)/sim/stubs.o \
-	$(SIM_COMMON:%.c=$(BUILD)/%.o)
+	$(SIM_COMMON:%.c=$(BUILD)/%.o) $(BUILD)/sim/spell.o
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -113,6 +113,12 @@ $(BUILD)/cmdline/%.o: cmdline/%.c $(wildcard cmdline/*.h) lib/internal/gpuman-in
 # loaded by programs (Python's ctypes) that carry no sanitizer runtime.
 SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
 $(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -c -o $@ $<
+
+# The scenario reader's "did you mean" is the command line's (lib/spell.c),
+# built here like the rest of the simulator, never sanitized.
+$(BUILD)/sim/spell.o: lib/spell.c lib/spell.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -c -o $@ $<
 
@@ -200,7 +206,7 @@ $(BUILD)/sim/r%/libnvidia-ml.so.1: $(SIM_LIB_OBJ) $(BUILD)/sim/r%/branch.o $(BUI
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/r$(SIM_NEWEST)/libnvidia-ml.so.1
 	ln -sf r$(SIM_NEWEST)/libnvidia-ml.so.1 $@
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
-$(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
+$(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o) $(BUILD)/sim/spell.o
 	$(CC) $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h

@@ -112,3 +112,21 @@ LAB=$GM_ROOT/examples/lab-8gpu.json
 	[ -n "$dir" ]
 	[ -f "$dir/summary.json" ]
 }
+
+@test "a mistyped command or option names the one meant (did you mean), as scenario keys do" {
+	run -2 --separate-stderr gpuman stauts
+	[[ "$stderr" == *"'stauts' is not a command (did you mean 'status'?"* ]]
+	run -2 --separate-stderr gpuman help sumbit
+	[[ "$stderr" == *"did you mean 'submit'?"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" status --jsn
+	[[ "$stderr" == *"unknown option '--jsn' (did you mean '--json'?)"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" ps --usr=root
+	[[ "$stderr" == *"unknown option '--usr' (did you mean '--user'?)"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" run --exlcusive -- true
+	[[ "$stderr" == *"did you mean '--exclusive'?"* ]]
+	# nothing near: no guess; a missing value says so
+	run -2 --separate-stderr gpuman xyzzy
+	[[ "$stderr" != *"did you mean"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" status --format
+	[[ "$stderr" == *"option '--format' needs a value"* ]]
+}
