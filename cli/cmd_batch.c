@@ -359,4 +359,5 @@ const struct cmd_entry cmd_batch = {
     "  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n"
     "  gpuman batch --slurm -N 4 --gres=gpu:a100:2,gpu:t4:2 -t 2:00:00 sweep.txt\n",
     batch_exec,
+    NULL,
 };

@@ -273,4 +273,5 @@ const struct cmd_entry cmd_cancel = {
     "\n"
     "Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
     cancel_exec,
+    NULL,
 };

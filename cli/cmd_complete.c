@@ -180,4 +180,5 @@ const struct cmd_entry cmd_complete = {
     "The words shell completion offers, one a line (WORD<TAB>description where\n"
     "there is one).  Used by the bash, zsh and fish completion scripts.\n",
     complete_exec,
+    NULL,
 };

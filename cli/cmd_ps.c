@@ -215,4 +215,5 @@ const struct cmd_entry cmd_ps = {
     "  --json                 a JSON array of processes\n"
     "  --sim FILE             use the NVML simulator with this scenario\n",
     ps_exec,
+    NULL,
 };

@@ -852,4 +852,5 @@ const struct cmd_entry cmd_status = {
     "  --json                 the snapshot as JSON (schema in the README)\n"
     "  --sim FILE             use the NVML simulator with this scenario\n",
     status_exec,
+    NULL,
 };

@@ -537,4 +537,5 @@ const struct cmd_entry cmd_submit = {
     "  gpuman submit --time 2h -- python train.py\n"
     "  ids=$(gpuman submit --array 1-20%4 -- python train.py --seed {task})\n",
     submit_exec,
+    NULL,
 };

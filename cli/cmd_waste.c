@@ -309,4 +309,5 @@ const struct cmd_entry cmd_waste = {
     "\n"
     "exit status: 0 nothing found, 3 waste found, 1 failure, 2 usage error\n",
     waste_exec,
+    NULL,
 };

@@ -204,6 +204,15 @@ static int request_defaults(struct cli *cli, const struct option *longopts)
 	return CLI_CONTINUE;
 }
 
+int cli_json_check(struct cli *cli, const struct cmd_entry *cmd)
+{
+	if (!cli->json || !cmd->no_json)
+		return CLI_CONTINUE;
+	/* Not as JSON: that would be the very output the command lacks. */
+	cli->json = 0;
+	return cli_usage(cli, "--json: %s has no JSON output (%s)", cmd->name, cmd->no_json);
+}
+
 int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
               const char *shortopts, const struct option *longopts,
               int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data)
@@ -249,6 +258,9 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 		if (rc != CLI_CONTINUE)
 			return rc == -1 ? bad_option(cli, argv, '?', longopts) : rc;
 	}
+	rc = cli_json_check(cli, cmd);
+	if (rc != CLI_CONTINUE)
+		return rc;
 	return request_defaults(cli, longopts);
 }
 

@@ -130,3 +130,21 @@ LAB=$GM_ROOT/examples/lab-8gpu.json
 	run -2 --separate-stderr gpuman --sim "$LAB" status --format
 	[[ "$stderr" == *"option '--format' needs a value"* ]]
 }
+
+@test "--json on a command without JSON output (serve, daemon, top) is refused, naming what to use; it never starts serving" {
+	for c in serve daemon top; do
+		case $c in
+		serve) opts=(--listen 127.0.0.1:0) ;;
+		daemon) opts=(--socket "$BATS_TEST_TMPDIR/b.sock" --state "$BATS_TEST_TMPDIR/b.state") ;;
+		top) opts=() ;;
+		esac
+		run -2 --separate-stderr timeout 10 gpuman --sim "$LAB" "$c" --json "${opts[@]}"
+		[[ "$stderr" == *"--json: $c has no JSON output ("*"status"*"--json"* ]]
+		[ -z "$output" ]
+	done
+	# before the command too, and gpuman-serve itself
+	run -2 --separate-stderr timeout 10 gpuman --json --sim "$LAB" serve --listen 127.0.0.1:0
+	[[ "$stderr" == *"serve has no JSON output"* ]]
+	run -2 --separate-stderr timeout 10 gpuman-serve --sim "$LAB" --json --listen 127.0.0.1:0
+	[[ "$stderr" == *"serve has no JSON output"* ]]
+}
