@@ -158,9 +158,13 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	f = strcmp(file, "-") ? fopen(file, "r") : stdin;
 	if (!f)
 		return cli_usage(cli, "cannot read '%s': %s", file, strerror(errno));
-	status = read_tasks(f, &tasks, &ntasks);
+	status = read_tasks(f, file, &tasks, &ntasks, err, sizeof err);
 	if (f != stdin)
 		fclose(f);
+	if (status == -2) {
+		status = cli_usage(cli, "%s", err);
+		goto done;
+	}
 	if (status < 0) {
 		status = cli_error(cli, EXIT_FAIL, "cannot read '%s': %s", file, strerror(errno));
 		goto done;

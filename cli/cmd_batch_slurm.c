@@ -305,9 +305,13 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		status = cli_usage(cli, "cannot read '%s': %s", file, strerror(errno));
 		goto done;
 	}
-	status = read_tasks(f, &tasks, &ntasks);
+	status = read_tasks(f, file, &tasks, &ntasks, err, sizeof err);
 	if (f != stdin)
 		fclose(f);
+	if (status == -2) {
+		status = cli_usage(cli, "%s", err);
+		goto done;
+	}
 	if (status < 0) {
 		status = cli_error(cli, EXIT_FAIL, "cannot read '%s': %s", file, strerror(errno));
 		goto done;

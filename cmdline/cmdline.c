@@ -218,7 +218,10 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
               int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data)
 {
 	char optstring[64];
-	int opt, rc;
+	int opt, rc, takes_select = 0;
+
+	for (const struct option *o = longopts; o && o->name; o++)
+		takes_select |= o->val == OPT_BY;
 
 	/* A leading '+' (run, submit) ends options at the command to run;
 	 * elsewhere options may follow operands (info 3 --json). */
@@ -248,7 +251,9 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 			                 "--wait %s: write --wait=%s ('--wait %s' would wait "
 			                 "forever and take '%s' as an argument)",
 			                 argv[optind], argv[optind], argv[optind], argv[optind]);
-		rc = common_option(cli, cmd, opt, optarg);
+		/* -n is SELECT's GPU count in a command with SELECT options;
+		 * elsewhere the command's own (cancel -n NAME, as scancel's). */
+		rc = opt == 'n' && !takes_select ? -1 : common_option(cli, cmd, opt, optarg);
 		if (rc == -1)
 			rc = own ? own(cli, opt, optarg, data) : -1;
 		else if (rc == 0)

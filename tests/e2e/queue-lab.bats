@@ -301,3 +301,29 @@ one_gpu() {
 	run -0 timeout 10 gpuman wait "$out"
 	dispatcher_gone
 }
+
+@test "cancel -n NAME and cancel -u USER (Slurm's scancel spellings): the jobs of that name, or all one's own, as cancel IDs does; another user's are refused" {
+	gpus 1
+	run -0 gpuman submit -- sleep 300
+	blocker=$output
+	wait_for '[ "$(gpuman queue --json | jq -r ".[0].state")" = running ]'
+	a=$(gpuman submit --name keep -- true)
+	b=$(gpuman submit --name drop -- true)
+	c=$(gpuman submit -J drop -- true)
+	run -0 gpuman cancel -n drop
+	[ "$output" = "$b cancelled"$'\n'"$c cancelled" ]
+	run -0 gpuman queue --json
+	[ "$(jqr '[.[] | "\(.id):\(.state)"] | join(" ")')" = "$blocker:running $a:queued" ]
+	run -0 gpuman cancel -n nothing-by-this-name
+	[[ "$output" == *"no queued or running job named 'nothing-by-this-name'"* ]]
+	# -u oneself: every live job, queued first, as cancel --all
+	run -0 gpuman cancel -u "$(id -un)"
+	[ "${lines[0]}" = "$a cancelled" ]
+	[[ "${lines[1]}" == "$blocker cancelling (running on GPU 0)" ]]
+	run -0 gpuman wait "$blocker" || true
+	gm_user alice
+	run -2 gpuman cancel -u gmtest-alice
+	[[ "$output" == *"-u 'gmtest-alice': only your own jobs can be cancelled"* ]]
+	run -2 gpuman cancel -n drop 7
+	[[ "$output" == *"-n or job ids, not both ('7')"* ]]
+}
