@@ -289,7 +289,16 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # and if PYDIR is not already on its path: where gpuman.pth goes.
 PTHDIR = $(shell $(PYTHON) -c 'import site; s=site.getsitepackages(); d=[p for p in s if p.startswith("$(PREFIX)/")]; print("" if "$(PYDIR)" in s or not d else d[0])' 2>/dev/null)
 
-$(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h
+# The .pc names PREFIX, LIBDIR and INCDIR: remade whenever one of them
+# differs from the last make's (a second `make install PREFIX=...` must not
+# install a .pc that points at the first prefix).
+PC_VARS := $(PREFIX) $(LIBDIR) $(INCDIR)
+$(BUILD)/gpuman.pc.vars: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PC_VARS)' | cmp -s - $@ || echo '$(PC_VARS)' >$@
+.PHONY: FORCE
+FORCE:
+$(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h $(BUILD)/gpuman.pc.vars
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCDIR@|$(INCDIR)|' \
 	    -e "s|@VERSION@|$$(sed -n 's/^#define GM_VERSION_STRING "\(.*\)"/\1/p' include/gpuman.h)|" $< >$@
 
@@ -323,6 +332,10 @@ install: all $(BUILD)/gpuman.pc man
 		install -d $(DESTDIR)$(PTHDIR) && echo "$(PYDIR)" >$(DESTDIR)$(PTHDIR)/gpuman.pth; \
 	elif ! $(PYTHON) -c 'import site; exit("$(PYDIR)" not in site.getsitepackages())' 2>/dev/null; then \
 		echo "note: $(PYTHON) does not look in $(PYDIR): use PYTHONPATH=$(PYDIR)"; fi
+	@# The new library into the loader's cache, as a package's postinst does;
+	@# not for a DESTDIR (a staging tree) or a user without the right to.
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then \
+		echo ldconfig; PATH="$$PATH:/sbin:/usr/sbin" ldconfig; fi
 
 # Exactly what install put there; directories only if left empty.
 uninstall:
