@@ -966,7 +966,8 @@ const struct cmd_entry cmd_status = {
     "GPUs, their utilization, memory, power and processes",
     "usage: gpuman status [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]]\n"
     "                     [--watch[=SEC]] [--json] [--sim FILE]\n"
-    "       gpuman status --query-gpu=FIELDS --format=csv[,noheader][,nounits] [-l SEC]\n"
+    "       gpuman status --query-gpu=FIELDS --format=csv[,noheader][,nounits]\n"
+    "                     [-l SEC]\n"
     "\n"
     "One line per GPU: NVML index, name, temperature, utilization, memory used and\n"
     "total, power draw and limit, the processes on it (user, pid, memory) and its\n"
