@@ -254,7 +254,7 @@ static int spread_size(struct cli *cli, struct slurm_opts *o, size_t ntasks, uns
 	char part[128], list[1024] = "", num[24], err[GM_ERRBUF_SIZE];
 	unsigned k = 0, each = 0, want = (unsigned)(ntasks < 65536 ? ntasks : 65536) * per_task;
 	size_t count = 0, used = 0;
-	int rc = CLI_CONTINUE;
+	int rc = CLI_CONTINUE, typed = 1;
 
 	if (!nodes)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
@@ -279,7 +279,7 @@ static int spread_size(struct cli *cli, struct slurm_opts *o, size_t ntasks, uns
 		                         nodes[i].name);
 	fprintf(stderr,
 	        "gpuman batch: no size given: taking idle GPUs of partition %s: %u node%s (%s) x "
-	        "%u GPU%s for %zu task%s (-N and --gres choose instead)\n",
+	        "%u GPU%s for %zu task%s (-N and --gres say otherwise)\n",
 	        part, k, k == 1 ? "" : "s", list, each, each == 1 ? "" : "s", ntasks,
 	        ntasks == 1 ? "" : "s");
 	snprintf(num, sizeof num, "%u", k);
@@ -289,8 +289,15 @@ static int spread_size(struct cli *cli, struct slurm_opts *o, size_t ntasks, uns
 	if (rc == CLI_CONTINUE && !o->partition)
 		rc = add_arg(cli, o->alloc, &o->nalloc, "--partition=%s", part);
 	snprintf(num, sizeof num, "%u", each);
+	/* Whole nodes of one make-up: ask by type (gpu:a100:2,gpu:t4:2), so
+	 * that steps are started per type, as with --gres given so (a fast
+	 * type takes more tasks; a task out of memory moves to another). */
+	for (unsigned i = 0; i < k && typed; i++)
+		typed = nodes[i].gpus == nodes[i].total && each == nodes[i].total &&
+		        !strcmp(nodes[i].gres, nodes[0].gres) && slurm_typed_request(nodes[i].gres);
 	if (rc == CLI_CONTINUE)
-		rc = add_arg(cli, o->alloc, &o->nalloc, "--gres=gpu:%s", num);
+		rc = typed ? add_arg(cli, o->alloc, &o->nalloc, "--gres=%s", nodes[0].gres)
+		           : add_arg(cli, o->alloc, &o->nalloc, "--gres=gpu:%s", num);
 	if (rc == CLI_CONTINUE)
 		rc = add_arg(cli, o->alloc, &o->nalloc, "--ntasks-per-node=%s", num);
 done:

@@ -4,6 +4,7 @@
  * as cancelled.
  */
 #include <errno.h>
+#include <grp.h>
 #include <pwd.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -167,9 +168,15 @@ static int cancel_option(struct cli *cli, int opt, const char *arg, void *data)
 	return -1;
 }
 
-/* -u USER: oneself (a name or a uid).  Another user's queue is theirs
- * alone: refused, saying so, rather than cancelling nothing in silence. */
-static int check_user(struct cli *cli, const char *user)
+/*
+ * -u USER: one's own jobs (a name or a uid).  Root may name anyone: it
+ * becomes that user (groups, gid, uid, HOME) for the rest of the command,
+ * so that it opens their queue where their own gpuman keeps it by default
+ * (~USER/.local/state/gpuman) with their rights, and signals their runners
+ * as them.  Anyone else naming another user is refused: a queue is private
+ * to its owner.
+ */
+static int take_user(struct cli *cli, const char *user)
 {
 	struct passwd *pw = getpwnam(user);
 	char *end;
@@ -181,14 +188,28 @@ static int check_user(struct cli *cli, const char *user)
 		if (!*user || *end || errno || uid > 0xFFFFFFFFul)
 			return cli_usage(cli, "-u '%s': no such user (give a user name or a uid)",
 			                 user);
+		pw = getpwuid((uid_t)uid);
 	} else {
 		uid = pw->pw_uid;
 	}
-	if ((uid_t)uid != geteuid())
+	if ((uid_t)uid == geteuid())
+		return CLI_CONTINUE;
+	if (geteuid() != 0)
 		return cli_usage(cli,
 		                 "-u '%s': only your own jobs can be cancelled: each user's queue "
 		                 "is private to them (they cancel theirs with gpuman cancel --all)",
 		                 user);
+	if (!pw || !pw->pw_dir || !*pw->pw_dir)
+		return cli_usage(cli, "-u '%s': no home directory, so no queue to cancel in", user);
+	if (initgroups(pw->pw_name, pw->pw_gid) < 0 ||
+	    setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) < 0 ||
+	    setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid) < 0)
+		return cli_error(cli, EXIT_FAIL, "-u '%s': cannot become that user: %s", user,
+		                 strerror(errno));
+	/* their queue, not the one root's own variables name */
+	setenv("HOME", pw->pw_dir, 1);
+	unsetenv("XDG_STATE_HOME");
+	unsetenv("GPUMAN_QUEUE_DIR");
 	return CLI_CONTINUE;
 }
 
@@ -266,7 +287,7 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 	status = cli_parse(cli, &cmd_cancel, argc, argv, "au:n:", longopts, cancel_option, &o);
 	if (status != CLI_CONTINUE)
 		return status;
-	if (o.user && (status = check_user(cli, o.user)) != CLI_CONTINUE)
+	if (o.user && (status = take_user(cli, o.user)) != CLI_CONTINUE)
 		return status;
 	all = o.all || o.user || o.name;
 	if (all && optind < argc)
@@ -336,7 +357,9 @@ const struct cmd_entry cmd_cancel = {
     "  -n, --name NAME  every queued or running job named NAME (submit --name; an\n"
     "                   array's are NAME_<task>), as Slurm's scancel -n\n"
     "  -u, --user USER  every job of USER, as Slurm's scancel -u: USER is you (a\n"
-    "                   name or uid); another user's queue is private to them\n"
+    "                   name or uid); another user's queue is private to them,\n"
+    "                   except to root, who cancels in USER's queue at its\n"
+    "                   default place (~USER/.local/state/gpuman) as USER\n"
     "\n"
     "Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
     cancel_exec,

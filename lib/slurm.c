@@ -253,6 +253,8 @@ int slurm_idle_gpus(const char *partition, char *part_out, size_t part_len,
 		if (total <= busy)
 			continue;
 		snprintf(nodes[*count].name, sizeof nodes[0].name, "%s", name);
+		snprintf(nodes[*count].gres, sizeof nodes[0].gres, "%.199s", gres);
+		nodes[*count].total = total;
 		nodes[(*count)++].gpus = total - busy;
 	}
 	qsort(nodes, *count, sizeof *nodes, by_free);

@@ -102,7 +102,9 @@ unsigned slurm_gres_per_node(const char *gres);
 
 struct slurm_node_free {
 	char name[64];
-	unsigned gpus; /* not allocated to any job now */
+	unsigned gpus;  /* not allocated to any job now */
+	unsigned total; /* all of its GPUs */
+	char gres[200]; /* as configured: "gpu:a100:2,gpu:t4:2" */
 };
 
 /*

@@ -260,7 +260,10 @@ for n, g in sqlite3.connect(sys.argv[1]).execute(
 @test "slurm batch: without -N or --gres a sweep takes the partition's idle GPUs (up to one per task) and says what it took" {
 	sweep 24 sweep.txt
 	run -0 gpuman batch --slurm sweep.txt
-	[[ "$output" =~ "no size given: taking idle GPUs of partition gpu: 2 nodes ("n[12],n[12]") x "[34]" GPUs for 24 tasks" ]]
+	echo "$output" | grep "gpuman batch:" >&3
+	[[ "$output" =~ "no size given: taking idle GPUs of partition gpu: 2 nodes (n1,n2) x 4 GPUs for 24 tasks" ]]
+	# whole idle nodes are asked for by type, as -N2 --gres=gpu:a100:2,gpu:t4:2 would
+	[[ "$output" == *"salloc --no-shell --nodes=2 --nodelist=n1,n2 --partition=gpu --gres=gpu:a100:2,gpu:t4:2 "* ]]
 	[[ "$output" != *"--gres=gpu:1 "* ]]
 	[[ "$output" == *"24 tasks: 24 done"* ]]
 	check_sweep 24
