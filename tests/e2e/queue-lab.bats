@@ -322,7 +322,7 @@ one_gpu() {
 	[[ "${lines[1]}" == "$blocker cancelling (running on GPU 0)" ]]
 	run -0 gpuman wait "$blocker" || true
 	gm_user alice
-	run -2 as_user alice gpuman cancel -u root
+	run -2 as_user alice env -u GPUMAN_SIM gpuman cancel -u root
 	[[ "$output" == *"-u 'root': only your own jobs can be cancelled"* ]]
 	run -2 gpuman cancel -n drop 7
 	[[ "$output" == *"-n or job ids, not both ('7')"* ]]
