@@ -60,8 +60,9 @@ static void test_gres_per_node(void **state)
  * on the fewest nodes, a multiple of the GPUs per task on each. */
 static void test_spread(void **state)
 {
-	const struct slurm_node_free two[] = {{"n1", 4}, {"n2", 4}};
-	const struct slurm_node_free uneven[] = {{"n2", 4}, {"n1", 3}, {"n3", 1}};
+	const struct slurm_node_free two[] = {{"n1", 4, 4, "gpu:4"}, {"n2", 4, 4, "gpu:4"}};
+	const struct slurm_node_free uneven[] = {
+	    {"n2", 4, 4, "gpu:4"}, {"n1", 3, 4, "gpu:4"}, {"n3", 1, 4, "gpu:4"}};
 	unsigned k, each;
 
 	(void)state;
