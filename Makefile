@@ -68,7 +68,7 @@ SIM_LIBS := $(SIM_BRANCHES:%=$(BUILD)/sim/r%/libnvidia-ml.so.1) $(BUILD)/sim/lib
 # every other function of NVML's list.
 SIM_LIB_OBJ := $(BUILD)/sim/nvml_sim.o $(BUILD)/sim/nvml_device.o $(BUILD)/sim/nvml_procs.o \
 	$(BUILD)/sim/nvml_monitor.o $(BUILD)/sim/nvml_mig.o $(BUILD)/sim/stubs.o \
-	$(SIM_COMMON:%.c=$(BUILD)/%.o)
+	$(SIM_COMMON:%.c=$(BUILD)/%.o) $(BUILD)/sim/spell.o
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -113,6 +113,12 @@ $(BUILD)/cmdline/%.o: cmdline/%.c $(wildcard cmdline/*.h) lib/internal/gpuman-in
 # loaded by programs (Python's ctypes) that carry no sanitizer runtime.
 SIM_CFLAGS = -std=c11 $(WARN) $(CFLAGS)
 $(BUILD)/sim/%.o: sim/%.c $(wildcard sim/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -c -o $@ $<
+
+# The scenario reader's "did you mean" is the command line's (lib/spell.c),
+# built here like the rest of the simulator, never sanitized.
+$(BUILD)/sim/spell.o: lib/spell.c lib/spell.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden $(SIM_CFLAGS) -c -o $@ $<
 
@@ -200,7 +206,7 @@ $(BUILD)/sim/r%/libnvidia-ml.so.1: $(SIM_LIB_OBJ) $(BUILD)/sim/r%/branch.o $(BUI
 $(BUILD)/sim/libnvidia-ml.so.1: $(BUILD)/sim/r$(SIM_NEWEST)/libnvidia-ml.so.1
 	ln -sf r$(SIM_NEWEST)/libnvidia-ml.so.1 $@
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
-$(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o)
+$(BUILD)/gpuman-simload: $(BUILD)/sim/simload.o $(SIM_COMMON:%.c=$(BUILD)/%.o) $(BUILD)/sim/spell.o
 	$(CC) $(SIM_CFLAGS) $(LDFLAGS) -o $@ $^ -ljansson
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
@@ -284,7 +290,16 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # and if PYDIR is not already on its path: where gpuman.pth goes.
 PTHDIR = $(shell $(PYTHON) -c 'import site; s=site.getsitepackages(); d=[p for p in s if p.startswith("$(PREFIX)/")]; print("" if "$(PYDIR)" in s or not d else d[0])' 2>/dev/null)
 
-$(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h
+# The .pc names PREFIX, LIBDIR and INCDIR: remade whenever one of them
+# differs from the last make's (a second `make install PREFIX=...` must not
+# install a .pc that points at the first prefix).
+PC_VARS := $(PREFIX) $(LIBDIR) $(INCDIR)
+$(BUILD)/gpuman.pc.vars: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PC_VARS)' | cmp -s - $@ || echo '$(PC_VARS)' >$@
+.PHONY: FORCE
+FORCE:
+$(BUILD)/gpuman.pc: gpuman.pc.in include/gpuman.h $(BUILD)/gpuman.pc.vars
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCDIR@|$(INCDIR)|' \
 	    -e "s|@VERSION@|$$(sed -n 's/^#define GM_VERSION_STRING "\(.*\)"/\1/p' include/gpuman.h)|" $< >$@
 
@@ -321,6 +336,10 @@ install: all $(BUILD)/gpuman.pc man
 		install -d $(DESTDIR)$(PTHDIR) && echo "$(PYDIR)" >$(DESTDIR)$(PTHDIR)/gpuman.pth; \
 	elif ! $(PYTHON) -c 'import site; exit("$(PYDIR)" not in site.getsitepackages())' 2>/dev/null; then \
 		echo "note: $(PYTHON) does not look in $(PYDIR): use PYTHONPATH=$(PYDIR)"; fi
+	@# The new library into the loader's cache, as a package's postinst does;
+	@# not for a DESTDIR (a staging tree) or a user without the right to.
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then \
+		echo ldconfig; PATH="$$PATH:/sbin:/usr/sbin" ldconfig; fi
 
 # Exactly what install put there; directories only if left empty.
 uninstall:

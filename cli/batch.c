@@ -66,21 +66,33 @@ void tasks_free(struct task *t, size_t n)
 }
 
 /* Each non-empty line that is not a comment (# first) is a task. */
-int read_tasks(FILE *f, struct task **out, size_t *count)
+int read_tasks(FILE *f, const char *name, struct task **out, size_t *count, char *err,
+               size_t errlen)
 {
 	struct task *t = NULL;
-	size_t n = 0, cap = 0, sz = 0;
-	char *line = NULL;
+	size_t n = 0, cap = 0, sz = 0, lineno = 0;
+	char *line = NULL, why[256];
 	ssize_t len;
 
 	while ((len = getline(&line, &sz, f)) >= 0) {
 		char *s = line, *e = line + len;
 
+		lineno++;
 		while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
 			*--e = '\0';
 		s += strspn(s, " \t");
-		if (!*s || *s == '#')
+		if (s == e || *s == '#')
 			continue;
+		/* Refused now, naming the line, rather than run as garbage or
+		 * failing with the shell's message in a task's log later. */
+		if (protocol_check_line(s, (size_t)(e - s), protocol_placeholders, why,
+		                        sizeof why) < 0) {
+			snprintf(err, errlen, "%s:%zu: %s", strcmp(name, "-") ? name : "stdin",
+			         lineno, why);
+			free(line);
+			tasks_free(t, n);
+			return -2;
+		}
 		if (n == cap) {
 			struct task *grown = realloc(t, (cap = cap ? cap * 2 : 64) * sizeof *grown);
 

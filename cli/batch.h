@@ -52,7 +52,10 @@ struct task {
 	int64_t n; /* its number: 1, 2, ... over the non-comment lines */
 	char *line;
 };
-int read_tasks(FILE *f, struct task **out, size_t *count);
+/* 0; -1 a read error (errno); -2 a line that cannot run as written
+ * (protocol_check_line), with err saying "FILE:LINE: what". */
+int read_tasks(FILE *f, const char *name, struct task **out, size_t *count, char *err,
+               size_t errlen);
 void tasks_free(struct task *t, size_t n);
 
 /* The task store of a log directory: without --resume start over, with it

@@ -158,9 +158,13 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	f = strcmp(file, "-") ? fopen(file, "r") : stdin;
 	if (!f)
 		return cli_usage(cli, "cannot read '%s': %s", file, strerror(errno));
-	status = read_tasks(f, &tasks, &ntasks);
+	status = read_tasks(f, file, &tasks, &ntasks, err, sizeof err);
 	if (f != stdin)
 		fclose(f);
+	if (status == -2) {
+		status = cli_usage(cli, "%s", err);
+		goto done;
+	}
 	if (status < 0) {
 		status = cli_error(cli, EXIT_FAIL, "cannot read '%s': %s", file, strerror(errno));
 		goto done;
@@ -296,9 +300,13 @@ const struct cmd_entry cmd_batch = {
     "usage: gpuman batch [SELECT] [RESERVE] [BATCH] FILE|-\n"
     "\n"
     "Each non-empty line of FILE (- reads stdin) that does not start with # is a\n"
-    "task: a command line, run by /bin/sh when it uses shell syntax, directly\n"
-    "otherwise.  Tasks start in file order as soon as GPUs that fit are free:\n"
-    "GPUs are leased as 'gpuman run' leases them, so other users and their jobs\n"
+    "task: a command line, run as /bin/sh -c would run it (a plain one without\n"
+    "starting a shell).  A line that cannot run as written (a quote left open,\n"
+    "{gpus} or {Task} for a placeholder, NUL or control bytes) is refused before\n"
+    "any task runs, naming the file and line.\n"
+    "\n"
+    "Tasks start in file order as soon as GPUs that fit are free: GPUs are\n"
+    "leased as 'gpuman run' leases them, so other users and their jobs\n"
     "are respected, and a fast GPU simply takes more tasks than a slow one.  Near\n"
     "the end, a slow GPU is left idle when a faster one, by the durations measured\n"
     "so far, will finish the task sooner.\n"
@@ -348,7 +356,10 @@ const struct cmd_entry cmd_batch = {
     "allocation, which gpuman makes with salloc (-N N, -p PARTITION, -A ACCOUNT,\n"
     "-t TIME, -C CONSTRAINT, --qos Q, --gres gpu[:TYPE]:N per node, --salloc-arg\n"
     "ARG) or, inside one (salloc's shell, an sbatch script), uses; plain batch\n"
-    "inside a multi-node allocation does the same.  --srun-arg ARG and\n"
+    "inside a multi-node allocation does the same.  Without -N or --gres, the\n"
+    "allocation is the partition's idle GPUs, up to one per task, on the nodes\n"
+    "that have them (said on stderr; one GPU, waited for, when none is idle).\n"
+    "--srun-arg ARG and\n"
     "--task-time T go to every step.  A task out of memory is requeued for\n"
     "another GPU type of the allocation; one killed by a node failure or\n"
     "preemption runs again.\n"
@@ -359,4 +370,5 @@ const struct cmd_entry cmd_batch = {
     "  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n"
     "  gpuman batch --slurm -N 4 --gres=gpu:a100:2,gpu:t4:2 -t 2:00:00 sweep.txt\n",
     batch_exec,
+    NULL,
 };

@@ -59,6 +59,7 @@ struct slurm_opts {
 	char *step[MAX_ARGS]; /* extra srun options (owned) */
 	size_t nstep;
 	const char *gres; /* --gres per node, for --ntasks-per-node */
+	const char *partition;
 	int nodes_given;
 };
 
@@ -90,6 +91,7 @@ static int slurm_option(struct cli *cli, int opt, const char *arg, void *data)
 		return add_arg(cli, o->alloc, &o->nalloc, "--nodes=%s", arg);
 	case 'p':
 	case OPT_PARTITION:
+		o->partition = arg;
 		return add_arg(cli, o->alloc, &o->nalloc, "--partition=%s", arg);
 	case 'A':
 	case OPT_ACCOUNT:
@@ -240,6 +242,69 @@ static unsigned request_gpus(struct cli *cli)
 	return n ? n : 1;
 }
 
+/*
+ * A sweep given no size (no -N, no --gres): the partition's idle GPUs, up
+ * to one per task, on the nodes that have them (--nodelist), rather than
+ * one GPU of one node; said on stderr.  When none is idle, one GPU, which
+ * salloc waits for.  Adds the salloc options; CLI_CONTINUE or a status.
+ */
+static int spread_size(struct cli *cli, struct slurm_opts *o, size_t ntasks, unsigned per_task)
+{
+	struct slurm_node_free *nodes = calloc(SLURM_MAX_NODES, sizeof *nodes);
+	char part[128], list[1024] = "", num[24], err[GM_ERRBUF_SIZE];
+	unsigned k = 0, each = 0, want = (unsigned)(ntasks < 65536 ? ntasks : 65536) * per_task;
+	size_t count = 0, used = 0;
+	int rc = CLI_CONTINUE, typed = 1;
+
+	if (!nodes)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	if (slurm_idle_gpus(o->partition, part, sizeof part, nodes, SLURM_MAX_NODES, &count, err,
+	                    sizeof err) < 0) {
+		rc = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	if (slurm_spread(nodes, count, want, per_task, &k, &each) < 0) {
+		fprintf(stderr,
+		        "gpuman batch: no size given, and no GPU of partition %s is idle now: "
+		        "asking for one node with %u GPU%s (salloc waits for it)\n",
+		        part, per_task, per_task == 1 ? "" : "s");
+		snprintf(num, sizeof num, "%u", per_task);
+		rc = add_arg(cli, o->alloc, &o->nalloc, "--gres=gpu:%s", num);
+		if (rc == CLI_CONTINUE)
+			rc = add_arg(cli, o->alloc, &o->nalloc, "--ntasks-per-node=%s", num);
+		goto done;
+	}
+	for (unsigned i = 0; i < k && used < sizeof list; i++)
+		used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? "," : "",
+		                         nodes[i].name);
+	fprintf(stderr,
+	        "gpuman batch: no size given: taking idle GPUs of partition %s: %u node%s (%s) x "
+	        "%u GPU%s for %zu task%s (-N and --gres say otherwise)\n",
+	        part, k, k == 1 ? "" : "s", list, each, each == 1 ? "" : "s", ntasks,
+	        ntasks == 1 ? "" : "s");
+	snprintf(num, sizeof num, "%u", k);
+	rc = add_arg(cli, o->alloc, &o->nalloc, "--nodes=%s", num);
+	if (rc == CLI_CONTINUE)
+		rc = add_arg(cli, o->alloc, &o->nalloc, "--nodelist=%s", list);
+	if (rc == CLI_CONTINUE && !o->partition)
+		rc = add_arg(cli, o->alloc, &o->nalloc, "--partition=%s", part);
+	snprintf(num, sizeof num, "%u", each);
+	/* Whole nodes of one make-up: ask by type (gpu:a100:2,gpu:t4:2), so
+	 * that steps are started per type, as with --gres given so (a fast
+	 * type takes more tasks; a task out of memory moves to another). */
+	for (unsigned i = 0; i < k && typed; i++)
+		typed = nodes[i].gpus == nodes[i].total && each == nodes[i].total &&
+		        !strcmp(nodes[i].gres, nodes[0].gres) && slurm_typed_request(nodes[i].gres);
+	if (rc == CLI_CONTINUE)
+		rc = typed ? add_arg(cli, o->alloc, &o->nalloc, "--gres=%s", nodes[0].gres)
+		           : add_arg(cli, o->alloc, &o->nalloc, "--gres=gpu:%s", num);
+	if (rc == CLI_CONTINUE)
+		rc = add_arg(cli, o->alloc, &o->nalloc, "--ntasks-per-node=%s", num);
+done:
+	free(nodes);
+	return rc;
+}
+
 int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -272,7 +337,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	char dir[PATH_MAX], path[PATH_MAX + 64], runs[PATH_MAX + 64], err[GM_ERRBUF_SIZE], tpn[48];
 	const char *file;
 	sigset_t mask, old;
-	int status, lock_fd = -1, dir_fd = -1, have_alloc = 0;
+	int status, lock_fd = -1, dir_fd = -1, have_alloc = 0, adopt, spread;
 	int64_t started, ended;
 	FILE *f;
 
@@ -305,9 +370,13 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		status = cli_usage(cli, "cannot read '%s': %s", file, strerror(errno));
 		goto done;
 	}
-	status = read_tasks(f, &tasks, &ntasks);
+	status = read_tasks(f, file, &tasks, &ntasks, err, sizeof err);
 	if (f != stdin)
 		fclose(f);
+	if (status == -2) {
+		status = cli_usage(cli, "%s", err);
+		goto done;
+	}
 	if (status < 0) {
 		status = cli_error(cli, EXIT_FAIL, "cannot read '%s': %s", file, strerror(errno));
 		goto done;
@@ -324,12 +393,18 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		snprintf(path, sizeof path, "gpuman-logs/%s",
 		         strcmp(file, "-") ? basename(copy) : "stdin");
 	}
+	/* The allocation we run in, unless Slurm options ask for another. */
+	adopt = getenv("SLURM_JOB_ID") && o.nalloc == 0;
 	/* Our own allocation: as many task slots per node as GPUs, so that
-	 * every GPU can run a step at once (one CPU each). */
-	if (!o.gres)
+	 * every GPU can run a step at once (one CPU each).  Without -N or
+	 * --gres its size is the partition's idle GPUs (spread_size, once
+	 * Slurm is known to answer); a dry run shows one GPU. */
+	spread = !adopt && !o.gres && !o.nodes_given && !o.b.dry_run;
+	if (!o.gres && !spread)
 		add_arg(cli, o.alloc, &o.nalloc, "--gres=gpu:%s", "1");
 	snprintf(tpn, sizeof tpn, "%u", slurm_gres_per_node(o.gres ? o.gres : "gpu:1"));
-	add_arg(cli, o.alloc, &o.nalloc, "--ntasks-per-node=%s", tpn);
+	if (!spread)
+		add_arg(cli, o.alloc, &o.nalloc, "--ntasks-per-node=%s", tpn);
 	o.alloc[o.nalloc] = NULL;
 	if (o.b.dry_run) {
 		for (size_t i = 0; i < ntasks; i++) {
@@ -340,7 +415,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 		}
 		printf("%zu task%s, %u GPU%s each, as srun steps in ", ntasks,
 		       ntasks == 1 ? "" : "s", per_task, per_task == 1 ? "" : "s");
-		if (batch_in_allocation() || (getenv("SLURM_JOB_ID") && o.nalloc == 2 && !o.gres))
+		if (batch_in_allocation() || adopt)
 			printf("Slurm job %s\n", getenv("SLURM_JOB_ID"));
 		else
 			for (size_t i = 0; i <= o.nalloc; i++)
@@ -358,6 +433,12 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	if (slurm_preflight(err, sizeof err) < 0) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
+	}
+	if (spread) {
+		status = spread_size(cli, &o, ntasks, per_task);
+		if (status != CLI_CONTINUE)
+			goto done;
+		o.alloc[o.nalloc] = NULL;
 	}
 	/* The local batch's checks: the Slurm tasks' logs and records are
 	 * written here (by srun, and by the wrapper on the nodes, as the same
@@ -377,7 +458,7 @@ int batch_slurm_exec(struct cli *cli, const struct cmd_entry *cmd, int argc, cha
 	/* The allocation: the one we run in, unless Slurm options ask for
 	 * another; else a new one (salloc waits while it is pending; Ctrl-C
 	 * reaches salloc, in our process group, which withdraws it). */
-	if (getenv("SLURM_JOB_ID") && o.nalloc == 2 && !o.gres) {
+	if (adopt) {
 		if (slurm_adopt(getenv("SLURM_JOB_ID"), &alloc, err, sizeof err) < 0) {
 			status = cli_error(cli, EXIT_FAIL, "%s", err);
 			goto done;

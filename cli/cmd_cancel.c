@@ -4,6 +4,8 @@
  * as cancelled.
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -134,27 +136,95 @@ static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok
 	return cli_error(cli, EXIT_FAIL, "job %lld: could not cancel it, try again", (long long)id);
 }
 
-enum { OPT_ALL = OPT_CMD_BASE };
+enum { OPT_ALL = OPT_CMD_BASE, OPT_USER, OPT_NAME };
+
+/* Which live jobs: --all, or those of -u USER (Slurm's scancel -u; the
+ * queue is its owner's, so USER can only be oneself) and of -n NAME. */
+struct cancel_opts {
+	int all;
+	const char *user;
+	const char *name;
+};
 
 static int cancel_option(struct cli *cli, int opt, const char *arg, void *data)
 {
+	struct cancel_opts *o = data;
+
 	(void)cli;
-	(void)arg;
-	if (opt != 'a' && opt != OPT_ALL)
-		return -1;
-	*(int *)data = 1;
+	switch (opt) {
+	case 'a':
+	case OPT_ALL:
+		o->all = 1;
+		return CLI_CONTINUE;
+	case 'u':
+	case OPT_USER:
+		o->user = arg;
+		return CLI_CONTINUE;
+	case 'n':
+	case OPT_NAME:
+		o->name = arg;
+		return CLI_CONTINUE;
+	}
+	return -1;
+}
+
+/*
+ * -u USER: one's own jobs (a name or a uid).  Root may name anyone: it
+ * becomes that user (groups, gid, uid, HOME) for the rest of the command,
+ * so that it opens their queue where their own gpuman keeps it by default
+ * (~USER/.local/state/gpuman) with their rights, and signals their runners
+ * as them.  Anyone else naming another user is refused: a queue is private
+ * to its owner.
+ */
+static int take_user(struct cli *cli, const char *user)
+{
+	struct passwd *pw = getpwnam(user);
+	char *end;
+	unsigned long uid;
+
+	if (!pw) {
+		errno = 0;
+		uid = strtoul(user, &end, 10);
+		if (!*user || *end || errno || uid > 0xFFFFFFFFul)
+			return cli_usage(cli, "-u '%s': no such user (give a user name or a uid)",
+			                 user);
+		pw = getpwuid((uid_t)uid);
+	} else {
+		uid = pw->pw_uid;
+	}
+	if ((uid_t)uid == geteuid())
+		return CLI_CONTINUE;
+	if (geteuid() != 0)
+		return cli_usage(cli,
+		                 "-u '%s': only your own jobs can be cancelled: each user's queue "
+		                 "is private to them (they cancel theirs with gpuman cancel --all)",
+		                 user);
+	if (!pw || !pw->pw_dir || !*pw->pw_dir)
+		return cli_usage(cli, "-u '%s': no home directory, so no queue to cancel in", user);
+	if (initgroups(pw->pw_name, pw->pw_gid) < 0 ||
+	    setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) < 0 ||
+	    setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid) < 0)
+		return cli_error(cli, EXIT_FAIL, "-u '%s': cannot become that user: %s", user,
+		                 strerror(errno));
+	/* their queue, not the one root's own variables name */
+	setenv("HOME", pw->pw_dir, 1);
+	unsetenv("XDG_STATE_HOME");
+	unsetenv("GPUMAN_QUEUE_DIR");
 	return CLI_CONTINUE;
 }
 
 struct live_ids {
 	int64_t *ids;
 	size_t n, cap;
+	const char *name; /* only jobs of this name; NULL: all */
 };
 
 static int note_live(void *data, const struct job *job)
 {
 	struct live_ids *l = data;
 
+	if (l->name && (!job->name || strcmp(job->name, l->name)))
+		return 0;
 	if (l->n == l->cap) {
 		size_t ncap = l->cap ? l->cap * 2 : 64;
 		int64_t *grown = realloc(l->ids, ncap * sizeof *grown);
@@ -170,14 +240,14 @@ static int note_live(void *data, const struct job *job)
 
 /* Every queued job, then every running one: the queued are gone before
  * the end of a running job could let the dispatcher start one of them. */
-static int cancel_all(struct cli *cli, struct queue *q)
+static int cancel_all(struct cli *cli, struct queue *q, const char *name)
 {
 	static const unsigned passes[] = {JOB_STATES(JOB_QUEUED), JOB_STATES(JOB_RUNNING)};
 	char err[GM_ERRBUF_SIZE];
 	int worst = EXIT_OK, stopped = 0, any = 0;
 
 	for (size_t p = 0; p < sizeof passes / sizeof *passes; p++) {
-		struct live_ids l = {NULL, 0, 0};
+		struct live_ids l = {NULL, 0, 0, name};
 
 		if (jobstore_each(q->store, passes[p], note_live, &l, &stopped, err, sizeof err) !=
 		        GM_OK ||
@@ -195,26 +265,40 @@ static int cancel_all(struct cli *cli, struct queue *q)
 		any += l.n > 0;
 		free(l.ids);
 	}
-	if (!any)
+	if (!any && name)
+		printf("no queued or running job named '%s' to cancel\n", name);
+	else if (!any)
 		printf("no queued or running jobs to cancel\n");
 	return worst;
 }
 
 static int cancel_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    CLI_COMMON_OPTIONS, {"all", no_argument, NULL, OPT_ALL}, {0}};
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         {"all", no_argument, NULL, OPT_ALL},
+	                                         {"user", required_argument, NULL, OPT_USER},
+	                                         {"name", required_argument, NULL, OPT_NAME},
+	                                         {0}};
+	struct cancel_opts o = {0, NULL, NULL};
 	struct queue q;
 	char err[GM_ERRBUF_SIZE];
-	int status, worst = EXIT_OK, all = 0;
+	int status, worst = EXIT_OK, all;
 
-	status = cli_parse(cli, &cmd_cancel, argc, argv, "a", longopts, cancel_option, &all);
+	status = cli_parse(cli, &cmd_cancel, argc, argv, "au:n:", longopts, cancel_option, &o);
 	if (status != CLI_CONTINUE)
 		return status;
+	if (o.user && (status = take_user(cli, o.user)) != CLI_CONTINUE)
+		return status;
+	all = o.all || o.user || o.name;
 	if (all && optind < argc)
-		return cli_usage(cli, "--all or job ids, not both ('%s')", argv[optind]);
+		return cli_usage(cli, "%s or job ids, not both ('%s')",
+		                 o.name   ? "-n"
+		                 : o.user ? "-u"
+		                          : "--all",
+		                 argv[optind]);
 	if (!all && optind >= argc)
-		return cli_usage(cli, "which jobs? (gpuman cancel ID... or --all)");
+		return cli_usage(cli,
+		                 "which jobs? (gpuman cancel ID..., --all, -n NAME or -u USER)");
 	for (int i = optind; i < argc; i++) {
 		int64_t lo, hi;
 
@@ -225,7 +309,7 @@ static int cancel_exec(struct cli *cli, int argc, char **argv)
 	if (cli_queue_open(cli, &q) != EXIT_OK)
 		return EXIT_FAIL;
 	if (all)
-		worst = cancel_all(cli, &q);
+		worst = cancel_all(cli, &q, o.name);
 	for (int i = optind; i < argc; i++) {
 		int64_t lo = 0, hi = -1;
 		int found = 0;
@@ -260,7 +344,7 @@ const struct cmd_entry cmd_cancel = {
     "cancel",
     "cancel queued or running jobs",
     "usage: gpuman cancel ID|FIRST-LAST...\n"
-    "       gpuman cancel --all\n"
+    "       gpuman cancel --all | -n NAME | -u USER\n"
     "\n"
     "A queued job is removed from the queue (state cancelled).  A running job's\n"
     "processes get SIGTERM, and SIGKILL " GRACE_TEXT " seconds later if they are still there;\n"
@@ -269,8 +353,15 @@ const struct cmd_entry cmd_cancel = {
     "FIRST-LAST: every job of yours in that range that has not ended (an\n"
     "array's ids, as submit --array prints them).\n"
     "\n"
-    "  -a, --all   every queued job, then every running one\n"
+    "  -a, --all        every queued job, then every running one\n"
+    "  -n, --name NAME  every queued or running job named NAME (submit --name; an\n"
+    "                   array's are NAME_<task>), as Slurm's scancel -n\n"
+    "  -u, --user USER  every job of USER, as Slurm's scancel -u: USER is you (a\n"
+    "                   name or uid); another user's queue is private to them,\n"
+    "                   except to root, who cancels in USER's queue at its\n"
+    "                   default place (~USER/.local/state/gpuman) as USER\n"
     "\n"
     "Exit status: 0 all cancelled, 1 one had already ended, 2 no such job.\n",
     cancel_exec,
+    NULL,
 };

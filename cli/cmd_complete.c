@@ -6,7 +6,8 @@
  *
  *   commands          NAME<TAB>summary, one a line
  *   options [CMD]     the options CMD's --help text names (global ones without CMD)
- *   values OPTION     the words OPTION takes; "@gpus", "@files" or "@dirs" for a kind
+ *   values OPTION [CMD]  the words OPTION takes in CMD; "@gpus", "@files" or "@dirs"
+ *                     for a kind
  *   operands CMD      what CMD's operands are: @gpus, @jobs, @files, @command or nothing
  *   gpus              NVML indices and UUIDs of this machine (or --sim's)
  *   jobs              ids of your queued and running jobs
@@ -26,15 +27,25 @@ static const char *const operand_kinds[][2] = {
     {"cancel", "@jobs"}, {"logs", "@jobs"},   {"wait", "@jobs"},   {"help", "@commands"},
 };
 
-/* Option values; options not listed take a free-form value or none. */
-static const char *const option_values[][2] = {
-    {"--by", "memory memory-rate power util index"},
-    {"--format", "index uuid cuda"},
-    {"--fallback", "cpu"},
-    {"--only", "@gpus"},
-    {"--exclude", "@gpus"},
-    {"--sim", "@files"},
-    {"--log-dir", "@dirs"},
+/* Option values, per command where commands differ (pick's --format is
+ * not status's): only what that command accepts, which completion.bats
+ * checks by running the command with each.  Options not listed take a
+ * free-form value or none. */
+static const struct {
+	const char *option;
+	const char *cmd; /* NULL: every command that takes the option */
+	const char *words;
+} option_values[] = {
+    {"--by", NULL, "memory memory-rate power util index"},
+    {"--format", "pick", "index uuid cuda"},
+    {"--format", "status", "csv csv,noheader csv,nounits csv,noheader,nounits"},
+    {"--format", "ps", "csv csv,noheader"},
+    {"--format", "waste", "csv csv,noheader"},
+    {"--fallback", "run", "cpu"},
+    {"--only", NULL, "@gpus"},
+    {"--exclude", NULL, "@gpus"},
+    {"--sim", NULL, "@files"},
+    {"--log-dir", NULL, "@dirs"},
 };
 
 static const struct cmd_entry *find(const char *name)
@@ -149,9 +160,12 @@ static int complete_exec(struct cli *cli, int argc, char **argv)
 			print_options(find(arg)->usage, seen, sizeof seen);
 		}
 	} else if (!strcmp(what, "values")) {
+		const char *cmd = argc > 3 ? argv[3] : NULL;
+
 		for (size_t i = 0; arg && i < sizeof option_values / sizeof option_values[0]; i++)
-			if (!strcmp(option_values[i][0], arg))
-				for (const char *w = option_values[i][1]; *w;) {
+			if (!strcmp(option_values[i].option, arg) &&
+			    (!option_values[i].cmd || (cmd && !strcmp(option_values[i].cmd, cmd))))
+				for (const char *w = option_values[i].words; *w;) {
 					size_t len = strcspn(w, " ");
 
 					printf("%.*s\n", (int)len, w);
@@ -174,10 +188,11 @@ static int complete_exec(struct cli *cli, int argc, char **argv)
 const struct cmd_entry cmd_complete = {
     "complete",
     NULL,
-    "usage: gpuman complete commands | options [CMD] | values OPTION | operands CMD\n"
+    "usage: gpuman complete commands | options [CMD] | values OPTION [CMD] | operands CMD\n"
     "                       | gpus | jobs\n"
     "\n"
     "The words shell completion offers, one a line (WORD<TAB>description where\n"
     "there is one).  Used by the bash, zsh and fish completion scripts.\n",
     complete_exec,
+    NULL,
 };

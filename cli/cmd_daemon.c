@@ -656,4 +656,6 @@ const struct cmd_entry cmd_daemon = {
     "the state file for the next start), 1 if it cannot start (the socket is\n"
     "served already, the state directory is unsafe, no driver).\n",
     daemon_exec,
+    "it answers gpuman's own commands over its socket; 'gpuman status --json' shows "
+    "its leases and line",
 };

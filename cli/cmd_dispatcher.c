@@ -175,4 +175,5 @@ const struct cmd_entry cmd_dispatcher = {
     NULL,
     "usage: gpuman dispatcher (started by gpuman submit, queue, wait and logs)\n",
     dispatcher_exec,
+    NULL,
 };

@@ -193,4 +193,5 @@ const struct cmd_entry cmd_info = {
     "  --json       a JSON array, one object per GPU\n"
     "  --sim FILE   use the NVML simulator with this scenario\n",
     info_exec,
+    NULL,
 };

@@ -195,4 +195,5 @@ const struct cmd_entry cmd_logs = {
     "  -f, --follow       keep printing as the job writes, until it ends\n"
     "  --tail N           only the last N lines (then, with -f, what follows)\n",
     logs_exec,
+    NULL,
 };

@@ -119,4 +119,5 @@ const struct cmd_entry cmd_pick = {
     "\n" SELECT_HELP "\n"
     "When no GPU fits, exit 75 and say, per GPU, which condition excluded it.\n",
     pick_exec,
+    NULL,
 };

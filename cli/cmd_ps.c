@@ -40,7 +40,7 @@ static void print_csv(const struct cli_look *look, const struct cli_select *sel,
 	const struct gm_mig *mig;
 	char num[32];
 
-	csv_header(ps_columns, idx, n);
+	csv_header(sel, ps_columns, idx, n);
 	for (size_t i = 0; i < snap->proc_count; i++) {
 		const struct gm_proc *p = &snap->procs[i];
 
@@ -215,4 +215,5 @@ const struct cmd_entry cmd_ps = {
     "  --json                 a JSON array of processes\n"
     "  --sim FILE             use the NVML simulator with this scenario\n",
     ps_exec,
+    NULL,
 };

@@ -300,4 +300,5 @@ const struct cmd_entry cmd_queue = {
     "running jobs, however long the history.  Starts the dispatcher if jobs\n"
     "wait and none runs.\n",
     queue_exec,
+    NULL,
 };

@@ -208,6 +208,7 @@ const struct cmd_entry cmd_reserve = {
     "  gpuman reserve --mem 16G --for 90m --wait=10m\n"
     "  gpuman release \"$GPUMAN_RESERVATION\"\n",
     reserve_exec,
+    NULL,
 };
 
 const struct cmd_entry cmd_release = {
@@ -222,4 +223,5 @@ const struct cmd_entry cmd_release = {
     "example:\n"
     "  gpuman release \"$GPUMAN_RESERVATION\"\n",
     release_exec,
+    NULL,
 };

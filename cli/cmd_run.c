@@ -355,4 +355,5 @@ const struct cmd_entry cmd_run = {
     "  gpuman run -n 2 --wait=2h -- torchrun --nproc-per-node 2 train.py\n"
     "  gpuman run --mem 8G --wait -- python eval.py\n",
     run_exec,
+    NULL,
 };

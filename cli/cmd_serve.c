@@ -17,6 +17,9 @@ static int serve_exec(struct cli *cli, int argc, char **argv)
 	char *slash;
 
 	(void)argc;
+	/* gpuman --json serve: the --json never reaches gpuman-serve's argv */
+	if (cli_json_check(cli, &cmd_serve) != CLI_CONTINUE)
+		return EXIT_USAGE;
 	if (n < 0)
 		return cli_error(cli, EXIT_FAIL, "cannot find my own program: %s", strerror(errno));
 	self[n] = '\0';
@@ -35,4 +38,5 @@ const struct cmd_entry cmd_serve = {
     "serve Prometheus metrics, the status JSON and a live page over HTTP",
     cmdline_serve_usage,
     serve_exec,
+    cmdline_serve_no_json,
 };

@@ -187,4 +187,5 @@ const struct cmd_entry cmd_slurm_sample = {
     "every second the GPU memory and utilization of PID's processes on the\n"
     "step's GPUs and keeps 'PEAK|- SAMPLES UTIL_SUM' in FILE.\n",
     sample_exec,
+    NULL,
 };

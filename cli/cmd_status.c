@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "cli.h"
 #include <signal.h>
 #include <time.h>
@@ -330,6 +331,14 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 			print_mig_row(cli, sel, snap, view, g, &snap->migs[i], l);
 }
 
+/* A finding status shows under -i and -u: one of those users', on one of
+ * those GPUs (the table and the JSON alike). */
+static int waste_shown(const struct cli_select *sel, const struct waste_item *it)
+{
+	return cli_select_user_name(sel, it->has_user, it->user) &&
+	       (!sel->gpus || ((it->idle_gpus | it->busy_gpus | it->gpus) & sel->gpus));
+}
+
 /* The hogs and idle leases, then one line for the processes outside gpuman. */
 static void print_waste(const struct cli *cli, const struct cli_select *sel,
                         const struct cli_look *look, const struct waste_opts *wopts,
@@ -341,8 +350,7 @@ static void print_waste(const struct cli *cli, const struct cli_select *sel,
 	for (size_t i = 0; i < waste->count; i++) {
 		const struct waste_item *it = &waste->items[i];
 
-		if (!cli_select_user_name(sel, it->has_user, it->user) ||
-		    (sel->gpus && !((it->idle_gpus | it->busy_gpus | it->gpus) & sel->gpus)))
+		if (!waste_shown(sel, it))
 			continue;
 		if (it->kind == WASTE_UNLEASED) {
 			unleased++;
@@ -419,105 +427,211 @@ static const struct csv_column status_columns[] = {
     {"max_clock_sm_mhz", ""},
     {"max_clock_memory_mhz", ""},
     {"max_clock_graphics_mhz", ""},
+    {"pci_bus_id", "domain:bus:device.function"},
 };
 #define STATUS_COLUMNS (sizeof status_columns / sizeof status_columns[0])
 #define CSV_CLOCKS 13
+#define CSV_PCI 19 /* after the clocks */
 static const enum gm_gpu_value csv_clocks[] = {
     GM_GPU_CLOCK_SM_MHZ,     GM_GPU_CLOCK_MEM_MHZ,     GM_GPU_CLOCK_GRAPHICS_MHZ,
     GM_GPU_MAX_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ,
 };
-_Static_assert(CSV_CLOCKS + sizeof csv_clocks / sizeof csv_clocks[0] == STATUS_COLUMNS,
-               "a clock for each of the last columns");
+_Static_assert(CSV_CLOCKS + sizeof csv_clocks / sizeof csv_clocks[0] == CSV_PCI &&
+                   CSV_PCI + 1 == STATUS_COLUMNS,
+               "a clock for each column from CSV_CLOCKS, then pci_bus_id");
+
+/* One GPU's value of CSV column col, in buf or a string of the snapshot;
+ * NULL where the GPU does not report it. */
+static const char *column_value(const struct cli_select *sel, const struct cli_look *look,
+                                const struct gm_gpu *g, size_t col, char *buf, size_t len)
+{
+	const struct gm_snapshot *snap = look->snap;
+	size_t procs = 0, o = 0;
+	int64_t mhz;
+
+	switch (col) {
+	case 0:
+		snprintf(buf, len, "%u", g->index);
+		return buf;
+	case 1:
+		return g->uuid[0] ? g->uuid : NULL;
+	case 2:
+		return g->name[0] ? g->name : NULL;
+	case 3:
+		snprintf(buf, len, "%u", g->temperature_c);
+		return g->valid & GM_HAS_TEMPERATURE ? buf : NULL;
+	case 4:
+		snprintf(buf, len, "%u", g->util_gpu_pct);
+		return g->valid & GM_HAS_UTIL ? buf : NULL;
+	case 5:
+	case 6:
+	case 7:
+		snprintf(buf, len, "%llu",
+		         (unsigned long long)(col == 5   ? g->mem_used_mib
+		                              : col == 6 ? g->mem_total_mib
+		                                         : g->mem_free_mib));
+		return g->valid & GM_HAS_MEMORY ? buf : NULL;
+	case 8:
+		snprintf(buf, len, "%.1f", g->power_mw / 1000.0);
+		return g->valid & GM_HAS_POWER ? buf : NULL;
+	case 9:
+		snprintf(buf, len, "%.1f", g->power_limit_mw / 1000.0);
+		return g->valid & GM_HAS_POWER_LIMIT ? buf : NULL;
+	case 10:
+		for (size_t k = 0; k < snap->proc_count; k++)
+			procs +=
+			    snap->procs[k].gpu == g->index && cli_select_proc(sel, &snap->procs[k]);
+		snprintf(buf, len, "%zu", procs);
+		return buf;
+	case 11:
+		buf[0] = '\0';
+		for (size_t l = 0; l < look->view->lease_count; l++)
+			for (size_t k = 0; k < look->view->leases[l].gpu_count; k++)
+				if (look->view->leases[l].indices[k] == g->index && o < len)
+					o +=
+					    (size_t)snprintf(buf + o, len - o, "%s%s", o ? " " : "",
+					                     look->view->leases[l].user);
+		return buf;
+	case 12:
+		buf[0] = '\0';
+		for (size_t k = 0; k < snap->mig_count; k++)
+			if (snap->migs[k].gpu == g->index && o < len)
+				o += (size_t)snprintf(buf + o, len - o, "%s%s:%s", o ? " " : "",
+				                      snap->migs[k].profile, snap->migs[k].uuid);
+		return buf;
+	case CSV_PCI:
+		return (g->valid & GM_HAS_PCI) && g->pci_bus_id[0] ? g->pci_bus_id : NULL;
+	default:
+		if (col < CSV_CLOCKS || col >= CSV_PCI ||
+		    !gm_gpu_value(g, csv_clocks[col - CSV_CLOCKS], &mhz))
+			return NULL;
+		snprintf(buf, len, "%lld", (long long)mhz);
+		return buf;
+	}
+}
+
+/*
+ * nvidia-smi's --query-gpu names for status's columns, with the unit its
+ * CSV shows ("memory.used [MiB]" in the header, "12 MiB" as a value,
+ * both without the unit under nounits).  A name that is not here is a
+ * field gpuman does not read, and is refused naming it.
+ */
+static const struct smi_field {
+	const char *name;
+	const char *alias; /* nvidia-smi's other name for it, or NULL */
+	size_t column;     /* of status_columns */
+	const char *unit;  /* NULL: none */
+} smi_fields[] = {
+    {"index", NULL, 0, NULL},
+    {"uuid", "gpu_uuid", 1, NULL},
+    {"name", "gpu_name", 2, NULL},
+    {"temperature.gpu", NULL, 3, NULL},
+    {"utilization.gpu", NULL, 4, "%"},
+    {"memory.used", NULL, 5, "MiB"},
+    {"memory.total", NULL, 6, "MiB"},
+    {"memory.free", NULL, 7, "MiB"},
+    {"power.draw", NULL, 8, "W"},
+    {"power.limit", NULL, 9, "W"},
+    {"pci.bus_id", "gpu_bus_id", CSV_PCI, NULL},
+    {"clocks.sm", "clocks.current.sm", CSV_CLOCKS, "MHz"},
+    {"clocks.mem", "clocks.current.memory", CSV_CLOCKS + 1, "MHz"},
+    {"clocks.gr", "clocks.current.graphics", CSV_CLOCKS + 2, "MHz"},
+    {"clocks.max.sm", "clocks.max.streaming_multiprocessor", CSV_CLOCKS + 3, "MHz"},
+    {"clocks.max.mem", "clocks.max.memory", CSV_CLOCKS + 4, "MHz"},
+    {"clocks.max.gr", "clocks.max.graphics", CSV_CLOCKS + 5, "MHz"},
+};
+#define SMI_FIELDS (sizeof smi_fields / sizeof smi_fields[0])
+
+static const struct smi_field *smi_of_column(size_t col)
+{
+	for (size_t i = 0; i < SMI_FIELDS; i++)
+		if (smi_fields[i].column == col)
+			return &smi_fields[i];
+	return NULL;
+}
+
+/* --query-gpu=FIELDS into status's column names (out, len bytes);
+ * EXIT_OK, or a usage error naming the field gpuman does not have. */
+static int smi_columns(struct cli *cli, const char *query, char *out, size_t len)
+{
+	char *list = strdup(query), *tok, *save = NULL;
+	size_t o = 0;
+	int rc = EXIT_OK;
+
+	if (!list)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	out[0] = '\0';
+	for (tok = strtok_r(list, ",", &save); tok && rc == EXIT_OK;
+	     tok = strtok_r(NULL, ",", &save)) {
+		const struct smi_field *f = NULL;
+		struct spell near;
+		const char *best;
+
+		tok += strspn(tok, " ");
+		for (size_t i = 0; i < SMI_FIELDS && !f; i++)
+			if (!strcasecmp(tok, smi_fields[i].name) ||
+			    (smi_fields[i].alias && !strcasecmp(tok, smi_fields[i].alias)))
+				f = &smi_fields[i];
+		if (f) {
+			o += (size_t)snprintf(out + o, o < len ? len - o : 0, "%s%s", o ? "," : "",
+			                      status_columns[f->column].name);
+			continue;
+		}
+		near = (struct spell)SPELL_INIT(tok);
+		for (size_t i = 0; i < SMI_FIELDS; i++)
+			spell_offer(&near, smi_fields[i].name);
+		best = spell_best(&near);
+		rc = cli_usage(
+		    cli,
+		    "--query-gpu: '%s' is not a field gpuman reads%s%s%s (it has: index, "
+		    "uuid, name, temperature.gpu, utilization.gpu, memory.used, "
+		    "memory.total, memory.free, power.draw, power.limit, pci.bus_id, "
+		    "clocks.sm, clocks.mem, clocks.gr, clocks.max.sm, clocks.max.mem, "
+		    "clocks.max.gr)",
+		    tok, best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
+	}
+	free(list);
+	if (rc == EXIT_OK && (!o || o >= len))
+		rc = cli_usage(cli, "--query-gpu '%s': name the fields to show", query);
+	return rc;
+}
 
 static void print_csv(const struct cli_select *sel, const struct cli_look *look, const size_t *idx,
                       size_t n)
 {
 	const struct gm_snapshot *snap = look->snap;
-	char buf[512];
+	char buf[512], safe[CLI_SAFE_SIZE];
 
-	csv_header(status_columns, idx, n);
+	if (sel->smi && !sel->noheader) {
+		for (size_t c = 0; c < n; c++) {
+			const struct smi_field *f = smi_of_column(idx[c]);
+
+			printf("%s%s", c ? ", " : "", f ? f->name : status_columns[idx[c]].name);
+			if (f && f->unit && !sel->nounits)
+				printf(" [%s]", f->unit);
+		}
+		putchar('\n');
+	} else {
+		csv_header(sel, status_columns, idx, n);
+	}
 	for (size_t i = 0; i < snap->gpu_count; i++) {
 		const struct gm_gpu *g = &snap->gpus[i];
 
 		if (!gpu_shown(sel, look, g))
 			continue;
 		for (size_t c = 0; c < n; c++) {
-			const char *v = buf;
-			size_t procs = 0, o = 0;
+			const char *v = column_value(sel, look, g, idx[c], buf, sizeof buf);
+			const struct smi_field *f;
 
-			switch (idx[c]) {
-			case 0:
-				snprintf(buf, sizeof buf, "%u", g->index);
-				break;
-			case 1:
-				v = g->uuid[0] ? g->uuid : NULL;
-				break;
-			case 2:
-				v = g->name[0] ? g->name : NULL;
-				break;
-			case 3:
-				snprintf(buf, sizeof buf, "%u", g->temperature_c);
-				v = g->valid & GM_HAS_TEMPERATURE ? buf : NULL;
-				break;
-			case 4:
-				snprintf(buf, sizeof buf, "%u", g->util_gpu_pct);
-				v = g->valid & GM_HAS_UTIL ? buf : NULL;
-				break;
-			case 5:
-			case 6:
-			case 7:
-				snprintf(buf, sizeof buf, "%llu",
-				         (unsigned long long)(idx[c] == 5   ? g->mem_used_mib
-				                              : idx[c] == 6 ? g->mem_total_mib
-				                                            : g->mem_free_mib));
-				v = g->valid & GM_HAS_MEMORY ? buf : NULL;
-				break;
-			case 8:
-				snprintf(buf, sizeof buf, "%.1f", g->power_mw / 1000.0);
-				v = g->valid & GM_HAS_POWER ? buf : NULL;
-				break;
-			case 9:
-				snprintf(buf, sizeof buf, "%.1f", g->power_limit_mw / 1000.0);
-				v = g->valid & GM_HAS_POWER_LIMIT ? buf : NULL;
-				break;
-			case 10:
-				for (size_t k = 0; k < snap->proc_count; k++)
-					procs += snap->procs[k].gpu == g->index &&
-					         cli_select_proc(sel, &snap->procs[k]);
-				snprintf(buf, sizeof buf, "%zu", procs);
-				break;
-			case 11:
-				buf[0] = '\0';
-				for (size_t l = 0; l < look->view->lease_count; l++)
-					for (size_t k = 0; k < look->view->leases[l].gpu_count; k++)
-						if (look->view->leases[l].indices[k] == g->index &&
-						    o < sizeof buf)
-							o += (size_t)snprintf(
-							    buf + o, sizeof buf - o, "%s%s",
-							    o ? " " : "",
-							    look->view->leases[l].user);
-				break;
-			case 12:
-				buf[0] = '\0';
-				for (size_t k = 0; k < snap->mig_count; k++)
-					if (snap->migs[k].gpu == g->index && o < sizeof buf)
-						o += (size_t)snprintf(buf + o, sizeof buf - o,
-						                      "%s%s:%s", o ? " " : "",
-						                      snap->migs[k].profile,
-						                      snap->migs[k].uuid);
-				break;
-			default: {
-				int64_t mhz;
-
-				v = NULL;
-				if (gm_gpu_value(g, csv_clocks[idx[c] - CSV_CLOCKS], &mhz)) {
-					snprintf(buf, sizeof buf, "%lld", (long long)mhz);
-					v = buf;
-				}
-				break;
+			if (!sel->smi) {
+				csv_field(c == 0, v);
+				continue;
 			}
-			}
-			csv_field(c == 0, v);
+			/* nvidia-smi's form: ", " between fields, units, no quoting */
+			f = smi_of_column(idx[c]);
+			printf("%s%s", c ? ", " : "", v ? cli_safe(safe, v) : "[N/A]");
+			if (v && f && f->unit && !sel->nounits)
+				printf(" %s", f->unit);
 		}
 		putchar('\n');
 	}
@@ -648,24 +762,53 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		    c_dim(cli), c_reset(cli));
 }
 
-/* Inside a Slurm job: the JSON without the GPUs (and their processes)
- * outside the allocation, as the table shows them. */
-static void json_only_selected(json_t *o, const struct gm_snapshot *snap,
-                               const struct cli_select *sel)
+/* Whether a lease is shown: its user's, on a GPU shown. */
+static int lease_shown(const struct cli_select *sel, const struct cli_look *look,
+                       const struct lease_info *l)
 {
-	json_t *gpus = json_object_get(o, "gpus"), *procs = json_object_get(o, "processes");
-	size_t i = json_array_size(gpus);
+	if (!cli_select_user_name(sel, 1, l->user))
+		return 0;
+	for (size_t k = 0; k < l->gpu_count; k++)
+		for (size_t i = 0; i < look->snap->gpu_count; i++)
+			if (look->snap->gpus[i].index == l->indices[k] &&
+			    gpu_shown(sel, look, &look->snap->gpus[i]))
+				return 1;
+	return 0;
+}
 
-	while (i-- > 0)
-		if (i < snap->gpu_count && !cli_select_gpu(sel, snap->gpus[i].index))
-			json_array_remove(gpus, i);
-	for (i = json_array_size(procs); i-- > 0;) {
-		json_int_t g = json_integer_value(json_object_get(json_array_get(procs, i), "gpu"));
+/* The JSON of what the table shows under -i and -u (and, inside a Slurm
+ * job, the GPUs of its allocation): the arrays are built in the order of
+ * the snapshot, the view and the report, so position i is entry i. */
+static void json_only_selected(json_t *o, const struct cli_select *sel, const struct cli_look *look,
+                               const struct waste_report *waste)
+{
+	const struct gm_snapshot *snap = look->snap;
+	json_t *arr;
+	size_t i;
 
-		if (!cli_select_gpu(sel, (unsigned)g))
-			json_array_remove(procs, i);
-	}
-	json_object_set_new(o, "slurm_job", json_string(getenv("SLURM_JOB_ID")));
+	arr = json_object_get(o, "gpus");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < snap->gpu_count && !gpu_shown(sel, look, &snap->gpus[i]))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "processes");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < snap->proc_count && !cli_select_proc(sel, &snap->procs[i]))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "leases");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < look->view->lease_count && !lease_shown(sel, look, &look->view->leases[i]))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "waiters");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < look->view->waiter_count &&
+		    !cli_select_user_name(sel, 1, look->view->waiters[i].user))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "waste");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < waste->count && !waste_shown(sel, &waste->items[i]))
+			json_array_remove(arr, i);
+	if (getenv("SLURM_JOB_ID") && sel->gpus)
+		json_object_set_new(o, "slurm_job", json_string(getenv("SLURM_JOB_ID")));
 }
 
 /* One look at the machine, printed as asked.  Returns an exit status. */
@@ -690,10 +833,9 @@ static int status_once(struct cli *cli, struct cli_select *sel, const size_t *id
 	if (cli->json) {
 		json_t *o = listing_status_json(look.snap, look.view);
 
-		if (getenv("SLURM_JOB_ID") && sel->gpus)
-			json_only_selected(o, look.snap, sel);
 		json_object_set_new(o, "waste",
 		                    listing_waste_json(look.snap, look.view, &wopts, &waste));
+		json_only_selected(o, sel, &look, &waste);
 		rc = cli_print_json(o);
 	} else if (sel->csv) {
 		print_csv(sel, &look, idx, ncols);
@@ -754,23 +896,61 @@ int cli_status_watch(struct cli *cli, struct cli_select *sel, const size_t *idx,
 	return stop_watching && rc == EXIT_OK ? EXIT_OK : rc;
 }
 
+enum { OPT_QUERY_GPU = OPT_CMD_BASE, OPT_LOOP };
+
+/* status's options beyond the selection: nvidia-smi's --query-gpu and
+ * -l/--loop (its --watch). */
+struct status_opts {
+	struct cli_select sel;
+	const char *query;
+};
+
 static int status_option(struct cli *cli, int opt, const char *arg, void *data)
 {
-	return cli_select_option(cli, data, opt, arg);
+	struct status_opts *o = data;
+
+	if (opt == OPT_QUERY_GPU) {
+		o->query = arg;
+		return CLI_CONTINUE;
+	}
+	if (opt == 'l' || opt == OPT_LOOP)
+		opt = OPT_SELECT_WATCH;
+	return cli_select_option(cli, &o->sel, opt, arg);
 }
 
 static int status_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    CLI_COMMON_OPTIONS, CLI_SELECT_LONGOPTS, CLI_WATCH_LONGOPT, {0}};
-	struct cli_select sel = CLI_SELECT_INIT;
+	    CLI_COMMON_OPTIONS,
+	    CLI_SELECT_LONGOPTS,
+	    CLI_WATCH_LONGOPT,
+	    {"query-gpu", required_argument, NULL, OPT_QUERY_GPU},
+	    {"loop", required_argument, NULL, OPT_LOOP},
+	    {0}};
+	struct status_opts o = {CLI_SELECT_INIT, NULL};
+	struct cli_select sel;
 	size_t idx[STATUS_COLUMNS];
+	char columns[1024];
 	int rc, ncols = 0;
 
-	rc = cli_parse(cli, &cmd_status, argc, argv, CLI_SELECT_SHORTOPTS, longopts, status_option,
-	               &sel);
+	rc = cli_parse(cli, &cmd_status, argc, argv, CLI_SELECT_SHORTOPTS "l:", longopts,
+	               status_option, &o);
 	if (rc != CLI_CONTINUE)
 		return rc;
+	sel = o.sel;
+	if (o.query) {
+		/* nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]:
+		 * status's CSV columns under nvidia-smi's names and form */
+		if (sel.columns)
+			return cli_usage(cli, "--query-gpu picks the columns: give --format csv, "
+			                      "not csv=COLUMNS");
+		if (cli->json)
+			return cli_usage(cli, "--query-gpu is CSV: --json has every field already");
+		if ((rc = smi_columns(cli, o.query, columns, sizeof columns)) != EXIT_OK)
+			return rc;
+		sel.csv = sel.smi = 1;
+		sel.columns = columns;
+	}
 	/* The table shows no clocks; JSON and CSV have them. */
 	cli->clocks = cli->json || sel.csv;
 	/* --watch SEC as well as --watch=SEC, like nvidia-smi -l SEC */
@@ -794,6 +974,8 @@ const struct cmd_entry cmd_status = {
     "GPUs, their utilization, memory, power and processes",
     "usage: gpuman status [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]]\n"
     "                     [--watch[=SEC]] [--json] [--sim FILE]\n"
+    "       gpuman status --query-gpu=FIELDS --format=csv[,noheader][,nounits]\n"
+    "                     [-l SEC]\n"
     "\n"
     "One line per GPU: NVML index, name, temperature, utilization, memory used and\n"
     "total, power draw and limit, the processes on it (user, pid, memory) and its\n"
@@ -819,10 +1001,25 @@ const struct cmd_entry cmd_status = {
     "                         (PROFILE:MIG-UUID of each slice), clock_sm_mhz,\n"
     "                         clock_memory_mhz, clock_graphics_mhz,\n"
     "                         max_clock_sm_mhz, max_clock_memory_mhz,\n"
-    "                         max_clock_graphics_mhz\n"
+    "                         max_clock_graphics_mhz, pci_bus_id;\n"
+    "                         csv,noheader: no header line (nvidia-smi's word)\n"
+    "  --query-gpu=FIELDS     nvidia-smi's spelling of --format csv=COLUMNS, in its\n"
+    "                         form: its names (index, uuid, name, temperature.gpu,\n"
+    "                         utilization.gpu, memory.used, memory.total,\n"
+    "                         memory.free, power.draw, power.limit, pci.bus_id,\n"
+    "                         clocks.sm, clocks.mem, clocks.gr, clocks.max.sm,\n"
+    "                         clocks.max.mem, clocks.max.gr), 'memory.used [MiB]'\n"
+    "                         headers, '12 MiB' values (none with nounits), ', '\n"
+    "                         between fields, [N/A] where unreported; a field gpuman\n"
+    "                         does not read is refused, naming it\n"
     "  --watch[=SEC]          print it again every SEC seconds (default 2) until\n"
     "                         interrupted, as plain text (gpuman top is the live view)\n"
+    "  -l, --loop=SEC         nvidia-smi's spelling of --watch=SEC\n"
     "  --json                 the snapshot as JSON (schema in gpuman-status(1))\n"
-    "  --sim FILE             use the NVML simulator with this scenario\n",
+    "  --sim FILE             use the NVML simulator with this scenario\n"
+    "-i and -u are nvidia-smi's -i (which GPUs) and gpuman's users, not gpustat's\n"
+    "(its -i is an interval: here --watch or -l; its -u shows user names, which\n"
+    "status always does).\n",
     status_exec,
+    NULL,
 };

@@ -26,7 +26,10 @@ enum {
 	OPT_PRIORITY,
 	OPT_NOTIFY,
 	OPT_TIME,
-	OPT_ARRAY
+	OPT_ARRAY,
+	OPT_WRAP,
+	OPT_DEPENDENCY,
+	OPT_GRES
 };
 
 #define NAME_MAX_LEN 64
@@ -46,7 +49,9 @@ struct submit_opts {
 	long long time_limit;   /* --time, seconds; 0 none */
 	int *tasks;             /* --array: the task numbers; NULL: one job */
 	size_t ntasks;
-	int array_limit; /* --array ...%K */
+	int array_limit;  /* --array ...%K */
+	const char *wrap; /* --wrap LINE: run through /bin/sh -c */
+	int shell;        /* the command is one line for /bin/sh -c */
 };
 
 /* --after ID[,ID]: job ids, at most AFTER_MAX; may be given more than once. */
@@ -72,6 +77,65 @@ static int parse_after(struct cli *cli, const char *arg, struct submit_opts *o)
 		p += l;
 		p += *p == ',';
 	}
+	return CLI_CONTINUE;
+}
+
+/* Slurm's --dependency=afterok:ID[:ID][,afterok:ID...]: every job must
+ * succeed first, which is --after.  Slurm's other kinds (afterany,
+ * afternotok, singleton, '?' for any of them) mean something --after does
+ * not, so they are refused rather than read as it. */
+static int parse_dependency(struct cli *cli, const char *arg, struct submit_opts *o)
+{
+	char *list = strdup(arg), *item, *save = NULL;
+	int rc = CLI_CONTINUE;
+
+	if (!list)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	if (strchr(arg, '?') || !*arg)
+		rc = cli_usage(cli,
+		               "--dependency '%s': only afterok:ID[:ID] (all must succeed) is "
+		               "gpuman's --after; '?' (any of them) has no equal",
+		               arg);
+	for (item = strtok_r(list, ",", &save); item && rc == CLI_CONTINUE;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *ids = strchr(item, ':');
+
+		if (!ids || (size_t)(ids - item) != 7 || strncmp(item, "afterok", 7)) {
+			rc =
+			    cli_usage(cli,
+			              "--dependency '%s': only afterok:ID[:ID] is supported (it is "
+			              "--after ID,ID); '%.*s' means something else",
+			              arg, (int)strcspn(item, ":"), item);
+			break;
+		}
+		for (char *c = ids; *c; c++)
+			if (*c == ':')
+				*c = ',';
+		rc = parse_after(cli, ids + 1, o);
+	}
+	free(list);
+	return rc;
+}
+
+/* --gres=gpu:N (Slurm's spelling, without --slurm): N GPUs, as -n N.  A
+ * GPU type (gpu:a100:2) is Slurm's to choose; here GPUs are chosen by
+ * --by, --min-free and --only, so a type is refused, not ignored. */
+static int parse_gres(struct cli *cli, const char *arg)
+{
+	const char *n = "1";
+	char err[GM_ERRBUF_SIZE];
+
+	if (strncmp(arg, "gpu", 3) || (arg[3] && arg[3] != ':'))
+		return cli_usage(cli, "--gres '%s': only gpu or gpu:N (N GPUs, as -n N) here", arg);
+	if (arg[3] == ':')
+		n = arg + 4;
+	if (strchr(n, ':') || strspn(n, "0123456789") != strlen(n) || !*n)
+		return cli_usage(cli,
+		                 "--gres '%s': a GPU type is Slurm's to choose (submit --slurm "
+		                 "--gres=%s); here give gpu:N, with --only or --min-free to choose",
+		                 arg, arg);
+	if (gm_request_set(cli->req, "n", n, err, sizeof err) != GM_OK)
+		return cli_usage(cli, "--gres '%s': %s", arg, err);
 	return CLI_CONTINUE;
 }
 
@@ -135,6 +199,7 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 			return cli_usage(cli, "--retries '%s': %s", arg, err);
 		return CLI_CONTINUE;
 	case OPT_NAME:
+	case 'J':
 		o->name = arg;
 		return check_name(cli, arg);
 	case OPT_NOTIFY:
@@ -143,6 +208,13 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 		return CLI_CONTINUE;
 	case OPT_AFTER:
 		return parse_after(cli, arg, o);
+	case OPT_DEPENDENCY:
+		return parse_dependency(cli, arg, o);
+	case OPT_GRES:
+		return parse_gres(cli, arg);
+	case OPT_WRAP:
+		o->wrap = arg;
+		return CLI_CONTINUE;
 	case OPT_ARRAY:
 		free(o->tasks);
 		if (parse_array_spec(arg, &o->tasks, &o->ntasks, &o->array_limit, err, sizeof err) <
@@ -150,7 +222,9 @@ static int submit_option(struct cli *cli, int opt, const char *arg, void *data)
 			return cli_usage(cli, "%s", err);
 		return CLI_CONTINUE;
 	case OPT_TIME:
-		if (parse_time_limit(arg, &o->time_limit, err, sizeof err) < 0)
+	case 't':
+		if (parse_time_limit(opt == 't' ? "-t" : "--time", arg, opt == 't', &o->time_limit,
+		                     err, sizeof err) < 0)
 			return cli_usage(cli, "%s", err);
 		return CLI_CONTINUE;
 	case OPT_PRIORITY: {
@@ -262,7 +336,9 @@ static enum gm_err insert_jobs(struct queue *q, struct job *job, const struct su
 				json_array_append_new(jargv, json_string(targv[i]));
 		tj.id = 0;
 		tj.argv = json_dumps(jargv, JSON_COMPACT);
-		tj.command = targv && targv[argc - 1] ? display_command(targv) : NULL;
+		tj.command = !targv || !targv[argc - 1] ? NULL
+		             : o->shell                 ? strdup(targv[2])
+		                                        : display_command(targv);
 		tj.env = env_block(&tj.env_len, task);
 		tj.array_task = task;
 		tj.array_limit = o->array_limit;
@@ -302,6 +378,10 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	    {"notify", optional_argument, NULL, OPT_NOTIFY},
 	    {"time", required_argument, NULL, OPT_TIME},
 	    {"array", required_argument, NULL, OPT_ARRAY},
+	    {"wrap", required_argument, NULL, OPT_WRAP},
+	    {"dependency", required_argument, NULL, OPT_DEPENDENCY},
+	    {"gres", required_argument, NULL, OPT_GRES},
+	    {"job-name", required_argument, NULL, OPT_NAME},
 	    {0}};
 	char notify[4200];
 	struct submit_opts o;
@@ -309,6 +389,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	struct job job = JOB_INIT;
 	struct queue q = {.store = NULL};
 	json_t *jargv = json_array();
+	char *shell_argv[4] = {(char *)"/bin/sh", (char *)"-c", NULL, NULL}, **cmd;
 	char err[GM_ERRBUF_SIZE], cwd[PATH_MAX], *argv_text = NULL, *command = NULL,
 	                                         *request = NULL, *env = NULL, *machine = NULL,
 	                                         *slurm = NULL;
@@ -321,18 +402,39 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	status = submit_slurm_take(cli, &argc, argv, &slurm);
 	if (status != CLI_CONTINUE)
 		goto done;
-	status =
-	    cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT, longopts, submit_option, &o);
+	status = cli_parse(cli, &cmd_submit, argc, argv, CLI_SELECT_SHORT "J:t:", longopts,
+	                   submit_option, &o);
 	if (status != CLI_CONTINUE)
 		goto done;
-	if (slurm && (status = slurm_request_check(cli, 0)) != CLI_CONTINUE)
-		goto done;
-	if (optind >= argc) {
-		status =
-		    cli_usage(cli, "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...])");
+	/* One rule with batch: one string (submit "A && B", --wrap "A && B")
+	 * is a command line for /bin/sh -c; words after -- are the program
+	 * and its arguments, run as they are. */
+	if (o.wrap && optind < argc) {
+		status = cli_usage(cli, "--wrap gives the command; '%s' would be a second one",
+		                   argv[optind]);
 		goto done;
 	}
-	if (o.notify && !o.notify_how &&
+	if (o.wrap || (argc - optind == 1 && strcmp(argv[optind - 1], "--"))) {
+		const char *const array_known[] = {"task", NULL}, *const none[] = {NULL};
+
+		shell_argv[2] = o.wrap ? (char *)o.wrap : argv[optind];
+		if (protocol_check_line(shell_argv[2], strlen(shell_argv[2]),
+		                        o.tasks ? array_known : none, err, sizeof err) < 0) {
+			status = cli_usage(cli, "%s: %s", o.wrap ? "--wrap" : "the command", err);
+			goto done;
+		}
+		o.shell = 1;
+	}
+	if (slurm && (status = slurm_request_check(cli, 0)) != CLI_CONTINUE)
+		goto done;
+	if (optind >= argc && !o.shell) {
+		status = cli_usage(
+		    cli,
+		    "no command to queue (gpuman submit [OPTIONS] -- CMD [ARG...], or \"CMD\")");
+		goto done;
+	}
+	cmd = o.shell ? shell_argv : argv + optind;
+	if (o.notify && !o.notify_how && !o.wrap &&
 	    (!strcmp(argv[optind], "desktop") || !strcmp(argv[optind], "mail") ||
 	     !strncmp(argv[optind], "mail:", 5) || !strncmp(argv[optind], "exec:", 5))) {
 		status = cli_usage(cli, "--notify %s: write --notify=%s (else '%s' is the command)",
@@ -352,10 +454,10 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		                   strerror(errno));
 		goto done;
 	}
-	for (int i = optind; i < argc; i++)
-		json_array_append_new(jargv, json_string(argv[i]));
+	for (char **a = cmd; *a; a++)
+		json_array_append_new(jargv, json_string(*a));
 	argv_text = json_dumps(jargv, JSON_COMPACT);
-	command = display_command(argv + optind);
+	command = o.shell ? strdup(shell_argv[2]) : display_command(cmd);
 	request = engine_request_json(cli->req, cli->no_framework_env);
 	env = env_block(&env_len, -1);
 	ids = calloc(o.tasks ? o.ntasks : 1, sizeof *ids);
@@ -416,7 +518,7 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 	status = check_after(cli, &q, &o);
 	if (status == EXIT_OK) {
 		job.after = o.after[0] ? o.after : NULL;
-		if (insert_jobs(&q, &job, &o, argv + optind, ids, err, sizeof err) != GM_OK ||
+		if (insert_jobs(&q, &job, &o, cmd, ids, err, sizeof err) != GM_OK ||
 		    jobstore_commit(q.store, err, sizeof err) != GM_OK)
 			status = cli_error(cli, EXIT_FAIL, "%s", err);
 		job.after = NULL;
@@ -471,12 +573,17 @@ const struct cmd_entry cmd_submit = {
     "usage: gpuman submit [SELECT] [RESERVE] [--name NAME] [--after ID[,ID]]\n"
     "                     [--priority N] [--time LIMIT] [--array LIST[%K]]\n"
     "                     [--retries N] -- CMD [ARG...]\n"
+    "       gpuman submit [OPTIONS] \"COMMAND LINE\"   (or --wrap \"COMMAND LINE\")\n"
     "       gpuman submit --slurm [--gres=gpu[:TYPE]:N] [-p PART] [-A ACCT] [-t TIME]\n"
     "                     [-C FEATURES] [--qos QOS] [--sbatch-arg ARG] ... -- CMD\n"
     "\n"
     "Put CMD in your persistent queue and print its job id.  The working\n"
-    "directory and the environment are recorded now; CMD runs with them, without\n"
-    "a shell, as soon as GPUs that fit are free (first come, first served), with\n"
+    "directory and the environment are recorded now; CMD runs with them as soon\n"
+    "as GPUs that fit are free (first come, first served): words after -- are\n"
+    "the program and its arguments, run without a shell; one string instead\n"
+    "(\"prep && train\", or --wrap as in Slurm) is a command line for /bin/sh -c,\n"
+    "like a batch line, checked now (quotes closed, no binary bytes).  It runs\n"
+    "with\n"
     "the same variables as 'gpuman run' (CUDA_VISIBLE_DEVICES, GPUMAN_GPUS,\n"
     "GPUMAN_LEASE) and GPUMAN_JOB, its id.  Its stdout and stderr go to its log\n"
     "('gpuman logs ID').\n"
@@ -489,13 +596,17 @@ const struct cmd_entry cmd_submit = {
     "more free memory (up to 3 times).\n"
     "\n"
     "  --name NAME        a name to know it by in 'gpuman queue' (up to 64 bytes,\n"
-    "                     no spaces)\n"
+    "                     no spaces); -J NAME and --job-name NAME as in Slurm\n"
+    "  --wrap LINE        LINE is the command, run by /bin/sh -c (as in Slurm)\n"
     "  --after ID[,ID]    start only once these jobs of yours have succeeded; if\n"
     "                     one fails or is cancelled, this one is cancelled, with\n"
     "                     that as its reason (and so are the jobs after it)\n"
+    "  --dependency=afterok:ID[:ID]\n"
+    "                     Slurm's spelling of --after (its other kinds are refused)\n"
     "  --notify[=HOW]     tell me when it has ended: a desktop notification\n"
     "                     (notify-send) when submitted from a desktop session,\n"
-    "                     else a mail to $USER through the system's sendmail;\n"
+    "                     else a mail to $USER (unset: the user you are) through\n"
+    "                     the system's sendmail;\n"
     "                     HOW: desktop, mail, mail:ADDRESS, or exec:PROGRAM (run\n"
     "                     as PROGRAM ID STATE, with GPUMAN_JOB, GPUMAN_JOB_STATE,\n"
     "                     GPUMAN_JOB_NAME and GPUMAN_JOB_REASON set)\n"
@@ -505,6 +616,7 @@ const struct cmd_entry cmd_submit = {
     "                     this long: SIGTERM, SIGKILL 10 s later; recorded as\n"
     "                     timeout.  90s, 30m, 2h, 1h30m, 1d, or Slurm's MM:SS,\n"
     "                     HH:MM:SS, D-HH[:MM[:SS]] (a bare number is refused)\n"
+    "  -t LIMIT           Slurm's -t: the same, and a bare number is minutes\n"
     "  --array LIST[%K]   a sweep: one job per task number in LIST (1-20, 0-30:10,\n"
     "                     1,3,5; at most 1000), {task} in CMD and ARGs replaced by\n"
     "                     it, GPUMAN_ARRAY_TASK_ID set, --name NAME_<task>; %K: at\n"
@@ -515,6 +627,9 @@ const struct cmd_entry cmd_submit = {
     "                     options (one word each; --gres default gpu:1): Slurm\n"
     "                     picks node and GPUs, queue shows them, wait gives its\n"
     "                     outcome, cancel scancels it; --time is then Slurm's\n"
+    "  --gres=gpu:N       without --slurm: N GPUs, as -n N (a GPU type is refused:\n"
+    "                     choose with --only or --min-free)\n"
+    "-n is GPUs per job here (Slurm's -n counts tasks): -n 2 asks for 2 GPUs.\n"
     "\n" SELECT_HELP "\n"
     "reserve:\n"
     "  --exclusive        nobody else is placed on the GPU (default)\n"
@@ -535,6 +650,8 @@ const struct cmd_entry cmd_submit = {
     "  p=$(gpuman submit -- python prep.py) && t=$(gpuman submit --after $p -- python train.py)\n"
     "  gpuman submit --after $t --notify -- python evaluate.py\n"
     "  gpuman submit --time 2h -- python train.py\n"
+    "  gpuman submit \"python prep.py && python train.py\"\n"
     "  ids=$(gpuman submit --array 1-20%4 -- python train.py --seed {task})\n",
     submit_exec,
+    NULL,
 };

@@ -570,9 +570,8 @@ static int top_exec(struct cli *cli, int argc, char **argv)
 		return rc;
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
-	if (cli->json || t.sel.csv)
-		return cli_usage(cli,
-		                 "top is a live view: use status --watch with --json or --format");
+	if (t.sel.csv)
+		return cli_usage(cli, "top is a live view: use status --watch --format csv");
 	setlocale(LC_ALL, "");
 	if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO))
 		screen = newterm(NULL, stdout, stdin);
@@ -637,4 +636,5 @@ const struct cmd_entry cmd_top = {
     "  -u, --user USER[,USER] only these users' processes\n"
     "  --sim FILE             use the NVML simulator with this scenario\n",
     top_exec,
+    "use 'gpuman status --watch --json' for the same view as JSON, again every interval",
 };

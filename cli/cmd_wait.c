@@ -203,4 +203,5 @@ const struct cmd_entry cmd_wait = {
     "\n"
     "Exit status: 0 every job succeeded, 1 one did not, 2 no such job.\n",
     wait_exec,
+    NULL,
 };

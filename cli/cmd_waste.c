@@ -130,12 +130,13 @@ static const char *gpu_cell(uint64_t gpus, char *buf, size_t len)
 }
 
 /* One line per finding, as --json has them; a field a finding lacks is empty. */
-static void print_csv(const struct cli_look *look, const struct waste_opts *opts,
-                      const struct waste_report *rep, const size_t *idx, size_t n)
+static void print_csv(const struct cli_select *sel, const struct cli_look *look,
+                      const struct waste_opts *opts, const struct waste_report *rep,
+                      const size_t *idx, size_t n)
 {
 	char buf[1024];
 
-	csv_header(waste_columns, idx, n);
+	csv_header(sel, waste_columns, idx, n);
 	for (size_t i = 0; i < rep->count; i++) {
 		const struct waste_item *it = &rep->items[i];
 		const struct lease_info *l = it->lease >= 0 ? &look->view->leases[it->lease] : NULL;
@@ -251,7 +252,7 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 		                    listing_waste_json(look.snap, look.view, &opts, &rep));
 		rc = cli_print_json(o);
 	} else if (args.sel.csv) {
-		print_csv(&look, &opts, &rep, idx, (size_t)ncols);
+		print_csv(&args.sel, &look, &opts, &rep, idx, (size_t)ncols);
 	} else if (rep.count == 0) {
 		printf("no waste found on %zu GPU%s (per-process utilization over the last %us; "
 		       "leases older than %llds)\n",
@@ -309,4 +310,5 @@ const struct cmd_entry cmd_waste = {
     "\n"
     "exit status: 0 nothing found, 3 waste found, 1 failure, 2 usage error\n",
     waste_exec,
+    NULL,
 };

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "gpuman-internal.h"
 
 /* complete and slurm-sample have no summary: not listed in --help */
 static const struct cmd_entry *const commands[] = {
@@ -22,6 +23,23 @@ const struct cmd_entry *const *cli_commands(size_t *count)
 {
 	*count = sizeof commands / sizeof commands[0];
 	return commands;
+}
+
+/* "'stauts' is not a command (did you mean 'status'?)", for the command
+ * line and for `gpuman help WORD`. */
+static int not_a_command(struct cli *cli, const char *word)
+{
+	struct spell near = SPELL_INIT(word);
+	const char *best;
+
+	for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+		spell_offer(&near, commands[k]->name);
+	best = spell_best(&near);
+	if (best)
+		return cli_error(cli, EXIT_USAGE,
+		                 "'%s' is not a command (did you mean '%s'? see 'gpuman --help')",
+		                 word, best);
+	return cli_error(cli, EXIT_USAGE, "'%s' is not a command (see 'gpuman --help')", word);
 }
 
 static void usage(FILE *out)
@@ -92,8 +110,11 @@ int main(int argc, char **argv)
 			unsetenv("GPUMAN_NVML");
 		} else {
 			cli.json |= wants_json(argc, argv, i);
-			return cli_error(&cli, EXIT_USAGE,
-			                 "unknown option '%s' (see 'gpuman --help')", argv[i]);
+			return cli_error(
+			    &cli, EXIT_USAGE,
+			    "unknown option '%s' (see 'gpuman --help'; a command's own "
+			    "options go after it)",
+			    argv[i]);
 		}
 	}
 	if (i == argc) {
@@ -110,9 +131,7 @@ int main(int argc, char **argv)
 		if (i + 1 < argc) {
 			cli.cmd = "help";
 			cli.json |= wants_json(argc, argv, i);
-			return cli_error(&cli, EXIT_USAGE,
-			                 "'%s' is not a command (see 'gpuman --help')",
-			                 argv[i + 1]);
+			return not_a_command(&cli, argv[i + 1]);
 		}
 		usage(stdout);
 		return EXIT_OK;
@@ -122,8 +141,7 @@ int main(int argc, char **argv)
 			cmd = commands[k];
 	if (!cmd) {
 		cli.json |= wants_json(argc, argv, i);
-		return cli_error(&cli, EXIT_USAGE, "'%s' is not a command (see 'gpuman --help')",
-		                 argv[i]);
+		return not_a_command(&cli, argv[i]);
 	}
 	if (getenv("GPUMAN_SIM") && access(getenv("GPUMAN_SIM"), R_OK) < 0) {
 		cli.json |= wants_json(argc, argv, i);

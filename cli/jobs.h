@@ -33,9 +33,11 @@ int64_t parse_job_id(const char *s);
 
 /* submit --time: "90s", "30m", "2h", "1h30m", "1d", or Slurm's "MM:SS",
  * "HH:MM:SS", "D-HH[:MM[:SS]]"; a bare number is refused (minutes to
- * Slurm, seconds elsewhere).  Whole seconds, 1s to 366d; -1 with a message
- * that names the option. */
-int parse_time_limit(const char *s, long long *secs, char *errbuf, size_t errlen);
+ * Slurm, seconds elsewhere) unless bare_minutes (submit -t, Slurm's own
+ * letter, where it means minutes as in Slurm).  Whole seconds, 1s to
+ * 366d; -1 with a message that names the option (opt: "--time", "-t"). */
+int parse_time_limit(const char *opt, const char *s, int bare_minutes, long long *secs,
+                     char *errbuf, size_t errlen);
 
 /* submit --array: at most this many tasks, numbered 0..ARRAY_INDEX_MAX. */
 #define ARRAY_MAX 1000

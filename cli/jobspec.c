@@ -66,7 +66,8 @@ static int slurm_form(const char *s, long long *secs)
 	return 0;
 }
 
-int parse_time_limit(const char *s, long long *secs, char *err, size_t len)
+int parse_time_limit(const char *opt, const char *s, int bare_minutes, long long *secs, char *err,
+                     size_t len)
 {
 	int64_t ms;
 	char why[200];
@@ -74,40 +75,45 @@ int parse_time_limit(const char *s, long long *secs, char *err, size_t len)
 
 	*secs = 0;
 	if (!*s) {
-		snprintf(err, len, "--time '': give a limit such as 90s, 30m, 2h or 1-00:00:00");
+		snprintf(err, len, "%s '': give a limit such as 90s, 30m, 2h or 1-00:00:00", opt);
 		return -1;
 	}
 	while (isdigit((unsigned char)*p))
 		p++;
-	if (!*p) {
+	if (!*p && bare_minutes) {
+		if (p - s > 6) {
+			snprintf(err, len, "%s '%s': at most 366 days", opt, s);
+			return -1;
+		}
+		*secs = atoll(s) * 60;
+	} else if (!*p) {
 		/* Slurm reads a bare number as minutes, gpuman's other
 		 * durations as seconds: a guess would be wrong for someone. */
 		snprintf(err, len,
-		         "--time '%s': say %ss or %sm (a bare number is minutes to Slurm but "
-		         "seconds elsewhere in gpuman)",
-		         s, s, s);
+		         "%s '%s': say %ss or %sm (a bare number is minutes to Slurm but "
+		         "seconds elsewhere in gpuman; -t %s is Slurm's minutes)",
+		         opt, s, s, s, s);
 		return -1;
-	}
-	if (strchr(s, ':') || (isdigit((unsigned char)*s) && *p == '-')) {
+	} else if (strchr(s, ':') || (isdigit((unsigned char)*s) && *p == '-')) {
 		if (slurm_form(s, secs) < 0) {
 			snprintf(err, len,
-			         "--time '%s': not a time limit (Slurm's forms: MM:SS, HH:MM:SS, "
+			         "%s '%s': not a time limit (Slurm's forms: MM:SS, HH:MM:SS, "
 			         "D-HH, D-HH:MM, D-HH:MM:SS; or 90s, 30m, 2h, 1d)",
-			         s);
+			         opt, s);
 			return -1;
 		}
 	} else if (parse_duration_ms(s, &ms, why, sizeof why) < 0) {
-		snprintf(err, len, "--time: %s", why);
+		snprintf(err, len, "%s: %s", opt, why);
 		return -1;
 	} else {
 		*secs = (ms + 999) / 1000; /* a started second counts */
 	}
 	if (*secs <= 0) {
-		snprintf(err, len, "--time '%s': a limit must be at least 1s", s);
+		snprintf(err, len, "%s '%s': a limit must be at least 1s", opt, s);
 		return -1;
 	}
 	if (*secs > LIMIT_MAX_S) {
-		snprintf(err, len, "--time '%s': at most 366 days", s);
+		snprintf(err, len, "%s '%s': at most 366 days", opt, s);
 		return -1;
 	}
 	return 0;

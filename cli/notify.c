@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,12 @@ int notify_resolve(const char *how, char *out, size_t len, char *err, size_t err
 {
 	char prog[4096];
 	const char *user = getenv("USER");
+	struct passwd *pw;
+
+	/* USER is unset under cron, systemd units and su without -l: the
+	 * user this runs as is the one to mail. */
+	if ((!user || !*user) && (pw = getpwuid(geteuid())))
+		user = pw->pw_name;
 
 	if (!how || !strcmp(how, "desktop")) {
 		if (has_desktop() && find_program("notify-send", NULL, prog, sizeof prog) == 0) {

@@ -78,16 +78,35 @@ int cli_select_option(struct cli *cli, struct cli_select *sel, int opt, const ch
 			rc = cli_usage(cli, "-u '%s': name a user", arg);
 		return rc;
 	case OPT_SELECT_FORMAT:
-		if (!strcmp(arg, "csv")) {
-			sel->csv = 1;
-			return CLI_CONTINUE;
-		}
 		if (!strncmp(arg, "csv=", 4) && arg[4]) {
 			sel->csv = 1;
 			sel->columns = arg + 4;
 			return CLI_CONTINUE;
 		}
-		return cli_usage(cli, "--format '%s': use csv or csv=COLUMN,COLUMN...", arg);
+		/* csv[,noheader][,nounits]: nvidia-smi's words, meaning what
+		 * they mean there (gpuman's CSV has no units to drop) */
+		if (!strncmp(arg, "csv", 3) && (!arg[3] || arg[3] == ',')) {
+			for (const char *p = arg + 3; *p == ','; p += strcspn(p + 1, ",") + 1) {
+				size_t l = strcspn(p + 1, ",");
+
+				if (l == 8 && !strncmp(p + 1, "noheader", 8))
+					sel->noheader = 1;
+				else if (l == 7 && !strncmp(p + 1, "nounits", 7))
+					sel->nounits = 1;
+				else
+					return cli_usage(
+					    cli,
+					    "--format '%s': after csv only noheader and "
+					    "nounits (csv=COLUMN,... picks columns)",
+					    arg);
+			}
+			sel->csv = 1;
+			return CLI_CONTINUE;
+		}
+		return cli_usage(cli,
+		                 "--format '%s': use csv, csv=COLUMN,COLUMN... or "
+		                 "csv,noheader,nounits",
+		                 arg);
 	case OPT_SELECT_WATCH:
 		return watch_option(cli, sel, arg);
 	}
@@ -213,8 +232,11 @@ int csv_choose(struct cli *cli, const struct csv_column *cols, size_t count,
 	return (int)n;
 }
 
-void csv_header(const struct csv_column *cols, const size_t *idx, size_t n)
+void csv_header(const struct cli_select *sel, const struct csv_column *cols, const size_t *idx,
+                size_t n)
 {
+	if (sel->noheader)
+		return;
 	for (size_t i = 0; i < n; i++)
 		printf("%s%s", i ? "," : "", cols[idx[i]].name);
 	putchar('\n');

@@ -29,13 +29,15 @@ struct cli_select {
 	char names[CLI_SELECT_MAX_USERS][33]; /* "" for a uid without a name */
 	int csv;                              /* --format csv */
 	const char *columns;                  /* --format csv=COLUMNS; NULL the default */
+	int noheader, nounits;                /* --format csv,noheader,nounits (nvidia-smi's) */
+	int smi;                              /* status --query-gpu: nvidia-smi's CSV form */
 	int watch;                            /* --watch */
 	int watch_arg_missing;                /* --watch without =SEC: SEC may follow */
 	int64_t watch_ms;
 };
 #define CLI_SELECT_INIT                                                                            \
 	{                                                                                          \
-		NULL, 0, 0, {0}, {""}, 0, NULL, 0, 0, 2000                                         \
+		NULL, 0, 0, {0}, {""}, 0, NULL, 0, 0, 0, 0, 0, 2000                                \
 	}
 
 #define CLI_SELECT_SHORTOPTS "i:u:"
@@ -73,7 +75,9 @@ struct csv_column {
  * number chosen, or -1 with a usage error naming the unknown column. */
 int csv_choose(struct cli *cli, const struct csv_column *cols, size_t count,
                const struct cli_select *sel, size_t *idx);
-void csv_header(const struct csv_column *cols, const size_t *idx, size_t n);
+/* The header line, unless --format csv,noheader. */
+void csv_header(const struct cli_select *sel, const struct csv_column *cols, const size_t *idx,
+                size_t n);
 /* One field: sep before it unless first; NULL prints an empty field. */
 void csv_field(int first, const char *text);
 

@@ -61,13 +61,32 @@ int cli_usage(struct cli *cli, const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
-static int bad_option(struct cli *cli, char **argv)
+/* An option getopt refused: one that needs a value and has none, or one
+ * the command does not know, with the command's option it is a slip away
+ * from ("--jsn": did you mean '--json'?). */
+static int bad_option(struct cli *cli, char **argv, int opt, const struct option *longopts)
 {
 	const char *arg = argv[optind - 1];
+	char word[64];
+	struct spell near;
+	const char *best;
 
+	if (opt == ':' && optopt && optopt < 256)
+		return cli_usage(cli, "option '-%c' needs a value", optopt);
+	if (opt == ':')
+		return cli_usage(cli, "option '%s' needs a value", arg ? arg : "?");
 	if (optopt && optopt < 256)
-		return cli_usage(cli, "option '-%c' is unknown or needs a value", optopt);
-	return cli_usage(cli, "option '%s' is unknown or needs a value", arg ? arg : "?");
+		return cli_usage(cli, "unknown option '-%c'", optopt);
+	if (!arg || strncmp(arg, "--", 2))
+		return cli_usage(cli, "unknown option '%s'", arg ? arg : "?");
+	snprintf(word, sizeof word, "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+	near = (struct spell)SPELL_INIT(word);
+	for (const struct option *o = longopts; o && o->name; o++)
+		spell_offer(&near, o->name);
+	best = spell_best(&near);
+	if (best)
+		return cli_usage(cli, "unknown option '--%s' (did you mean '--%s'?)", word, best);
+	return cli_usage(cli, "unknown option '%s'", arg);
 }
 
 /* --sim FILE: the simulator replaces the driver for this process and the
@@ -185,12 +204,24 @@ static int request_defaults(struct cli *cli, const struct option *longopts)
 	return CLI_CONTINUE;
 }
 
+int cli_json_check(struct cli *cli, const struct cmd_entry *cmd)
+{
+	if (!cli->json || !cmd->no_json)
+		return CLI_CONTINUE;
+	/* Not as JSON: that would be the very output the command lacks. */
+	cli->json = 0;
+	return cli_usage(cli, "--json: %s has no JSON output (%s)", cmd->name, cmd->no_json);
+}
+
 int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **argv,
               const char *shortopts, const struct option *longopts,
               int (*own)(struct cli *cli, int opt, const char *arg, void *data), void *data)
 {
 	char optstring[64];
-	int opt, rc;
+	int opt, rc, takes_select = 0;
+
+	for (const struct option *o = longopts; o && o->name; o++)
+		takes_select |= o->val == OPT_BY;
 
 	/* A leading '+' (run, submit) ends options at the command to run;
 	 * elsewhere options may follow operands (info 3 --json). */
@@ -210,7 +241,7 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
 		if (opt == '?' || opt == ':')
-			return bad_option(cli, argv);
+			return bad_option(cli, argv, opt, longopts);
 		/* --wait's duration is optional, so "--wait 15m" would make 15m an
 		 * operand (the command to run); a word that reads as a duration is
 		 * far more likely meant for --wait. */
@@ -220,7 +251,9 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 			                 "--wait %s: write --wait=%s ('--wait %s' would wait "
 			                 "forever and take '%s' as an argument)",
 			                 argv[optind], argv[optind], argv[optind], argv[optind]);
-		rc = common_option(cli, cmd, opt, optarg);
+		/* -n is SELECT's GPU count in a command with SELECT options;
+		 * elsewhere the command's own (cancel -n NAME, as scancel's). */
+		rc = opt == 'n' && !takes_select ? -1 : common_option(cli, cmd, opt, optarg);
 		if (rc == -1)
 			rc = own ? own(cli, opt, optarg, data) : -1;
 		else if (rc == 0)
@@ -228,8 +261,11 @@ int cli_parse(struct cli *cli, const struct cmd_entry *cmd, int argc, char **arg
 		if (rc == HELP_SHOWN)
 			return EXIT_OK;
 		if (rc != CLI_CONTINUE)
-			return rc == -1 ? bad_option(cli, argv) : rc;
+			return rc == -1 ? bad_option(cli, argv, '?', longopts) : rc;
 	}
+	rc = cli_json_check(cli, cmd);
+	if (rc != CLI_CONTINUE)
+		return rc;
 	return request_defaults(cli, longopts);
 }
 

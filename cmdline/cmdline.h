@@ -42,12 +42,23 @@ struct cmd_entry {
 	const char *summary; /* one line for `gpuman --help` */
 	const char *usage;   /* full text for `gpuman NAME --help` */
 	int (*exec)(struct cli *cli, int argc, char **argv);
+	/* A command with no JSON output of its own (a server, a live view):
+	 * what to use instead, said when --json is given, which is refused
+	 * rather than ignored.  NULL: the command takes --json. */
+	const char *no_json;
 };
 
 /* The usage of `gpuman serve`: gpuman's command table shows it (help,
  * completion, the man page) and gpuman-serve prints it for --help
  * (usage_serve.c). */
 extern const char cmdline_serve_usage[];
+/* Its no_json: what serves the JSON instead. */
+extern const char cmdline_serve_no_json[];
+
+/* --json given to a command without JSON output (cmd->no_json): refused
+ * with exit 2 and what to use instead; CLI_CONTINUE otherwise.  cli_parse
+ * checks it; main() too, for a --json before the command. */
+int cli_json_check(struct cli *cli, const struct cmd_entry *cmd);
 
 /*
  * Long options every command accepts, and the SELECT/RESERVE group.  A

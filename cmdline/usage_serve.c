@@ -4,6 +4,10 @@
  */
 #include "cmdline.h"
 
+const char cmdline_serve_no_json[] =
+    "its /api/v1/status serves the status JSON over HTTP; 'gpuman status --json' "
+    "prints it";
+
 const char cmdline_serve_usage[] =
     "usage: gpuman serve [--listen ADDRESS:PORT] [--interval SECONDS] [--sim FILE]\n"
     "                    [--max-connections N] [--timeout SECONDS]\n"

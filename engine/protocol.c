@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "protocol.h"
+#include "spell.h"
 
 #define RESULT_MAGIC "gpuman-run 1 "
 #define GO_BYTE 'g'
@@ -185,6 +186,107 @@ int protocol_job_env(struct child_env *env, const struct protocol_job *job)
 		return -1;
 	if (job->share && !job->no_framework_env && child_env_framework(env, job->mem_fraction))
 		return -1;
+	return 0;
+}
+
+const char *const protocol_placeholders[] = {"gpu", "uuid", "task", NULL};
+
+/* A {word} at p that is no placeholder of known but a slip away from one
+ * (or one in other case): 1 with err naming both; 0 otherwise. */
+static int near_placeholder(const char *p, const char *const *known, char *err, size_t errlen)
+{
+	const char *const *all = protocol_placeholders;
+	char word[40], cased[40];
+	size_t n = strspn(p + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+	struct spell near;
+	const char *best;
+	size_t k;
+
+	if (!n || n >= sizeof word || p[n + 1] != '}')
+		return 0;
+	memcpy(word, p + 1, n);
+	word[n] = '\0';
+	for (k = 0; known[k]; k++)
+		if (!strcmp(known[k], word))
+			return 0;
+	for (k = 0; k <= n; k++)
+		cased[k] =
+		    (char)((word[k] >= 'A' && word[k] <= 'Z') ? word[k] - 'A' + 'a' : word[k]);
+	near = (struct spell)SPELL_INIT(cased);
+	for (k = 0; all[k]; k++)
+		spell_offer(&near, all[k]);
+	best = !strcmp(near.best ? near.best : "", cased) ? near.best : spell_best(&near);
+	if (!best)
+		return 0;
+	for (k = 0; known[k] && strcmp(known[k], best); k++)
+		;
+	if (known[k])
+		snprintf(err, errlen, "unknown placeholder '{%s}' (did you mean '{%s}'?)", word,
+		         best);
+	else
+		snprintf(err, errlen,
+		         "placeholder '{%s}' is not filled in here (batch fills {gpu}, {uuid} and "
+		         "{task}; submit fills {task} with --array)",
+		         word);
+	return 1;
+}
+
+int protocol_check_line(const char *line, size_t len, const char *const *known, char *err,
+                        size_t errlen)
+{
+	char quote = 0; /* ', " or ` while inside one */
+	size_t opened = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)line[i];
+
+		if (c == 0 || (c < 0x20 && c != '\t') || c == 0x7f) {
+			char what[24] = "a NUL byte";
+
+			if (c)
+				snprintf(what, sizeof what, "a control byte 0x%02x", c);
+			snprintf(err, errlen,
+			         "%s at column %zu (a binary file? give a text file, one command "
+			         "a line)",
+			         what, i + 1);
+			return -1;
+		}
+		/* ${gpus} is the shell's, outside single quotes */
+		if (c == '{' && (quote == '\'' || i == 0 || line[i - 1] != '$') &&
+		    near_placeholder(line + i, known, err, errlen))
+			return -1;
+		if (quote == '\'') {
+			if (c == '\'')
+				quote = 0;
+			continue;
+		}
+		if (c == '\\') {
+			if (i + 1 == len) {
+				snprintf(err, errlen,
+				         "a backslash ends the line (it escapes nothing)");
+				return -1;
+			}
+			i++;
+			continue;
+		}
+		if (quote) {
+			if (c == (unsigned char)quote)
+				quote = 0;
+			continue;
+		}
+		if (c == '\'' || c == '"' || c == '`') {
+			quote = (char)c;
+			opened = i + 1;
+		}
+	}
+	if (quote) {
+		snprintf(err, errlen, "the %s opened at column %zu is never closed",
+		         quote == '\''  ? "single quote"
+		         : quote == '"' ? "double quote"
+		                        : "backquote",
+		         opened);
+		return -1;
+	}
 	return 0;
 }
 

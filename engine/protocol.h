@@ -119,6 +119,23 @@ int protocol_result_parse(const char *text, struct protocol_result *r);
  * on its node).  Caller frees; NULL out of memory. */
 char *protocol_substitute(const char *line, const char *gpus, const char *uuids, long long task);
 
+/* The placeholders of a batch line, without braces: "gpu", "uuid", "task",
+ * then NULL.  protocol_substitute fills exactly these. */
+extern const char *const protocol_placeholders[];
+
+/*
+ * A command line that runs through /bin/sh -c (a batch line, submit's
+ * single string), checked when it is given rather than when it runs: no
+ * NUL or other control byte (a binary file), every quote closed, no
+ * backslash at the end, and no {word} a slip away from a placeholder in
+ * known (NULL-terminated, names without braces: {gpus}, {Task} for
+ * {gpu}, {task}), which would run as literal text.  len: the line's bytes
+ * (a NUL inside counts).  0, or -1 with err saying what and where
+ * ("unknown placeholder '{gpus}' (did you mean '{gpu}'?)").
+ */
+int protocol_check_line(const char *line, size_t len, const char *const *known, char *err,
+                        size_t errlen);
+
 /* ---- what a job's output says ------------------------------------------ */
 
 /* Does text (NUL-terminated) report a CUDA out-of-memory error (PyTorch's

@@ -169,6 +169,124 @@ int slurm_preflight(char *err, size_t len)
 	return 0;
 }
 
+/* A node's GPUs from sinfo's Gres or GresUsed ("gpu:a100:2,gpu:t4:2",
+ * "gpu:a100:1(IDX:0),gpu:t4:0(IDX:N/A)"): the counts, without the
+ * parenthesised index lists (which hold commas and colons of their own). */
+static unsigned node_gpus(const char *gres)
+{
+	char plain[512];
+	size_t o = 0;
+	int depth = 0;
+
+	for (const char *p = gres; *p && o + 1 < sizeof plain; p++) {
+		depth += *p == '(';
+		if (!depth)
+			plain[o++] = *p;
+		depth -= *p == ')' && depth > 0;
+	}
+	plain[o] = '\0';
+	return strcmp(plain, "(null)") ? slurm_gres_per_node(plain) : 0;
+}
+
+static int by_free(const void *a, const void *b)
+{
+	const struct slurm_node_free *x = a, *y = b;
+
+	return x->gpus != y->gpus ? (x->gpus < y->gpus ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+int slurm_idle_gpus(const char *partition, char *part_out, size_t part_len,
+                    struct slurm_node_free *nodes, size_t max, size_t *count, char *err, size_t len)
+{
+	char out[65536], line[512], *save = NULL, *l;
+	const char *argv[] = {"sinfo",
+	                      "-h",
+	                      "-N",
+	                      "-p",
+	                      NULL,
+	                      "-O",
+	                      "NodeList:64,StateCompact:16,Gres:200,GresUsed:300",
+	                      NULL};
+	const char *parts[] = {"sinfo", "-h", "-o", "%P", NULL};
+	int st;
+
+	*count = 0;
+	if (!partition || !*partition) {
+		/* the default partition: sinfo marks it with '*' */
+		st = capture(parts, out, sizeof out, 30000);
+		if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			say(err, len, "sinfo: %s",
+			    st == -1 ? out : slurm_error_line(out, line, sizeof line));
+			return -1;
+		}
+		for (l = strtok_r(out, "\n", &save); l && !strchr(l, '*');
+		     l = strtok_r(NULL, "\n", &save))
+			;
+		if (!l) {
+			say(err, len, "the cluster has no default partition: give one with -p");
+			return -1;
+		}
+		*strchr(l, '*') = '\0';
+		snprintf(part_out, part_len, "%s", l);
+	} else {
+		snprintf(part_out, part_len, "%s", partition);
+	}
+	argv[4] = part_out;
+	st = capture(argv, out, sizeof out, 30000);
+	if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		say(err, len, "sinfo -p %s: %s", part_out,
+		    st == -1 ? out : slurm_error_line(out, line, sizeof line));
+		return -1;
+	}
+	save = NULL;
+	for (l = strtok_r(out, "\n", &save); l && *count < max; l = strtok_r(NULL, "\n", &save)) {
+		char name[64], state[32], gres[512], used[512];
+		unsigned total, busy;
+
+		if (sscanf(l, "%63s %31s %511s %511s", name, state, gres, used) != 4)
+			continue;
+		/* idle or mixed, without a flag (drain~, down*, ...) */
+		if (strcmp(state, "idle") && strcmp(state, "mix"))
+			continue;
+		total = node_gpus(gres);
+		busy = node_gpus(used);
+		if (total <= busy)
+			continue;
+		snprintf(nodes[*count].name, sizeof nodes[0].name, "%s", name);
+		snprintf(nodes[*count].gres, sizeof nodes[0].gres, "%.199s", gres);
+		nodes[*count].total = total;
+		nodes[(*count)++].gpus = total - busy;
+	}
+	qsort(nodes, *count, sizeof *nodes, by_free);
+	return 0;
+}
+
+int slurm_spread(const struct slurm_node_free *nodes, size_t count, unsigned want,
+                 unsigned per_task, unsigned *nodes_out, unsigned *gpus_out)
+{
+	unsigned best = 0;
+
+	if (!per_task)
+		per_task = 1;
+	*nodes_out = *gpus_out = 0;
+	for (size_t k = 1; k <= count; k++) {
+		unsigned each = nodes[k - 1].gpus / per_task * per_task, useful;
+
+		if (!each)
+			break;
+		/* no more per node than the sweep can use */
+		if (each > want)
+			each = (want + per_task - 1) / per_task * per_task;
+		useful = (unsigned)k * each < want ? (unsigned)k * each : want;
+		if (useful > best) {
+			best = useful;
+			*nodes_out = (unsigned)k;
+			*gpus_out = each;
+		}
+	}
+	return best ? 0 : -1;
+}
+
 /* "gpu:a100:4,gpu:t4:4" or "gpu:8" (JOB_GRES of scontrol show job -d). */
 static void parse_job_gres(const char *s, struct slurm_alloc *a)
 {

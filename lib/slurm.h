@@ -96,4 +96,36 @@ int slurm_typed_request(const char *tres_per_node);
 /* GPUs per node in a --gres value: "gpu:a100:2,gpu:t4:2" -> 4, "gpu" -> 1. */
 unsigned slurm_gres_per_node(const char *gres);
 
+/* ---- a sweep without size options: the partition's idle GPUs ------------ */
+
+#define SLURM_MAX_NODES 256
+
+struct slurm_node_free {
+	char name[64];
+	unsigned gpus;  /* not allocated to any job now */
+	unsigned total; /* all of its GPUs */
+	char gres[200]; /* as configured: "gpu:a100:2,gpu:t4:2" */
+};
+
+/*
+ * The GPUs nobody holds now, per node of partition (NULL or "": the
+ * default one, whose name goes to part_out), as `sinfo -N -O
+ * NodeList,StateCompact,Gres,GresUsed` says; nodes that are down,
+ * drained or fully allocated count none.  Up to max nodes, most free
+ * first; 0 and *count, or -1 with Slurm's reason in err.
+ */
+int slurm_idle_gpus(const char *partition, char *part_out, size_t part_len,
+                    struct slurm_node_free *nodes, size_t max, size_t *count, char *err,
+                    size_t len);
+
+/*
+ * How many of those nodes (most free first, count of them) and GPUs on
+ * each to ask for, so that an allocation of *nodes x *gpus holds as many
+ * of the GPUs that `want` needs as possible (want: tasks x GPUs per task),
+ * with the fewest nodes for the same; *gpus is a multiple of per_task.
+ * 0, or -1 when no node has per_task free GPUs.
+ */
+int slurm_spread(const struct slurm_node_free *nodes, size_t count, unsigned want,
+                 unsigned per_task, unsigned *nodes_out, unsigned *gpus_out);
+
 #endif

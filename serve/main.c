@@ -33,7 +33,8 @@
 enum { OPT_LISTEN = OPT_CMD_BASE, OPT_INTERVAL, OPT_MAX_CONN, OPT_TIMEOUT };
 
 /* For cli_parse: --help prints the usage gpuman's table shows. */
-static const struct cmd_entry serve_entry = {"serve", NULL, cmdline_serve_usage, NULL};
+static const struct cmd_entry serve_entry = {"serve", NULL, cmdline_serve_usage, NULL,
+                                             cmdline_serve_no_json};
 
 struct serve_opts {
 	const char *listen;

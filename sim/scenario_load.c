@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include "scenario.h"
 #include "scenario_load.h"
+#include "../lib/spell.h"
 
 int loader_bad(struct loader *ld, const char *where, const char *key, const char *fmt, ...)
 {
@@ -52,27 +53,6 @@ const char *loader_type_name(const json_t *v)
 	}
 }
 
-/* Levenshtein distance of two short strings; large when either is long. */
-static size_t edit_distance(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b), prev[33], cur[33], i, j;
-
-	if (la > 32 || lb > 32)
-		return SIZE_MAX;
-	for (j = 0; j <= lb; j++)
-		prev[j] = j;
-	for (i = 1; i <= la; i++) {
-		cur[0] = i;
-		for (j = 1; j <= lb; j++) {
-			size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-			size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-			cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-		}
-		memcpy(prev, cur, (lb + 1) * sizeof *cur);
-	}
-	return prev[lb];
-}
-
 int loader_check_keys(struct loader *ld, const json_t *obj, const char *where,
                       const char *const *known)
 {
@@ -80,21 +60,18 @@ int loader_check_keys(struct loader *ld, const json_t *obj, const char *where,
 
 	for (it = json_object_iter((json_t *)obj); it;
 	     it = json_object_iter_next((json_t *)obj, it)) {
-		const char *key = json_object_iter_key(it), *best = NULL;
-		size_t i, best_dist = SIZE_MAX;
+		const char *key = json_object_iter_key(it), *best;
+		struct spell near = SPELL_INIT(key);
+		size_t i;
 
 		for (i = 0; known[i] && strcmp(known[i], key); i++)
 			;
 		if (known[i])
 			continue;
-		for (i = 0; known[i]; i++) {
-			size_t d = edit_distance(key, known[i]);
-			if (d < best_dist) {
-				best_dist = d;
-				best = known[i];
-			}
-		}
-		if (best && (best_dist <= 2 || (best_dist <= 3 && strlen(key) >= 10)))
+		for (i = 0; known[i]; i++)
+			spell_offer(&near, known[i]);
+		best = spell_best(&near);
+		if (best)
 			return loader_bad(ld, where, NULL, "unknown key '%s' (did you mean '%s'?)",
 			                  key, best);
 		return loader_bad(ld, where, NULL, "unknown key '%s'", key);

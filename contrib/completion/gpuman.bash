@@ -34,7 +34,7 @@ _gpuman() {
 	fi
 	case $prev in
 	--*)
-		kind=$(_gpuman_words values "$prev")
+		kind=$(_gpuman_words values "$prev" $cmd)
 		case $kind in
 		@files) COMPREPLY=($(compgen -f -- "$cur")); return ;;
 		@dirs) COMPREPLY=($(compgen -d -- "$cur")); return ;;

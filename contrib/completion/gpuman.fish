@@ -26,7 +26,7 @@ function __gpuman_complete
     end
     set -l prev $words[-1]
     if string match -q -- '--*' $prev
-        set -l kind (gpuman $sim complete values $prev 2>/dev/null)
+        set -l kind (gpuman $sim complete values $prev $cmd 2>/dev/null)
         switch "$kind"
             case @files @dirs
                 __fish_complete_path $cur

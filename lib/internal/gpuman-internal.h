@@ -39,6 +39,8 @@
 #include "../parse.h"
 /* text_printable: what the CLI echoes of a user's string. */
 #include "../text.h"
+/* spell_*: "did you mean" for a mistyped command or option. */
+#include "../spell.h"
 /* now_ms, monotonic_ms, str_copy. */
 #include "../util.h"
 /* proctree_*: which processes belong to a lease (status, the daemon). */

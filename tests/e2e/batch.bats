@@ -310,3 +310,29 @@ EOF
 	[ "$(no_overlap "$SHARED/root/rec.txt" "$SHARED/nobody/rec.txt")" = 24 ]
 	[ "$(stat -c %U "$SHARED/nobody/gpuman-logs/tasks.txt/jobs.db")" = nobody ]
 }
+
+@test "a line that cannot run as written is refused before anything runs, naming the file and line: open quote, a placeholder's slip, binary bytes" {
+	gpus one.json 1.0
+	printf 'touch ran-1\n# fine\necho "unterminated >x\n' >q.txt
+	run -2 gpuman batch q.txt
+	[[ "$output" == *"q.txt:3: the double quote opened at column 6 is never closed"* ]]
+	printf 'touch ran-2\necho {gpus}\n' >p.txt
+	run -2 gpuman batch p.txt
+	[[ "$output" == *"p.txt:2: unknown placeholder '{gpus}' (did you mean '{gpu}'?)"* ]]
+	printf 'echo {Task}\n' | { run -2 gpuman batch -; echo "$output" >stdin.out; }
+	[[ "$(cat stdin.out)" == *"stdin:1: unknown placeholder '{Task}' (did you mean '{task}'?)"* ]]
+	printf 'touch ran-3\necho a\0b\n' >n.txt
+	run -2 gpuman batch n.txt
+	[[ "$output" == *"n.txt:2: a NUL byte at column 7"* ]]
+	cp "$(command -v gpuman)" prog.bin
+	run -2 gpuman batch prog.bin
+	[[ "$output" == *"prog.bin:1: a control byte"*"a binary file?"* ]]
+	# refused as given: nothing ran, no log directory
+	[ ! -e ran-1 ] && [ ! -e ran-2 ] && [ ! -e ran-3 ] && [ ! -e x ]
+	[ ! -e gpuman-logs ]
+	# what the shell itself uses is left alone: ${VAR}, awk's braces, find's {}
+	printf '%s\n' 'echo ${HOME} {gpu} {uuid} {task} >ok-{task}' "awk 'BEGIN{print 1}' >>ok-1" \
+		'find . -name ok-1 -exec cat {} \; >/dev/null' >fine.txt
+	run -0 gpuman batch fine.txt
+	[ "$(head -1 ok-1)" = "$HOME 0 GPU-00000000-0000-0000-0000-000000000000 1" ]
+}

@@ -114,3 +114,39 @@ LAB=$GM_ROOT/examples/lab-8gpu.json
 	[ -n "$dir" ]
 	[ -f "$dir/summary.json" ]
 }
+
+@test "a mistyped command or option names the one meant (did you mean), as scenario keys do" {
+	run -2 --separate-stderr gpuman stauts
+	[[ "$stderr" == *"'stauts' is not a command (did you mean 'status'?"* ]]
+	run -2 --separate-stderr gpuman help sumbit
+	[[ "$stderr" == *"did you mean 'submit'?"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" status --jsn
+	[[ "$stderr" == *"unknown option '--jsn' (did you mean '--json'?)"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" ps --usr=root
+	[[ "$stderr" == *"unknown option '--usr' (did you mean '--user'?)"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" run --exlcusive -- true
+	[[ "$stderr" == *"did you mean '--exclusive'?"* ]]
+	# nothing near: no guess; a missing value says so
+	run -2 --separate-stderr gpuman xyzzy
+	[[ "$stderr" != *"did you mean"* ]]
+	run -2 --separate-stderr gpuman --sim "$LAB" status --format
+	[[ "$stderr" == *"option '--format' needs a value"* ]]
+}
+
+@test "--json on a command without JSON output (serve, daemon, top) is refused, naming what to use; it never starts serving" {
+	for c in serve daemon top; do
+		case $c in
+		serve) opts=(--listen 127.0.0.1:0) ;;
+		daemon) opts=(--socket "$BATS_TEST_TMPDIR/b.sock" --state "$BATS_TEST_TMPDIR/b.state") ;;
+		top) opts=() ;;
+		esac
+		run -2 --separate-stderr timeout 10 gpuman --sim "$LAB" "$c" --json "${opts[@]}"
+		[[ "$stderr" == *"--json: $c has no JSON output ("*"status"*"--json"* ]]
+		[ -z "$output" ]
+	done
+	# before the command too, and gpuman-serve itself
+	run -2 --separate-stderr timeout 10 gpuman --json --sim "$LAB" serve --listen 127.0.0.1:0
+	[[ "$stderr" == *"serve has no JSON output"* ]]
+	run -2 --separate-stderr timeout 10 gpuman-serve --sim "$LAB" --json --listen 127.0.0.1:0
+	[[ "$stderr" == *"serve has no JSON output"* ]]
+}

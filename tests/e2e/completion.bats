@@ -83,3 +83,30 @@ listed() { gpuman --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 	run -0 bash -c "MANWIDTH=100 man -l '$man/gpuman.1' | grep -A2 '^ENVIRONMENT'"
 	[[ "$output" == *GPUMAN_NVML* ]]
 }
+
+@test "bash offers for an option only the values that command accepts: each one offered runs, status --format is not pick's" {
+	export GPUMAN_SIM=$LAB
+	run -0 complete_bash gpuman status --format ""
+	[ "$output" = $'csv\ncsv,noheader\ncsv,nounits\ncsv,noheader,nounits' ]
+	run -0 complete_bash gpuman pick --format ""
+	[ "$output" = $'index\nuuid\ncuda' ]
+	for c in $(listed); do
+		opts=$(complete_bash gpuman "$c" -)
+		for o in --format --by --fallback; do
+			grep -qxF -- "$o" <<<"$opts" || continue
+			for v in $(complete_bash gpuman "$c" "$o" ""); do
+				case $c in
+				run) args=(-- true) ;;
+				submit | batch | reserve | top | serve | daemon | wait | logs | cancel) continue ;;
+				*) args=() ;;
+				esac
+				run gpuman "$c" "$o" "$v" "${args[@]}"
+				# waste exits 3 when it finds waste, as it does here
+				[ "$status" = 0 ] || [ "$c$status" = waste3 ] || { echo "$c $o $v offered but refused: $output"; false; }
+			done
+		done
+	done
+	# and what a command refuses is not offered to it
+	[ -z "$(gpuman complete values --fallback batch)" ]
+	[ -z "$(complete_bash gpuman status --format in)" ]
+}

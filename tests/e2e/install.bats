@@ -82,3 +82,21 @@ C
 	run -0 find "$p" -type f -o -type l
 	[ -z "$output" ]
 }
+
+@test "a second make install with another PREFIX installs a .pc of that prefix; ldconfig runs as root without DESTDIR only" {
+	run -0 inst /opt/first "$BATS_TEST_TMPDIR/one"
+	grep -qx 'prefix=/opt/first' "$BATS_TEST_TMPDIR/one/opt/first/lib/pkgconfig/gpuman.pc"
+	[[ "$output" != *ldconfig* ]]
+	run -0 inst /opt/second "$BATS_TEST_TMPDIR/two"
+	run -0 cat "$BATS_TEST_TMPDIR/two/opt/second/lib/pkgconfig/gpuman.pc"
+	[[ "$output" == *"prefix=/opt/second"* && "$output" == *"libdir=/opt/second/lib"* ]]
+	[[ "$output" != *first* ]]
+	PKG_CONFIG_SYSROOT_DIR=$BATS_TEST_TMPDIR/two PKG_CONFIG_PATH=$BATS_TEST_TMPDIR/two/opt/second/lib/pkgconfig \
+		run -0 pkg-config --cflags gpuman
+	[ "$(echo $output)" = "-I$BATS_TEST_TMPDIR/two/opt/second/include" ]
+	[ "$(id -u)" = 0 ] || skip "ldconfig after install: as root only"
+	p=$BATS_TEST_TMPDIR/prefix
+	run -0 inst "$p"
+	[[ "$output" == *$'\nldconfig'* ]]
+	make --no-print-directory -C "$GM_ROOT" BUILD="$GM_BUILD" PREFIX="$p" uninstall >/dev/null
+}

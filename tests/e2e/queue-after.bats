@@ -165,3 +165,15 @@ SH
 	run -0 gpuman queue --all --json
 	[ "$(jqr length)" = 0 ]
 }
+
+@test "--notify with USER unset (cron, systemd, su) mails the user it runs as" {
+	gpus 1
+	fake sendmail
+	unset DBUS_SESSION_BUS_ADDRESS
+	run -0 env -u USER gpuman submit --notify -- true
+	run -0 gpuman wait "$output"
+	wait_for '[ -s sendmail.out ]'
+	[ "$(head -1 sendmail.out)" = "-oi|--|$(id -un)|" ]
+	run -0 gpuman queue --all --json
+	[[ "$(jqr '.[0].notify')" == mail:*:"$(id -un)" ]]
+}

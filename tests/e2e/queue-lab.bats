@@ -301,3 +301,56 @@ one_gpu() {
 	run -0 timeout 10 gpuman wait "$out"
 	dispatcher_gone
 }
+
+@test "cancel -n NAME and cancel -u USER (Slurm's scancel spellings): the jobs of that name, or all one's own, as cancel IDs does; another user's are refused" {
+	gpus 1
+	run -0 gpuman submit -- sleep 300
+	blocker=$output
+	wait_for '[ "$(gpuman queue --json | jq -r ".[0].state")" = running ]'
+	a=$(gpuman submit --name keep -- true)
+	b=$(gpuman submit --name drop -- true)
+	c=$(gpuman submit -J drop -- true)
+	run -0 gpuman cancel -n drop
+	[ "$output" = "$b cancelled"$'\n'"$c cancelled" ]
+	run -0 gpuman queue --json
+	[ "$(jqr '[.[] | "\(.id):\(.state)"] | join(" ")')" = "$blocker:running $a:queued" ]
+	run -0 gpuman cancel -n nothing-by-this-name
+	[[ "$output" == *"no queued or running job named 'nothing-by-this-name'"* ]]
+	# -u oneself: every live job, queued first, as cancel --all
+	run -0 gpuman cancel -u "$(id -un)"
+	[ "${lines[0]}" = "$a cancelled" ]
+	[[ "${lines[1]}" == "$blocker cancelling (running on GPU 0)" ]]
+	run -0 gpuman wait "$blocker" || true
+	gm_user alice
+	run -2 as_user alice env -u GPUMAN_SIM gpuman cancel -u root
+	[[ "$output" == *"-u 'root': only your own jobs can be cancelled"* ]]
+	run -2 gpuman cancel -n drop 7
+	[[ "$output" == *"-n or job ids, not both ('7')"* ]]
+}
+
+@test "cancel -u USER as root cancels in that user's own queue, as that user" {
+	gm_user alice
+	[ ! -e /home/gmtest-alice ] || skip "/home/gmtest-alice exists: not ours to use"
+	SHARED=$(mktemp -d /tmp/gpuman-cu.XXXXXX)
+	chmod 755 "$SHARED"
+	mkdir -m 1777 "$SHARED/state" "$SHARED/sim"
+	install -m 666 /dev/null "$SHARED/sim/lock"
+	echo '{ "gpus": [ { "name": "g", "memory_total_mib": 16000 } ] }' >"$SHARED/gpus.json"
+	chmod 644 "$SHARED/gpus.json"
+	install -d -o gmtest-alice -g gmtest-alice -m 700 /home/gmtest-alice
+	export GPUMAN_SIM=$SHARED/gpus.json GPUMAN_STATE_DIR=$SHARED/state GPUMAN_SIM_STATE=$SHARED/sim
+	cd "$SHARED"
+	alice() { as_user alice env -u GPUMAN_QUEUE_DIR HOME=/home/gmtest-alice "$@"; }
+	alice gpuman submit -- sleep 300 >/dev/null 3>&-
+	alice gpuman submit -- true >/dev/null 3>&-
+	for _ in $(seq 100); do ls "$SHARED/state" | grep -q '^lease\.' && break; sleep 0.05; done
+	run -0 gpuman cancel -u gmtest-alice
+	[ "${lines[0]}" = "2 cancelled" ]
+	[ "${lines[1]}" = "1 cancelling (running on GPU 0)" ]
+	alice gpuman wait 1 2 >/dev/null 3>&- || true
+	run -0 alice gpuman queue --all --json
+	[ "$(jqr '[.[].state] | join(",")')" = cancelled,cancelled ]
+	# root's own queue was not touched, nor made in alice's name
+	[ "$(stat -c %U /home/gmtest-alice/.local/state/gpuman)" = gmtest-alice ]
+	rm -rf /home/gmtest-alice "$SHARED"
+}

@@ -83,7 +83,7 @@ children() {
 	run -0 gpuman queue --all --json
 	[ "$(jqr '[.[].time_limit_s] | map(tostring) | join(" ")')" = "90 1800 7200 5400 86400 90 3600 86400 88200 86405" ]
 	run -2 gpuman submit --time 90 -- true
-	[ "$output" = "gpuman submit: --time '90': say 90s or 90m (a bare number is minutes to Slurm but seconds elsewhere in gpuman)
+	[ "$output" = "gpuman submit: --time '90': say 90s or 90m (a bare number is minutes to Slurm but seconds elsewhere in gpuman; -t 90 is Slurm's minutes)
 (see 'gpuman submit --help')" ]
 	run -2 gpuman submit --time 0s -- true
 	[[ "$output" == *"--time '0s': a limit must be at least 1s"* ]]

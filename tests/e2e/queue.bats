@@ -190,3 +190,82 @@ EOF
 	run -0 gpuman logs -f 1
 	[ "$output" = "$(printf 'one\ntwo')" ]
 }
+
+@test "submit \"A && B\" and --wrap run through /bin/sh -c as a batch line does; words after -- are exec'd as before" {
+	gpus 1
+	run -0 gpuman submit 'echo one && echo "two $GPUMAN_JOB" | tr a-z A-Z'
+	id=$output
+	run -0 gpuman wait "$id"
+	[ "$output" = "$id done" ]
+	run -0 gpuman logs "$id"
+	[ "$output" = $'one\nTWO '"$id" ]
+	run -0 gpuman submit --wrap 'test -n "$GPUMAN_GPUS" && echo wrapped'
+	id=$output
+	run -0 gpuman wait "$id"
+	run -0 gpuman logs "$id"
+	[ "$output" = wrapped ]
+	# the queue shows the line itself, and argv says how it runs
+	run -0 gpuman queue --all --json
+	[ "$(jqr ".[] | select(.id == $id) | .command")" = 'test -n "$GPUMAN_GPUS" && echo wrapped' ]
+	[ "$(jqr ".[] | select(.id == $id) | .argv | join(\"|\")")" = '/bin/sh|-c|test -n "$GPUMAN_GPUS" && echo wrapped' ]
+	# after --: one argument is the program, exec'd without a shell
+	run -0 gpuman submit -- 'echo no shell'
+	id=$output
+	run -1 gpuman wait "$id"
+	# an array's {task} is filled in the line too
+	run -0 gpuman submit --array 1-2 'echo task={task}'
+	ids=$output
+	run -0 gpuman wait $ids
+	run -0 gpuman logs "${ids%% *}"
+	[ "$output" = task=1 ]
+}
+
+@test "submit refuses a line that cannot run as written, when it is given: open quote, a slip of a placeholder, binary bytes" {
+	gpus 1
+	run -2 gpuman submit "echo 'unterminated"
+	[[ "$output" == *"the command: the single quote opened at column 6 is never closed"* ]]
+	run -2 gpuman submit --array 1-2 'echo {Task}'
+	[[ "$output" == *"unknown placeholder '{Task}' (did you mean '{task}'?)"* ]]
+	run -2 gpuman submit 'echo {gpu}'
+	[[ "$output" == *"placeholder '{gpu}' is not filled in here"* ]]
+	run -2 gpuman submit --wrap $'echo \x01\x02'
+	[[ "$output" == *"--wrap: a control byte 0x01 at column 6"* ]]
+	run -2 gpuman submit --wrap 'echo a' 'echo b'
+	[[ "$output" == *"--wrap gives the command"* ]]
+	# none of them was queued
+	run -0 gpuman queue --all --json
+	[ "$(jqr length)" = 0 ]
+}
+
+@test "submit takes Slurm's -J, -t (a bare number is minutes), --dependency=afterok and --gres=gpu:N, as gpuman's own options record them" {
+	gpus 2
+	run -0 gpuman submit -- true
+	a=$output
+	run -0 gpuman submit -- true
+	b=$output
+	run -0 gpuman wait "$a" "$b"
+	run -0 gpuman submit --name sweep --time 90m --after "$a,$b" -n 2 -- sleep 0.2
+	own=$output
+	run -0 gpuman submit -J sweep -t 90 --dependency=afterok:"$a:$b" --gres=gpu:2 -- sleep 0.2
+	slurm=$output
+	run -0 gpuman submit --job-name sweep -t 1:30:00 --dependency afterok:"$a",afterok:"$b" -- sleep 0.2
+	third=$output
+	run -0 gpuman wait "$own" "$slurm" "$third"
+	run -0 gpuman queue --all --json
+	mine=$(jqr -c ".[] | select(.id == $own) | [.name, .time_limit_s, .after, .argv, (.gpus | length)]")
+	[ "$mine" = '["sweep",5400,['"$a,$b"'],["sleep","0.2"],2]' ]
+	[ "$(jqr -c ".[] | select(.id == $slurm) | [.name, .time_limit_s, .after, .argv, (.gpus | length)]")" = "$mine" ]
+	[ "$(jqr -c ".[] | select(.id == $third) | [.name, .time_limit_s, .after]")" = '["sweep",5400,['"$a,$b"']]' ]
+	# what means something else is refused, naming it
+	run -2 gpuman submit --dependency=afterany:"$a" -- true
+	[[ "$output" == *"'afterany' means something else"* ]]
+	run -2 gpuman submit --dependency=afterok:"$a"?afterok:"$b" -- true
+	[[ "$output" == *"'?' (any of them) has no equal"* ]]
+	run -2 gpuman submit --gres=gpu:a100:1 -- true
+	[[ "$output" == *"a GPU type is Slurm's to choose"* ]]
+	run -2 gpuman submit -t 0 -- true
+	[[ "$output" == *"-t '0': a limit must be at least 1s"* ]]
+	# gpuman's -n is GPUs, and its help says Slurm's counts tasks
+	run -0 gpuman submit --help
+	[[ "$output" == *"Slurm's -n counts tasks"* ]]
+}

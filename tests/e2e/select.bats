@@ -65,3 +65,72 @@ load helpers
 	run -2 gpuman status --watch=0
 	[[ "$output" == *"give 0.1 to 86400 seconds"* ]]
 }
+
+@test "status --json honours -i and -u as the table and CSV do (GPUs, processes, leases, waste)" {
+	four_gpus
+	run -0 gpuman status --json -i 1,dddd
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 1,3 ]
+	[ "$(jqr '[.processes[].pid] | join(",")')" = 3000001,3000002,3000003 ]
+	run -0 gpuman status --json -i 2
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 2 ]
+	[ "$(jqr '.processes | length')" = 0 ]
+	gpuman run --only 2 -- gpuman-simload --mem 1G --util 30 --seconds 60 &
+	job=$!
+	wait_for '[ "$(gpuman ps -u "$(id -un)" --json | jq length)" = 1 ]'
+	run -0 gpuman status --json -u "$(id -un)"
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 2 ]
+	[ "$(jqr '[.processes[].gpu] | join(",")')" = 2 ]
+	[ "$(jqr '[.leases[].user] | unique | join(",")')" = "$(id -un)" ]
+	# the same GPUs as the CSV and the table show
+	run -0 gpuman status -u "$(id -un)" --format csv=index
+	[ "$output" = $'index\n2' ]
+	# a lease on a GPU left out by -i is left out too
+	run -0 gpuman status --json -i 0
+	[ "$(jqr '.leases | length')" = 0 ]
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 0 ]
+	kill $job; wait $job || true
+}
+
+@test "status --query-gpu=FIELDS --format=csv[,noheader][,nounits] (nvidia-smi's spelling) gives status's CSV in nvidia-smi's form" {
+	four_gpus
+	run -0 gpuman status --format csv=index,name,memory_used_mib,memory_total_mib,util_pct,power_w,temperature_c -i 1,3
+	own=$output
+	run -0 gpuman status --query-gpu=index,name,memory.used,memory.total,utilization.gpu,power.draw,temperature.gpu --format=csv,noheader,nounits -i 1,3
+	# the same values, nvidia-smi's ", " between them, no header
+	[ "$output" = "$(tail -n +2 <<<"$own" | sed 's/,/, /g')" ]
+	[ "$output" = $'1, Test GPU B, 4000, 24000, 70, 300.0, 70\n3, Test GPU D, 9000, 16000, 5, 60.0, 35' ]
+	run -0 gpuman status --query-gpu=index,memory.used,utilization.gpu,power.draw,uuid --format=csv -i 1
+	[ "${lines[0]}" = "index, memory.used [MiB], utilization.gpu [%], power.draw [W], uuid" ]
+	[ "${lines[1]}" = "1, 4000 MiB, 70 %, 300.0 W, GPU-bbbbbbbb-0000-0000-0000-000000000000" ]
+	# nvidia-smi's other names and any case; pci.bus_id as status's pci_bus_id
+	run -0 gpuman status --query-gpu=INDEX,gpu_name,pci.bus_id --format=csv,noheader -i 0
+	[ "$output" = "$(gpuman status --format csv=index,name,pci_bus_id -i 0 | tail -1 | sed 's/,/, /g')" ]
+	[[ "$output" == "0, Test GPU A, "*:* ]]
+	# a field gpuman does not read is refused, naming it
+	run -2 gpuman status --query-gpu=index,fan.speed --format=csv
+	[[ "$output" == *"--query-gpu: 'fan.speed' is not a field gpuman reads"* ]]
+	run -2 gpuman status --query-gpu=memory.usd --format=csv
+	[[ "$output" == *"(did you mean 'memory.used'?)"* ]]
+	# noheader on gpuman's own CSV, as in nvidia-smi; anything else after csv is refused
+	run -0 gpuman status --format=csv,noheader -i 2
+	[[ "$output" == 2,GPU-cccccccc-* ]]
+	[ "${#lines[@]}" = 1 ]
+	run -2 gpuman status --format=csv,fancy
+	[[ "$output" == *"after csv only noheader and nounits"* ]]
+}
+
+@test "status -l SEC and --loop=SEC (nvidia-smi's) repeat as --watch does" {
+	four_gpus
+	for opt in "-l 0.2" "--loop=0.2"; do
+		# shellcheck disable=SC2086
+		gpuman status $opt --query-gpu=index,memory.used --format=csv,noheader -i 1 >"$BATS_TEST_TMPDIR/loop" 2>&1 &
+		w=$!
+		wait_for '[ "$(grep -c "^1, 4000 MiB" "$BATS_TEST_TMPDIR/loop")" -ge 2 ]'
+		kill -INT $w
+		st=0
+		wait $w || st=$?
+		[ "$st" = 0 ]
+	done
+	run -0 gpuman status --help
+	[[ "$output" == *"not gpustat's"* ]]
+}

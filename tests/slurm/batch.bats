@@ -256,3 +256,24 @@ for n, g in sqlite3.connect(sys.argv[1]).execute(
 	grep -q "killed by Slurm: time limit" out
 	grep -q "ended (TimeLimit)" out
 }
+
+@test "slurm batch: without -N or --gres a sweep takes the partition's idle GPUs (up to one per task) and says what it took" {
+	sweep 24 sweep.txt
+	run -0 gpuman batch --slurm sweep.txt
+	echo "$output" | grep "gpuman batch:" >&3
+	[[ "$output" =~ "no size given: taking idle GPUs of partition gpu: 2 nodes (n1,n2) x 4 GPUs for 24 tasks" ]]
+	# whole idle nodes are asked for by type, as -N2 --gres=gpu:a100:2,gpu:t4:2 would
+	[[ "$output" == *"salloc --no-shell --nodes=2 --nodelist=n1,n2 --partition=gpu --gres=gpu:a100:2,gpu:t4:2 "* ]]
+	[[ "$output" != *"--gres=gpu:1 "* ]]
+	[[ "$output" == *"24 tasks: 24 done"* ]]
+	check_sweep 24
+	# a small sweep takes no more than it can use: 3 tasks, 3 GPUs of one node
+	rm -f ran rec
+	sweep 3 small.txt
+	run -0 gpuman batch --slurm small.txt
+	[[ "$output" =~ "partition gpu: 1 node (n"[12]") x 3 GPUs for 3 tasks" ]]
+	[ "$(sort -n ran | uniq | wc -l)" -eq 3 ]
+	# -N or --gres still say the size
+	run -0 gpuman batch --slurm --dry-run -N1 small.txt
+	[[ "$output" != *"no size given"* ]]
+}

@@ -230,6 +230,43 @@ static void test_job_env(void **state)
 	child_env_release(&env);
 }
 
+/* A line for /bin/sh -c, checked when given: what the shell would choke
+ * on or run as garbage is refused; what the shell itself uses is not. */
+static void test_check_line(void **state)
+{
+	const char *const none[] = {NULL}, *const array[] = {"task", NULL};
+	const char *const *all = protocol_placeholders;
+	char err[256];
+
+	(void)state;
+#define OK(line, known)                                                                            \
+	assert_int_equal(protocol_check_line(line, strlen(line), known, err, sizeof err), 0)
+#define BAD(line, known, says)                                                                     \
+	do {                                                                                       \
+		assert_int_equal(protocol_check_line(line, strlen(line), known, err, sizeof err),  \
+		                 -1);                                                              \
+		assert_non_null(strstr(err, says));                                                \
+	} while (0)
+	OK("echo {gpu} {uuid} {task}", all);
+	OK("awk '{print $1}' f; echo ${HOME} \"${gpus}\"; find . -exec rm {} \\;", all);
+	OK("echo 'it''s' \"a \\\" b\" `date`", none);
+	BAD("echo 'open", all, "single quote opened at column 6");
+	BAD("echo \"open", all, "double quote opened at column 6");
+	BAD("echo `date", all, "backquote");
+	BAD("echo a\\", all, "backslash ends the line");
+	BAD("echo {gpus}", all, "unknown placeholder '{gpus}' (did you mean '{gpu}'?)");
+	BAD("echo '{Task}'", all, "'{Task}' (did you mean '{task}'?)");
+	BAD("echo {GPU}", all, "did you mean '{gpu}'?");
+	BAD("echo {gpu}", array, "'{gpu}' is not filled in here");
+	OK("echo {task}", array);
+	BAD("echo {task}", none, "'{task}' is not filled in here");
+	BAD("echo \x01", all, "control byte 0x01 at column 6");
+	assert_int_equal(protocol_check_line("a\0b", 3, all, err, sizeof err), -1);
+	assert_non_null(strstr(err, "NUL byte at column 2"));
+#undef OK
+#undef BAD
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -237,6 +274,7 @@ int main(void)
 	    cmocka_unit_test(test_format_limit),      cmocka_unit_test(test_run_path_and_go),
 	    cmocka_unit_test(test_exit_status),       cmocka_unit_test(test_says_oom),
 	    cmocka_unit_test(test_substitute),        cmocka_unit_test(test_job_env),
+	    cmocka_unit_test(test_check_line),
 	};
 
 	return cmocka_run_group_tests_name("protocol", tests, NULL, NULL);

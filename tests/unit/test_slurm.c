@@ -56,6 +56,32 @@ static void test_gres_per_node(void **state)
 	assert_int_equal(slurm_gres_per_node("gpu:a100:3,nic:1"), 3);
 }
 
+/* A sweep without size options: as many of the idle GPUs as it can use,
+ * on the fewest nodes, a multiple of the GPUs per task on each. */
+static void test_spread(void **state)
+{
+	const struct slurm_node_free two[] = {{"n1", 4, 4, "gpu:4"}, {"n2", 4, 4, "gpu:4"}};
+	const struct slurm_node_free uneven[] = {
+	    {"n2", 4, 4, "gpu:4"}, {"n1", 3, 4, "gpu:4"}, {"n3", 1, 4, "gpu:4"}};
+	unsigned k, each;
+
+	(void)state;
+	assert_int_equal(slurm_spread(two, 2, 24, 1, &k, &each), 0);
+	assert_int_equal(k, 2);
+	assert_int_equal(each, 4);
+	assert_int_equal(slurm_spread(two, 2, 3, 1, &k, &each), 0); /* 3 tasks */
+	assert_int_equal(k, 1);
+	assert_int_equal(each, 3);
+	assert_int_equal(slurm_spread(uneven, 3, 24, 1, &k, &each), 0); /* 2x3 > 1x4, 3x1 */
+	assert_int_equal(k, 2);
+	assert_int_equal(each, 3);
+	assert_int_equal(slurm_spread(uneven, 3, 24, 2, &k, &each), 0); /* 2 GPUs a task */
+	assert_int_equal(k, 1);
+	assert_int_equal(each, 4);
+	assert_int_equal(slurm_spread(uneven + 2, 1, 24, 2, &k, &each), -1); /* none fits */
+	assert_int_equal(slurm_spread(NULL, 0, 24, 1, &k, &each), -1);
+}
+
 static void test_step_causes(void **state)
 {
 	char why[128];
@@ -95,6 +121,7 @@ int main(void)
 	    cmocka_unit_test(test_job_gres_typed),
 	    cmocka_unit_test(test_job_gres_untyped_and_others),
 	    cmocka_unit_test(test_gres_per_node),
+	    cmocka_unit_test(test_spread),
 	    cmocka_unit_test(test_step_causes),
 	};
 
