@@ -194,6 +194,7 @@ struct nvml {
 	/* MIG slices (R450+; a driver before has none of them). */
 	fn_dev_uint max_migs, gpu_instance_id, compute_instance_id;
 	fn_dev_idx_handle mig_handle;
+	fn_dev_uint minor; /* /dev/nvidiaN's N */
 };
 
 /* The first version to try, and remembering that older ones are needed. */

@@ -30,6 +30,7 @@ struct gm_gpu {
 	int cc_major, cc_minor;
 	int compute_mode; /* enum gm_compute_mode */
 	int mig_mode;     /* 0 disabled, 1 enabled */
+	int minor;        /* /dev/nvidiaN's N (NVML's minor number); -1 unknown */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
 	 * FASTEST_FIRST device order follows; higher comes first. */
 	uint64_t cuda_rank;
