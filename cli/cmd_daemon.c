@@ -254,6 +254,7 @@ void daemon_lease_free(struct blease *l)
 
 void daemon_lease_end(struct daemon *d, struct blease *l)
 {
+	daemon_fence_end(l); /* nothing of its job outlives it */
 	if (l->prev)
 		l->prev->next = l->next;
 	else
@@ -531,6 +532,7 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 		goto done;
 	if (daemon_config_fresh(d) < 0)
 		goto done;
+	daemon_fence_init();
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->epfd < 0)
 		goto done;

@@ -638,6 +638,17 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		    "daemon, not running here) keeps a GPU-hours ledger that users cannot "
 		    "delete%s\n",
 		    c_dim(cli), c_reset(cli));
+	if (view->placement_enforced)
+		printf("%splacement: enforced by the kernel (%s): a job opens only its leased "
+		       "GPUs%s\n",
+		       c_dim(cli), cli_safe(what, view->placement), c_reset(cli));
+	else
+		printf("%splacement: advisory, not enforced by the kernel (%s): leases bind "
+		       "gpuman's users, not the driver%s\n",
+		       c_dim(cli),
+		       cli_safe(what, view->placement[0] ? view->placement
+		                                         : "the leases could not be read"),
+		       c_reset(cli));
 }
 
 /* Inside a Slurm job: the JSON without the GPUs (and their processes)
@@ -686,6 +697,11 @@ static int status_once(struct cli *cli, struct cli_select *sel, const size_t *id
 			json_only_selected(o, look.snap, sel);
 		json_object_set_new(o, "waste",
 		                    listing_waste_json(look.snap, look.view, &wopts, &waste));
+		json_object_set_new(o, "placement",
+		                    json_pack("{s:b,s:s}", "enforced",
+		                              look.view->placement_enforced,
+		                              look.view->placement_enforced ? "mechanism" : "why",
+		                              look.view->placement));
 		rc = cli_print_json(o);
 	} else if (sel->csv) {
 		print_csv(sel, &look, idx, ncols);

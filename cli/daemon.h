@@ -239,4 +239,11 @@ void conn_readable(struct daemon *d, struct conn *c);
 /* Connections that have not said what they want in time are dropped. */
 int64_t daemon_drop_silent(struct daemon *d);
 
+/* ---- daemon_fence.c: the kernel fence of each lease's job ---------------- */
+
+void daemon_fence_init(void);                                    /* at start-up */
+void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */
+void daemon_fence_end(const struct blease *l); /* kills what is left in its cgroup */
+void daemon_fence_view(json_t *view);          /* "placement" for status */
+
 #endif

@@ -27,6 +27,11 @@
  *     {"op":"release","id":ID,"token":T}   the same from a new connection
  *                              (after the broker was restarted)
  *     {"op":"view"}             every lease and waiter, for status
+ *     {"op":"fence","pid":N}    place process N (stopped before its exec)
+ *                              in the lease's cgroup, whose device filter
+ *                              refuses the GPUs the lease does not hold;
+ *                              "keep":true: N is the lease's supervisor,
+ *                              moved back out alive when the lease ends
  *   broker -> client
  *     {"op":"queued","position":N,"why":"..."}
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
@@ -36,6 +41,10 @@
  *                              has "reservation":true and "expires_ms"; a
  *                              waiter held back by its cap a "limit"
  *     {"op":"released"}
+ *     {"op":"fenced","enforced":true,"mechanism":"..."}, or
+ *     {"op":"fenced","enforced":false,"why":"..."}  (no fence here: as before);
+ *                              a refusal ends the lease
+ *   the view has "placement": {"enforced":B,"mechanism":..., "why":...}
  */
 #ifndef GM_BROKER_H
 #define GM_BROKER_H
@@ -100,6 +109,14 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 /* End a broker lease: on its connection, or, when the broker was restarted
  * since, on a new one with the lease's token.  Does not free the lease. */
 void broker_release(struct gm_lease *lease);
+
+/*
+ * Place pid in lease's cgroup before it runs anything (a broker lease's
+ * connection; the caller waits for the answer).  keep: pid is the lease's
+ * supervisor, not its job.  1 placed; 0 the broker enforces no placement
+ * here (why in err); -1 refused or no answer (err): the job must not run.
+ */
+int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, size_t len);
 
 /* End this user's reservation id (registry_release() through the broker). */
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);

@@ -524,6 +524,8 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
 	}
 	mark_over_limit(reg, view);
 	view->gpu_hours_unenforced = config_has_gpu_hours(&reg->cfg);
+	str_copy(view->placement, sizeof view->placement,
+	         "no lease broker: the daemonless registry cannot fence jobs");
 	return GM_OK;
 }
 

@@ -1,0 +1,259 @@
+/*
+ * daemon_fence.c - the broker's kernel fence (issue 21): each job started
+ * under a lease is placed, before its first instruction, in a cgroup of
+ * its own whose device filter refuses every GPU node its lease does not
+ * hold (lib/fence.h), and when the lease ends whatever is left in that
+ * cgroup is killed before the GPUs go to anybody else.
+ *
+ * The client starts the job stopped (waiting on a pipe) and asks, on the
+ * lease's own connection, {"op":"fence","pid":N}; the broker checks that N
+ * is a process of the connection's user (the kernel's word: SO_PEERCRED,
+ * then /proc, with a pidfd held across the check so that a reused pid is
+ * caught), moves it and answers {"op":"fenced"}; only then does the job
+ * exec.  "keep":true names the lease's supervisor (a batch task's runner,
+ * a library caller itself), which lives in the cgroup with its job but is
+ * moved back where it came from, alive, when the lease ends.
+ *
+ * The mechanism is chosen once at start-up (fence_choose); without one
+ * the answer says so ("enforced":false and why) and the job runs as
+ * before, and status shows that placement is advisory, and why.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "gpuman-internal.h"
+#include "cli.h"
+#include "daemon.h"
+
+static struct fence fence;
+
+/* Supervisors to move back out of a lease's cgroup when it ends. */
+struct keeper {
+	char id[64];
+	int pid;
+	uint64_t start;
+	char origin[PATH_MAX];
+	struct keeper *next;
+};
+static struct keeper *keepers;
+
+void daemon_fence_init(void)
+{
+	fence_choose(&fence);
+	if (fence.ops)
+		daemon_say("placement enforced by the kernel: %s, jobs' cgroups under '%s'",
+		           fence.ops->name, fence.root);
+	else
+		daemon_say("placement not enforced (advisory): %s", fence.why);
+}
+
+void daemon_fence_view(json_t *view)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "enforced", json_boolean(fence.ops != NULL));
+	if (fence.ops)
+		json_object_set_new(o, "mechanism", json_string(fence.ops->name));
+	else
+		json_object_set_new(o, "why", json_string(fence.why));
+	json_object_set_new(view, "placement", o);
+}
+
+/* Are all of pid's uids (real, effective, saved, file system) uid?  A
+ * set-uid program the user started is not theirs to fence. */
+static int proc_all_uids(int pid, unsigned uid)
+{
+	char path[64], line[256];
+	unsigned r, e, s, f;
+	int ok = 0;
+	FILE *file;
+
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	file = fopen(path, "re");
+	if (!file)
+		return 0;
+	while (fgets(line, sizeof line, file))
+		if (sscanf(line, "Uid: %u %u %u %u", &r, &e, &s, &f) == 4) {
+			ok = r == uid && e == uid && s == uid && f == uid;
+			break;
+		}
+	fclose(file);
+	return ok;
+}
+
+/* The devices l's job must not open, on this machine now. */
+static int lease_rule(struct daemon *d, const struct blease *l, struct fence_rule *r, char *why,
+                      size_t len)
+{
+	struct fence_machine m = FENCE_MACHINE_INIT;
+	struct gm_snapshot *snap = daemon_snapshot(d, 0);
+	unsigned *minors = calloc(l->n + 1, sizeof *minors);
+	struct fence_slice *slices = calloc(l->n + 1, sizeof *slices);
+	struct fence_grant g = {0, minors, 0, slices};
+	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
+	int rc = -1;
+
+	if (!snap || !minors || !slices) {
+		snprintf(why, len, "the lease broker cannot read the GPUs");
+		goto done;
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		long pos = snapshot_position(snap, l->indices[i]);
+		const struct gm_gpu *gpu = pos >= 0 ? &snap->gpus[pos] : NULL;
+		size_t k;
+
+		if (!gpu || gpu->minor < 0) {
+			snprintf(why, len,
+			         "GPU %u's device node is unknown (NVML gives no minor number)",
+			         l->indices[i]);
+			goto done;
+		}
+		if (!l->migs[i][0]) {
+			minors[g.gpu_count++] = (unsigned)gpu->minor;
+			continue;
+		}
+		for (k = 0; k < snap->mig_count && strcmp(snap->migs[k].uuid, l->migs[i]); k++)
+			;
+		if (k == snap->mig_count) {
+			snprintf(why, len, "MIG slice %s is gone", l->migs[i]);
+			goto done;
+		}
+		slices[g.slice_count++] =
+		    (struct fence_slice){(unsigned)gpu->minor, snap->migs[k].gpu_instance_id,
+		                         snap->migs[k].compute_instance_id};
+	}
+	if (fence_machine_read(&m, snap, dev && *dev ? dev : "/dev",
+	                       proc && *proc ? proc : "/proc") < 0 ||
+	    fence_rule_build(r, &m, &g) < 0) {
+		snprintf(why, len, "out of memory");
+		goto done;
+	}
+	rc = 0;
+done:
+	fence_machine_release(&m);
+	free(minors);
+	free(slices);
+	return rc;
+}
+
+static void fenced(struct daemon *d, struct conn *c, int enforced, const char *why)
+{
+	json_t *m = json_object();
+
+	json_object_set_new(m, "op", json_string("fenced"));
+	json_object_set_new(m, "enforced", json_boolean(enforced));
+	if (enforced)
+		json_object_set_new(m, "mechanism", json_string(fence.ops->name));
+	else
+		json_object_set_new(m, "why", json_string(why));
+	if (conn_send(d, c, m) < 0)
+		conn_close(d, c);
+}
+
+void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
+{
+	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	int keep = json_is_true(json_object_get(msg, "keep"));
+	struct fence_rule rule = FENCE_RULE_INIT;
+	struct keeper *k = NULL;
+	char why[300] = "", err[300] = "";
+	uint64_t start;
+	int pidfd = -1;
+
+	if (!fence.ops) {
+		fenced(d, c, 0, fence.why);
+		return;
+	}
+	if (pid <= 1 || !c->lease) {
+		daemon_refuse(d, c, GM_ERR_INVALID, "malformed fence request", NULL);
+		return;
+	}
+	/* Held from the check to the move: the pid cannot be reused by
+	 * another process meanwhile without our seeing that it ended. */
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	start = daemon_proc_start(pid);
+	if (pidfd < 0 || !start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
+		snprintf(why, sizeof why, "pid %d is not a process of yours", pid);
+		goto refused;
+	}
+	if (lease_rule(d, c->lease, &rule, err, sizeof err) < 0) {
+		/* Nothing to enforce it with: the job runs as without a fence,
+		 * and says so. */
+		fenced(d, c, 0, err);
+		goto done;
+	}
+	if (keep && (k = calloc(1, sizeof *k))) {
+		str_copy(k->id, sizeof k->id, c->lease->id);
+		k->pid = pid;
+		k->start = start;
+		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
+			str_copy(k->origin, sizeof k->origin, fence.mount);
+		/* Already a supervisor in another lease's cgroup: back home,
+		 * not there, at the end. */
+		for (struct keeper *o = keepers; o; o = o->next)
+			if (o->pid == pid && o->start == start)
+				str_copy(k->origin, sizeof k->origin, o->origin);
+	}
+	if (fence.ops->create(&fence, c->lease->id, &rule, err, sizeof err) < 0 ||
+	    fence.ops->enter(&fence, c->lease->id, pid, err, sizeof err) < 0) {
+		daemon_say("cannot fence %s's job (pid %d): %s", c->lease->user, pid, err);
+		snprintf(why, sizeof why, "the lease broker cannot place pid %d: %s", pid, err);
+		goto refused;
+	}
+	{
+		struct pollfd p = {pidfd, POLLIN, 0};
+
+		if (poll(&p, 1, 0) != 0 || daemon_proc_start(pid) != start) {
+			snprintf(why, sizeof why, "pid %d ended while it was placed", pid);
+			goto refused;
+		}
+	}
+	if (k) {
+		k->next = keepers;
+		keepers = k;
+		k = NULL;
+	}
+	fenced(d, c, 1, NULL);
+	goto done;
+refused:
+	/* The lease ends with the refusal: its job never runs unfenced. */
+	daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
+done:
+	free(k);
+	fence_rule_release(&rule);
+	if (pidfd >= 0)
+		close(pidfd);
+}
+
+void daemon_fence_end(const struct blease *l)
+{
+	struct keeper **pp = &keepers;
+	char err[300], path[PATH_MAX], here[PATH_MAX];
+
+	if (!fence.ops)
+		return;
+	fence_path(&fence, l->id, path, sizeof path);
+	while (*pp) {
+		struct keeper *k = *pp;
+
+		if (strcmp(k->id, l->id)) {
+			pp = &k->next;
+			continue;
+		}
+		/* Still ours and still there: home, alive. */
+		if (daemon_proc_start(k->pid) == k->start &&
+		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
+		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0)
+			fence.ops->move_to(&fence, fence.mount, k->pid);
+		*pp = k->next;
+		free(k);
+	}
+	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
+		daemon_say("lease %s of %s: %s", l->id, l->user, err);
+}
