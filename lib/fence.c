@@ -390,7 +390,7 @@ static int cg_where(const struct fence *f, int pid, int v2, char *out, size_t le
 		if (!rest)
 			continue;
 		*rest++ = '\0';
-		ctl++;
+		*ctl++ = '\0';
 		rest[strcspn(rest, "\n")] = '\0';
 		if (v2 ? !strncmp(line, "0", 2) && !*ctl
 		       : (!strcmp(ctl, "devices") || strstr(ctl, "devices,") ||
