@@ -142,6 +142,20 @@ done:
 	return rc;
 }
 
+/* The lease a fence request names: the connection's own, or (on a new
+ * connection) a reservation of its user's by id, for a reserved shell. */
+static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
+{
+	const char *id = json_string_value(json_object_get(msg, "id"));
+
+	if (c->lease)
+		return c->lease;
+	for (struct blease *l = d->leases; id && l; l = l->next)
+		if (l->reservation && !strcmp(l->id, id) && (l->uid == c->uid || c->uid == 0))
+			return l;
+	return NULL;
+}
+
 static void fenced(struct daemon *d, struct conn *c, int enforced, const char *why)
 {
 	json_t *m = json_object();
@@ -152,7 +166,9 @@ static void fenced(struct daemon *d, struct conn *c, int enforced, const char *w
 		json_object_set_new(m, "mechanism", json_string(fence.ops->name));
 	else
 		json_object_set_new(m, "why", json_string(why));
-	if (conn_send(d, c, m) < 0)
+	if (c->state == CONN_NEW)
+		conn_finish(d, c, m); /* a reserved shell's: one answer */
+	else if (conn_send(d, c, m) < 0)
 		conn_close(d, c);
 }
 
@@ -161,16 +177,24 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
 	int keep = json_is_true(json_object_get(msg, "keep"));
 	struct fence_rule rule = FENCE_RULE_INIT;
+	struct blease *l = named_lease(d, c, msg);
 	struct keeper *k = NULL;
 	char why[300] = "", err[300] = "";
 	uint64_t start;
 	int pidfd = -1;
 
+	if (!l) {
+		daemon_refuse(d, c, GM_ERR_INVALID,
+		              "no such reservation of yours (it may have expired; gpuman status "
+		              "lists the live ones)",
+		              NULL);
+		return;
+	}
 	if (!fence.ops) {
 		fenced(d, c, 0, fence.why);
 		return;
 	}
-	if (pid <= 1 || !c->lease) {
+	if (pid <= 1) {
 		daemon_refuse(d, c, GM_ERR_INVALID, "malformed fence request", NULL);
 		return;
 	}
@@ -182,14 +206,14 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		snprintf(why, sizeof why, "pid %d is not a process of yours", pid);
 		goto refused;
 	}
-	if (lease_rule(d, c->lease, &rule, err, sizeof err) < 0) {
+	if (lease_rule(d, l, &rule, err, sizeof err) < 0) {
 		/* Nothing to enforce it with: the job runs as without a fence,
 		 * and says so. */
 		fenced(d, c, 0, err);
 		goto done;
 	}
 	if (keep && (k = calloc(1, sizeof *k))) {
-		str_copy(k->id, sizeof k->id, c->lease->id);
+		str_copy(k->id, sizeof k->id, l->id);
 		k->pid = pid;
 		k->start = start;
 		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
@@ -200,9 +224,9 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 			if (o->pid == pid && o->start == start)
 				str_copy(k->origin, sizeof k->origin, o->origin);
 	}
-	if (fence.ops->create(&fence, c->lease->id, &rule, err, sizeof err) < 0 ||
-	    fence.ops->enter(&fence, c->lease->id, pid, err, sizeof err) < 0) {
-		daemon_say("cannot fence %s's job (pid %d): %s", c->lease->user, pid, err);
+	if (fence.ops->create(&fence, l->id, &rule, err, sizeof err) < 0 ||
+	    fence.ops->enter(&fence, l->id, pid, err, sizeof err) < 0) {
+		daemon_say("cannot fence %s's job (pid %d): %s", l->user, pid, err);
 		snprintf(why, sizeof why, "the lease broker cannot place pid %d: %s", pid, err);
 		goto refused;
 	}

@@ -31,7 +31,9 @@
  *                              in the lease's cgroup, whose device filter
  *                              refuses the GPUs the lease does not hold;
  *                              "keep":true: N is the lease's supervisor,
- *                              moved back out alive when the lease ends
+ *                              moved back out alive when the lease ends;
+ *                              on a new connection with "id":RESV, into the
+ *                              cgroup of one's own reservation (a shell)
  *   broker -> client
  *     {"op":"queued","position":N,"why":"..."}
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
@@ -117,6 +119,10 @@ void broker_release(struct gm_lease *lease);
  * here (why in err); -1 refused or no answer (err): the job must not run.
  */
 int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, size_t len);
+
+/* The same for a reserved shell: pid into the cgroup of this user's
+ * reservation id, on a connection of its own. */
+int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len);
 
 /* End this user's reservation id (registry_release() through the broker). */
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);

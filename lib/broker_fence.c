@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include "broker.h"
 #include "lease.h"
 #include "util.h"
@@ -16,10 +17,11 @@
 /* Placing a process is a few system calls; a broker this slow is stuck. */
 #define FENCE_PATIENCE_MS 10000
 
-int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, size_t len)
+/* Send msg ({"op":"fence",...} for pid) on fd and read the answer. */
+static int ask(int fd, json_t *msg, int pid, char *err, size_t len)
 {
 	struct broker_buf *buf = calloc(1, sizeof *buf);
-	json_t *msg = json_object(), *reply = NULL;
+	json_t *reply = NULL;
 	int64_t give_up = monotonic_ms() + FENCE_PATIENCE_MS;
 	const char *op;
 	int rc = -1, got = 0;
@@ -28,16 +30,12 @@ int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, siz
 		gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 		goto done;
 	}
-	json_object_set_new(msg, "op", json_string("fence"));
-	json_object_set_new(msg, "pid", json_integer(pid));
-	if (keep)
-		json_object_set_new(msg, "keep", json_true());
-	if (broker_send(lease->fd, msg) < 0) {
+	if (broker_send(fd, msg) < 0) {
 		gm_fail(GM_ERR_STATE, err, len, "lease broker: %s", strerror(errno));
 		goto done;
 	}
 	while ((got = broker_take_line(buf, &reply)) == 0) {
-		struct pollfd p = {lease->fd, POLLIN, 0};
+		struct pollfd p = {fd, POLLIN, 0};
 		int64_t left = give_up - monotonic_ms();
 		ssize_t n;
 
@@ -45,7 +43,7 @@ int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, siz
 			break;
 		if (!p.revents)
 			continue;
-		n = recv(lease->fd, buf->data + buf->len, sizeof buf->data - buf->len, 0);
+		n = recv(fd, buf->data + buf->len, sizeof buf->data - buf->len, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -67,8 +65,42 @@ int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, siz
 		        json_string_value(json_object_get(reply, "error")) ?: "refused");
 	}
 done:
-	json_decref(msg);
 	json_decref(reply);
 	free(buf);
+	return rc;
+}
+
+static json_t *fence_msg(int pid)
+{
+	json_t *msg = json_object();
+
+	json_object_set_new(msg, "op", json_string("fence"));
+	json_object_set_new(msg, "pid", json_integer(pid));
+	return msg;
+}
+
+int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, size_t len)
+{
+	json_t *msg = fence_msg(pid);
+	int rc;
+
+	if (keep)
+		json_object_set_new(msg, "keep", json_true());
+	rc = ask(lease->fd, msg, pid, err, len);
+	json_decref(msg);
+	return rc;
+}
+
+int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len)
+{
+	json_t *msg = fence_msg(pid);
+	int fd = broker_connect(path, err, len), rc = -1;
+
+	json_object_set_new(msg, "id", json_string(id));
+	if (fd >= 0) {
+		rc = ask(fd, msg, pid, err, len);
+		close(fd);
+	}
+	json_decref(msg);
 	return rc;
 }

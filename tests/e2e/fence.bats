@@ -63,10 +63,10 @@ start_daemon() {
 	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
 }
 
-# The cgroups of this broker's leases that are still there.
+# The cgroups of leases that are still there (no other test fences jobs).
 cgroups_left() {
 	ls /sys/fs/cgroup/unified/gpuman /sys/fs/cgroup/devices/gpuman 2>/dev/null |
-		grep -c -- "-$1-" || true
+		grep -c '^[0-9]*-[0-9]*-[0-9a-f]*$' || true
 }
 
 # check OUT LABEL... - each LABEL's line: GPU 2 and nvidiactl reach the
@@ -104,7 +104,7 @@ fenced_run() { # the run test, under mechanism $1
 	# before the fence, and outside it, the same user opens every GPU
 	as_user alice "$TRY" "$SHARED/out/free" free $NODES
 	grep -qx "free nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/free"
-	wait_for "[ \$(cgroups_left $DAEMON) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]"
 }
 
 @test "fence v2: a job leased GPU 2 opens GPU 2 but not GPU 3, nor does anything it forks, double-forks or setsids" {
@@ -141,7 +141,7 @@ fenced_run() { # the run test, under mechanism $1
 		gpuman submit --only 2 -- "$TRY" "$SHARED/out/queue" queued $NODES 3>&-
 	wait_for "[ -s '$SHARED/out/queue' ]"
 	check "$SHARED/out/queue" queued
-	wait_for "[ \$(cgroups_left $DAEMON) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]"
 }
 
 @test "fence: when the lease ends nothing of the job is left, even with its supervisor killed -9" {
@@ -166,7 +166,7 @@ EOF
 	# the supervisor dies; the job goes on with its lease, then ends
 	kill -9 "$sup"
 	wait_for "! kill -0 $left 2>/dev/null"
-	wait_for "[ \$(cgroups_left $DAEMON) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]"
 	run -0 gpuman status --json
 	[ "$(jqr '.leases | length')" = 0 ]
 }
@@ -231,4 +231,25 @@ EOF
 	# and without a broker at all
 	run -0 env GPUMAN_BROKER=off gpuman status
 	[[ "$output" == *"placement: advisory, not enforced by the kernel (no lease broker"* ]]
+}
+
+@test "fence: a reserved shell and all it starts open only the reserved GPUs; the reservation's end ends them" {
+	gpus 4
+	start_daemon
+	job_script
+	cd "$SHARED/out"
+	run -0 as_user alice gpuman reserve --for 10m --only 2 --shell -- "$SHARED/job.sh" "$SHARED/out/shell"
+	check "$SHARED/out/shell" self fork double setsid
+	# the reservation ended with its shell
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 0 ]
+	# and a reservation released from elsewhere takes its shell with it
+	as_user alice gpuman reserve --for 10m --only 2 --shell -- sleep 300 2>/dev/null &
+	local shell=$!
+	wait_for '[ "$(gpuman status --json | jq -r ".leases[0].id // empty")" != "" ]'
+	id=$(gpuman status --json | jq -r '.leases[0].id')
+	wait_for "[ -n \"\$(ls /sys/fs/cgroup/*/gpuman/$id/cgroup.procs 2>/dev/null)\" ] && [ -n \"\$(cat /sys/fs/cgroup/*/gpuman/$id/cgroup.procs)\" ]"
+	run -0 as_user alice gpuman release "$id"
+	run -137 wait "$shell"
+	wait_for "[ \$(cgroups_left) = 0 ]"
 }
