@@ -254,7 +254,7 @@ void daemon_lease_free(struct blease *l)
 
 void daemon_lease_end(struct daemon *d, struct blease *l)
 {
-	daemon_fence_end(l); /* nothing of its job outlives it */
+	daemon_fence_end(d, l); /* nothing of its job outlives it */
 	if (l->prev)
 		l->prev->next = l->next;
 	else

@@ -638,17 +638,28 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		    "daemon, not running here) keeps a GPU-hours ledger that users cannot "
 		    "delete%s\n",
 		    c_dim(cli), c_reset(cli));
-	if (view->placement_enforced)
-		printf("%splacement: enforced by the kernel (%s): a job opens only its leased "
-		       "GPUs%s\n",
-		       c_dim(cli), cli_safe(what, view->placement), c_reset(cli));
-	else
-		printf("%splacement: advisory, not enforced by the kernel (%s): leases bind "
-		       "gpuman's users, not the driver%s\n",
-		       c_dim(cli),
-		       cli_safe(what, view->placement[0] ? view->placement
-		                                         : "the leases could not be read"),
-		       c_reset(cli));
+	{
+		/* One line on a pipe, wrapped to a terminal like the rest. */
+		struct cursor c = {0, l.width, 2};
+		char line[CLI_SAFE_SIZE + 160];
+
+		if (view->placement_enforced)
+			snprintf(
+			    line, sizeof line,
+			    "placement: enforced by the kernel (%s): a job opens only its leased "
+			    "GPUs",
+			    cli_safe(what, view->placement));
+		else
+			snprintf(
+			    line, sizeof line,
+			    "placement: advisory, not enforced by the kernel (%s): leases bind "
+			    "gpuman's users, not the driver",
+			    cli_safe(what, view->placement[0] ? view->placement
+			                                      : "the leases could not be read"));
+		fputs(c_dim(cli), stdout);
+		put_words(&c, line);
+		printf("%s\n", c_reset(cli));
+	}
 }
 
 /* Inside a Slurm job: the JSON without the GPUs (and their processes)

@@ -243,7 +243,7 @@ int64_t daemon_drop_silent(struct daemon *d);
 
 void daemon_fence_init(void);                                    /* at start-up */
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */
-void daemon_fence_end(const struct blease *l); /* kills what is left in its cgroup */
+void daemon_fence_end(struct daemon *d, const struct blease *l); /* kills what is left */
 void daemon_fence_view(json_t *view);          /* "placement" for status */
 
 #endif

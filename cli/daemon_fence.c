@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,13 +256,75 @@ done:
 		close(pidfd);
 }
 
-void daemon_fence_end(const struct blease *l)
+/* Is pid a supervisor of a lease (home at the end, not ended)? */
+static int is_keeper(int pid)
+{
+	for (const struct keeper *k = keepers; k; k = k->next)
+		if (k->pid == pid)
+			return 1;
+	return 0;
+}
+
+/* Does a live lease of l's user other than l (a reservation she works in,
+ * another share) hold GPU index too? */
+static int held_otherwise(const struct daemon *d, const struct blease *l, unsigned index)
+{
+	for (const struct blease *o = d->leases; o; o = o->next)
+		for (size_t g = 0; o != l && !o->ended && o->uid == l->uid && g < o->n; g++)
+			if (o->indices[g] == index)
+				return 1;
+	return 0;
+}
+
+/*
+ * The lease's user's processes that NVML lists on its GPUs from outside
+ * its cgroup (a descriptor opened before the fence, or passed in over a
+ * Unix socket: the filter acts at open) end with it too, as its own job's
+ * do; waste names them "unleased" while it lives.  Not while another live
+ * lease of the user's holds the GPU (she works in her reservation), nor
+ * supervisors going home.
+ */
+static void end_strays(struct daemon *d, const struct blease *l)
+{
+	struct gm_snapshot *own = NULL;
+	const struct gm_snapshot *snap = d->snap;
+
+	/* The broker's last reading when recent (a busy line reads NVML
+	 * often; a hand-off must not wait for another), else one of our own:
+	 * never daemon_snapshot(), whose caller may still hold the last. */
+	if (!snap || monotonic_ms() - d->snap_at > RECHECK_MS) {
+		char err[GM_ERRBUF_SIZE];
+
+		if (gm_snapshot_take(d->ctx, &own, err, sizeof err) == GM_OK)
+			snap = own;
+	}
+
+	for (size_t i = 0; snap && i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+		int held = 0;
+
+		for (size_t g = 0; g < l->n && !held; g++)
+			held = l->indices[g] == p->gpu;
+		if (!held || !p->has_user || p->uid != l->uid || p->uid == 0 || (int)p->pid <= 1 ||
+		    is_keeper((int)p->pid) || held_otherwise(d, l, p->gpu) ||
+		    !proc_all_uids((int)p->pid, l->uid))
+			continue;
+		daemon_say("lease %s of %s ended: pid %u still used GPU %u from outside it; killed",
+		           l->id, l->user, p->pid, p->gpu);
+		kill((pid_t)p->pid, SIGKILL);
+	}
+	gm_snapshot_free(own);
+}
+
+void daemon_fence_end(struct daemon *d, const struct blease *l)
 {
 	struct keeper **pp = &keepers;
 	char err[300], path[PATH_MAX], here[PATH_MAX];
 
 	if (!fence.ops)
 		return;
+	if (!l->reservation)
+		end_strays(d, l);
 	fence_path(&fence, l->id, path, sizeof path);
 	while (*pp) {
 		struct keeper *k = *pp;

@@ -253,3 +253,26 @@ EOF
 	run -137 wait "$shell"
 	wait_for "[ \$(cgroups_left) = 0 ]"
 }
+
+@test "fence: the lease's user's process on its GPU from outside its cgroup is named by waste and ended with the lease; another user's is not" {
+	gpus 4
+	start_daemon
+	uuid=$(gpuman status --json | jq -r '.gpus[2].uuid')
+	# as if handed a descriptor of GPU 2 over a socket: outside every lease
+	as_user alice env CUDA_VISIBLE_DEVICES="$uuid" gpuman-simload --mem 1G --util 0 --seconds 300 &
+	as_user bob env CUDA_VISIBLE_DEVICES="$uuid" gpuman-simload --mem 1G --util 0 --seconds 300 &
+	wait_for "[ \"\$(gpuman status --json | jq '[.processes[] | select(.gpu == 2)] | length')\" = 2 ]"
+	stray=$(gpuman status --json | jq -r '.processes[] | select(.user == "gmtest-alice") | .pid')
+	other=$(gpuman status --json | jq -r '.processes[] | select(.user == "gmtest-bob") | .pid')
+	echo "$stray" >"$SHARED/pids/stray"
+	echo "$other" >"$SHARED/pids/other"
+	as_user alice gpuman run --only 2 --mem 1G -- sleep 2 &
+	local job=$!
+	wait_for "[ \"\$(gpuman status --json | jq '.leases | length')\" = 1 ]"
+	run gpuman waste --json
+	[ "$(jqr "[.waste[] | select(.kind == \"unleased\") | .pid] | map(tostring) | index(\"$stray\") != null")" = true ]
+	wait "$job"
+	wait_for "! kill -0 $stray 2>/dev/null"
+	grep -q "pid $stray still used GPU 2 from outside it; killed" "$BATS_TEST_TMPDIR/daemon.log"
+	kill -0 "$other"
+}
