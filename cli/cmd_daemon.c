@@ -285,6 +285,7 @@ void daemon_lease_add(struct daemon *d, struct blease *l)
 	d->leases = l;
 	d->lease_count++;
 	d->changed = 1;
+	daemon_fence_sessions(d, l->uid, NULL); /* her sessions may open it now */
 }
 
 /* ---- start-up ------------------------------------------------------------- */

@@ -456,6 +456,8 @@ static int on_message(struct daemon *d, struct conn *c, json_t *msg)
 		on_release(d, c, msg);
 	else if (c->state == CONN_LEASED && !strcmp(op, "job"))
 		on_job(d, c, msg);
+	else if (c->state == CONN_NEW && !strcmp(op, "session"))
+		daemon_fence_session(d, c, msg);
 	else if ((c->state == CONN_LEASED || c->state == CONN_NEW) && !strcmp(op, "fence"))
 		daemon_fence_place(d, c, msg);
 	else

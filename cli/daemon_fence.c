@@ -18,6 +18,7 @@
  * the answer says so ("enforced":false and why) and the job runs as
  * before, and status shows that placement is advisory, and why.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -88,22 +89,10 @@ static int proc_all_uids(int pid, unsigned uid)
 	return ok;
 }
 
-/* The devices l's job must not open, on this machine now. */
-static int lease_rule(struct daemon *d, const struct blease *l, struct fence_rule *r, char *why,
-                      size_t len)
+/* Add what l holds to g (arrays with room for every GPU of every lease). */
+static int grant_add(const struct gm_snapshot *snap, const struct blease *l, struct fence_grant *g,
+                     unsigned *minors, struct fence_slice *slices, char *why, size_t len)
 {
-	struct fence_machine m = FENCE_MACHINE_INIT;
-	struct gm_snapshot *snap = daemon_snapshot(d, 0);
-	unsigned *minors = calloc(l->n + 1, sizeof *minors);
-	struct fence_slice *slices = calloc(l->n + 1, sizeof *slices);
-	struct fence_grant g = {0, minors, 0, slices};
-	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
-	int rc = -1;
-
-	if (!snap || !minors || !slices) {
-		snprintf(why, len, "the lease broker cannot read the GPUs");
-		goto done;
-	}
 	for (size_t i = 0; i < l->n; i++) {
 		long pos = snapshot_position(snap, l->indices[i]);
 		const struct gm_gpu *gpu = pos >= 0 ? &snap->gpus[pos] : NULL;
@@ -113,25 +102,63 @@ static int lease_rule(struct daemon *d, const struct blease *l, struct fence_rul
 			snprintf(why, len,
 			         "GPU %u's device node is unknown (NVML gives no minor number)",
 			         l->indices[i]);
-			goto done;
+			return -1;
 		}
 		if (!l->migs[i][0]) {
-			minors[g.gpu_count++] = (unsigned)gpu->minor;
+			minors[g->gpu_count++] = (unsigned)gpu->minor;
 			continue;
 		}
 		for (k = 0; k < snap->mig_count && strcmp(snap->migs[k].uuid, l->migs[i]); k++)
 			;
 		if (k == snap->mig_count) {
 			snprintf(why, len, "MIG slice %s is gone", l->migs[i]);
-			goto done;
+			return -1;
 		}
-		slices[g.slice_count++] =
+		slices[g->slice_count++] =
 		    (struct fence_slice){(unsigned)gpu->minor, snap->migs[k].gpu_instance_id,
 		                         snap->migs[k].compute_instance_id};
 	}
+	return 0;
+}
+
+/* The devices to refuse, on this machine now: to the job of lease one, or
+ * (one NULL) to the login sessions of uid, which may open the GPUs of its
+ * live leases and reservations but skip's.  all (if not NULL): every
+ * device such a rule could name. */
+static int rule_for(struct daemon *d, const struct blease *one, unsigned uid,
+                    const struct blease *skip, struct fence_rule *r, struct fence_rule *all,
+                    char *why, size_t len)
+{
+	struct fence_machine m = FENCE_MACHINE_INIT;
+	/* Minors and slices do not change between readings: the last one
+	 * serves, and a caller's (serve_line's) stays valid. */
+	struct gm_snapshot *snap = d->snap ? d->snap : daemon_snapshot(d, 0);
+	size_t cap = 1;
+	unsigned *minors;
+	struct fence_slice *slices;
+	struct fence_grant g = {0, NULL, 0, NULL}, none = {0, NULL, 0, NULL};
+	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
+	int rc = -1;
+
+	for (const struct blease *l = d->leases; l; l = l->next)
+		cap += l->n;
+	minors = calloc(cap, sizeof *minors);
+	slices = calloc(cap, sizeof *slices);
+	g.gpu_minors = minors;
+	g.slices = slices;
+	if (!snap || !minors || !slices) {
+		snprintf(why, len, "the lease broker cannot read the GPUs");
+		goto done;
+	}
+	if (one && grant_add(snap, one, &g, minors, slices, why, len) < 0)
+		goto done;
+	for (const struct blease *l = d->leases; !one && l; l = l->next)
+		if (l != skip && !l->ended && l->uid == uid &&
+		    grant_add(snap, l, &g, minors, slices, why, len) < 0)
+			goto done;
 	if (fence_machine_read(&m, snap, dev && *dev ? dev : "/dev",
 	                       proc && *proc ? proc : "/proc") < 0 ||
-	    fence_rule_build(r, &m, &g) < 0) {
+	    fence_rule_build(r, &m, &g) < 0 || (all && fence_rule_build(all, &m, &none) < 0)) {
 		snprintf(why, len, "out of memory");
 		goto done;
 	}
@@ -207,7 +234,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		snprintf(why, sizeof why, "pid %d is not a process of yours", pid);
 		goto refused;
 	}
-	if (lease_rule(d, l, &rule, err, sizeof err) < 0) {
+	if (rule_for(d, l, 0, NULL, &rule, NULL, err, sizeof err) < 0) {
 		/* Nothing to enforce it with: the job runs as without a fence,
 		 * and says so. */
 		fenced(d, c, 0, err);
@@ -343,4 +370,86 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 	}
 	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
 		daemon_say("lease %s of %s: %s", l->id, l->user, err);
+	daemon_fence_sessions(d, l->uid, l);
+}
+
+/* ---- login sessions ([fence] sessions = yes in gpuman.conf) -------------- */
+
+/* uid's login sessions' cgroups follow its leases: after a grant or an end
+ * (skip: the lease that ends), each may open just the GPUs she holds. */
+void daemon_fence_sessions(struct daemon *d, unsigned uid, const struct blease *skip)
+{
+	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
+	char prefix[48], path[PATH_MAX], err[300];
+	int ruled = 0;
+	DIR *dir;
+
+	if (!fence.ops || !d->cfg.fence_sessions || uid == 0)
+		return;
+	snprintf(prefix, sizeof prefix, "session-%u-", uid);
+	dir = opendir(fence.root);
+	for (struct dirent *e; dir && (e = readdir(dir));) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)))
+			continue;
+		/* A session that ended leaves an empty cgroup: gone now. */
+		snprintf(path, sizeof path, "%s/%s", fence.root, e->d_name);
+		if (rmdir(path) == 0)
+			continue;
+		if (!ruled && rule_for(d, NULL, uid, skip, &rule, &all, err, sizeof err) < 0)
+			break;
+		ruled = 1;
+		if (fence.ops->update(&fence, e->d_name, &rule, &all, err, sizeof err) < 0)
+			daemon_say("cannot update the fence of %s: %s", e->d_name, err);
+	}
+	if (dir)
+		closedir(dir);
+	fence_rule_release(&rule);
+	fence_rule_release(&all);
+}
+
+/* {"op":"session","pid":N,"uid":U} from the PAM hook (root): the login
+ * session N of user U opens only the GPUs of U's leases from now on. */
+void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
+{
+	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	json_int_t uid = json_integer_value(json_object_get(msg, "uid"));
+	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
+	char id[64], err[300] = "", why[400];
+	uint64_t start;
+	int pidfd;
+
+	if (c->uid != 0) {
+		daemon_refuse(d, c, GM_ERR_INVALID,
+		              "only root (the PAM hook) places login sessions", NULL);
+		return;
+	}
+	daemon_config_fresh(d);
+	if (!d->cfg.fence_sessions) {
+		fenced(d, c, 0,
+		       "login sessions are not fenced ([fence] sessions = yes in gpuman.conf)");
+		return;
+	}
+	if (!fence.ops || uid <= 0 || uid > 0xfffffffe || pid <= 1) {
+		fenced(d, c, 0, !fence.ops ? fence.why : "root's sessions are not fenced");
+		return;
+	}
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	start = daemon_proc_start(pid);
+	snprintf(id, sizeof id, "session-%u-%d", (unsigned)uid, pid);
+	if (pidfd < 0 || !start ||
+	    rule_for(d, NULL, (unsigned)uid, NULL, &rule, &all, err, sizeof err) < 0 ||
+	    fence.ops->update(&fence, id, &rule, &all, err, sizeof err) < 0 ||
+	    fence.ops->enter(&fence, id, pid, err, sizeof err) < 0 ||
+	    daemon_proc_start(pid) != start) {
+		snprintf(why, sizeof why, "cannot fence login session %d of uid %u: %s", pid,
+		         (unsigned)uid, err[0] ? err : "it ended");
+		daemon_say("%s", why);
+		daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
+	} else {
+		fenced(d, c, 1, NULL);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	fence_rule_release(&rule);
+	fence_rule_release(&all);
 }

@@ -34,6 +34,8 @@
  *                              moved back out alive when the lease ends;
  *                              on a new connection with "id":RESV, into the
  *                              cgroup of one's own reservation (a shell)
+ *     {"op":"session","pid":N,"uid":U}   root only (the PAM hook): login
+ *                              session N of U opens only U's leases' GPUs
  *   broker -> client
  *     {"op":"queued","position":N,"why":"..."}
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
@@ -123,6 +125,10 @@ int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, siz
 /* The same for a reserved shell: pid into the cgroup of this user's
  * reservation id, on a connection of its own. */
 int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len);
+
+/* The PAM hook's (root): login session pid of user uid opens only the GPUs
+ * of uid's leases, while gpuman.conf says [fence] sessions = yes. */
+int broker_fence_session(const char *path, unsigned uid, int pid, char *err, size_t len);
 
 /* End this user's reservation id (registry_release() through the broker). */
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);

@@ -91,6 +91,22 @@ int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, siz
 	return rc;
 }
 
+int broker_fence_session(const char *path, unsigned uid, int pid, char *err, size_t len)
+{
+	json_t *msg = json_object();
+	int fd = broker_connect(path, err, len), rc = -1;
+
+	json_object_set_new(msg, "op", json_string("session"));
+	json_object_set_new(msg, "pid", json_integer(pid));
+	json_object_set_new(msg, "uid", json_integer(uid));
+	if (fd >= 0) {
+		rc = ask(fd, msg, pid, err, len);
+		close(fd);
+	}
+	json_decref(msg);
+	return rc;
+}
+
 int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len)
 {
 	json_t *msg = fence_msg(pid);

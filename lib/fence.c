@@ -296,8 +296,8 @@ void fence_path(const struct fence *f, const char *id, char *out, size_t len)
  * directory of ours. */
 static int id_ok(const char *id)
 {
-	return *id && *id != '.' && strspn(id, "0123456789abcdef-") == strlen(id) &&
-	       strlen(id) < 64;
+	return *id && *id != '.' &&
+	       strspn(id, "0123456789abcdefghijklmnopqrstuvwxyz-") == strlen(id) && strlen(id) < 64;
 }
 
 static int write_file(const char *dir, const char *name, const char *text)
@@ -574,6 +574,54 @@ static int v2_create(const struct fence *f, const char *id, const struct fence_r
 	return rc;
 }
 
+/* A new rule for a cgroup that lives on (a login session's, when its
+ * user's leases change): the new program first, then the old ones off, so
+ * that nothing opens in between. */
+static int v2_update(const struct fence *f, const char *id, const struct fence_rule *r,
+                     const struct fence_rule *all, char *err, size_t len)
+{
+	char dir[PATH_MAX];
+	uint32_t ids[64], count = 64;
+	union bpf_attr attr;
+	int made = make_dir(f, id, dir, sizeof dir, err, len), cg, prog, rc = -1;
+
+	(void)all;
+	if (made < 0)
+		return -1;
+	cg = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	memset(&attr, 0, sizeof attr);
+	attr.query.target_fd = (uint32_t)cg;
+	attr.query.attach_type = BPF_CGROUP_DEVICE;
+	attr.query.prog_ids = (uint64_t)(uintptr_t)ids;
+	attr.query.prog_cnt = count;
+	if (cg < 0 || sys_bpf(BPF_PROG_QUERY, &attr) < 0)
+		attr.query.prog_cnt = 0;
+	count = attr.query.prog_cnt;
+	prog = bpf_load(r, err, len);
+	if (prog >= 0 && bpf_attach(dir, prog, err, len) == 0)
+		rc = 0;
+	for (uint32_t i = 0; rc == 0 && i < count && i < 64; i++) {
+		int old;
+
+		memset(&attr, 0, sizeof attr);
+		attr.prog_id = ids[i];
+		old = (int)sys_bpf(BPF_PROG_GET_FD_BY_ID, &attr);
+		if (old < 0)
+			continue;
+		memset(&attr, 0, sizeof attr);
+		attr.target_fd = (uint32_t)cg;
+		attr.attach_bpf_fd = (uint32_t)old;
+		attr.attach_type = BPF_CGROUP_DEVICE;
+		sys_bpf(BPF_PROG_DETACH, &attr);
+		close(old);
+	}
+	if (prog >= 0)
+		close(prog);
+	if (cg >= 0)
+		close(cg);
+	return rc;
+}
+
 /* ---- v1: the devices controller ------------------------------------------ */
 
 static int v1_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
@@ -598,12 +646,49 @@ static int v1_create(const struct fence *f, const char *id, const struct fence_r
 	return 0;
 }
 
+/* Each device a rule could name allowed or refused as r says: an allow
+ * removes just that exception, so nothing opens that should not. */
+static int v1_update(const struct fence *f, const char *id, const struct fence_rule *r,
+                     const struct fence_rule *all, char *err, size_t len)
+{
+	char dir[PATH_MAX], text[64];
+
+	if (make_dir(f, id, dir, sizeof dir, err, len) < 0)
+		return -1;
+	for (size_t i = 0; i < all->count; i++) {
+		const struct fence_dev *d = &all->devs[i];
+		int deny = bsearch(d, r->devs, r->count, sizeof *d, dev_cmp) != NULL;
+
+		snprintf(text, sizeof text, "%c %u:%u rwm", d->type, d->major, d->minor);
+		if (write_file(dir, deny ? "devices.deny" : "devices.allow", text) < 0) {
+			gm_fail(GM_ERR_IO, err, len, "cannot write '%s' to '%s': %s", text, dir,
+			        strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static const struct fence_ops fence_v2 = {
-    "cgroup v2 device program", v2_create, cg_enter, v2_where, cg_move_to, v2_end, cg_pids,
+    "cgroup v2 device program",
+    v2_create,
+    cg_enter,
+    v2_where,
+    cg_move_to,
+    v2_end,
+    cg_pids,
+    v2_update,
 };
 
 static const struct fence_ops fence_v1 = {
-    "cgroup v1 devices controller", v1_create, cg_enter, v1_where, cg_move_to, v1_end, cg_pids,
+    "cgroup v1 devices controller",
+    v1_create,
+    cg_enter,
+    v1_where,
+    cg_move_to,
+    v1_end,
+    cg_pids,
+    v1_update,
 };
 
 /* ---- choosing ------------------------------------------------------------- */

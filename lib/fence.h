@@ -137,6 +137,10 @@ struct fence_ops {
 	/* The processes in the cgroup of lease id: up to cap pids into out,
 	 * how many there are returned (-1: no such cgroup). */
 	long (*pids)(const struct fence *f, const char *id, int *out, size_t cap);
+	/* The cgroup id (made if need be) refuses r's devices from now on, and
+	 * of all's (every device a rule on this machine could name) no other. */
+	int (*update)(const struct fence *f, const char *id, const struct fence_rule *r,
+	              const struct fence_rule *all, char *err, size_t len);
 };
 
 struct fence {

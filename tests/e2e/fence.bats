@@ -276,3 +276,59 @@ EOF
 	grep -q "pid $stray still used GPU 2 from outside it; killed" "$BATS_TEST_TMPDIR/daemon.log"
 	kill -0 "$other"
 }
+
+session_test() { # the sessions test, under mechanism $1
+	gpus 4
+	printf '[fence]\nsessions = yes\n' >"$SHARED/gpuman.conf"
+	chmod 644 "$SHARED/gpuman.conf"
+	start_daemon GPUMAN_CONFIG="$SHARED/gpuman.conf" GPUMAN_FENCE="$1"
+	mkdir -m 1777 "$SHARED/ask"
+	cat >"$SHARED/session.sh" <<EOF2
+#!/bin/sh
+# the user's login shell: probes the devices whenever asked
+while :; do
+	for f in "$SHARED"/ask/*; do
+		[ -e "\$f" ] || continue
+		rm -f "\$f"
+		"$TRY" "$SHARED/out/session" "\${f##*/}" $NODES
+	done
+	sleep 0.05
+done
+EOF2
+	chmod 755 "$SHARED/session.sh"
+	# a login, as pam_exec does it: the hook (root) placing its parent,
+	# which then becomes the user's shell
+	sh -c 'echo $$ >"$0/pids/session"
+		PAM_TYPE=open_session PAM_USER=gmtest-alice gpuman pam-session || exit 1
+		exec setpriv --reuid=gmtest-alice --regid=gmtest-alice --clear-groups "$0/session.sh"' \
+		"$SHARED" 2>"$SHARED/out/hook.err" &
+	probe() {
+		as_user alice touch "$SHARED/ask/$1"
+		wait_for "grep -qs '^$1 ' '$SHARED/out/session'" || { cat "$SHARED/out/hook.err"; return 1; }
+		grep -m1 "^$1 " "$SHARED/out/session"
+	}
+	run -0 probe none
+	[ "$output" = "none nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user bob gpuman reserve --for 10m --only 3
+	run -0 probe bobs
+	[ "$output" = "bobs nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user alice gpuman reserve --for 10m --only 2 --json
+	id=$(jqr .id)
+	run -0 probe mine
+	[ "$output" = "mine nvidia2=ENXIO nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user alice gpuman release "$id"
+	run -0 probe released
+	[ "$output" = "released nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	# a session of root is not fenced
+	PAM_TYPE=open_session PAM_USER=root gpuman pam-session
+	! grep -q "gpuman/session" /proc/$$/cgroup
+}
+
+@test "fence sessions v2: a login session opens no GPU until its user holds a lease, then only that lease's; another user's lease changes nothing for her" {
+	session_test v2
+}
+
+@test "fence sessions v1: the same with the devices controller" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	session_test v1
+}
