@@ -88,7 +88,7 @@ job_script() {
 out=\$1
 "$TRY" "\$out" self $NODES
 sh -c '"$TRY" "\$0" fork $NODES' "\$out"
-sh -c '( "$TRY" "\$0" double $NODES & ) ; sleep 0.3' "\$out"
+sh -c '( "$TRY" "\$0" double $NODES & ) ; for i in \$(seq 200); do grep -qs "^double " "\$0" && break; sleep 0.05; done' "\$out"
 setsid "$TRY" "\$out" setsid $NODES
 EOF
 	chmod 755 "$SHARED/job.sh"
@@ -250,7 +250,9 @@ EOF
 	id=$(gpuman status --json | jq -r '.leases[0].id')
 	wait_for "[ -n \"\$(ls /sys/fs/cgroup/*/gpuman/$id/cgroup.procs 2>/dev/null)\" ] && [ -n \"\$(cat /sys/fs/cgroup/*/gpuman/$id/cgroup.procs)\" ]"
 	run -0 as_user alice gpuman release "$id"
-	run -137 wait "$shell"
+	rc=0
+	wait "$shell" || rc=$?
+	[ "$rc" = 137 ] # the shell's status: SIGKILL
 	wait_for "[ \$(cgroups_left) = 0 ]"
 }
 
