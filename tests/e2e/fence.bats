@@ -217,9 +217,10 @@ EOF
 	gpus 4
 	mkdir -m 700 "$SHARED/alice-state"
 	chown gmtest-alice "$SHARED/alice-state"
-	as_user alice gpuman daemon --socket "$SHARED/alice-state/sock" --state "$SHARED/alice-state/l.json" \
+	# its pid for teardown: the daemon itself, not as_user's subshell
+	as_user alice sh -c 'echo $$ >"$0"; exec gpuman daemon --socket "$1" --state "$2"' \
+		"$SHARED/pids/alice-daemon" "$SHARED/alice-state/sock" "$SHARED/alice-state/l.json" \
 		2>>"$BATS_TEST_TMPDIR/daemon.log" &
-	DAEMON=$!
 	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'" || { cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
 	grep -q "placement not enforced (advisory): the lease broker does not run as root" \
 		"$BATS_TEST_TMPDIR/daemon.log"
