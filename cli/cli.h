@@ -15,6 +15,7 @@ extern const struct cmd_entry cmd_status, cmd_info, cmd_ps, cmd_pick, cmd_run;
 extern const struct cmd_entry cmd_batch, cmd_submit, cmd_queue, cmd_cancel, cmd_logs, cmd_wait,
     cmd_dispatcher, cmd_serve, cmd_waste, cmd_top;
 extern const struct cmd_entry cmd_complete, cmd_daemon, cmd_slurm_sample, cmd_reserve, cmd_release;
+extern const struct cmd_entry cmd_pam_session;
 /* The command table of cli/gpuman.c (completion and man pages read it). */
 const struct cmd_entry *const *cli_commands(size_t *count);
 

@@ -248,6 +248,7 @@ void daemon_lease_free(struct blease *l)
 
 void daemon_lease_end(struct daemon *d, struct blease *l)
 {
+	daemon_fence_end(d, l); /* nothing of its job outlives it */
 	if (l->prev)
 		l->prev->next = l->next;
 	else
@@ -278,6 +279,7 @@ void daemon_lease_add(struct daemon *d, struct blease *l)
 	d->leases = l;
 	d->lease_count++;
 	d->changed = 1;
+	daemon_fence_sessions(d, l->uid, NULL); /* her sessions may open it now */
 }
 
 /* ---- start-up ------------------------------------------------------------- */
@@ -505,6 +507,7 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 		goto done;
 	if (daemon_config_fresh(d) < 0)
 		goto done;
+	daemon_fence_init();
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->epfd < 0)
 		goto done;
@@ -651,6 +654,17 @@ const struct cmd_entry cmd_daemon = {
     "broker enforces max_gpu_hours: it keeps each user's GPU-time of the day\n"
     "(local midnight to midnight) in the state file, and a user who has used\n"
     "it up waits, or is refused without --wait, until midnight.\n"
+    "\n"
+    "As root it also fences each job: the job of a lease (run, a batch task, a\n"
+    "queue job, reserve --shell, a library caller) is placed, before it runs,\n"
+    "in a cgroup whose device filter refuses the device nodes of the GPUs (and\n"
+    "MIG slices) its lease does not hold, and what is left in it is killed when\n"
+    "the lease ends: a cgroup v2 device program, else the v1 devices controller\n"
+    "(GPUMAN_FENCE=v2, v1 or off forces one or none; GPUMAN_DEV_DIR and\n"
+    "GPUMAN_PROC_DIR say where the device nodes and /proc/devices are).  status\n"
+    "says whether placement is enforced, and why not.  With [fence] sessions =\n"
+    "yes, login sessions placed by the PAM hook (gpuman pam-session) open only\n"
+    "their user's leased GPUs.\n"
     "\n"
     "Runs until SIGINT, SIGTERM or SIGHUP (exit status 0; the leases stay in\n"
     "the state file for the next start), 1 if it cannot start (the socket is\n"

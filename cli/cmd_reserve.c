@@ -6,22 +6,28 @@
  * both end it at its expiry or at `gpuman release`.  Built on the public
  * gm_reserve and gm_release_reservation (lib/reserve_api.c).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
 #include "gpuman-internal.h"
+#include "protocol.h"
 #include "select_help.h"
 
-enum { OPT_FOR = OPT_CMD_BASE, OPT_RELEASE };
+enum { OPT_FOR = OPT_CMD_BASE, OPT_RELEASE, OPT_SHELL };
 
 struct reserve_args {
 	int64_t for_ms;       /* 0: not given */
 	const char *for_text; /* as given, for gm_reserve */
 	const char *release;
+	int shell;
 };
 
 static int reserve_option(struct cli *cli, int opt, const char *arg, void *data)
@@ -31,6 +37,10 @@ static int reserve_option(struct cli *cli, int opt, const char *arg, void *data)
 
 	if (opt == OPT_RELEASE) {
 		a->release = arg;
+		return CLI_CONTINUE;
+	}
+	if (opt == OPT_SHELL) {
+		a->shell = 1;
 		return CLI_CONTINUE;
 	}
 	if (opt != OPT_FOR)
@@ -101,6 +111,63 @@ static void print_reserved(struct cli *cli, const struct gm_reservation *r, int6
 	        gm_reservation_indices(r), dur, when, id, id);
 }
 
+/*
+ * --shell: a shell (or cmd) with the reservation's environment, placed by
+ * the broker in the reservation's cgroup before it runs, so that it and
+ * everything it starts can open only the reserved GPUs; the reservation
+ * ends when it exits, and its end (expiry, gpuman release) ends whatever
+ * is left of it.
+ */
+static int reserve_shell(struct cli *cli, const struct gm_reservation *r, char **cmd)
+{
+	const char *id = gm_reservation_id(r), *sh = getenv("SHELL");
+	char *fallback[] = {(char *)(sh && *sh ? sh : "/bin/sh"), NULL};
+	char path[PATH_MAX], err[GM_ERRBUF_SIZE];
+	struct child_env env = CHILD_ENV_INIT;
+	int go[2], status = 0, rc;
+	pid_t pid;
+
+	if (!cmd || !cmd[0])
+		cmd = fallback;
+	if (child_env_init(&env) < 0 ||
+	    child_env_set(&env, "CUDA_VISIBLE_DEVICES", gm_reservation_cuda_visible(r), 1) < 0 ||
+	    child_env_set(&env, "GPUMAN_GPUS", gm_reservation_indices(r), 1) < 0 ||
+	    child_env_set(&env, "GPUMAN_RESERVATION", id, 1) < 0 || pipe2(go, O_CLOEXEC) < 0) {
+		child_env_release(&env);
+		gm_release_reservation(id, NULL, 0);
+		return cli_error(cli, EXIT_FAIL, "cannot start the shell: %s", strerror(errno));
+	}
+	pid = fork();
+	if (pid == 0) {
+		char c;
+
+		close(go[1]);
+		/* Not before the broker has placed us (or said it places nobody). */
+		if (read(go[0], &c, 1) != 1)
+			_exit(EXIT_FAIL);
+		execvpe(cmd[0], cmd, env.vars);
+		fprintf(stderr, "gpuman reserve: cannot run '%s': %s\n", cmd[0], strerror(errno));
+		_exit(errno == ENOENT ? 127 : 126);
+	}
+	close(go[0]);
+	child_env_release(&env);
+	rc = pid < 0 ? -1 : 0;
+	if (rc == 0 && broker_wanted(path, sizeof path))
+		rc = broker_fence_reservation(path, id, pid, err, sizeof err);
+	else if (rc < 0)
+		snprintf(err, sizeof err, "fork: %s", strerror(errno));
+	if (rc >= 0 && write(go[1], "g", 1) != 1)
+		rc = -1;
+	close(go[1]);
+	while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	gm_release_reservation(id, NULL, 0);
+	if (rc < 0)
+		return cli_error(cli, EXIT_FAIL, "reservation %s: the shell did not start: %s", id,
+		                 err);
+	return protocol_exit_status(status);
+}
+
 static int reserve_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
@@ -111,8 +178,9 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	                                         {"wait", optional_argument, NULL, OPT_WAIT},
 	                                         {"for", required_argument, NULL, OPT_FOR},
 	                                         {"release", required_argument, NULL, OPT_RELEASE},
+	                                         {"shell", no_argument, NULL, OPT_SHELL},
 	                                         {0}};
-	struct reserve_args args = {0, NULL, NULL};
+	struct reserve_args args = {0, NULL, NULL, 0};
 	struct gm_context *ctx = NULL;
 	struct gm_reservation *resv = NULL;
 	char err[GM_ERRBUF_SIZE] = "";
@@ -124,7 +192,7 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	                   reserve_option, &args);
 	if (status != CLI_CONTINUE)
 		return status;
-	if (optind < argc)
+	if (optind < argc && !args.shell)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
 	if (args.release)
 		return release_id(cli, args.release);
@@ -142,7 +210,7 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	switch (rc) {
 	case GM_OK:
 		print_reserved(cli, resv, args.for_ms);
-		status = EXIT_OK;
+		status = args.shell ? reserve_shell(cli, resv, argv + optind) : EXIT_OK;
 		break;
 	case GM_ERR_UNAVAILABLE:
 		status = cli_error(cli, EXIT_UNAVAILABLE, "%.*s (add --wait to queue for it)%s",
@@ -198,6 +266,9 @@ const struct cmd_entry cmd_reserve = {
     "\n"
     "  --for DURATION  how long (required; the admin's max_reserve may cap it)\n"
     "  --release ID    end reservation ID now\n"
+    "  --shell [-- CMD]  then start $SHELL (or CMD) with those lines set; under\n"
+    "                  the broker (root) it and all it starts can open only the\n"
+    "                  reserved GPUs; the reservation ends when it exits\n"
     "  --json          the id, GPUs, CUDA_VISIBLE_DEVICES and expires_ms\n"
     "\n" SELECT_HELP "\n"
     "Exit 0 reserved; 75 nothing fits now (add --wait) or within the wait;\n"

@@ -150,6 +150,14 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 	}
 	if (start_child(r, gm_lease_fd(lease), err, len) < 0)
 		return -1;
+	/* Into its lease's cgroup while it waits for the go: its first
+	 * instruction already runs fenced.  Refused, it never runs. */
+	if (lease->broker && broker_fence(lease, r->pid, 0, err, len) < 0) {
+		close(r->go[1]);
+		r->go[1] = -1;
+		waitpid(r->pid, NULL, 0);
+		return -1;
+	}
 	*job_pid = r->pid;
 	return 0;
 }

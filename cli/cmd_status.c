@@ -760,6 +760,28 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 		    "daemon, not running here) keeps a GPU-hours ledger that users cannot "
 		    "delete%s\n",
 		    c_dim(cli), c_reset(cli));
+	{
+		/* One line on a pipe, wrapped to a terminal like the rest. */
+		struct cursor c = {0, l.width, 2};
+		char line[CLI_SAFE_SIZE + 160];
+
+		if (view->placement_enforced)
+			snprintf(
+			    line, sizeof line,
+			    "placement: enforced by the kernel (%s): a job opens only its leased "
+			    "GPUs",
+			    cli_safe(what, view->placement));
+		else
+			snprintf(
+			    line, sizeof line,
+			    "placement: advisory, not enforced by the kernel (%s): leases bind "
+			    "gpuman's users, not the driver",
+			    cli_safe(what, view->placement[0] ? view->placement
+			                                      : "the leases could not be read"));
+		fputs(c_dim(cli), stdout);
+		put_words(&c, line);
+		printf("%s\n", c_reset(cli));
+	}
 }
 
 /* Whether a lease is shown: its user's, on a GPU shown. */
@@ -836,6 +858,11 @@ static int status_once(struct cli *cli, struct cli_select *sel, const size_t *id
 		json_object_set_new(o, "waste",
 		                    listing_waste_json(look.snap, look.view, &wopts, &waste));
 		json_only_selected(o, sel, &look, &waste);
+		json_object_set_new(o, "placement",
+		                    json_pack("{s:b,s:s}", "enforced",
+		                              look.view->placement_enforced,
+		                              look.view->placement_enforced ? "mechanism" : "why",
+		                              look.view->placement));
 		rc = cli_print_json(o);
 	} else if (sel->csv) {
 		print_csv(sel, &look, idx, ncols);

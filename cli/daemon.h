@@ -248,5 +248,15 @@ int64_t daemon_reader_due(struct daemon *d);
 void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg);
 /* c is closing: it waits for no reading any more. */
 void daemon_snapshot_forget(struct daemon *d, struct conn *c);
+/* ---- daemon_fence.c: the kernel fence of each lease's job ---------------- */
+
+void daemon_fence_init(void);                                           /* at start-up */
+void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */
+void daemon_fence_end(struct daemon *d, const struct blease *l);        /* kills what is left */
+void daemon_fence_view(json_t *view);                                   /* "placement" for status */
+/* [fence] sessions: a login session placed ("session", from the PAM hook),
+ * and uid's sessions following its leases (skip: one ending) */
+void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg);
+void daemon_fence_sessions(struct daemon *d, unsigned uid, const struct blease *skip);
 
 #endif

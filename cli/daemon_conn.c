@@ -404,6 +404,7 @@ static void on_view(struct daemon *d, struct conn *c)
 	json_object_set_new(m, "op", json_string("view"));
 	json_object_set_new(m, "leases", leases);
 	json_object_set_new(m, "waiters", waiters);
+	daemon_fence_view(m);
 	conn_finish(d, c, m);
 }
 
@@ -422,6 +423,10 @@ static int on_message(struct daemon *d, struct conn *c, json_t *msg)
 		on_release(d, c, msg);
 	else if (c->state == CONN_LEASED && !strcmp(op, "job"))
 		on_job(d, c, msg);
+	else if (c->state == CONN_NEW && !strcmp(op, "session"))
+		daemon_fence_session(d, c, msg);
+	else if ((c->state == CONN_LEASED || c->state == CONN_NEW) && !strcmp(op, "fence"))
+		daemon_fence_place(d, c, msg);
 	else
 		daemon_refuse(d, c, GM_ERR_INVALID, "unexpected message", NULL);
 	return c->dead || c->state == CONN_CLOSING ? -1 : 0;

@@ -11,12 +11,12 @@
 #include "cli.h"
 #include "gpuman-internal.h"
 
-/* complete and slurm-sample have no summary: not listed in --help */
+/* complete, slurm-sample and pam-session have no summary: not listed in --help */
 static const struct cmd_entry *const commands[] = {
-    &cmd_status,  &cmd_info,    &cmd_ps,         &cmd_pick,     &cmd_run,
-    &cmd_reserve, &cmd_release, &cmd_waste,      &cmd_top,      &cmd_batch,
-    &cmd_submit,  &cmd_queue,   &cmd_cancel,     &cmd_logs,     &cmd_wait,
-    &cmd_serve,   &cmd_daemon,  &cmd_dispatcher, &cmd_complete, &cmd_slurm_sample,
+    &cmd_status,   &cmd_info,         &cmd_ps,          &cmd_pick,  &cmd_run,    &cmd_reserve,
+    &cmd_release,  &cmd_waste,        &cmd_top,         &cmd_batch, &cmd_submit, &cmd_queue,
+    &cmd_cancel,   &cmd_logs,         &cmd_wait,        &cmd_serve, &cmd_daemon, &cmd_dispatcher,
+    &cmd_complete, &cmd_slurm_sample, &cmd_pam_session,
 };
 
 const struct cmd_entry *const *cli_commands(size_t *count)

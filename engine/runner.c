@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "broker.h"
 #include "protocol.h"
 #include "util.h"
 #include "internal.h"
@@ -373,6 +374,14 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	posix_spawnattr_destroy(&attr);
 	if (erc) {
 		snprintf(err, len, "cannot start '%s': %s", L->e->runner_path, strerror(erc));
+		str_copy(L->err, sizeof L->err, err);
+		goto done;
+	}
+	/* Into the lease's cgroup while it waits for the go, with the job it
+	 * will start; as its supervisor it leaves alive when the lease ends. */
+	if (lease->broker && broker_fence(lease, pid, 1, err, len) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
 		str_copy(L->err, sizeof L->err, err);
 		goto done;
 	}

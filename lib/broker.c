@@ -503,6 +503,13 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 				broker_send(l->fd, job);
 				json_decref(job);
 			}
+			/* A library caller's lease: the caller itself is placed,
+			 * and goes home alive when the lease ends. */
+			if (!opts && broker_fence(l, getpid(), 1, err, len) < 0) {
+				gm_lease_release(l);
+				rc = GM_ERR_STATE;
+				break;
+			}
 			*out = l;
 			rc = GM_OK;
 			break;

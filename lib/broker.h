@@ -31,6 +31,15 @@
  *                              session read them, no older than N ms
  *                              (default BROKER_SNAPSHOT_MAX_AGE_MS; -1:
  *                              any reading), lib/snapshot_wire.c's form
+ *     {"op":"fence","pid":N}    place process N (stopped before its exec)
+ *                              in the lease's cgroup, whose device filter
+ *                              refuses the GPUs the lease does not hold;
+ *                              "keep":true: N is the lease's supervisor,
+ *                              moved back out alive when the lease ends;
+ *                              on a new connection with "id":RESV, into the
+ *                              cgroup of one's own reservation (a shell)
+ *     {"op":"session","pid":N,"uid":U}   root only (the PAM hook): login
+ *                              session N of U opens only U's leases' GPUs
  *   broker -> client
  *     {"op":"queued","position":N,"why":"..."}
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
@@ -46,6 +55,10 @@
  *                              not answer within BROKER_SNAPSHOT_WAIT_MS).
  *                              Another user's processes are what the
  *                              caller's own /proc shows of them (hidepid).
+ *     {"op":"fenced","enforced":true,"mechanism":"..."}, or
+ *     {"op":"fenced","enforced":false,"why":"..."}  (no fence here: as before);
+ *                              a refusal ends the lease
+ *   the view has "placement": {"enforced":B,"mechanism":..., "why":...}
  */
 #ifndef GM_BROKER_H
 #define GM_BROKER_H
@@ -124,6 +137,22 @@ void broker_release(struct gm_lease *lease);
  */
 enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out, char *err,
                             size_t len);
+
+/*
+ * Place pid in lease's cgroup before it runs anything (a broker lease's
+ * connection; the caller waits for the answer).  keep: pid is the lease's
+ * supervisor, not its job.  1 placed; 0 the broker enforces no placement
+ * here (why in err); -1 refused or no answer (err): the job must not run.
+ */
+int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, size_t len);
+
+/* The same for a reserved shell: pid into the cgroup of this user's
+ * reservation id, on a connection of its own. */
+int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len);
+
+/* The PAM hook's (root): login session pid of user uid opens only the GPUs
+ * of uid's leases, while gpuman.conf says [fence] sessions = yes. */
+int broker_fence_session(const char *path, unsigned uid, int pid, char *err, size_t len);
 
 /* End this user's reservation id (registry_release() through the broker). */
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len);

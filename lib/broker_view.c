@@ -110,6 +110,13 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	json_array_foreach(a, i, o) if (view->leases &&
 	                                record_lease_parse(o, &view->leases[view->lease_count++]) <
 	                                    0) rc = GM_ERR_NOMEM;
+	a = json_object_get(reply, "placement");
+	view->placement_enforced = json_is_true(json_object_get(a, "enforced"));
+	str_copy(view->placement, sizeof view->placement,
+	         jstr(a, view->placement_enforced ? "mechanism" : "why"));
+	if (!view->placement[0])
+		str_copy(view->placement, sizeof view->placement,
+		         "the lease broker does not fence jobs (an older one)");
 	a = json_object_get(reply, "waiters");
 	view->waiters = calloc(json_array_size(a) + 1, sizeof *view->waiters);
 	json_array_foreach(a, i, o) if (view->waiters &&

@@ -182,6 +182,14 @@ static int on_entry(void *data, const char *section, const char *key, const char
 		               "[%s] is the admin's (%s); your file may only set [queue] and "
 		               "[defaults]",
 		               section, cfg->system_path);
+	if (!strcmp(section, "fence") && !strcmp(key, "sessions")) {
+		/* Users' login sessions open only their leases' GPUs (the
+		 * broker's fence, through the PAM hook gpuman ships). */
+		if (strcmp(value, "yes") && strcmp(value, "no"))
+			return fail_at(l, line, "sessions = %s: %s", value, "yes or no");
+		cfg->fence_sessions = !strcmp(value, "yes");
+		return 1;
+	}
 	if (!strcmp(section, "limits")) {
 		if (!strcmp(key, "max_gpus"))
 			return parse_max_gpus(l, line, value, &cfg->max_gpus);

@@ -72,10 +72,12 @@ struct config {
 	 * e.g. HOME or XDG_CONFIG_HOME inherited from another user); "" if
 	 * not.  Defaults only live there, so it is a note, not an error. */
 	char user_note[4200];
+	int fence_sessions; /* [fence] sessions = yes: login sessions are fenced */
 };
 #define CONFIG_INIT                                                                                \
 	{                                                                                          \
-		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, ""   \
+		"", "", CONFIG_KEEP_DEFAULT_MS, 0, 0, 0, 0, NULL, NULL, NULL, 0, 0, -1, 0, 0, "",  \
+		    0                                                                              \
 	}
 
 /*

@@ -160,6 +160,7 @@ static void resolve(struct nvml *nv)
 	nv->mig_handle = (fn_dev_idx_handle)dlsym(dl, "nvmlDeviceGetMigDeviceHandleByIndex");
 	nv->gpu_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetGpuInstanceId");
 	nv->compute_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetComputeInstanceId");
+	nv->minor = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetMinorNumber");
 }
 
 static int64_t monotonic_us(void)

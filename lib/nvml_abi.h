@@ -197,6 +197,7 @@ struct nvml {
 	/* How long this process's nvmlInit took, ms: what every program
 	 * that opens NVML pays on this machine (persistence mode off: seconds). */
 	double init_ms;
+	fn_dev_uint minor; /* /dev/nvidiaN's N */
 };
 
 /* The first version to try, and remembering that older ones are needed. */

@@ -223,6 +223,10 @@ enum answer nvml_query_fields(struct gpu_query *q)
 			gpu->valid |= GM_HAS_PERSISTENCE;
 		}
 	}
+	/* Its device node, for the broker's fence (lib/fence.h); no note
+	 * when a driver does not say. */
+	if (nv->minor && nv->minor(q->dev, &u1) == NVML_SUCCESS && u1 <= 0xfffff)
+		gpu->minor = (int)u1;
 	if (nv->mig_mode) {
 		ASK("MIG mode", nv->mig_mode(q->dev, &u1, &u2));
 		if (a == ANSWER_OK) {
@@ -303,6 +307,7 @@ enum gm_err nvml_snapshot(struct nvml *nv, struct gm_snapshot *snap, char *errbu
 		gpu = &snap->gpus[snap->gpu_count];
 		memset(gpu, 0, sizeof *gpu);
 		gpu->index = i;
+		gpu->minor = -1;
 		dev = NULL;
 		CALL_VERSIONED(rc, nv, OP_HANDLE, nv->handle, i, &dev);
 		if (rc == NVML_ERROR_NO_PERMISSION) {

@@ -136,10 +136,14 @@ struct registry_view {
 	/* gpuman.conf sets max_gpu_hours, which only the broker enforces,
 	 * and this view is the daemonless registry's. */
 	int gpu_hours_unenforced;
+	/* Does the kernel keep each job to its lease's GPUs (the broker's
+	 * fence, lib/fence.h)?  placement: the mechanism, or why not. */
+	int placement_enforced;
+	char placement[256];
 };
 #define REGISTRY_VIEW_INIT                                                                         \
 	{                                                                                          \
-		NULL, 0, NULL, 0, 0                                                                \
+		NULL, 0, NULL, 0, 0, 0, ""                                                         \
 	}
 
 /* Read the live leases and waiters; dead files are skipped and removed

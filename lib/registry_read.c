@@ -533,6 +533,8 @@ enum gm_err registry_files_read(struct registry *reg, struct registry_view *view
 		registry_view_release(view);
 		return gm_fail(rc, err, len, "out of memory");
 	}
+	str_copy(view->placement, sizeof view->placement,
+	         "no lease broker: the daemonless registry cannot fence jobs");
 	return GM_OK;
 }
 

@@ -31,6 +31,7 @@ struct gm_gpu {
 	int compute_mode;     /* enum gm_compute_mode */
 	int mig_mode;         /* 0 disabled, 1 enabled */
 	int persistence_mode; /* 0 off, 1 on: valid by GM_HAS_PERSISTENCE */
+	int minor;            /* /dev/nvidiaN's N (NVML's minor number); -1 unknown */
 	/* Compute throughput estimate (cores x max SM clock) that CUDA's default
 	 * FASTEST_FIRST device order follows; higher comes first. */
 	uint64_t cuda_rank;

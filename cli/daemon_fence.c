@@ -1,0 +1,446 @@
+/*
+ * daemon_fence.c - the broker's kernel fence (issue 21): each job started
+ * under a lease is placed, before its first instruction, in a cgroup of
+ * its own whose device filter refuses every GPU node its lease does not
+ * hold (lib/fence.h), and when the lease ends whatever is left in that
+ * cgroup is killed before the GPUs go to anybody else.
+ *
+ * The client starts the job stopped (waiting on a pipe) and asks, on the
+ * lease's own connection, {"op":"fence","pid":N}; the broker checks that N
+ * is a process of the connection's user (the kernel's word: SO_PEERCRED,
+ * then /proc, with a pidfd held across the check so that a reused pid is
+ * caught), moves it and answers {"op":"fenced"}; only then does the job
+ * exec.  "keep":true names the lease's supervisor (a batch task's runner,
+ * a library caller itself), which lives in the cgroup with its job but is
+ * moved back where it came from, alive, when the lease ends.
+ *
+ * The mechanism is chosen once at start-up (fence_choose); without one
+ * the answer says so ("enforced":false and why) and the job runs as
+ * before, and status shows that placement is advisory, and why.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "gpuman-internal.h"
+#include "cli.h"
+#include "daemon.h"
+
+static struct fence fence;
+
+/* Supervisors to move back out of a lease's cgroup when it ends. */
+struct keeper {
+	char id[64];
+	int pid;
+	uint64_t start;
+	char origin[PATH_MAX];
+	struct keeper *next;
+};
+static struct keeper *keepers;
+
+void daemon_fence_init(void)
+{
+	fence_choose(&fence);
+	if (fence.ops)
+		daemon_say("placement enforced by the kernel: %s, jobs' cgroups under '%s'",
+		           fence.ops->name, fence.root);
+	else
+		daemon_say("placement not enforced (advisory): %s", fence.why);
+}
+
+void daemon_fence_view(json_t *view)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "enforced", json_boolean(fence.ops != NULL));
+	if (fence.ops)
+		json_object_set_new(o, "mechanism", json_string(fence.ops->name));
+	else
+		json_object_set_new(o, "why", json_string(fence.why));
+	json_object_set_new(view, "placement", o);
+}
+
+/* Are all of pid's uids (real, effective, saved, file system) uid?  A
+ * set-uid program the user started is not theirs to fence. */
+static int proc_all_uids(int pid, unsigned uid)
+{
+	char path[64], line[256];
+	unsigned r, e, s, f;
+	int ok = 0;
+	FILE *file;
+
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	file = fopen(path, "re");
+	if (!file)
+		return 0;
+	while (fgets(line, sizeof line, file))
+		if (sscanf(line, "Uid: %u %u %u %u", &r, &e, &s, &f) == 4) {
+			ok = r == uid && e == uid && s == uid && f == uid;
+			break;
+		}
+	fclose(file);
+	return ok;
+}
+
+/* Add what l holds to g (arrays with room for every GPU of every lease). */
+static int grant_add(const struct gm_snapshot *snap, const struct blease *l, struct fence_grant *g,
+                     unsigned *minors, struct fence_slice *slices, char *why, size_t len)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		long pos = snapshot_position(snap, l->indices[i]);
+		const struct gm_gpu *gpu = pos >= 0 ? &snap->gpus[pos] : NULL;
+		size_t k;
+
+		if (!gpu || gpu->minor < 0) {
+			snprintf(why, len,
+			         "GPU %u's device node is unknown (NVML gives no minor number)",
+			         l->indices[i]);
+			return -1;
+		}
+		if (!l->migs[i][0]) {
+			minors[g->gpu_count++] = (unsigned)gpu->minor;
+			continue;
+		}
+		for (k = 0; k < snap->mig_count && strcmp(snap->migs[k].uuid, l->migs[i]); k++)
+			;
+		if (k == snap->mig_count) {
+			snprintf(why, len, "MIG slice %s is gone", l->migs[i]);
+			return -1;
+		}
+		slices[g->slice_count++] =
+		    (struct fence_slice){(unsigned)gpu->minor, snap->migs[k].gpu_instance_id,
+		                         snap->migs[k].compute_instance_id};
+	}
+	return 0;
+}
+
+/* The devices to refuse, on this machine now: to the job of lease one, or
+ * (one NULL) to the login sessions of uid, which may open the GPUs of its
+ * live leases and reservations but skip's.  all (if not NULL): every
+ * device such a rule could name. */
+static int rule_for(struct daemon *d, const struct blease *one, unsigned uid,
+                    const struct blease *skip, struct fence_rule *r, struct fence_rule *all,
+                    char *why, size_t len)
+{
+	struct fence_machine m = FENCE_MACHINE_INIT;
+	/* Minors and slices do not change between readings: the last one
+	 * serves, and a caller's (serve_line's) stays valid. */
+	struct gm_snapshot *snap = d->snap ? d->snap : daemon_snapshot(d, 0);
+	size_t cap = 1;
+	unsigned *minors;
+	struct fence_slice *slices;
+	struct fence_grant g = {0, NULL, 0, NULL}, none = {0, NULL, 0, NULL};
+	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
+	int rc = -1;
+
+	for (const struct blease *l = d->leases; l; l = l->next)
+		cap += l->n;
+	minors = calloc(cap, sizeof *minors);
+	slices = calloc(cap, sizeof *slices);
+	g.gpu_minors = minors;
+	g.slices = slices;
+	if (!snap || !minors || !slices) {
+		snprintf(why, len, "the lease broker cannot read the GPUs");
+		goto done;
+	}
+	if (one && grant_add(snap, one, &g, minors, slices, why, len) < 0)
+		goto done;
+	for (const struct blease *l = d->leases; !one && l; l = l->next)
+		if (l != skip && !l->ended && l->uid == uid &&
+		    grant_add(snap, l, &g, minors, slices, why, len) < 0)
+			goto done;
+	if (fence_machine_read(&m, snap, dev && *dev ? dev : "/dev",
+	                       proc && *proc ? proc : "/proc") < 0 ||
+	    fence_rule_build(r, &m, &g) < 0 || (all && fence_rule_build(all, &m, &none) < 0)) {
+		snprintf(why, len, "out of memory");
+		goto done;
+	}
+	rc = 0;
+done:
+	fence_machine_release(&m);
+	free(minors);
+	free(slices);
+	return rc;
+}
+
+/* The lease a fence request names: the connection's own, or (on a new
+ * connection) a reservation of its user's by id, for a reserved shell. */
+static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
+{
+	const char *id = json_string_value(json_object_get(msg, "id"));
+
+	if (c->lease)
+		return c->lease;
+	for (struct blease *l = d->leases; id && l; l = l->next)
+		if (l->reservation && !strcmp(l->id, id) && (l->uid == c->uid || c->uid == 0))
+			return l;
+	return NULL;
+}
+
+static void fenced(struct daemon *d, struct conn *c, int enforced, const char *why)
+{
+	json_t *m = json_object();
+
+	json_object_set_new(m, "op", json_string("fenced"));
+	json_object_set_new(m, "enforced", json_boolean(enforced));
+	if (enforced)
+		json_object_set_new(m, "mechanism", json_string(fence.ops->name));
+	else
+		json_object_set_new(m, "why", json_string(why));
+	if (c->state == CONN_NEW)
+		conn_finish(d, c, m); /* a reserved shell's: one answer */
+	else if (conn_send(d, c, m) < 0)
+		conn_close(d, c);
+}
+
+void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
+{
+	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	int keep = json_is_true(json_object_get(msg, "keep"));
+	struct fence_rule rule = FENCE_RULE_INIT;
+	struct blease *l = named_lease(d, c, msg);
+	struct keeper *k = NULL;
+	char why[300] = "", err[300] = "";
+	uint64_t start;
+	int pidfd = -1;
+
+	if (!l) {
+		daemon_refuse(d, c, GM_ERR_INVALID,
+		              "no such reservation of yours (it may have expired; gpuman status "
+		              "lists the live ones)",
+		              NULL);
+		return;
+	}
+	if (!fence.ops) {
+		fenced(d, c, 0, fence.why);
+		return;
+	}
+	if (pid <= 1) {
+		daemon_refuse(d, c, GM_ERR_INVALID, "malformed fence request", NULL);
+		return;
+	}
+	/* Held from the check to the move: the pid cannot be reused by
+	 * another process meanwhile without our seeing that it ended. */
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	start = daemon_proc_start(pid);
+	if (pidfd < 0 || !start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
+		snprintf(why, sizeof why, "pid %d is not a process of yours", pid);
+		goto refused;
+	}
+	if (rule_for(d, l, 0, NULL, &rule, NULL, err, sizeof err) < 0) {
+		/* Nothing to enforce it with: the job runs as without a fence,
+		 * and says so. */
+		fenced(d, c, 0, err);
+		goto done;
+	}
+	if (keep && (k = calloc(1, sizeof *k))) {
+		str_copy(k->id, sizeof k->id, l->id);
+		k->pid = pid;
+		k->start = start;
+		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
+			str_copy(k->origin, sizeof k->origin, fence.mount);
+		/* Already a supervisor in another lease's cgroup: back home,
+		 * not there, at the end. */
+		for (struct keeper *o = keepers; o; o = o->next)
+			if (o->pid == pid && o->start == start)
+				str_copy(k->origin, sizeof k->origin, o->origin);
+	}
+	if (fence.ops->create(&fence, l->id, &rule, err, sizeof err) < 0 ||
+	    fence.ops->enter(&fence, l->id, pid, err, sizeof err) < 0) {
+		daemon_say("cannot fence %s's job (pid %d): %s", l->user, pid, err);
+		snprintf(why, sizeof why, "the lease broker cannot place pid %d: %s", pid, err);
+		goto refused;
+	}
+	{
+		struct pollfd p = {pidfd, POLLIN, 0};
+
+		if (poll(&p, 1, 0) != 0 || daemon_proc_start(pid) != start) {
+			snprintf(why, sizeof why, "pid %d ended while it was placed", pid);
+			goto refused;
+		}
+	}
+	if (k) {
+		k->next = keepers;
+		keepers = k;
+		k = NULL;
+	}
+	fenced(d, c, 1, NULL);
+	goto done;
+refused:
+	/* The lease ends with the refusal: its job never runs unfenced. */
+	daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
+done:
+	free(k);
+	fence_rule_release(&rule);
+	if (pidfd >= 0)
+		close(pidfd);
+}
+
+/* Is pid a supervisor of a lease (home at the end, not ended)? */
+static int is_keeper(int pid)
+{
+	for (const struct keeper *k = keepers; k; k = k->next)
+		if (k->pid == pid)
+			return 1;
+	return 0;
+}
+
+/* Does a live lease of l's user other than l (a reservation she works in,
+ * another share) hold GPU index too? */
+static int held_otherwise(const struct daemon *d, const struct blease *l, unsigned index)
+{
+	for (const struct blease *o = d->leases; o; o = o->next)
+		for (size_t g = 0; o != l && !o->ended && o->uid == l->uid && g < o->n; g++)
+			if (o->indices[g] == index)
+				return 1;
+	return 0;
+}
+
+/*
+ * The lease's user's processes that NVML lists on its GPUs from outside
+ * its cgroup (a descriptor opened before the fence, or passed in over a
+ * Unix socket: the filter acts at open) end with it too, as its own job's
+ * do; waste names them "unleased" while it lives.  Not while another live
+ * lease of the user's holds the GPU (she works in her reservation), nor
+ * supervisors going home.
+ */
+static void end_strays(struct daemon *d, const struct blease *l)
+{
+	/* The reader's last reading: NVML is never called on the event loop
+	 * (daemon_snapshot.c), and while anybody waits it is at most
+	 * RECHECK_MS old. */
+	const struct gm_snapshot *snap = d->snap;
+
+	for (size_t i = 0; snap && i < snap->proc_count; i++) {
+		const struct gm_proc *p = &snap->procs[i];
+		int held = 0;
+
+		for (size_t g = 0; g < l->n && !held; g++)
+			held = l->indices[g] == p->gpu;
+		if (!held || !p->has_user || p->uid != l->uid || p->uid == 0 || (int)p->pid <= 1 ||
+		    is_keeper((int)p->pid) || held_otherwise(d, l, p->gpu) ||
+		    !proc_all_uids((int)p->pid, l->uid))
+			continue;
+		daemon_say("lease %s of %s ended: pid %u still used GPU %u from outside it; killed",
+		           l->id, l->user, p->pid, p->gpu);
+		kill((pid_t)p->pid, SIGKILL);
+	}
+}
+
+void daemon_fence_end(struct daemon *d, const struct blease *l)
+{
+	struct keeper **pp = &keepers;
+	char err[300], path[PATH_MAX], here[PATH_MAX];
+
+	if (!fence.ops)
+		return;
+	if (!l->reservation)
+		end_strays(d, l);
+	fence_path(&fence, l->id, path, sizeof path);
+	while (*pp) {
+		struct keeper *k = *pp;
+
+		if (strcmp(k->id, l->id)) {
+			pp = &k->next;
+			continue;
+		}
+		/* Still ours and still there: home, alive. */
+		if (daemon_proc_start(k->pid) == k->start &&
+		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
+		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0)
+			fence.ops->move_to(&fence, fence.mount, k->pid);
+		*pp = k->next;
+		free(k);
+	}
+	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
+		daemon_say("lease %s of %s: %s", l->id, l->user, err);
+	daemon_fence_sessions(d, l->uid, l);
+}
+
+/* ---- login sessions ([fence] sessions = yes in gpuman.conf) -------------- */
+
+/* uid's login sessions' cgroups follow its leases: after a grant or an end
+ * (skip: the lease that ends), each may open just the GPUs she holds. */
+void daemon_fence_sessions(struct daemon *d, unsigned uid, const struct blease *skip)
+{
+	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
+	char prefix[48], path[PATH_MAX], err[300];
+	int ruled = 0;
+	DIR *dir;
+
+	if (!fence.ops || !d->cfg.fence_sessions || uid == 0)
+		return;
+	snprintf(prefix, sizeof prefix, "session-%u-", uid);
+	dir = opendir(fence.root);
+	for (struct dirent *e; dir && (e = readdir(dir));) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)))
+			continue;
+		/* A session that ended leaves an empty cgroup: gone now. */
+		snprintf(path, sizeof path, "%s/%s", fence.root, e->d_name);
+		if (rmdir(path) == 0)
+			continue;
+		if (!ruled && rule_for(d, NULL, uid, skip, &rule, &all, err, sizeof err) < 0)
+			break;
+		ruled = 1;
+		if (fence.ops->update(&fence, e->d_name, &rule, &all, err, sizeof err) < 0)
+			daemon_say("cannot update the fence of %s: %s", e->d_name, err);
+	}
+	if (dir)
+		closedir(dir);
+	fence_rule_release(&rule);
+	fence_rule_release(&all);
+}
+
+/* {"op":"session","pid":N,"uid":U} from the PAM hook (root): the login
+ * session N of user U opens only the GPUs of U's leases from now on. */
+void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
+{
+	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	json_int_t uid = json_integer_value(json_object_get(msg, "uid"));
+	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
+	char id[64], err[300] = "", why[400];
+	uint64_t start;
+	int pidfd;
+
+	if (c->uid != 0) {
+		daemon_refuse(d, c, GM_ERR_INVALID,
+		              "only root (the PAM hook) places login sessions", NULL);
+		return;
+	}
+	daemon_config_fresh(d);
+	if (!d->cfg.fence_sessions) {
+		fenced(d, c, 0,
+		       "login sessions are not fenced ([fence] sessions = yes in gpuman.conf)");
+		return;
+	}
+	if (!fence.ops || uid <= 0 || uid > 0xfffffffe || pid <= 1) {
+		fenced(d, c, 0, !fence.ops ? fence.why : "root's sessions are not fenced");
+		return;
+	}
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	start = daemon_proc_start(pid);
+	snprintf(id, sizeof id, "session-%u-%d", (unsigned)uid, pid);
+	if (pidfd < 0 || !start ||
+	    rule_for(d, NULL, (unsigned)uid, NULL, &rule, &all, err, sizeof err) < 0 ||
+	    fence.ops->update(&fence, id, &rule, &all, err, sizeof err) < 0 ||
+	    fence.ops->enter(&fence, id, pid, err, sizeof err) < 0 ||
+	    daemon_proc_start(pid) != start) {
+		snprintf(why, sizeof why, "cannot fence login session %d of uid %u: %s", pid,
+		         (unsigned)uid, err[0] ? err : "it ended");
+		daemon_say("%s", why);
+		daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
+	} else {
+		fenced(d, c, 1, NULL);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	fence_rule_release(&rule);
+	fence_rule_release(&all);
+}

@@ -1,0 +1,790 @@
+/*
+ * fence.c - a job's devices are its lease: the cgroup of one lease with a
+ * device filter that refuses the GPU nodes it does not hold (fence.h).
+ * Two mechanisms behind one ops table, chosen once: cgroup v2, where the
+ * filter is a BPF_PROG_TYPE_CGROUP_DEVICE program of a few instructions
+ * built here and loaded with bpf(2) (no BPF toolchain, as systemd, runc
+ * and Slurm do), attached with BPF_F_ALLOW_MULTI so that programs others
+ * attached above keep working; and the v1 devices controller, whose
+ * devices.deny takes the same list.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+#include "fence.h"
+#include "snapshot_types.h"
+#include "util.h"
+
+/* A rule longer than this is a machine we do not understand. */
+#define FENCE_MAX_DEVS 4096
+/* How long ending a lease may wait for its killed processes to be gone. */
+#define END_PATIENCE_MS 2000
+
+/* ---- the machine ---------------------------------------------------------- */
+
+static int add_minor(struct fence_machine *m, unsigned minor)
+{
+	unsigned *grown;
+
+	for (size_t i = 0; i < m->gpu_count; i++)
+		if (m->gpu_minors[i] == minor)
+			return 0;
+	grown = realloc(m->gpu_minors, (m->gpu_count + 1) * sizeof *grown);
+	if (!grown)
+		return -1;
+	m->gpu_minors = grown;
+	m->gpu_minors[m->gpu_count++] = minor;
+	return 0;
+}
+
+int fence_caps_parse(struct fence_machine *m, const char *text)
+{
+	const char *line = text;
+
+	while (line && *line) {
+		struct fence_cap cap = {0, 0, -1, 0};
+		unsigned gpu, gi, ci, minor;
+		int n = 0;
+
+		if (sscanf(line, "gpu%u/gi%u/ci%u/access %u%n", &gpu, &gi, &ci, &minor, &n) == 4 &&
+		    n > 0) {
+			cap.gpu = gpu, cap.gi = gi, cap.ci = (int)ci, cap.minor = minor;
+		} else if (sscanf(line, "gpu%u/gi%u/access %u%n", &gpu, &gi, &minor, &n) == 3 &&
+		           n > 0) {
+			cap.gpu = gpu, cap.gi = gi, cap.minor = minor;
+		} else {
+			n = 0; /* config, monitor and lines we do not know: not ours */
+		}
+		if (n > 0) {
+			struct fence_cap *grown =
+			    realloc(m->caps, (m->cap_count + 1) * sizeof *grown);
+
+			if (!grown)
+				return -1;
+			m->caps = grown;
+			m->caps[m->cap_count++] = cap;
+		}
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
+	return 0;
+}
+
+static char *read_text(const char *path)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return NULL;
+	if (getdelim(&buf, &len, '\0', f) < 0) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
+}
+
+int fence_machine_read(struct fence_machine *m, const struct gm_snapshot *snap, const char *dev_dir,
+                       const char *proc_dir)
+{
+	char path[PATH_MAX];
+	char *text;
+	DIR *dir;
+
+	for (size_t i = 0; snap && i < snap->gpu_count; i++)
+		if (snap->gpus[i].minor >= 0 && add_minor(m, (unsigned)snap->gpus[i].minor) < 0)
+			return -1;
+	dir = opendir(dev_dir);
+	for (struct dirent *e; dir && (e = readdir(dir));) {
+		struct stat st;
+		const char *p = e->d_name + 6;
+
+		if (strncmp(e->d_name, "nvidia", 6) || !*p || strspn(p, "0123456789") != strlen(p))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dev_dir, e->d_name);
+		if (stat(path, &st) == 0 && S_ISCHR(st.st_mode) &&
+		    major(st.st_rdev) == FENCE_NVIDIA_MAJOR &&
+		    minor(st.st_rdev) <= FENCE_NVIDIA_LAST_GPU_MINOR &&
+		    add_minor(m, minor(st.st_rdev)) < 0) {
+			closedir(dir);
+			return -1;
+		}
+	}
+	if (dir)
+		closedir(dir);
+	snprintf(path, sizeof path, "%s/devices", proc_dir);
+	text = read_text(path);
+	/* "Character devices:" then "NNN name" lines, then "Block devices:" */
+	for (const char *line = text; line && *line && strncmp(line, "Block", 5);) {
+		unsigned major_;
+		char name[64];
+
+		if (sscanf(line, "%u %63s", &major_, name) == 2 && !strcmp(name, "nvidia-caps"))
+			m->caps_major = major_;
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
+	free(text);
+	if (!m->caps_major)
+		return 0;
+	snprintf(path, sizeof path, "%s/driver/nvidia-caps/mig-minors", proc_dir);
+	text = read_text(path);
+	if (text && fence_caps_parse(m, text) < 0) {
+		free(text);
+		return -1;
+	}
+	free(text);
+	return 0;
+}
+
+void fence_machine_release(struct fence_machine *m)
+{
+	free(m->gpu_minors);
+	free(m->caps);
+	*m = (struct fence_machine)FENCE_MACHINE_INIT;
+}
+
+/* ---- the rule ------------------------------------------------------------- */
+
+static int holds_gpu(const struct fence_grant *g, unsigned minor)
+{
+	for (size_t i = 0; i < g->gpu_count; i++)
+		if (g->gpu_minors[i] == minor)
+			return 1;
+	return 0;
+}
+
+/* A slice's GPU node must open too: CUDA reaches a MIG device through it. */
+static int holds_node(const struct fence_grant *g, unsigned minor)
+{
+	if (holds_gpu(g, minor))
+		return 1;
+	for (size_t i = 0; i < g->slice_count; i++)
+		if (g->slices[i].gpu_minor == minor)
+			return 1;
+	return 0;
+}
+
+static int holds_cap(const struct fence_grant *g, const struct fence_cap *c)
+{
+	if (holds_gpu(g, c->gpu))
+		return 1;
+	for (size_t i = 0; i < g->slice_count; i++) {
+		const struct fence_slice *s = &g->slices[i];
+
+		/* its GPU instance, and its compute instance in it */
+		if (s->gpu_minor == c->gpu && s->gi == c->gi &&
+		    (c->ci < 0 || (unsigned)c->ci == s->ci))
+			return 1;
+	}
+	return 0;
+}
+
+static int dev_cmp(const void *a, const void *b)
+{
+	const struct fence_dev *x = a, *y = b;
+
+	if (x->type != y->type)
+		return x->type < y->type ? -1 : 1;
+	if (x->major != y->major)
+		return x->major < y->major ? -1 : 1;
+	return x->minor < y->minor ? -1 : x->minor > y->minor;
+}
+
+int fence_rule_build(struct fence_rule *r, const struct fence_machine *m,
+                     const struct fence_grant *g)
+{
+	size_t n = 0;
+
+	r->count = 0;
+	free(r->devs);
+	r->devs = calloc(m->gpu_count + m->cap_count + 1, sizeof *r->devs);
+	if (!r->devs)
+		return -1;
+	for (size_t i = 0; i < m->gpu_count; i++)
+		if (!holds_node(g, m->gpu_minors[i]))
+			r->devs[n++] =
+			    (struct fence_dev){'c', FENCE_NVIDIA_MAJOR, m->gpu_minors[i]};
+	for (size_t i = 0; m->caps_major && i < m->cap_count; i++)
+		if (!holds_cap(g, &m->caps[i]))
+			r->devs[n++] = (struct fence_dev){'c', m->caps_major, m->caps[i].minor};
+	qsort(r->devs, n, sizeof *r->devs, dev_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (!r->count || dev_cmp(&r->devs[r->count - 1], &r->devs[i]))
+			r->devs[r->count++] = r->devs[i];
+	return 0;
+}
+
+void fence_rule_release(struct fence_rule *r)
+{
+	free(r->devs);
+	*r = (struct fence_rule)FENCE_RULE_INIT;
+}
+
+/* ---- the BPF program ------------------------------------------------------ */
+
+static struct bpf_insn insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm)
+{
+	struct bpf_insn i;
+
+	memset(&i, 0, sizeof i);
+	i.code = code;
+	i.dst_reg = dst & 0xf;
+	i.src_reg = src & 0xf;
+	i.off = off;
+	i.imm = imm;
+	return i;
+}
+
+size_t fence_bpf_program(const struct fence_rule *r, struct bpf_insn *out, size_t cap)
+{
+	size_t n = 0;
+
+#define EMIT(i)                                                                                    \
+	do {                                                                                       \
+		struct bpf_insn i_ = (i);                                                          \
+		if (n < cap)                                                                       \
+			out[n] = i_;                                                               \
+		n++;                                                                               \
+	} while (0)
+	/* r1 is struct bpf_cgroup_dev_ctx: r2 = the node's type (the low
+	 * half of access_type), r3 its major, r4 its minor. */
+	EMIT(insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, 0, 0));
+	EMIT(insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff));
+	EMIT(insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_3, BPF_REG_1, 4, 0));
+	EMIT(insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_4, BPF_REG_1, 8, 0));
+	for (size_t i = 0; i < r->count; i++) {
+		const struct fence_dev *d = &r->devs[i];
+		int32_t type = d->type == 'b' ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR;
+
+		/* This device: refuse (return 0); else on to the next. */
+		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, 4, type));
+		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 3, (int32_t)d->major));
+		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_4, 0, 2, (int32_t)d->minor));
+		EMIT(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
+		EMIT(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+	}
+	/* Everything else as it was. */
+	EMIT(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
+	EMIT(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+#undef EMIT
+	return n;
+}
+
+/* ---- cgroupfs ------------------------------------------------------------- */
+
+void fence_path(const struct fence *f, const char *id, char *out, size_t len)
+{
+	snprintf(out, len, "%s/%s", f->root, id);
+}
+
+/* Lease ids are the broker's ("<ms>-<pid>-<hex>"); nothing else names a
+ * directory of ours. */
+static int id_ok(const char *id)
+{
+	return *id && *id != '.' &&
+	       strspn(id, "0123456789abcdefghijklmnopqrstuvwxyz-") == strlen(id) && strlen(id) < 64;
+}
+
+static int write_file(const char *dir, const char *name, const char *text)
+{
+	char path[PATH_MAX];
+	size_t len = strlen(text);
+	ssize_t n;
+	int fd, saved;
+
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = write(fd, text, len);
+	saved = errno;
+	close(fd);
+	errno = saved;
+	return n == (ssize_t)len ? 0 : -1;
+}
+
+static long read_pids(const char *dir, int *out, size_t cap)
+{
+	char path[PATH_MAX];
+	long n = 0;
+	FILE *f;
+	int pid;
+
+	snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fscanf(f, "%d", &pid) == 1) {
+		if ((size_t)n < cap)
+			out[n] = pid;
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static int cg_enter(const struct fence *f, const char *id, int pid, char *err, size_t len)
+{
+	char dir[PATH_MAX], text[24];
+
+	if (!id_ok(id))
+		return gm_fail(GM_ERR_INVALID, err, len, "'%s' is no lease id", id), -1;
+	fence_path(f, id, dir, sizeof dir);
+	snprintf(text, sizeof text, "%d", pid);
+	if (write_file(dir, "cgroup.procs", text) < 0)
+		return gm_fail(GM_ERR_IO, err, len, "cannot move pid %d into '%s': %s", pid, dir,
+		               strerror(errno)),
+		       -1;
+	return 0;
+}
+
+static int cg_move_to(const struct fence *f, const char *path, int pid)
+{
+	char text[24];
+
+	(void)f;
+	snprintf(text, sizeof text, "%d", pid);
+	return write_file(path, "cgroup.procs", text);
+}
+
+static long cg_pids(const struct fence *f, const char *id, int *out, size_t cap)
+{
+	char dir[PATH_MAX];
+
+	if (!id_ok(id))
+		return -1;
+	fence_path(f, id, dir, sizeof dir);
+	return read_pids(dir, out, cap);
+}
+
+/* /proc/PID/cgroup's line of the hierarchy: "0::/path" for v2, or
+ * "N:devices:/path" (the controller among others) for v1. */
+static int cg_where(const struct fence *f, int pid, int v2, char *out, size_t len)
+{
+	char path[64], line[PATH_MAX];
+	int found = -1;
+	FILE *file;
+
+	snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
+	file = fopen(path, "re");
+	if (!file)
+		return -1;
+	while (found < 0 && fgets(line, sizeof line, file)) {
+		char *ctl = strchr(line, ':'), *rest = ctl ? strchr(ctl + 1, ':') : NULL;
+
+		if (!rest)
+			continue;
+		*rest++ = '\0';
+		*ctl++ = '\0';
+		rest[strcspn(rest, "\n")] = '\0';
+		if (v2 ? !strncmp(line, "0", 2) && !*ctl
+		       : (!strcmp(ctl, "devices") || strstr(ctl, "devices,") ||
+		          (strlen(ctl) > 8 && !strcmp(ctl + strlen(ctl) - 8, ",devices")))) {
+			snprintf(out, len, "%s%s", f->mount, strcmp(rest, "/") ? rest : "");
+			found = 0;
+		}
+	}
+	fclose(file);
+	return found;
+}
+
+static int v2_where(const struct fence *f, int pid, char *out, size_t len)
+{
+	return cg_where(f, pid, 1, out, len);
+}
+
+static int v1_where(const struct fence *f, int pid, char *out, size_t len)
+{
+	return cg_where(f, pid, 0, out, len);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&t, NULL);
+}
+
+/* Kill what is in dir until nothing is (v1 has no cgroup.kill; a process
+ * forked meanwhile shows up in the next reading), then remove it. */
+static int cg_end(const struct fence *f, const char *id, int v2, char *err, size_t len)
+{
+	char dir[PATH_MAX];
+	int64_t give_up = monotonic_ms() + END_PATIENCE_MS;
+	struct stat st;
+
+	if (!id_ok(id))
+		return 0;
+	fence_path(f, id, dir, sizeof dir);
+	if (stat(dir, &st) < 0)
+		return 0; /* never placed anything */
+	if (v2)
+		write_file(dir, "cgroup.kill", "1");
+	for (long wait = 0;; wait = wait ? wait * 2 : 1) {
+		int pids[256];
+		long n = read_pids(dir, pids, 256);
+
+		if (n < 0)
+			break;
+		for (long i = 0; i < n && i < 256; i++)
+			kill(pids[i], SIGKILL);
+		if (n == 0 && rmdir(dir) == 0)
+			return 0;
+		if (monotonic_ms() >= give_up) {
+			gm_fail(
+			    GM_ERR_IO, err, len,
+			    "'%s' still holds %ld process%s after SIGKILL (stuck in the kernel?)",
+			    dir, n, n == 1 ? "" : "es");
+			return -1;
+		}
+		sleep_ms(wait > 20 ? 20 : wait);
+	}
+	if (rmdir(dir) == 0 || errno == ENOENT)
+		return 0;
+	gm_fail(GM_ERR_IO, err, len, "cannot remove '%s': %s", dir, strerror(errno));
+	return -1;
+}
+
+static int v2_end(const struct fence *f, const char *id, char *err, size_t len)
+{
+	return cg_end(f, id, 1, err, len);
+}
+
+static int v1_end(const struct fence *f, const char *id, char *err, size_t len)
+{
+	return cg_end(f, id, 0, err, len);
+}
+
+/* mkdir the lease's cgroup: 1 made, 0 there already, -1 error. */
+static int make_dir(const struct fence *f, const char *id, char *dir, size_t dlen, char *err,
+                    size_t len)
+{
+	if (!id_ok(id)) {
+		gm_fail(GM_ERR_INVALID, err, len, "'%s' is no lease id", id);
+		return -1;
+	}
+	fence_path(f, id, dir, dlen);
+	if (mkdir(dir, 0755) == 0)
+		return 1;
+	if (errno == EEXIST)
+		return 0;
+	gm_fail(GM_ERR_IO, err, len, "cannot create the cgroup '%s': %s", dir, strerror(errno));
+	return -1;
+}
+
+/* ---- v2: a BPF device program --------------------------------------------- */
+
+static long sys_bpf(int cmd, union bpf_attr *attr)
+{
+	return syscall(SYS_bpf, cmd, attr, sizeof *attr);
+}
+
+/* Load r's program; its descriptor, or -1 with err. */
+static int bpf_load(const struct fence_rule *r, char *err, size_t len)
+{
+	size_t n = fence_bpf_program(r, NULL, 0);
+	struct bpf_insn *prog = calloc(n, sizeof *prog);
+	char log[512] = "";
+	union bpf_attr attr;
+	int fd;
+
+	if (!prog) {
+		gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+		return -1;
+	}
+	fence_bpf_program(r, prog, n);
+	memset(&attr, 0, sizeof attr);
+	attr.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+	attr.insns = (uint64_t)(uintptr_t)prog;
+	attr.insn_cnt = (uint32_t)n;
+	attr.license = (uint64_t)(uintptr_t) "GPL";
+	fd = (int)sys_bpf(BPF_PROG_LOAD, &attr);
+	if (fd < 0 && errno != EPERM && errno != ENOSYS) {
+		/* Ask again with the verifier's words, for the message. */
+		int saved = errno;
+
+		attr.log_buf = (uint64_t)(uintptr_t)log;
+		attr.log_size = sizeof log;
+		attr.log_level = 1;
+		if ((fd = (int)sys_bpf(BPF_PROG_LOAD, &attr)) < 0)
+			errno = saved;
+	}
+	if (fd < 0)
+		gm_fail(GM_ERR_IO, err, len, "cannot load a cgroup device program: %s%s%.200s",
+		        strerror(errno), log[0] ? ": " : "", log);
+	free(prog);
+	return fd;
+}
+
+static int bpf_attach(const char *dir, int prog, char *err, size_t len)
+{
+	union bpf_attr attr;
+	int cg = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+
+	if (cg < 0) {
+		gm_fail(GM_ERR_IO, err, len, "cannot open '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	memset(&attr, 0, sizeof attr);
+	attr.target_fd = (uint32_t)cg;
+	attr.attach_bpf_fd = (uint32_t)prog;
+	attr.attach_type = BPF_CGROUP_DEVICE;
+	/* Programs attached above (systemd's, a container's) still decide
+	 * too: a device passes only if every one of them allows it. */
+	attr.attach_flags = BPF_F_ALLOW_MULTI;
+	rc = (int)sys_bpf(BPF_PROG_ATTACH, &attr);
+	if (rc < 0)
+		gm_fail(GM_ERR_IO, err, len, "cannot attach the device program to '%s': %s", dir,
+		        strerror(errno));
+	close(cg);
+	return rc;
+}
+
+static int v2_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
+                     size_t len)
+{
+	char dir[PATH_MAX];
+	int made = make_dir(f, id, dir, sizeof dir, err, len), prog, rc;
+
+	if (made <= 0)
+		return made;
+	prog = bpf_load(r, err, len);
+	/* The attachment holds the program: nothing of ours need stay open,
+	 * and it outlives a restart of the broker. */
+	rc = prog < 0 ? -1 : bpf_attach(dir, prog, err, len);
+	if (prog >= 0)
+		close(prog);
+	if (rc < 0)
+		rmdir(dir);
+	return rc;
+}
+
+/* A new rule for a cgroup that lives on (a login session's, when its
+ * user's leases change): the new program first, then the old ones off, so
+ * that nothing opens in between. */
+static int v2_update(const struct fence *f, const char *id, const struct fence_rule *r,
+                     const struct fence_rule *all, char *err, size_t len)
+{
+	char dir[PATH_MAX];
+	uint32_t ids[64], count = 64;
+	union bpf_attr attr;
+	int made = make_dir(f, id, dir, sizeof dir, err, len), cg, prog, rc = -1;
+
+	(void)all;
+	if (made < 0)
+		return -1;
+	cg = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	memset(&attr, 0, sizeof attr);
+	attr.query.target_fd = (uint32_t)cg;
+	attr.query.attach_type = BPF_CGROUP_DEVICE;
+	attr.query.prog_ids = (uint64_t)(uintptr_t)ids;
+	attr.query.prog_cnt = count;
+	if (cg < 0 || sys_bpf(BPF_PROG_QUERY, &attr) < 0)
+		attr.query.prog_cnt = 0;
+	count = attr.query.prog_cnt;
+	prog = bpf_load(r, err, len);
+	if (prog >= 0 && bpf_attach(dir, prog, err, len) == 0)
+		rc = 0;
+	for (uint32_t i = 0; rc == 0 && i < count && i < 64; i++) {
+		int old;
+
+		memset(&attr, 0, sizeof attr);
+		attr.prog_id = ids[i];
+		old = (int)sys_bpf(BPF_PROG_GET_FD_BY_ID, &attr);
+		if (old < 0)
+			continue;
+		memset(&attr, 0, sizeof attr);
+		attr.target_fd = (uint32_t)cg;
+		attr.attach_bpf_fd = (uint32_t)old;
+		attr.attach_type = BPF_CGROUP_DEVICE;
+		sys_bpf(BPF_PROG_DETACH, &attr);
+		close(old);
+	}
+	if (prog >= 0)
+		close(prog);
+	if (cg >= 0)
+		close(cg);
+	return rc;
+}
+
+/* ---- v1: the devices controller ------------------------------------------ */
+
+static int v1_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
+                     size_t len)
+{
+	char dir[PATH_MAX], text[64];
+	int made = make_dir(f, id, dir, sizeof dir, err, len);
+
+	if (made <= 0)
+		return made;
+	/* It starts as its parent, allowing all; each line an exception. */
+	for (size_t i = 0; i < r->count; i++) {
+		snprintf(text, sizeof text, "%c %u:%u rwm", r->devs[i].type, r->devs[i].major,
+		         r->devs[i].minor);
+		if (write_file(dir, "devices.deny", text) < 0) {
+			gm_fail(GM_ERR_IO, err, len, "cannot write '%s' to '%s/devices.deny': %s",
+			        text, dir, strerror(errno));
+			rmdir(dir);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Each device a rule could name allowed or refused as r says: an allow
+ * removes just that exception, so nothing opens that should not. */
+static int v1_update(const struct fence *f, const char *id, const struct fence_rule *r,
+                     const struct fence_rule *all, char *err, size_t len)
+{
+	char dir[PATH_MAX], text[64];
+
+	if (make_dir(f, id, dir, sizeof dir, err, len) < 0)
+		return -1;
+	for (size_t i = 0; i < all->count; i++) {
+		const struct fence_dev *d = &all->devs[i];
+		int deny = bsearch(d, r->devs, r->count, sizeof *d, dev_cmp) != NULL;
+
+		snprintf(text, sizeof text, "%c %u:%u rwm", d->type, d->major, d->minor);
+		if (write_file(dir, deny ? "devices.deny" : "devices.allow", text) < 0) {
+			gm_fail(GM_ERR_IO, err, len, "cannot write '%s' to '%s': %s", text, dir,
+			        strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static const struct fence_ops fence_v2 = {
+    "cgroup v2 device program",
+    v2_create,
+    cg_enter,
+    v2_where,
+    cg_move_to,
+    v2_end,
+    cg_pids,
+    v2_update,
+};
+
+static const struct fence_ops fence_v1 = {
+    "cgroup v1 devices controller",
+    v1_create,
+    cg_enter,
+    v1_where,
+    cg_move_to,
+    v1_end,
+    cg_pids,
+    v1_update,
+};
+
+/* ---- choosing ------------------------------------------------------------- */
+
+/* The mount point of the cgroup2 hierarchy (v2) or of the v1 hierarchy
+ * with the devices controller. */
+static int find_mount(int v2, char *out, size_t len)
+{
+	char dev[256], dir[PATH_MAX], type[64], opts[1024];
+	FILE *f = fopen("/proc/self/mounts", "re");
+	int found = -1;
+
+	if (!f)
+		return -1;
+	while (found < 0 &&
+	       fscanf(f, "%255s %4095s %63s %1023s %*d %*d", dev, dir, type, opts) == 4) {
+		int devices = 0;
+
+		for (char *o = strtok(opts, ","); o; o = strtok(NULL, ","))
+			devices |= !strcmp(o, "devices");
+		if (v2 ? !strcmp(type, "cgroup2") : !strcmp(type, "cgroup") && devices) {
+			str_copy(out, len, dir);
+			found = 0;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* Can the mechanism work here?  A probe cgroup with an empty rule. */
+static int probe(struct fence *f, const struct fence_ops *ops, int v2, char *err, size_t len)
+{
+	struct fence_rule none = FENCE_RULE_INIT;
+	char id[64];
+
+	if (find_mount(v2, f->mount, sizeof f->mount) < 0) {
+		gm_fail(GM_ERR_STATE, err, len,
+		        v2 ? "no cgroup v2 hierarchy is mounted"
+		           : "no cgroup v1 hierarchy with the devices controller is mounted");
+		return -1;
+	}
+	snprintf(f->root, sizeof f->root, "%s/gpuman", f->mount);
+	if (mkdir(f->root, 0755) < 0 && errno != EEXIST) {
+		gm_fail(GM_ERR_STATE, err, len,
+		        "cannot create '%s': %s (a container without cgroup delegation?)", f->root,
+		        strerror(errno));
+		return -1;
+	}
+	snprintf(id, sizeof id, "0-%d-0", (int)getpid()); /* no lease's id */
+	if (ops->create(f, id, &none, err, len) < 0)
+		return -1;
+	ops->end(f, id, NULL, 0);
+	f->ops = ops;
+	return 0;
+}
+
+/* Ended leases' cgroups a broker before us could not remove (rmdir
+ * removes only empty ones: a restored lease's job keeps its own). */
+static void sweep(const struct fence *f)
+{
+	DIR *dir = opendir(f->root);
+	char path[PATH_MAX];
+
+	for (struct dirent *e; dir && (e = readdir(dir));)
+		if (id_ok(e->d_name)) {
+			snprintf(path, sizeof path, "%s/%s", f->root, e->d_name);
+			rmdir(path);
+		}
+	if (dir)
+		closedir(dir);
+}
+
+void fence_choose(struct fence *f)
+{
+	const char *want = getenv("GPUMAN_FENCE");
+	char e2[200] = "", e1[200] = "";
+
+	memset(f, 0, sizeof *f);
+	if (!want || !*want)
+		want = "auto";
+	if (strcmp(want, "auto") && strcmp(want, "v2") && strcmp(want, "v1")) {
+		snprintf(f->why, sizeof f->why, "turned off (GPUMAN_FENCE=%.32s)", want);
+		return;
+	}
+	if (geteuid() != 0) {
+		str_copy(f->why, sizeof f->why, "the lease broker does not run as root");
+		return;
+	}
+	if (strcmp(want, "v1") && probe(f, &fence_v2, 1, e2, sizeof e2) == 0) {
+		sweep(f);
+		return;
+	}
+	if (strcmp(want, "v2") && probe(f, &fence_v1, 0, e1, sizeof e1) == 0) {
+		sweep(f);
+		return;
+	}
+	f->ops = NULL;
+	snprintf(f->why, sizeof f->why, "%s%s%s", e2, e2[0] && e1[0] ? "; " : "", e1);
+}

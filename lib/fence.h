@@ -1,0 +1,166 @@
+/*
+ * fence.h - placement the kernel enforces: a job's cgroup whose device
+ * filter refuses the device nodes of every GPU (and MIG slice) its lease
+ * does not hold, and changes nothing else, as Slurm's ConstrainDevices.
+ * For the lease broker, which runs as root (cli/daemon_fence.c); the
+ * client side is broker_fence() in broker.h.
+ *
+ * Calling sequence: fence_choose() once picks the mechanism the machine
+ * has (cgroup v2 with a BPF_PROG_TYPE_CGROUP_DEVICE program, the v1
+ * devices controller, or none, with the reason) and hands back its ops
+ * table; per lease, fence_machine_read() learns the machine's GPU and MIG
+ * capability minors, fence_rule_build() the devices to refuse, then
+ * ops->create(), ops->enter() for each process placed, and ops->end()
+ * when the lease ends, which kills whatever is left in the cgroup and
+ * removes it.  Every call returns 0, or -1 with a message in err.
+ *
+ * The rule and the BPF program are pure functions of their inputs (unit
+ * tested); the rest writes to cgroupfs and calls bpf(2).
+ */
+#ifndef GM_FENCE_H
+#define GM_FENCE_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gm_snapshot;
+struct bpf_insn;
+
+/* The NVIDIA driver's character major: /dev/nvidiaN is 195:N, nvidiactl
+ * 195:255, nvidia-modeset 195:254. */
+#define FENCE_NVIDIA_MAJOR 195
+#define FENCE_NVIDIA_LAST_GPU_MINOR 253
+
+/* One device node a rule refuses: type 'c' or 'b'. */
+struct fence_dev {
+	char type;
+	unsigned major, minor;
+};
+
+/* A MIG capability node: /dev/nvidia-caps/nvidia-capN, N = minor, for a
+ * GPU instance (ci < 0) or a compute instance of the GPU of minor gpu. */
+struct fence_cap {
+	unsigned gpu, gi;
+	int ci;
+	unsigned minor;
+};
+
+/* What the machine has: the minors of its GPUs (NVML's and the nodes in
+ * the device directory) and its MIG capabilities.  Owned arrays. */
+struct fence_machine {
+	size_t gpu_count;
+	unsigned *gpu_minors;
+	unsigned caps_major; /* 0: no nvidia-caps in /proc/devices */
+	size_t cap_count;
+	struct fence_cap *caps;
+};
+#define FENCE_MACHINE_INIT                                                                         \
+	{                                                                                          \
+		0, NULL, 0, 0, NULL                                                                \
+	}
+
+/* What one lease holds: whole GPUs by minor, and MIG slices. */
+struct fence_slice {
+	unsigned gpu_minor, gi, ci;
+};
+struct fence_grant {
+	size_t gpu_count;
+	const unsigned *gpu_minors;
+	size_t slice_count;
+	const struct fence_slice *slices;
+};
+
+/* The devices to refuse.  Owned array. */
+struct fence_rule {
+	size_t count;
+	struct fence_dev *devs;
+};
+#define FENCE_RULE_INIT                                                                            \
+	{                                                                                          \
+		0, NULL                                                                            \
+	}
+
+/*
+ * Read the machine: the minor of each GPU of snap (those NVML gives one),
+ * every character node 195:N (N <= 253) named nvidia<digits> in dev_dir,
+ * the nvidia-caps major from <proc_dir>/devices and the MIG capability
+ * minors from <proc_dir>/driver/nvidia-caps/mig-minors.  Files that do
+ * not exist are a machine without them.  0, or -1 out of memory.
+ */
+int fence_machine_read(struct fence_machine *m, const struct gm_snapshot *snap, const char *dev_dir,
+                       const char *proc_dir);
+/* Parse mig-minors text ("gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13",
+ * "config 1", ...) into m->caps.  0, or -1 out of memory. */
+int fence_caps_parse(struct fence_machine *m, const char *text);
+void fence_machine_release(struct fence_machine *m);
+
+/*
+ * The devices a job of grant g must not open: every GPU minor of m that g
+ * does not hold, and every MIG capability of a GPU instance or compute
+ * instance that is not g's (a whole GPU's lease holds all its slices'
+ * capabilities).  Nothing else: nvidiactl, nvidia-uvm, the config and
+ * monitor capabilities and every other device stay as they were.  Sorted,
+ * without duplicates.  0, or -1 out of memory.
+ */
+int fence_rule_build(struct fence_rule *r, const struct fence_machine *m,
+                     const struct fence_grant *g);
+void fence_rule_release(struct fence_rule *r);
+
+/*
+ * The BPF_PROG_TYPE_CGROUP_DEVICE program for r: 0 (refuse) for each of
+ * r's devices, 1 (allow) for everything else.  Writes at most cap
+ * instructions to out (out may be NULL with cap 0) and returns how many
+ * the program has.
+ */
+size_t fence_bpf_program(const struct fence_rule *r, struct bpf_insn *out, size_t cap);
+
+/* ---- the mechanisms ------------------------------------------------------ */
+
+struct fence;
+
+struct fence_ops {
+	const char *name; /* "cgroup v2 device program" */
+	/* The cgroup of lease id, refusing r's devices; one that exists is
+	 * kept as it is (a broker restarted). */
+	int (*create)(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
+	              size_t len);
+	/* Move pid (its whole process) into the cgroup of lease id. */
+	int (*enter)(const struct fence *f, const char *id, int pid, char *err, size_t len);
+	/* The cgroup pid is in now (a directory of the hierarchy). */
+	int (*where)(const struct fence *f, int pid, char *out, size_t len);
+	/* Move pid into the cgroup at path (what where() said). */
+	int (*move_to)(const struct fence *f, const char *path, int pid);
+	/* Kill every process in the cgroup of lease id and remove it.  0 once
+	 * it is gone (or never was), -1 while something is still in it. */
+	int (*end)(const struct fence *f, const char *id, char *err, size_t len);
+	/* The processes in the cgroup of lease id: up to cap pids into out,
+	 * how many there are returned (-1: no such cgroup). */
+	long (*pids)(const struct fence *f, const char *id, int *out, size_t cap);
+	/* The cgroup id (made if need be) refuses r's devices from now on, and
+	 * of all's (every device a rule on this machine could name) no other. */
+	int (*update)(const struct fence *f, const char *id, const struct fence_rule *r,
+	              const struct fence_rule *all, char *err, size_t len);
+};
+
+struct fence {
+	const struct fence_ops *ops; /* NULL: placement is not enforced */
+	char mount[1024];            /* the hierarchy's mount point */
+	char root[1040];             /* <mount>/gpuman: the jobs' cgroups */
+	char why[256];               /* when ops is NULL: why not, for people */
+};
+
+/*
+ * Choose the mechanism once (GPUMAN_FENCE: auto, the default; v2; v1;
+ * off).  auto takes cgroup v2 where a cgroup2 hierarchy is mounted and a
+ * device program loads, else the v1 devices controller.  Without one (not
+ * root, nothing mounted, no permission, as in a container without cgroup
+ * delegation) f->ops is NULL and f->why says why, for status.  Cgroups of
+ * ended leases that a broker before this one left empty are removed.
+ */
+void fence_choose(struct fence *f);
+
+/* The cgroup directory of lease id under f. */
+void fence_path(const struct fence *f, const char *id, char *out, size_t len);
+
+#endif

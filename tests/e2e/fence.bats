@@ -1,0 +1,337 @@
+#!/usr/bin/env bats
+# fence: under the broker (root), a job can open only its own GPUs, because
+# the kernel says so (issue 21).  Each test mounts a tmpfs of its own (with
+# device nodes allowed) holding nvidia0..3, nvidiactl and a node that is no
+# GPU's; gpuman is told to look there (GPUMAN_DEV_DIR).  Those nodes have no
+# driver behind them, so an open the cgroup's filter lets through fails with
+# ENXIO and one it refuses with EPERM: the jobs, run as real users, report
+# which (helpers/try-open.py).  Both mechanisms, cgroup v2 (a BPF device
+# program) and v1 (the devices controller), are forced in turn.
+
+load helpers
+
+TRY="$BATS_TEST_DIRNAME/helpers/try-open.py"
+
+setup() {
+	gm_setup
+	[ "$(id -u)" = 0 ] || skip "needs root: the broker places jobs in cgroups"
+	gm_user alice
+	gm_user bob
+	SHARED=$(mktemp -d /tmp/gpuman-fence.XXXXXX)
+	chmod 755 "$SHARED"
+	mkdir -m 1777 "$SHARED/sim" "$SHARED/out" "$SHARED/pids"
+	install -m 666 /dev/null "$SHARED/sim/lock"
+	mkdir "$SHARED/dev"
+	mount -t tmpfs -o dev,mode=755 gpuman-fence "$SHARED/dev" ||
+		skip "cannot mount a tmpfs with device nodes here"
+	for i in 0 1 2 3; do mknod -m 666 "$SHARED/dev/nvidia$i" c 195 "$i"; done
+	mknod -m 666 "$SHARED/dev/nvidiactl" c 195 255
+	mknod -m 666 "$SHARED/dev/other" c 1 3 # /dev/null's numbers: not a GPU
+	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
+	export GPUMAN_DEV_DIR=$SHARED/dev
+	STATE=$BATS_TEST_TMPDIR/broker/leases.json
+	D=$SHARED/dev
+	NODES="$D/nvidia2 $D/nvidia3 $D/nvidiactl $D/other"
+}
+
+teardown() {
+	[ -n "${SHARED:-}" ] || return 0
+	for f in "$SHARED"/pids/*; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+	done
+	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
+	wait 2>/dev/null || true
+	umount "$SHARED/dev" 2>/dev/null || true
+	rm -rf "$SHARED"
+}
+
+gpus() { # gpus N - N GPUs, GPU i's device node /dev/nvidia<i>
+	local i list=
+	for i in $(seq 0 $(($1 - 1))); do
+		list="$list${list:+,}{\"name\":\"g$i\",\"memory_total_mib\":16000,\"minor_number\":$i}"
+	done
+	echo "{ \"gpus\": [ $list ] }" >"$SHARED/gpus.json"
+	chmod 644 "$SHARED/gpus.json"
+	export GPUMAN_SIM=$SHARED/gpus.json
+}
+
+# start_daemon [VAR=VALUE...] - this test's broker, as root
+start_daemon() {
+	env "$@" gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" \
+		2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
+}
+
+# The cgroups of leases that are still there (no other test fences jobs).
+cgroups_left() {
+	ls /sys/fs/cgroup/unified/gpuman /sys/fs/cgroup/devices/gpuman 2>/dev/null |
+		grep -c '^[0-9]*-[0-9]*-[0-9a-f]*$' || true
+}
+
+# check OUT LABEL... - each LABEL's line: GPU 2 and nvidiactl reach the
+# (absent) driver, GPU 3 is refused, the device that is no GPU opens
+check() {
+	local out=$1 label line; shift
+	for label in "$@"; do
+		line=$(grep "^$label " "$out") || { echo "no line for $label in:"; cat "$out"; return 1; }
+		[ "$line" = "$label nvidia2=ENXIO nvidia3=EPERM nvidiactl=ENXIO other=OK" ] ||
+			{ echo "$line"; return 1; }
+	done
+}
+
+# a job that probes itself, a child, a double-forked grandchild and a
+# setsid'd one; it waits for them
+job_script() {
+	cat >"$SHARED/job.sh" <<EOF
+#!/bin/sh
+out=\$1
+"$TRY" "\$out" self $NODES
+sh -c '"$TRY" "\$0" fork $NODES' "\$out"
+sh -c '( "$TRY" "\$0" double $NODES & ) ; for i in \$(seq 200); do grep -qs "^double " "\$0" && break; sleep 0.05; done' "\$out"
+setsid "$TRY" "\$out" setsid $NODES
+EOF
+	chmod 755 "$SHARED/job.sh"
+}
+
+fenced_run() { # the run test, under mechanism $1
+	gpus 4
+	start_daemon GPUMAN_FENCE="$1"
+	grep -q "placement enforced by the kernel" "$BATS_TEST_TMPDIR/daemon.log"
+	job_script
+	run -0 as_user alice gpuman run --only 2 -- "$SHARED/job.sh" "$SHARED/out/run"
+	check "$SHARED/out/run" self fork double setsid
+	# before the fence, and outside it, the same user opens every GPU
+	as_user alice "$TRY" "$SHARED/out/free" free $NODES
+	grep -qx "free nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/free"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
+@test "fence v2: a job leased GPU 2 opens GPU 2 but not GPU 3, nor does anything it forks, double-forks or setsids" {
+	[ -d /sys/fs/cgroup/unified ] || grep -q cgroup2 /proc/mounts || skip "no cgroup v2 hierarchy"
+	fenced_run v2
+	grep -q "cgroup v2 device program" "$BATS_TEST_TMPDIR/daemon.log"
+}
+
+@test "fence v1: the same with the devices controller" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	fenced_run v1
+	grep -q "cgroup v1 devices controller" "$BATS_TEST_TMPDIR/daemon.log"
+}
+
+@test "fence: status says placement is enforced, and by what" {
+	gpus 4
+	start_daemon
+	run -0 gpuman status
+	[[ "$output" == *"placement: enforced by the kernel (cgroup v"*"): a job opens only its leased GPUs"* ]]
+	run -0 gpuman status --json
+	[ "$(jqr .placement.enforced)" = true ]
+}
+
+@test "fence: a batch task and a queued job are fenced the same" {
+	gpus 4
+	start_daemon
+	printf '%s %s task %s\n' "$TRY" "$SHARED/out/batch" "$NODES" >"$SHARED/tasks"
+	chmod 644 "$SHARED/tasks"
+	cd "$SHARED/out"
+	run -0 as_user alice gpuman batch --only 2 "$SHARED/tasks"
+	check "$SHARED/out/batch" task
+	mkdir -m 1777 "$SHARED/q"
+	run -0 as_user alice env GPUMAN_QUEUE_DIR="$SHARED/q/alice" \
+		gpuman submit --only 2 -- "$TRY" "$SHARED/out/queue" queued $NODES 3>&-
+	wait_for "[ -s '$SHARED/out/queue' ]"
+	check "$SHARED/out/queue" queued
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
+@test "fence: when the lease ends nothing of the job is left, even with its supervisor killed -9" {
+	gpus 4
+	start_daemon
+	# the job leaves a process behind that closed every descriptor (the
+	# lease's too) and left its session: only the cgroup still knows it
+	cat >"$SHARED/leave.sh" <<EOF
+#!/bin/sh
+python3 -c 'import os, time
+os.closerange(3, 4096); os.setsid()
+open("$SHARED/pids/left", "w").write(str(os.getpid()))
+time.sleep(300)' </dev/null >/dev/null 2>&1 &
+sleep 1.5
+EOF
+	chmod 755 "$SHARED/leave.sh"
+	as_user alice gpuman run --only 2 -- "$SHARED/leave.sh" &
+	local sup=$!
+	wait_for "[ -s '$SHARED/pids/left' ]"
+	left=$(cat "$SHARED/pids/left")
+	kill -0 "$left"
+	# the supervisor dies; the job goes on with its lease, then ends
+	kill -9 "$sup"
+	wait_for "! kill -0 $left 2>/dev/null"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 0 ]
+}
+
+@test "fence: a library lease fences its own process, which goes on after the release" {
+	gpus 4
+	start_daemon
+	cat >"$SHARED/lib.py" <<EOF
+import os, sys
+sys.path.insert(0, "$GM_ROOT/python")
+import gpuman
+lease = gpuman.select(only="2")
+os.system("$TRY $SHARED/out/lib leased $NODES")
+lease.release()
+os.system("$TRY $SHARED/out/lib after $NODES")
+EOF
+	chmod 644 "$SHARED/lib.py"
+	run -0 as_user alice env GPUMAN_LIB="$GM_BUILD/libgpuman.so" python3 "$SHARED/lib.py"
+	check "$SHARED/out/lib" leased
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
+}
+
+@test "fence: a MIG job opens only its own slice's capability nodes" {
+	mkdir -p "$SHARED/proc/driver/nvidia-caps"
+	printf 'Character devices:\n  1 mem\n195 nvidia\n238 nvidia-caps\n\nBlock devices:\n  7 loop\n' \
+		>"$SHARED/proc/devices"
+	printf 'config 1\nmonitor 2\ngpu0/gi1/access 10\ngpu0/gi1/ci0/access 11\ngpu0/gi13/access 130\ngpu0/gi13/ci0/access 131\ngpu0/gi14/access 140\ngpu0/gi14/ci0/access 141\n' \
+		>"$SHARED/proc/driver/nvidia-caps/mig-minors"
+	for m in 1 10 11 130 131 140 141; do mknod -m 666 "$D/cap$m" c 238 "$m"; done
+	cp "$GM_ROOT/examples/mig-a100.json" "$SHARED/mig.json"
+	chmod 644 "$SHARED/mig.json"
+	export GPUMAN_SIM=$SHARED/mig.json
+	start_daemon GPUMAN_PROC_DIR="$SHARED/proc"
+	run -0 as_user alice gpuman run --mig 1g.10gb -- sh -c \
+		"\"$TRY\" '$SHARED/out/mig' slice $D/nvidia0 $D/nvidia1 $D/cap1 $D/cap10 $D/cap11 $D/cap130 $D/cap131 $D/cap140 $D/cap141; echo \$CUDA_VISIBLE_DEVICES >'$SHARED/out/which'"
+	line=$(cat "$SHARED/out/mig")
+	case $(cat "$SHARED/out/which") in
+	MIG-1c*) mine=130 other=140 ;;
+	MIG-1d*) mine=140 other=130 ;;
+	*) echo "which slice? $(cat "$SHARED/out/which")"; return 1 ;;
+	esac
+	[[ "$line" == "slice nvidia0=ENXIO nvidia1=EPERM cap1=ENXIO cap10=EPERM cap11=EPERM "* ]]
+	[[ "$line" == *"cap$mine=ENXIO cap$((mine + 1))=ENXIO"* ]]
+	[[ "$line" == *"cap$other=EPERM cap$((other + 1))=EPERM"* ]]
+}
+
+@test "fence: a broker without cgroup access works as before, and status says placement is advisory" {
+	gpus 4
+	mkdir -m 700 "$SHARED/alice-state"
+	chown gmtest-alice "$SHARED/alice-state"
+	# its pid for teardown: the daemon itself, not as_user's subshell
+	as_user alice sh -c 'echo $$ >"$0"; exec gpuman daemon --socket "$1" --state "$2"' \
+		"$SHARED/pids/alice-daemon" "$SHARED/alice-state/sock" "$SHARED/alice-state/l.json" \
+		2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'" || { cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+	grep -q "placement not enforced (advisory): the lease broker does not run as root" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	export GPUMAN_BROKER=$SHARED/alice-state/sock
+	run -0 as_user alice gpuman run --only 2 -- "$TRY" "$SHARED/out/adv" job $NODES
+	grep -qx "job nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/adv"
+	run -0 as_user alice gpuman status
+	[[ "$output" == *"placement: advisory, not enforced by the kernel (the lease broker does not run as root): leases bind gpuman's users, not the driver"* ]]
+	# and without a broker at all
+	run -0 env GPUMAN_BROKER=off gpuman status
+	[[ "$output" == *"placement: advisory, not enforced by the kernel (no lease broker"* ]]
+}
+
+@test "fence: a reserved shell and all it starts open only the reserved GPUs; the reservation's end ends them" {
+	gpus 4
+	start_daemon
+	job_script
+	cd "$SHARED/out"
+	run -0 as_user alice gpuman reserve --for 10m --only 2 --shell -- "$SHARED/job.sh" "$SHARED/out/shell"
+	check "$SHARED/out/shell" self fork double setsid
+	# the reservation ended with its shell
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 0 ]
+	# and a reservation released from elsewhere takes its shell with it
+	as_user alice gpuman reserve --for 10m --only 2 --shell -- sleep 300 2>/dev/null &
+	local shell=$!
+	wait_for '[ "$(gpuman status --json | jq -r ".leases[0].id // empty")" != "" ]'
+	id=$(gpuman status --json | jq -r '.leases[0].id')
+	wait_for "[ -n \"\$(ls /sys/fs/cgroup/*/gpuman/$id/cgroup.procs 2>/dev/null)\" ] && [ -n \"\$(cat /sys/fs/cgroup/*/gpuman/$id/cgroup.procs)\" ]"
+	run -0 as_user alice gpuman release "$id"
+	rc=0
+	wait "$shell" || rc=$?
+	[ "$rc" = 137 ] # the shell's status: SIGKILL
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
+@test "fence: the lease's user's process on its GPU from outside its cgroup is named by waste and ended with the lease; another user's is not" {
+	gpus 4
+	start_daemon
+	uuid=$(gpuman status --json | jq -r '.gpus[2].uuid')
+	# as if handed a descriptor of GPU 2 over a socket: outside every lease
+	as_user alice env CUDA_VISIBLE_DEVICES="$uuid" gpuman-simload --mem 1G --util 0 --seconds 300 &
+	as_user bob env CUDA_VISIBLE_DEVICES="$uuid" gpuman-simload --mem 1G --util 0 --seconds 300 &
+	wait_for "[ \"\$(gpuman status --json | jq '[.processes[] | select(.gpu == 2)] | length')\" = 2 ]"
+	stray=$(gpuman status --json | jq -r '.processes[] | select(.user == "gmtest-alice") | .pid')
+	other=$(gpuman status --json | jq -r '.processes[] | select(.user == "gmtest-bob") | .pid')
+	echo "$stray" >"$SHARED/pids/stray"
+	echo "$other" >"$SHARED/pids/other"
+	as_user alice gpuman run --only 2 --mem 1G -- sleep 2 &
+	local job=$!
+	wait_for "[ \"\$(gpuman status --json | jq '.leases | length')\" = 1 ]"
+	run gpuman waste --json
+	[ "$(jqr "[.waste[] | select(.kind == \"unleased\") | .pid] | map(tostring) | index(\"$stray\") != null")" = true ]
+	wait "$job"
+	wait_for "! kill -0 $stray 2>/dev/null"
+	grep -q "pid $stray still used GPU 2 from outside it; killed" "$BATS_TEST_TMPDIR/daemon.log"
+	kill -0 "$other"
+}
+
+session_test() { # the sessions test, under mechanism $1
+	gpus 4
+	printf '[fence]\nsessions = yes\n' >"$SHARED/gpuman.conf"
+	chmod 644 "$SHARED/gpuman.conf"
+	start_daemon GPUMAN_CONFIG="$SHARED/gpuman.conf" GPUMAN_FENCE="$1"
+	mkdir -m 1777 "$SHARED/ask"
+	cat >"$SHARED/session.sh" <<EOF2
+#!/bin/sh
+# the user's login shell: probes the devices whenever asked
+while :; do
+	for f in "$SHARED"/ask/*; do
+		[ -e "\$f" ] || continue
+		rm -f "\$f"
+		"$TRY" "$SHARED/out/session" "\${f##*/}" $NODES
+	done
+	sleep 0.05
+done
+EOF2
+	chmod 755 "$SHARED/session.sh"
+	# a login, as pam_exec does it: the hook (root) placing its parent,
+	# which then becomes the user's shell
+	sh -c 'echo $$ >"$0/pids/session"
+		PAM_TYPE=open_session PAM_USER=gmtest-alice gpuman pam-session || exit 1
+		exec setpriv --reuid=gmtest-alice --regid=gmtest-alice --clear-groups "$0/session.sh"' \
+		"$SHARED" 2>"$SHARED/out/hook.err" &
+	probe() {
+		as_user alice touch "$SHARED/ask/$1"
+		wait_for "grep -qs '^$1 ' '$SHARED/out/session'" || { cat "$SHARED/out/hook.err"; return 1; }
+		grep -m1 "^$1 " "$SHARED/out/session"
+	}
+	run -0 probe none
+	[ "$output" = "none nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user bob gpuman reserve --for 10m --only 3
+	run -0 probe bobs
+	[ "$output" = "bobs nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user alice gpuman reserve --for 10m --only 2 --json
+	id=$(jqr .id)
+	run -0 probe mine
+	[ "$output" = "mine nvidia2=ENXIO nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user alice gpuman release "$id"
+	run -0 probe released
+	[ "$output" = "released nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	# a session of root is not fenced
+	PAM_TYPE=open_session PAM_USER=root gpuman pam-session
+	! grep -q "gpuman/session" /proc/$$/cgroup
+}
+
+@test "fence sessions v2: a login session opens no GPU until its user holds a lease, then only that lease's; another user's lease changes nothing for her" {
+	session_test v2
+}
+
+@test "fence sessions v1: the same with the devices controller" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	session_test v1
+}
