@@ -52,18 +52,17 @@ int daemon_config_fresh(struct daemon *d)
 		config_release(&d->cfg);
 	d->cfg = cfg;
 	d->cfg_read = 1;
+	d->gen++; /* the view shows limits */
 	d->cfg_mtim = exists ? st.st_mtim : (struct timespec){0, 0};
 	return 0;
 }
 
-/* GPUs that uid's leases and reservations hold. */
-unsigned daemon_held_by(const struct daemon *d, unsigned uid)
+/* GPUs that uid's leases and reservations hold (counted as they change). */
+unsigned daemon_held_by(struct daemon *d, unsigned uid)
 {
-	unsigned n = 0;
+	struct user_slot *u = daemon_user(d, uid);
 
-	for (const struct blease *l = d->leases; l; l = l->next)
-		n += l->uid == uid ? (unsigned)l->n : 0;
-	return n;
+	return u ? u->gpus : 0;
 }
 
 /* The reservation c asks inside of, if it is its user's and lives. */
@@ -230,7 +229,7 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	daemon_random_hex(l->id + strlen(l->id), 4);
 	daemon_random_hex(l->token, 16);
 	l->uid = c->uid;
-	daemon_user_name(c->uid, l->user, sizeof l->user);
+	str_copy(l->user, sizeof l->user, daemon_user_cached(d, c->uid));
 	l->pid = c->pid;
 	l->pid_start = daemon_proc_start(c->pid);
 	str_copy(l->command, sizeof l->command, c->command);
@@ -318,7 +317,7 @@ void daemon_serve_line(struct daemon *d, int fresh)
 	char(*held_text)[160] = NULL, (*barred_text)[160] = NULL;
 	size_t position = 0, held = 0;
 	struct conn *c, *next;
-	char user[33];
+	int skipped = 0;
 
 	d->dirty = 0;
 	if (!d->line_head)
@@ -391,6 +390,23 @@ void daemon_serve_line(struct daemon *d, int fresh)
 				            "earlier requests in line");
 			free(usable);
 			free(mig_usable);
+			if (!skipped) {
+				/* Nobody further back can be placed: the pass stops
+				 * here, but for the requests that arrived since the
+				 * last (a suffix of the line: each is told it waits,
+				 * or refused), so that it costs the head and the
+				 * newcomers, not the line. */
+				struct conn *t, *first = NULL;
+				size_t k = 0;
+
+				skipped = 1;
+				for (t = d->line_tail;
+				     t && t != c && !t->told && t->state == CONN_WAITING;
+				     t = t->lprev, k++)
+					first = t;
+				next = first;
+				position = d->line_len >= k ? d->line_len - k : position;
+			}
 			continue;
 		}
 		if (policy_choose(&in, c->req, &res) < 0) {
@@ -427,10 +443,9 @@ void daemon_serve_line(struct daemon *d, int fresh)
 			for (size_t pos = 0; pos < snap->gpu_count; pos++) {
 				if (held_for[pos] || !policy_candidate(&in, c->req, pos))
 					continue;
-				daemon_user_name(c->uid, user, sizeof user);
 				snprintf(held_text[pos], sizeof held_text[pos],
 				         "queued for an earlier request: %.32s's %.64s (pid %d)",
-				         user, c->summary, c->pid);
+				         daemon_user_cached(d, c->uid), c->summary, c->pid);
 				held_for[pos] = held_text[pos];
 				held++;
 			}

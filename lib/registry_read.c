@@ -543,5 +543,7 @@ void registry_view_release(struct registry_view *view)
 		free(view->waiters[i].cand);
 	free(view->leases);
 	free(view->waiters);
+	free(view->more_waiters);
+	free(view->more_leases);
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 }
