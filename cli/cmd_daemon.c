@@ -608,7 +608,7 @@ static int listen_on(const char *path, char *bound_path, size_t bound_len)
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0666) < 0 ||
-	    listen(fd, 4096) < 0) {
+	    listen(fd, LISTEN_BACKLOG) < 0) {
 		daemon_say("cannot listen on '%s': %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -710,8 +710,11 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 
 		epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listener.fd, &ev);
 	}
-	daemon_say("serving '%s' (state in '%s', %zu lease%s)", args.socket_path, d->state_path,
-	           d->lease_count, d->lease_count == 1 ? "" : "s");
+	daemon_say("serving '%s' (state in '%s', %zu lease%s; caps: %zu connections a user, %zu "
+	           "in all, %d reservations a user, %d in all)",
+	           args.socket_path, d->state_path, d->lease_count, d->lease_count == 1 ? "" : "s",
+	           d->max_conns_per_user, d->max_conns, MAX_RESERVATIONS_PER_USER,
+	           MAX_RESERVATIONS);
 	while (!stopping) {
 		struct epoll_event evs[256];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;

@@ -39,6 +39,11 @@
  * most EVENTS_PER_USER events of each user; the rest wait for the next
  * turn (epoll reports them again), behind the other users'. */
 #define ACCEPT_PER_TURN 64
+/* What a request may wait behind before the broker reads it: the kernel
+ * queues connections in arrival order, so another user's flood of
+ * connections delays a request by at most this many accepts (the same
+ * number is gpuman.socket's Backlog=). */
+#define LISTEN_BACKLOG 1024
 #define EVENTS_PER_USER 16
 /* The view shows this many waiters and leases one by one, and the rest as
  * a count per user: its cost and size do not grow with the line. */
@@ -114,6 +119,10 @@ struct conn {
 	json_t *usable_migs; /* the same for MIG slices; NULL: as their GPU */
 	char (*cand)[96];
 	size_t cand_count;
+	/* The same by snapshot position (of cand_gpus GPUs; 0 when more than
+	 * 64): a pass skips a waiter whose every candidate is held back. */
+	uint64_t cand_mask;
+	size_t cand_gpus;
 	struct conn *prev, *next;   /* every connection */
 	struct conn *lprev, *lnext; /* the line, in arrival order */
 	int in_line;

@@ -293,10 +293,12 @@ void daemon_accept_all(struct daemon *d)
 			close(fd);
 			continue;
 		}
-		if (u->conns >= d->max_conns_per_user || d->conn_count >= d->max_conns) {
+		/* root is trusted (a bench's 500 waiters are root's) */
+		if ((u->conns >= d->max_conns_per_user && cred.uid != 0) ||
+		    d->conn_count >= d->max_conns) {
 			/* Bounded: one user's flood cannot take every descriptor,
 			 * nor a few users' together. */
-			if (u->conns >= d->max_conns_per_user)
+			if (d->conn_count < d->max_conns)
 				snprintf(why, sizeof why,
 				         "%s has %zu connections to the lease broker open, its cap "
 				         "(waiting requests and leases each hold one); end some",
@@ -378,6 +380,17 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	c->reserve_ms = v ? json_integer_value(v) : 0;
 	str_copy(c->within, sizeof c->within,
 	         json_string_value(json_object_get(msg, "within")) ?: "");
+	/* A reservation that is not the caller's (or not live) changes
+	 * nothing: forget it now rather than look for it at every pass. */
+	if (c->within[0]) {
+		const struct blease *own = d->leases;
+
+		while (own &&
+		       !(own->reservation && own->uid == c->uid && !strcmp(own->id, c->within)))
+			own = own->next;
+		if (!own)
+			c->within[0] = '\0';
+	}
 	daemon_config_fresh(d);
 	if (c->reserve_ms > 0 &&
 	    caps_reserve_ok(&d->cfg, c->uid, c->reserve_ms, err, sizeof err) < 0) {
@@ -438,9 +451,13 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 			in.barred = barred;
 		c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
 		for (size_t pos = 0; c->cand && pos < snap->gpu_count; pos++)
-			if (policy_candidate(&in, c->req, pos))
+			if (policy_candidate(&in, c->req, pos)) {
 				str_copy(c->cand[c->cand_count++], sizeof c->cand[0],
 				         snap->gpus[pos].uuid);
+				if (snap->gpu_count <= 64)
+					c->cand_mask |= 1ull << pos;
+			}
+		c->cand_gpus = snap->gpu_count;
 		free((void *)barred);
 		free(text);
 	}

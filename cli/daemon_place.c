@@ -316,6 +316,7 @@ void daemon_serve_line(struct daemon *d, int fresh)
 	const char **held_for = NULL, **barred = NULL;
 	char(*held_text)[160] = NULL, (*barred_text)[160] = NULL;
 	size_t position = 0, held = 0;
+	uint64_t held_mask = 0;
 	struct conn *c, *next;
 	int skipped = 0;
 
@@ -346,6 +347,11 @@ void daemon_serve_line(struct daemon *d, int fresh)
 
 		next = c->lnext;
 		position++;
+		/* Told it waits, and every GPU it could use is held back for an
+		 * earlier request: nothing to do, at the cost of a test. */
+		if (c->told && c->wait && c->cand_mask && c->cand_gpus == snap->gpu_count &&
+		    !(c->cand_mask & ~held_mask))
+			continue;
 		/* Over its cap, it is not served and holds nothing back: first
 		 * come, first served within what each user may have. */
 		within = within_of(d, c);
@@ -448,6 +454,8 @@ void daemon_serve_line(struct daemon *d, int fresh)
 				         daemon_user_cached(d, c->uid), c->summary, c->pid);
 				held_for[pos] = held_text[pos];
 				held++;
+				if (pos < 64)
+					held_mask |= 1ull << pos;
 			}
 		}
 		policy_result_release(&res);

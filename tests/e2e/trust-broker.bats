@@ -1,0 +1,182 @@
+#!/usr/bin/env bats
+# Nobody stalls everyone: a hostile user's volume against the lease broker
+# (issue 23's attacks), as real users.  Each attack runs for a bounded time
+# while another user's requests are timed: every one must be answered
+# within VICTIM_MS (1 s on a 2-core machine shared with other work), and
+# the broker's caps refuse with a message that names them.  The victim's
+# latencies are printed (# lines) for the trust model's page.
+
+load helpers
+
+VICTIM_MS=${VICTIM_MS:-1000}
+E2E_MS=${E2E_MS:-3000}
+
+setup() {
+	gm_setup
+	gm_user alice
+	gm_user mallory
+	SHARED=$(mktemp -d /tmp/gpuman-stall.XXXXXX)
+	chmod 1777 "$SHARED"
+	mkdir -m 1777 "$SHARED/sim" "$SHARED/pids"
+	install -m 666 /dev/null "$SHARED/sim/lock"
+	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
+	STATE=$BATS_TEST_TMPDIR/broker/leases.json
+	echo '{ "gpus": [ {"name":"g1","memory_total_mib":16000}, {"name":"g2","memory_total_mib":16000} ] }' \
+		>"$SHARED/gpus.json"
+	chmod 644 "$SHARED/gpus.json"
+	export GPUMAN_SIM=$SHARED/gpus.json
+	FLOOD="/usr/bin/python3 $BATS_TEST_DIRNAME/helpers/flood.py"
+}
+
+teardown() {
+	for f in "$SHARED"/pids/*; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+	done
+	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$SHARED"
+}
+
+# wait_long CMD SECONDS - until CMD succeeds
+wait_long() {
+	local end=$((SECONDS + $2))
+	until eval "$1"; do
+		[ "$SECONDS" -lt "$end" ] || return 1
+		sleep 0.1
+	done
+}
+
+# start_daemon - the broker at the priority contrib/gpuman.service gives it
+start_daemon() {
+	nice -n "${BROKER_NICE:--10}" gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
+}
+
+# bg NAME USER CMD... - CMD as gmtest-USER in the background, its pid in
+# $SHARED/pids/NAME, its output in $SHARED/NAME.out
+bg() {
+	local name=$1 user=$2
+	shift 2
+	as_user "$user" sh -c 'echo $$ >"$0"; exec "$@"' "$SHARED/pids/$name" "$@" \
+		>"$SHARED/$name.out" 2>&1 &
+	wait_for "[ -s '$SHARED/pids/$name' ]"
+}
+
+# victim WHAT CMD... - time alice's CMD (20 s at most), end to end: it fails
+# past E2E_MS plus the worst of the baseline (the same requests before the
+# attack).  The bound that is the broker's is answer's.  Times go to
+# $SHARED/victims (or baseline).
+victim() {
+	local what=$1 t0 ms rc=0 limit
+	shift
+	t0=$(date +%s%N)
+	timeout 20 setpriv --reuid=gmtest-alice --regid=gmtest-alice --clear-groups \
+		env -u XDG_CONFIG_HOME HOME=/tmp PATH="$PATH" "$@" >"$SHARED/victim.out" 2>&1 || rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	echo "$what $ms" >>"$SHARED/${INTO:-victims}"
+	limit=$((E2E_MS + $(worst baseline)))
+	if [ "$rc" != 0 ] || [ "$ms" -gt "$limit" ]; then
+		echo "alice's $what: $ms ms (limit $limit), exit $rc:" >&2
+		cat "$SHARED/victim.out" >&2
+		return 1
+	fi
+}
+
+# answer OP - alice asks the broker (an acquire of one GPU, or a view) and
+# times its answer, from her connect to its reply: at most VICTIM_MS.
+answer() {
+	local line out ms
+	if [ "$1" = view ]; then
+		line='{"v":1,"op":"view"}'
+	else
+		line='{"v":1,"op":"acquire","request":{"n":"1"},"wait":false}'
+	fi
+	out=$(timeout 25 setpriv --reuid=gmtest-alice --regid=gmtest-alice --clear-groups $FLOOD ask "$GPUMAN_BROKER" "$line")
+	ms=${out%% *}
+	echo "$1 $ms" >>"$SHARED/${INTO:-answers}"
+	if [ "${out#* }" != "$( [ "$1" = view ] && echo view || echo granted)" ] || [ "$ms" -gt "$VICTIM_MS" ]; then
+		echo "alice's $1: answered '${out#* }' in $ms ms (limit $VICTIM_MS)" >&2
+		return 1
+	fi
+}
+
+worst() { sort -k2n "$SHARED/$1" 2>/dev/null | tail -1 | cut -d' ' -f2 | grep . || echo 0; }
+median() { sort -k2n "$SHARED/$1" | awk '{a[NR] = $2} END {print a[int((NR + 1) / 2)]}'; }
+
+# baseline - alice's requests before any attack
+baseline() {
+	local i
+	for i in 1 2 3; do
+		INTO=baseline victim run gpuman run -- true
+		INTO=baseline victim status gpuman status
+		INTO=baseline-answers answer acquire
+		INTO=baseline-answers answer view
+	done
+}
+
+# attacked - alice's requests under attack, 5 rounds
+attacked() {
+	local i
+	for i in 1 2 3 4 5; do
+		answer acquire
+		answer view
+		victim run gpuman run -- true
+		victim status gpuman status
+	done
+}
+
+# report ATTACK - the victim's latencies, for the trust model's page
+report() {
+	echo "# $1: the broker answered alice in median $(median answers) ms, worst" \
+		"$(worst answers) ms (without the attack: $(median baseline-answers)," \
+		"$(worst baseline-answers)); her gpuman run/status took median" \
+		"$(median victims) ms, worst $(worst victims) ms (without: $(median baseline)," \
+		"$(worst baseline))" >&3
+}
+
+@test "stall: connect-and-close in a loop does not keep the broker from answering others (attack 1)" {
+	start_daemon
+	baseline
+	bg churn mallory $FLOOD churn "$GPUMAN_BROKER" 60
+	sleep 1
+	attacked
+	kill -0 "$(cat "$SHARED/pids/churn")" # still attacking
+	report "attack 1 (connect-and-close loop)"
+}
+
+@test "stall: a long line of one user and views 64 at a time do not slow others (attacks 2 and 6)" {
+	start_daemon
+	# GPU 0 held by a job: the line waits for it; GPU 1 stays free
+	bg holder mallory gpuman run --only 0 -- sleep 120
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	baseline
+	cap=$(sed -n 's/.*caps: \([0-9]*\) connections a user.*/\1/p' "$BATS_TEST_TMPDIR/daemon.log")
+	cap=${cap:-4096} # before the caps were logged: 4096 a user
+	# WAITERS waiters in all (3,900 by default), from as many accounts as
+	# the per-user cap needs
+	want=${WAITERS:-3900}
+	per=$((cap - 8))
+	accounts=$(((want + per - 1) / per))
+	for a in $(seq "$accounts"); do
+		gm_user "flood$a"
+		bg "w$a" "flood$a" $FLOOD wait "$GPUMAN_BROKER" "$per" 120 \
+			'{"v":1,"op":"acquire","request":{"n":"1","only":"0"},"wait":true,"command":"'"$(head -c 200 /dev/zero | tr '\0' x)"'"}'
+	done
+	for a in $(seq "$accounts"); do
+		wait_long "grep -q held '$SHARED/w$a.out'" 60
+	done
+	wait_long "[ \"\$(gpuman status --json | jq '(.waiters | length) + ([.waiters_more[]?.count] | add // 0)')\" -ge $((per * accounts)) ]" 60
+	bg views mallory $FLOOD views "$GPUMAN_BROKER" 64 60
+	sleep 1
+	attacked
+	victim status-json gpuman status --json
+	# status shows the leases and the line, the line's tail summarised
+	run -0 gpuman status
+	[[ "$output" == *"waiting (served in this order):"* ]]
+	[[ "$output" == *"... and "*" more from gmtest-flood"* ]]
+	run -0 gpuman status --json
+	[ "$(jqr '.leases | length')" = 1 ]
+	[ "$(jqr '.waiters | length')" -le 256 ]
+	report "attacks 2 and 6 ($((per * accounts)) waiting connections, views 64 at a time)"
+}
