@@ -138,10 +138,13 @@ report() {
 @test "stall: connect-and-close in a loop does not keep the broker from answering others (attack 1)" {
 	start_daemon
 	baseline
-	bg churn mallory $FLOOD churn "$GPUMAN_BROKER" 60
+	# three loops: faster than one broker can accept
+	for i in 1 2 3; do
+		bg "churn$i" mallory $FLOOD churn "$GPUMAN_BROKER" 60
+	done
 	sleep 1
 	attacked
-	kill -0 "$(cat "$SHARED/pids/churn")" # still attacking
+	kill -0 "$(cat "$SHARED/pids/churn1")" # still attacking
 	report "attack 1 (connect-and-close loop)"
 }
 
@@ -179,4 +182,67 @@ report() {
 	[ "$(jqr '.leases | length')" = 1 ]
 	[ "$(jqr '.waiters | length')" -le 256 ]
 	report "attacks 2 and 6 ($((per * accounts)) waiting connections, views 64 at a time)"
+}
+
+# in_run_ns SCRIPT - SCRIPT (bash, with this file's functions and -e) in a
+# private mount namespace whose /run is a fresh tmpfs owned by root (0755),
+# as a machine's is: the default paths are tested for real without touching
+# this machine's /run.
+in_run_ns() {
+	unshare -m --propagation private bash -ec 'mount -t tmpfs -o mode=755 gm-run /run
+		mkdir -m 1777 /run/gpuman
+		eval "$1"' in_run_ns "$1"
+}
+
+@test "stall: a socket planted in the registry's directory turns nobody away; the broker's is root's (attack 3)" {
+	unshare -m --propagation private true 2>/dev/null || skip "needs unshare -m (root, mount namespaces)"
+	gm_user bob
+	unset GPUMAN_BROKER GPUMAN_STATE_DIR
+	export FLOOD SHARED
+	export -f as_user
+	in_run_ns '
+		# mallory plants a socket where gpuman looked for the broker,
+		# and serves it
+		as_user mallory /usr/bin/python3 -c "import socket, time
+s = socket.socket(socket.AF_UNIX); s.bind(\"/run/gpuman/gpuman.sock\"); s.listen(8)
+open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
+		while [ ! -e "$SHARED/planted" ]; do sleep 0.05; done
+		# alice leases through the daemonless registry as before
+		as_user alice gpuman run -- sh -c "echo \$GPUMAN_GPUS" >"$SHARED/alice.out"
+		as_user alice gpuman status --json | jq -e ".leases | length == 0"
+		# nobody but root can make the broker'"'"'s directory
+		! as_user mallory mkdir /run/gpuman-broker
+		# root'"'"'s broker, on the default socket and state
+		gpuman daemon 2>"$SHARED/daemon.log" &
+		daemon=$!
+		while ! grep -q serving "$SHARED/daemon.log"; do sleep 0.05; done
+		stat -c "%U %a" /run/gpuman-broker >"$SHARED/dir"
+		stat -c "%U" /run/gpuman-broker/gpuman.sock >"$SHARED/sock"
+		as_user bob gpuman run -- sleep 30 &
+		while ! gpuman status --json | jq -e ".leases | length == 1" >/dev/null; do sleep 0.05; done
+		# the lease is the broker'"'"'s: no lease file in the registry
+		[ -z "$(ls /run/gpuman | grep lease)" ]
+		as_user alice gpuman status --json | jq -r ".leases[0].user" >"$SHARED/holder"
+		# a broker that stops removes its socket; a client is told what
+		# to do and does not fall back to the registry
+		kill -TERM $daemon
+		wait $daemon
+		[ ! -e /run/gpuman-broker/gpuman.sock ]
+		! as_user alice gpuman run -- true 2>"$SHARED/stopped.err"
+		[ -z "$(ls /run/gpuman | grep lease)" ]
+		# a socket there that nobody serves: the same
+		/usr/bin/python3 -c "import socket; socket.socket(socket.AF_UNIX).bind(\"/run/gpuman-broker/gpuman.sock\")"
+		! as_user alice gpuman run -- true 2>"$SHARED/stale.err"
+		kill %1 %2 2>/dev/null || true
+	'
+	[ "$(cat "$SHARED/alice.out")" = 0 ]
+	[ "$(cat "$SHARED/dir")" = "root 755" ]
+	[ "$(cat "$SHARED/sock")" = root ]
+	[ "$(cat "$SHARED/holder")" = gmtest-bob ]
+	for f in stopped stale; do
+		run cat "$SHARED/$f.err"
+		[[ "$output" == *"'/run/gpuman-broker/gpuman.sock' does not answer"* ]]
+		[[ "$output" == *"systemctl start gpuman.socket"*"root removes '/run/gpuman-broker'"* ]]
+		[[ "$output" != *"GPUMAN_BROKER=off"* ]]
+	done
 }
