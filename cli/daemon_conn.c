@@ -485,7 +485,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 
 static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 {
-	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	json_int_t asked = json_integer_value(json_object_get(msg, "pid"));
+	int pid = asked > 0 && asked <= INT_MAX ? (int)asked : 0; /* a pid, or nothing */
 	long uid = pid > 0 ? daemon_proc_uid(pid) : -1;
 
 	/* Only a process of the lease's own user can keep it alive across a

@@ -246,3 +246,64 @@ open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
 		[[ "$output" != *"GPUMAN_BROKER=off"* ]]
 	done
 }
+
+@test "stall: every holding is capped per user, with a refusal that names the cap (item 2, attack 7)" {
+	start_daemon
+	cap=$(sed -n 's/.*caps: \([0-9]*\) connections a user.*/\1/p' "$BATS_TEST_TMPDIR/daemon.log")
+	[ -n "$cap" ] && [ "$cap" -ge 4 ]
+	# connections: mallory holds her cap of waiting requests (for a GPU
+	# held by a job of hers); one more is refused, naming the cap
+	bg holder mallory gpuman run --only 0 -- sleep 120
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	bg waits mallory $FLOOD wait "$GPUMAN_BROKER" $((cap - 1)) 120 \
+		'{"v":1,"op":"acquire","request":{"n":"1","only":"0"},"wait":true}'
+	wait_long "grep -q held '$SHARED/waits.out'" 30
+	wait_long '[ "$(gpuman status --json | jq ".waiters | length")" -ge 255 ]' 30
+	run -75 as_user mallory gpuman run --wait -- true
+	[[ "$output" == *"gmtest-mallory has $cap connections to the lease broker open, its cap"* ]]
+	# others are served meanwhile
+	answer acquire
+	answer view
+	holder=$(cat "$SHARED/pids/holder")
+	kill -9 "$(cat "$SHARED/pids/waits")" $(ps --ppid "$holder" -o pid=) "$holder"
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 0 ]'
+	# reservations hold no connection: capped on their own (64 a user),
+	# those asked for and those held alike
+	run -0 as_user mallory $FLOOD reserve "$GPUMAN_BROKER" 70 \
+		'{"v":1,"op":"acquire","request":{"n":"1","mem":"1","only":"1"},"reserve_ms":600000}'
+	[ "${lines[1]}" = "granted 64 refused 6" ]
+	[[ "${lines[0]}" == *"gmtest-mallory has 64 reservations (held or asked for), the cap of the lease broker (64 a user)"* ]]
+	run -0 gpuman status --json
+	[ "$(jqr '[.leases[] | select(.reservation)] | length')" = 64 ]
+	answer acquire
+	echo "# caps (a user at her connection cap, then 64 reservations): the broker" \
+		"answered alice in median $(median answers) ms, worst $(worst answers) ms" >&3
+}
+
+@test "stall: durations and sizes are range-checked on the wire as on the command line (attack 8)" {
+	start_daemon
+	for bad in 9223372036854775807 -1 0 1.5 '"600000"' 315360000001; do
+		run -0 as_user mallory $FLOOD ask "$GPUMAN_BROKER" \
+			'{"v":1,"op":"acquire","request":{"n":"1"},"reserve_ms":'"$bad"'}'
+		[ "$output" != "${output#* refused}" ] || { echo "reserve_ms $bad: $output"; false; }
+	done
+	run as_user mallory /usr/bin/python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		'{"v":1,"op":"acquire","request":{"n":"1"},"reserve_ms":9223372036854775807}'
+	[[ "$output" == *'"op":"refused"'*"reserve_ms must be a whole number of milliseconds from 1 to 315360000000 (3650d)"* ]]
+	# the same bound as --for; sizes and counts through the same parser
+	run as_user mallory /usr/bin/python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		'{"v":1,"op":"acquire","request":{"n":"1","mem":"99999999T"},"wait":true}'
+	[[ "$output" == *'"op":"refused"'*"too large"* ]]
+	run as_user mallory /usr/bin/python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		'{"v":1,"op":"acquire","request":{"n":"99999999999"},"wait":true}'
+	[[ "$output" == *'"op":"refused"'* ]]
+	run -2 as_user mallory gpuman reserve --for 3651d
+	[[ "$output" == *"too long (at most 3650d)"* ]]
+	# a job pid out of range names no process
+	run as_user mallory /usr/bin/python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
+		'{"v":1,"op":"acquire","request":{"n":"1"}}' '{"v":1,"op":"job","pid":9223372036854775807}'
+	[[ "$output" == *'"op":"granted"'* ]]
+	# the broker is alive and well
+	answer acquire
+	kill -0 "$DAEMON"
+}
