@@ -307,3 +307,63 @@ open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
 	answer acquire
 	kill -0 "$DAEMON"
 }
+
+@test "stall: a lease's descriptor passed to another user (SCM_RIGHTS) stays its owner's lease, and ends with the last holder" {
+	gm_user bob
+	start_daemon
+	PASSFD="/usr/bin/python3 $BATS_TEST_DIRNAME/helpers/passfd.py"
+	# alice takes a lease and hands its connection to bob's process
+	bg take bob $PASSFD take "$SHARED/give.sock" 600
+	wait_for "[ -S '$SHARED/give.sock' ]"
+	run -0 as_user alice $PASSFD give "$GPUMAN_BROKER" "$SHARED/give.sock"
+	[[ "$output" == granted* ]]
+	wait_for "grep -q took '$SHARED/take.out'"
+	# alice's process is gone; the lease lives in bob's hands, and is
+	# still alice's: her limits count it, bob gains nothing by it
+	run -0 gpuman status --json
+	[ "$(jqr '[.leases[] | .user] | join(",")')" = gmtest-alice ]
+	# bob cannot make it his own through a restart either: a job pid
+	# must be of the lease's user (on_job), so the broker ties it to no
+	# process of bob's; bob ends it by closing it, as any holder does
+	kill -9 "$(cat "$SHARED/pids/take")"
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 0 ]'
+	# a holder that was handed the lease may release it (it holds it)
+	rm -f "$SHARED/give.sock"
+	bg take2 bob $PASSFD take "$SHARED/give.sock" 0 release
+	wait_for "[ -S '$SHARED/give.sock' ]"
+	run -0 as_user alice $PASSFD give "$GPUMAN_BROKER" "$SHARED/give.sock"
+	wait_for "grep -q released '$SHARED/take2.out'"
+	[ "$(gpuman status --json | jq '.leases | length')" = 0 ]
+}
+
+@test "stall: a fork bomb under a lease (RLIMIT_NPROC 64, in its own pid namespace) does not stall the broker, and its lease ends with it" {
+	unshare -p -f --kill-child true 2>/dev/null || skip "needs unshare -p (root, pid namespaces)"
+	# an account of its own: RLIMIT_NPROC counts every process of the user
+	gm_user bomber
+	start_daemon
+	baseline
+	# mallory's job forks without end; RLIMIT_NPROC bounds her processes,
+	# the pid namespace lets the test end them all at once
+	# (the namespace's init, by its pid here: killing it kills every
+	# process of the namespace; setpriv's change of user clears the
+	# parent-death signal of --kill-child)
+	unshare -p -f --kill-child setpriv --reuid=gmtest-bomber --regid=gmtest-bomber \
+		--clear-groups env HOME=/tmp PATH="$PATH" prlimit --nproc=64 \
+		gpuman run -- sh -c 'b() { b | b & }; b; sleep 60' >/dev/null 2>&1 &
+	unshare_pid=$!
+	wait_for "ps --ppid $unshare_pid -o pid= | grep -q ."
+	ps --ppid "$unshare_pid" -o pid= | tr -d ' ' >"$SHARED/pids/bombns"
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	sleep 3
+	echo "# fork bomb: $(ps -u gmtest-bomber --no-headers | wc -l) processes of its user" >&3
+	# The broker answers within the bound.  Her commands end to end are
+	# timed, not judged: 64 processes that fork without end take the CPUs
+	# of a 2-core machine from everybody, which no lease authority can
+	# prevent (a job's cgroup with pids.max and cpu.max could).
+	E2E_MS=600000 attacked
+	[ "$(gpuman status --json | jq -r '.leases[0].user')" = gmtest-bomber ]
+	# the namespace's end kills every process of the job: the lease ends
+	kill -9 "$(cat "$SHARED/pids/bombns")"
+	wait_long '[ "$(gpuman status --json | jq ".leases | length")" = 0 ]' 20
+	report "fork bomb under a lease (RLIMIT_NPROC 64)"
+}
