@@ -34,7 +34,16 @@
  *     {"op":"refused","code":N,"error":"...","explain":"..."}  (code: gm_err)
  *     {"op":"view","leases":[...],"waiters":[...]}   a reservation's lease
  *                              has "reservation":true and "expires_ms"; a
- *                              waiter held back by its cap a "limit"
+ *                              waiter held back by its cap a "limit".  The
+ *                              first 256 waiters and 2048 leases are
+ *                              listed; the rest are counted per user in
+ *                              "more_waiters":[{"uid","user","count"}] and
+ *                              "more_leases" (with "gpus")
+ *   A connection over one of the broker's caps (connections of a user, or
+ *   in all) is answered "refused" at once and closed; the client finds the
+ *   reason in its socket (broker_send_failed).  Numbers on the wire are
+ *   range-checked as the command line's are: reserve_ms from 1 to
+ *   MAX_DURATION_MS.
  *     {"op":"released"}
  */
 #ifndef GM_BROKER_H
