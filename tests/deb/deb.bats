@@ -81,8 +81,8 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	# form: enable only what was enabled before).  All stop on removal.
 	run -0 grep -A3 "deb-systemd-helper unmask 'gpuman.socket'" "$x/DEBIAN/postinst"
 	[[ "$output" == *"deb-systemd-helper --quiet was-enabled 'gpuman.socket'"* ]]
-	run -0 grep "deb-systemd-invoke.*start.*gpuman.socket" "$x/DEBIAN/postinst"
-	run ! grep "deb-systemd-invoke.*start.*'gpuman.service'" "$x/DEBIAN/postinst"
+	run -0 grep -F "deb-systemd-invoke \$_dh_action 'gpuman.socket'" "$x/DEBIAN/postinst"
+	run ! grep -F "deb-systemd-invoke \$_dh_action 'gpuman.service'" "$x/DEBIAN/postinst"
 	run -0 grep -c "deb-systemd-helper debian-installed" "$x/DEBIAN/postinst"
 	[ "$output" = 2 ]
 	run -0 grep "deb-systemd-invoke stop" "$x/DEBIAN/prerm"
