@@ -84,6 +84,74 @@ void daemon_user_name(unsigned uid, char *out, size_t len)
 		snprintf(out, len, "%u", uid);
 }
 
+static struct user_slot *slot_find(const struct daemon *d, unsigned uid)
+{
+	size_t mask = d->users_cap - 1, i;
+
+	if (!d->users_cap)
+		return NULL;
+	for (i = (uid * 2654435761u) & mask;; i = (i + 1) & mask) {
+		struct user_slot *s = &d->users[i];
+
+		if (!s->used)
+			return NULL;
+		if (s->uid == uid)
+			return s;
+	}
+}
+
+struct user_slot *daemon_user(struct daemon *d, unsigned uid)
+{
+	struct user_slot *s = slot_find(d, uid);
+	size_t mask, i;
+
+	if (s)
+		return s;
+	if ((d->users_used + 1) * 2 > d->users_cap) {
+		/* Grow: rehash every slot into a table twice the size. */
+		size_t cap = d->users_cap ? d->users_cap * 2 : 64;
+		struct user_slot *old = d->users, *grown = calloc(cap, sizeof *grown);
+		size_t old_cap = d->users_cap;
+
+		if (!grown)
+			return NULL;
+		d->users = grown;
+		d->users_cap = cap;
+		for (size_t k = 0; k < old_cap; k++) {
+			if (!old[k].used)
+				continue;
+			for (i = (old[k].uid * 2654435761u) & (cap - 1); grown[i].used;
+			     i = (i + 1) & (cap - 1))
+				;
+			grown[i] = old[k];
+		}
+		free(old);
+	}
+	mask = d->users_cap - 1;
+	for (i = (uid * 2654435761u) & mask; d->users[i].used; i = (i + 1) & mask)
+		;
+	s = &d->users[i];
+	memset(s, 0, sizeof *s);
+	s->used = 1;
+	s->uid = uid;
+	daemon_user_name(uid, s->name, sizeof s->name);
+	d->users_used++;
+	return s;
+}
+
+const char *daemon_user_cached(struct daemon *d, unsigned uid)
+{
+	struct user_slot *s = daemon_user(d, uid);
+
+	return s ? s->name : "?";
+}
+
+void shared_text_put(struct shared_text *t)
+{
+	if (t && --t->refs == 0)
+		free(t);
+}
+
 /* The start time of a process (clock ticks since boot, field 22 of
  * /proc/PID/stat): with the pid, it names one process even after the pid
  * is reused.  0 when it does not exist. */
@@ -207,39 +275,75 @@ json_t *daemon_lease_json(const struct blease *l, int secret)
 	return o;
 }
 
-/* Write every lease to the state file (a new file renamed into place, so a
- * broker killed mid-write leaves the previous one). */
+/* A lease's line in the state file, made once: the file is the records
+ * joined, so writing it costs a copy of its bytes, not a JSON encoding of
+ * every lease on every change. */
+static const char *lease_record(struct blease *l)
+{
+	if (!l->record) {
+		json_t *o = daemon_lease_json(l, 1);
+
+		l->record = json_dumps(o, JSON_COMPACT);
+		l->record_len = l->record ? strlen(l->record) : 0;
+		json_decref(o);
+	}
+	return l->record;
+}
+
+/* Write every lease to the state file (a new file, synced, renamed into
+ * place: a broker killed mid-write, or a machine that loses power, leaves
+ * the previous one). */
 void daemon_persist(struct daemon *d)
 {
 	char tmp[PATH_MAX + 8];
-	json_t *doc = json_object(), *arr = json_array();
-	char *text;
-	int fd;
+	json_t *doc = json_object();
+	char *hours, *text = NULL;
+	size_t len = 0, cap;
+	int fd, ok = 0;
 
 	d->changed = 0;
-	for (struct blease *l = d->leases; l; l = l->next)
-		json_array_append_new(arr, daemon_lease_json(l, 1));
-	json_object_set_new(doc, "leases", arr);
 	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
+	hours = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	cap = 64 + (hours ? strlen(hours) : 0);
+	for (struct blease *l = d->leases; l; l = l->next)
+		cap += (lease_record(l) ? l->record_len : 0) + 1;
+	text = hours ? malloc(cap) : NULL;
+	if (text) {
+		/* {"gpu_hours":[...],"leases":[r1,r2,...]} */
+		len = strlen(hours) - 1;
+		memcpy(text, hours, len);
+		len += (size_t)sprintf(text + len, ",\"leases\":[");
+		for (struct blease *l = d->leases; l; l = l->next) {
+			if (!l->record)
+				continue;
+			memcpy(text + len, l->record, l->record_len);
+			len += l->record_len;
+			text[len++] = l->next ? ',' : ']';
+		}
+		if (text[len - 1] == '[')
+			text[len++] = ']';
+		text[len++] = '}';
+	}
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
 	unlink(tmp);
-	/* One write: json_dumpfd writes token by token, a system call each,
-	 * and this runs on every hand-off. */
-	text = json_dumps(doc, JSON_COMPACT);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (!text || fd < 0 || write_all(fd, text, strlen(text)) < 0 ||
-	    rename(tmp, d->state_path) < 0)
+	if (text && fd >= 0 && write_all(fd, text, len) == 0 && fdatasync(fd) == 0 &&
+	    rename(tmp, d->state_path) == 0)
+		ok = 1;
+	if (!ok)
 		daemon_say(
 		    "cannot write the state file '%s': %s (leases would not survive a restart)",
 		    d->state_path, strerror(errno));
 	if (fd >= 0)
 		close(fd);
 	free(text);
-	json_decref(doc);
+	free(hours);
 }
 
 void daemon_lease_free(struct blease *l)
 {
+	free(l->record);
 	free(l->indices);
 	free(l->uuids);
 	free(l->migs);
@@ -263,6 +367,16 @@ void daemon_lease_end(struct daemon *d, struct blease *l)
 	if (l->conn)
 		l->conn->lease = NULL;
 	daemon_hours_charge(d, l);
+	{
+		struct user_slot *u = daemon_user(d, l->uid);
+
+		if (u) {
+			u->gpus -= (unsigned)l->n;
+			u->reservations -= l->reservation ? 1 : 0;
+		}
+	}
+	d->reservation_count -= l->reservation ? 1 : 0;
+	d->gen++;
 	d->lease_count--;
 	d->dirty = d->changed = 1;
 	l->ended = 1;
@@ -279,6 +393,16 @@ void daemon_lease_add(struct daemon *d, struct blease *l)
 	d->leases = l;
 	d->lease_count++;
 	d->changed = 1;
+	{
+		struct user_slot *u = daemon_user(d, l->uid);
+
+		if (u) {
+			u->gpus += (unsigned)l->n;
+			u->reservations += l->reservation ? 1 : 0;
+		}
+	}
+	d->reservation_count += l->reservation ? 1 : 0;
+	d->gen++;
 	daemon_fence_sessions(d, l->uid, NULL); /* her sessions may open it now */
 }
 
@@ -298,7 +422,9 @@ static int check_state_dir(const char *path)
 		dir[1] = '\0';
 	else
 		*slash = '\0';
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+	/* 0755: the default state directory is the socket's too (the file
+	 * itself is 0600) */
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
 		daemon_say("cannot create '%s': %s", dir, strerror(errno));
 		return -1;
 	}
@@ -395,8 +521,33 @@ static void restore(struct daemon *d)
 	daemon_persist(d);
 }
 
-/* systemd's socket activation, else our own socket at path. */
-static int listen_on(const char *path)
+/* The default socket's directory: root's, and writable by root alone, as
+ * clients check (broker_wanted); made if missing. */
+static int check_socket_dir(void)
+{
+	struct stat st;
+
+	if (mkdir(BROKER_DIR, 0755) < 0 && errno != EEXIST) {
+		daemon_say("cannot create '%s': %s", BROKER_DIR, strerror(errno));
+		return -1;
+	}
+	if (lstat(BROKER_DIR, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		daemon_say("'%s' must be a directory of root's that nobody else can write (clients "
+		           "trust the socket in it)",
+		           BROKER_DIR);
+		return -1;
+	}
+	if ((st.st_mode & 0555) != 0555 && chmod(BROKER_DIR, 0755) < 0) {
+		daemon_say("cannot open '%s' to clients: %s", BROKER_DIR, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* systemd's socket activation, else our own socket at path (which
+ * bound_path then names, to be removed as the broker stops). */
+static int listen_on(const char *path, char *bound_path, size_t bound_len)
 {
 	const char *lpid = getenv("LISTEN_PID"), *lfds = getenv("LISTEN_FDS");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -416,6 +567,8 @@ static int listen_on(const char *path)
 		daemon_say("socket path '%s' is too long", path);
 		return -1;
 	}
+	if (broker_is_default(path) && check_socket_dir() < 0)
+		return -1;
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	if (lstat(path, &st) == 0) {
 		int probe;
@@ -436,13 +589,26 @@ static int listen_on(const char *path)
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0666) < 0 ||
-	    listen(fd, 4096) < 0) {
+	    listen(fd, LISTEN_BACKLOG) < 0) {
 		daemon_say("cannot listen on '%s': %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return -1;
 	}
+	str_copy(bound_path, bound_len, path);
 	return fd;
+}
+
+/* A broker that stops removes the socket it made: a client then finds no
+ * socket rather than one nobody serves (and for this machine's default
+ * path, broker_connect says what to do). */
+static void unbind(const char *path)
+{
+	struct stat st;
+
+	/* listen_on made it, and no second broker starts while we serve */
+	if (path[0] && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(path);
 }
 
 struct daemon_args {
@@ -503,6 +669,7 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+	daemon_conn_limits(d);
 	if (check_state_dir(d->state_path) < 0)
 		goto done;
 	if (daemon_config_fresh(d) < 0)
@@ -515,7 +682,7 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 	if (daemon_reader_start(d) < 0)
 		goto done;
 	restore(d);
-	d->listener.fd = listen_on(args.socket_path);
+	d->listener.fd = listen_on(args.socket_path, d->bound_path, sizeof d->bound_path);
 	if (d->listener.fd < 0)
 		goto done;
 	{
@@ -523,10 +690,13 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 
 		epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listener.fd, &ev);
 	}
-	daemon_say("serving '%s' (state in '%s', %zu lease%s)", args.socket_path, d->state_path,
-	           d->lease_count, d->lease_count == 1 ? "" : "s");
+	daemon_say("serving '%s' (state in '%s', %zu lease%s; caps: %zu connections a user, %zu "
+	           "in all, %d reservations a user, %d in all)",
+	           args.socket_path, d->state_path, d->lease_count, d->lease_count == 1 ? "" : "s",
+	           d->max_conns_per_user, d->max_conns, MAX_RESERVATIONS_PER_USER,
+	           MAX_RESERVATIONS);
 	while (!stopping) {
-		struct epoll_event evs[64];
+		struct epoll_event evs[256];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
 		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
 		int timeout = -1, n, recheck = 0;
@@ -542,9 +712,10 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 			until = now + (next_expiry - now_ms());
 		if (until >= 0)
 			timeout = until > now ? (int)(until - now) : 0;
-		n = epoll_wait(d->epfd, evs, 64, timeout);
+		n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), timeout);
 		if (n < 0 && errno != EINTR)
 			break;
+		d->turn++;
 		for (int i = 0; i < n; i++) {
 			enum ev_kind *kind = evs[i].data.ptr;
 
@@ -560,8 +731,18 @@ static int daemon_exec(struct cli *cli, int argc, char **argv)
 					daemon_lease_end(d, l);
 			} else {
 				struct conn *c = (struct conn *)kind;
+				struct user_slot *u = daemon_user(d, c->uid);
 
 				if (c->dead)
+					continue;
+				/* Each user's share of a turn: the rest of its
+				 * events are reported again next turn, behind
+				 * other users' (epoll requeues them at the end). */
+				if (u && u->turn != d->turn) {
+					u->turn = d->turn;
+					u->events = 0;
+				}
+				if (u && u->events++ >= EVENTS_PER_USER)
 					continue;
 				if (evs[i].events & EPOLLOUT)
 					conn_flush(d, c);
@@ -603,8 +784,12 @@ done:
 			close(l->pidfd);
 		daemon_lease_free(l);
 	}
-	if (d->listener.fd >= 0)
+	if (d->listener.fd >= 0) {
+		unbind(d->bound_path);
 		close(d->listener.fd);
+	}
+	shared_text_put(d->view);
+	free(d->users);
 	if (d->epfd >= 0)
 		close(d->epfd);
 	daemon_reader_stop(d);

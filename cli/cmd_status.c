@@ -731,6 +731,24 @@ static void print_human(const struct cli *cli, const struct cli_select *sel,
 			    "     %swaits for its user's limit, not in the way of others: %s%s\n",
 			    c_dim(cli), w->limit, c_reset(cli));
 	}
+	/* A long line: the broker listed its head, and counts the rest. */
+	for (size_t i = 0; i < view->more_waiter_count; i++) {
+		const struct view_more *m = &view->more_waiters[i];
+
+		if (!cli_select_user_name(sel, 1, m->user))
+			continue;
+		if (shown++ == 0)
+			printf("%swaiting (served in this order):%s\n", c_bold(cli), c_reset(cli));
+		printf("     ... and %zu more from %s\n", m->count, cli_safe(user, m->user));
+	}
+	for (size_t i = 0; i < view->more_lease_count; i++) {
+		const struct view_more *m = &view->more_leases[i];
+
+		if (cli_select_user_name(sel, 1, m->user))
+			printf("%s... and %zu more leases of %s (%zu GPU%s), not listed%s\n",
+			       c_dim(cli), m->count, cli_safe(user, m->user), m->gpus,
+			       m->gpus == 1 ? "" : "s", c_reset(cli));
+	}
 	shown = 0;
 	for (size_t i = 0; i < view->lease_count; i++) {
 		const struct lease_info *r = &view->leases[i];

@@ -23,7 +23,35 @@
 #define RECHECK_MS 1000
 /* A snapshot this fresh is reused by the passes of one burst of events. */
 #define SNAPSHOT_REUSE_MS 20
-#define MAX_CONNS_PER_USER 4096
+/*
+ * What one user may hold, so that nobody stalls everyone (the trust model's
+ * availability bound).  Connections: a user's cap is a small part of what
+ * the broker may open in all (daemon_conn_limits: at most a 64th of the
+ * descriptors it has), so that it takes 64 accounts to fill it; every
+ * waiter and lease is a connection, so these bound them too.
+ * Reservations hold no connection: their own caps, per user and in all,
+ * bound them and the state file.
+ */
+#define MAX_CONNS_PER_USER 1024
+#define MAX_RESERVATIONS_PER_USER 64
+#define MAX_RESERVATIONS 1024
+/* A turn of the loop accepts at most this many connections and serves at
+ * most EVENTS_PER_USER events of each user; the rest wait for the next
+ * turn (epoll reports them again), behind the other users'. */
+#define ACCEPT_PER_TURN 64
+/* What a request may wait behind before the broker reads it: the kernel
+ * queues connections in arrival order, so another user's flood of
+ * connections delays a request by at most this many accepts (the same
+ * number is gpuman.socket's Backlog=). */
+#define LISTEN_BACKLOG 1024
+#define EVENTS_PER_USER 16
+/* The view shows this many waiters and leases one by one, and the rest as
+ * a count per user: its cost and size do not grow with the line. */
+#define VIEW_WAITERS 256
+#define VIEW_LEASES 2048
+/* A view built for one change is reused this long at most (a waiter's
+ * GPU-hours limit changes with the clock alone). */
+#define VIEW_REUSE_MS 1000
 /* Replies are small except the view; a client that does not read them is
  * dropped before it costs the broker much memory. */
 #define MAX_OUTPUT_BYTES (8u << 20)
@@ -39,6 +67,31 @@ enum conn_state {
 
 struct blease;
 
+/* One user's holdings, counted as they change: what an accept or a pass
+ * asks of a user costs O(1), not a walk of every connection. */
+struct user_slot {
+	unsigned uid;
+	int used;
+	char name[33];          /* looked up once */
+	size_t conns;           /* connections open */
+	size_t reservations;    /* reservations held */
+	size_t reserve_waiting; /* reservations asked for, in the line */
+	unsigned gpus;          /* GPUs its leases and reservations hold */
+	uint64_t turn;          /* the loop turn that events counts */
+	unsigned events;
+	uint64_t view_gen;  /* the view build that limit is for */
+	uint64_t tally_gen; /* the view build that counts these */
+	size_t tally_waiters, tally_leases, tally_gpus;
+	char limit[200]; /* hours limit, for that build; "" none */
+};
+
+/* Text sent unchanged to many connections (the view). */
+struct shared_text {
+	size_t refs;
+	size_t len;
+	char data[];
+};
+
 struct conn {
 	enum ev_kind kind; /* first: epoll's data points here */
 	int fd;
@@ -50,6 +103,8 @@ struct conn {
 	size_t pend_len;
 	char *out; /* replies not yet taken by the client */
 	size_t out_len, out_off;
+	struct shared_text *shared; /* the view, sent after out */
+	size_t shared_off;
 	/* in the line */
 	struct gm_request *req;
 	int wait;
@@ -101,6 +156,8 @@ struct blease {
 	struct blease *prev, *next;
 	int ended; /* freed at the end of the loop turn */
 	struct blease *grave;
+	char *record; /* its line in the state file, made once */
+	size_t record_len;
 };
 
 /* max_gpu_hours: what a user's ended leases held today (daemon_hours.c). */
@@ -137,11 +194,34 @@ struct daemon {
 	struct hours_use *hours; /* the ledger of max_gpu_hours */
 	size_t hours_count;
 	struct daemon_reader *reader; /* the NVML session (daemon_snapshot.c) */
+	/* users seen, by uid (open addressing; never shrinks: uids are few) */
+	struct user_slot *users;
+	size_t users_cap, users_used;
+	size_t conn_count, max_conns, max_conns_per_user;
+	size_t reservation_count, reserve_waiting;
+	uint64_t turn;
+	/* The view: built once per change (gen), sent to every asker. */
+	uint64_t gen, view_gen, view_builds;
+	int64_t view_at; /* monotonic */
+	struct shared_text *view;
+	/* the socket this broker bound, removed when it stops; "" none */
+	char bound_path[108];
 };
 
 void daemon_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 void daemon_user_name(unsigned uid, char *out, size_t len);
+
+/* uid's slot (made on first sight, with its name).  NULL: out of memory. */
+struct user_slot *daemon_user(struct daemon *d, unsigned uid);
+
+/* uid's name, from its slot. */
+const char *daemon_user_cached(struct daemon *d, unsigned uid);
+
+/* Set the connection caps from the descriptors the broker may open. */
+void daemon_conn_limits(struct daemon *d);
+
+void shared_text_put(struct shared_text *t);
 
 /* The start time of a process (clock ticks since boot, field 22 of
  * /proc/PID/stat): with the pid, it names one process even after the pid

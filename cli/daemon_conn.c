@@ -28,30 +28,44 @@
 
 /* ---- output -------------------------------------------------------------- */
 
-void conn_flush(struct daemon *d, struct conn *c)
+/* Send buf[*off..len) while the socket takes it: 1 when all is sent, 0
+ * when the socket is full, -1 when the client is gone. */
+static int send_some(int fd, const char *buf, size_t len, size_t *off)
 {
-	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-		                 MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (*off < len) {
+		ssize_t n = send(fd, buf + *off, len - *off, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && errno == EAGAIN) {
-			struct epoll_event ev = {EPOLLIN | EPOLLOUT | EPOLLRDHUP, {.ptr = c}};
-
-			epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev);
-			return;
-		}
-		if (n < 0) {
-			c->out_off = c->out_len; /* gone: drop the rest */
-			break;
-		}
-		c->out_off += (size_t)n;
+		if (n < 0 && errno == EAGAIN)
+			return 0;
+		if (n < 0)
+			return -1;
+		*off += (size_t)n;
 	}
+	return 1;
+}
+
+void conn_flush(struct daemon *d, struct conn *c)
+{
+	int rc = send_some(c->fd, c->out, c->out_len, &c->out_off);
+
+	if (rc == 1 && c->shared)
+		rc = send_some(c->fd, c->shared->data, c->shared->len, &c->shared_off);
+	if (rc == 0) {
+		struct epoll_event ev = {EPOLLIN | EPOLLOUT | EPOLLRDHUP, {.ptr = c}};
+
+		epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+		return;
+	}
+	/* all sent, or the client is gone: drop the rest */
 	d->out_total -= c->out_len;
 	free(c->out);
 	c->out = NULL;
 	c->out_len = c->out_off = 0;
+	shared_text_put(c->shared);
+	c->shared = NULL;
+	c->shared_off = 0;
 	if (c->state == CONN_CLOSING) {
 		conn_close(d, c);
 		return;
@@ -92,7 +106,7 @@ int conn_send(struct daemon *d, struct conn *c, json_t *msg)
 	c->out_len += n + 1;
 	d->out_total += n + 1;
 	free(text);
-	if (c->out_off == 0 && c->out_len == n + 1)
+	if (c->out_off == 0 && c->out_len == n + 1 && !c->shared)
 		conn_flush(d, c);
 	return 0;
 }
@@ -130,6 +144,14 @@ void daemon_line_remove(struct daemon *d, struct conn *c)
 	if (!c->in_line)
 		return;
 	c->in_line = 0;
+	d->gen++;
+	if (c->reserve_ms > 0) {
+		struct user_slot *u = daemon_user(d, c->uid);
+
+		if (u)
+			u->reserve_waiting--;
+		d->reserve_waiting--;
+	}
 	if (c->lprev)
 		c->lprev->lnext = c->lnext;
 	else
@@ -145,6 +167,7 @@ void daemon_line_remove(struct daemon *d, struct conn *c)
 
 void conn_free(struct conn *c)
 {
+	shared_text_put(c->shared);
 	free(c->out);
 	free(c->pend);
 	free(c->cand);
@@ -171,6 +194,13 @@ void conn_close(struct daemon *d, struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	d->out_total -= c->out_len;
+	d->conn_count--;
+	{
+		struct user_slot *u = daemon_user(d, c->uid);
+
+		if (u)
+			u->conns--;
+	}
 	c->dead = 1;
 	c->grave = d->dead_conns;
 	d->dead_conns = c;
@@ -193,23 +223,65 @@ void daemon_bury(struct daemon *d)
 	}
 }
 
-static size_t conns_of(const struct daemon *d, unsigned uid)
+/* Set the connection caps from the descriptors the broker may open: some
+ * are kept for its own files, and one user may have a 64th of the rest (at
+ * most MAX_CONNS_PER_USER), so that it takes 64 accounts to fill it. */
+void daemon_conn_limits(struct daemon *d)
 {
-	size_t n = 0;
+	struct rlimit rl;
+	size_t fds = 1024;
 
-	for (const struct conn *c = d->conns; c; c = c->next)
-		n += c->uid == uid;
-	return n;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		fds = (size_t)rl.rlim_cur;
+	else if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		fds = 1u << 20;
+	d->max_conns = fds > 256 ? fds - 128 : fds / 2;
+	d->max_conns_per_user = d->max_conns / 64;
+	if (d->max_conns_per_user > MAX_CONNS_PER_USER)
+		d->max_conns_per_user = MAX_CONNS_PER_USER;
+	if (d->max_conns_per_user < 4)
+		d->max_conns_per_user = 4;
 }
 
+/* Over a cap: the refusal goes into the socket, which then closes; the
+ * client reads it when its own message finds the broker gone
+ * (broker_refusal in lib/broker.c). */
+static void refuse_at_accept(int fd, const char *why)
+{
+	json_t *m = json_object();
+	char *text;
+
+	json_object_set_new(m, "op", json_string("refused"));
+	json_object_set_new(m, "code", json_integer(GM_ERR_UNAVAILABLE));
+	json_object_set_new(m, "error", json_string(why));
+	json_object_set_new(m, "v", json_integer(BROKER_VERSION));
+	text = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+	if (text) {
+		size_t n = strlen(text), off = 0;
+
+		text[n] = '\n';
+		send_some(fd, text, n + 1, &off);
+		free(text);
+	}
+	close(fd);
+}
+
+/*
+ * Accept what waits, ACCEPT_PER_TURN at most (the listener is reported
+ * again next turn): each costs O(1), whoever sends it, so a flood of
+ * connections cannot keep the loop from reading the ones it has.
+ */
 void daemon_accept_all(struct daemon *d)
 {
-	for (;;) {
+	for (int k = 0; k < ACCEPT_PER_TURN; k++) {
 		int fd = accept4(d->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct ucred cred;
 		socklen_t cl = sizeof cred;
 		struct epoll_event ev;
+		struct user_slot *u;
 		struct conn *c;
+		char why[200];
 
 		if (fd < 0)
 			return;
@@ -217,9 +289,27 @@ void daemon_accept_all(struct daemon *d)
 			close(fd);
 			continue;
 		}
-		if (conns_of(d, cred.uid) >= MAX_CONNS_PER_USER) {
-			/* Bounded: one user's flood cannot take every descriptor. */
+		u = daemon_user(d, cred.uid);
+		if (!u) {
 			close(fd);
+			continue;
+		}
+		/* root is trusted (a bench's 500 waiters are root's) */
+		if ((u->conns >= d->max_conns_per_user && cred.uid != 0) ||
+		    d->conn_count >= d->max_conns) {
+			/* Bounded: one user's flood cannot take every descriptor,
+			 * nor a few users' together. */
+			if (d->conn_count < d->max_conns)
+				snprintf(why, sizeof why,
+				         "%s has %zu connections to the lease broker open, its cap "
+				         "(waiting requests and leases each hold one); end some",
+				         u->name, u->conns);
+			else
+				snprintf(why, sizeof why,
+				         "the lease broker serves %zu connections, its cap; try "
+				         "again when some end",
+				         d->conn_count);
+			refuse_at_accept(fd, why);
 			continue;
 		}
 		c = calloc(1, sizeof *c);
@@ -237,6 +327,8 @@ void daemon_accept_all(struct daemon *d)
 		if (d->conns)
 			d->conns->prev = c;
 		d->conns = c;
+		u->conns++;
+		d->conn_count++;
 		ev.events = EPOLLIN | EPOLLRDHUP;
 		ev.data.ptr = c;
 		epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev);
@@ -260,16 +352,62 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	c->wait = json_is_true(json_object_get(msg, "wait"));
-	c->reserve_ms = json_integer_value(json_object_get(msg, "reserve_ms"));
+	json_t *v = json_object_get(msg, "reserve_ms");
+
+	/* The wire is an entry point like the command line: the same bound
+	 * as parse_duration_ms, so that start + reserve_ms cannot overflow. */
+	if (v && (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+	          json_integer_value(v) > MAX_DURATION_MS)) {
+		snprintf(err, sizeof err,
+		         "reserve_ms must be a whole number of milliseconds from 1 to %lld (%dd)",
+		         (long long)MAX_DURATION_MS, MAX_DURATION_DAYS);
+		daemon_refuse(d, c, GM_ERR_INVALID, err, NULL);
+		return;
+	}
+	c->reserve_ms = v ? json_integer_value(v) : 0;
 	str_copy(c->within, sizeof c->within,
 	         json_string_value(json_object_get(msg, "within")) ?: "");
+	/* A reservation that is not the caller's (or not live) changes
+	 * nothing: forget it now rather than look for it at every pass. */
+	if (c->within[0]) {
+		const struct blease *own = d->leases;
+
+		while (own &&
+		       !(own->reservation && own->uid == c->uid && !strcmp(own->id, c->within)))
+			own = own->next;
+		if (!own)
+			c->within[0] = '\0';
+	}
 	daemon_config_fresh(d);
-	if (c->reserve_ms < 0 ||
-	    (c->reserve_ms > 0 &&
-	     caps_reserve_ok(&d->cfg, c->uid, c->reserve_ms, err, sizeof err) < 0)) {
-		daemon_refuse(d, c, GM_ERR_INVALID, c->reserve_ms < 0 ? "malformed request" : err,
-		              NULL);
+	if (c->reserve_ms > 0 &&
+	    caps_reserve_ok(&d->cfg, c->uid, c->reserve_ms, err, sizeof err) < 0) {
+		daemon_refuse(d, c, GM_ERR_INVALID, err, NULL);
 		return;
+	}
+	if (c->reserve_ms > 0) {
+		struct user_slot *me = daemon_user(d, c->uid);
+
+		/* Reservations hold no connection: their own caps bound them
+		 * (and the state file), those waiting to be granted included. */
+		if (me && me->reservations + me->reserve_waiting >= MAX_RESERVATIONS_PER_USER) {
+			snprintf(
+			    err, sizeof err,
+			    "%s has %zu reservations (held or asked for), the cap of the lease "
+			    "broker (%d a user); release some (gpuman release ID)",
+			    me->name, me->reservations + me->reserve_waiting,
+			    MAX_RESERVATIONS_PER_USER);
+			daemon_refuse(d, c, GM_ERR_UNAVAILABLE, err, NULL);
+			return;
+		}
+		if (d->reservation_count + d->reserve_waiting >= MAX_RESERVATIONS) {
+			snprintf(
+			    err, sizeof err,
+			    "the lease broker holds %zu reservations, its cap (%d in all); try "
+			    "again when some end",
+			    d->reservation_count + d->reserve_waiting, MAX_RESERVATIONS);
+			daemon_refuse(d, c, GM_ERR_UNAVAILABLE, err, NULL);
+			return;
+		}
 	}
 	c->usable = json_incref(usable);
 	c->usable_migs = json_incref(usable_migs);
@@ -291,6 +429,14 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	daemon_candidates(d, c, snap);
 	c->state = CONN_WAITING;
 	c->in_line = 1;
+	if (c->reserve_ms > 0) {
+		struct user_slot *me = daemon_user(d, c->uid);
+
+		if (me)
+			me->reserve_waiting++;
+		d->reserve_waiting++;
+	}
+	d->gen++;
 	c->lprev = d->line_tail;
 	if (d->line_tail)
 		d->line_tail->lnext = c;
@@ -303,7 +449,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 
 static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 {
-	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	json_int_t asked = json_integer_value(json_object_get(msg, "pid"));
+	int pid = asked > 0 && asked <= INT_MAX ? (int)asked : 0; /* a pid, or nothing */
 	long uid = pid > 0 ? daemon_proc_uid(pid) : -1;
 
 	/* Only a process of the lease's own user can keep it alive across a
@@ -312,7 +459,10 @@ static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	c->lease->job_pid = pid;
 	c->lease->job_start = daemon_proc_start(pid);
+	free(c->lease->record); /* its state-file line changed */
+	c->lease->record = NULL;
 	d->changed = 1;
+	d->gen++;
 }
 
 static void on_release(struct daemon *d, struct conn *c, json_t *msg)
@@ -374,22 +524,100 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 	daemon_refuse(d, c, GM_ERR_INVALID, "no such lease of yours", NULL);
 }
 
-static void on_view(struct daemon *d, struct conn *c)
+/* The uids of a view's summarised tail, in the order first met, with a
+ * count each in their slots. */
+struct tally {
+	unsigned *uids;
+	size_t count, cap;
+};
+
+static void tally_add(struct daemon *d, struct tally *t, unsigned uid, int lease, size_t gpus)
+{
+	struct user_slot *u = daemon_user(d, uid);
+
+	if (!u)
+		return;
+	if (u->tally_gen != d->view_builds) {
+		unsigned *grown;
+
+		if (t->count == t->cap) {
+			t->cap = t->cap ? t->cap * 2 : 16;
+			grown = realloc(t->uids, t->cap * sizeof *grown);
+			if (!grown)
+				return;
+			t->uids = grown;
+		}
+		t->uids[t->count++] = uid;
+		u->tally_gen = d->view_builds;
+		u->tally_waiters = u->tally_leases = u->tally_gpus = 0;
+	}
+	if (lease) {
+		u->tally_leases++;
+		u->tally_gpus += gpus;
+	} else {
+		u->tally_waiters++;
+	}
+}
+
+static json_t *tally_json(struct daemon *d, const struct tally *t, int lease)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < t->count; i++) {
+		struct user_slot *u = daemon_user(d, t->uids[i]);
+		json_t *o = json_object();
+
+		if (!u)
+			continue;
+		json_object_set_new(o, "uid", json_integer(u->uid));
+		json_object_set_new(o, "user", json_string(u->name));
+		json_object_set_new(
+		    o, "count",
+		    json_integer((json_int_t)(lease ? u->tally_leases : u->tally_waiters)));
+		if (lease)
+			json_object_set_new(o, "gpus", json_integer((json_int_t)u->tally_gpus));
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+/*
+ * The view, built once per change and sent to every asker until the next
+ * (VIEW_REUSE_MS at most): the first VIEW_LEASES leases and VIEW_WAITERS
+ * waiters one by one, the rest counted per user, so that its cost and size
+ * are bounded however long the line and however many the reservations.
+ */
+static struct shared_text *view_build(struct daemon *d)
 {
 	json_t *m = json_object(), *leases = json_array(), *waiters = json_array();
-	char user[33];
+	struct tally more_leases = {0}, more_waiters = {0};
+	struct shared_text *t = NULL;
+	size_t n = 0;
+	char *text;
 
-	for (struct blease *l = d->leases; l; l = l->next)
-		json_array_append_new(leases, daemon_lease_json(l, 0));
-	for (struct conn *w = d->line_head; w; w = w->lnext) {
-		json_t *o = json_object(), *cand = json_array();
+	d->view_builds++;
+	for (struct blease *l = d->leases; l; l = l->next, n++)
+		if (n < VIEW_LEASES)
+			json_array_append_new(leases, daemon_lease_json(l, 0));
+		else
+			tally_add(d, &more_leases, l->uid, 1, l->n);
+	n = 0;
+	for (struct conn *w = d->line_head; w; w = w->lnext, n++) {
+		json_t *o, *cand;
+		struct user_slot *u;
 		char name[64];
 
+		if (n >= VIEW_WAITERS) {
+			tally_add(d, &more_waiters, w->uid, 0, 0);
+			continue;
+		}
+		u = daemon_user(d, w->uid);
+		o = json_object();
+		cand = json_array();
 		snprintf(name, sizeof name, "wait.%020llu", (unsigned long long)w->seq);
-		daemon_user_name(w->uid, user, sizeof user);
 		json_object_set_new(o, "name", json_string(name));
 		json_object_set_new(o, "uid", json_integer(w->uid));
-		json_object_set_new(o, "user", json_string(user));
+		json_object_set_new(o, "user", json_string(u ? u->name : "?"));
 		json_object_set_new(o, "pid", json_integer(w->pid));
 		json_object_set_new(o, "command", json_string(w->command));
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
@@ -405,7 +633,51 @@ static void on_view(struct daemon *d, struct conn *c)
 	json_object_set_new(m, "leases", leases);
 	json_object_set_new(m, "waiters", waiters);
 	daemon_fence_view(m);
-	conn_finish(d, c, m);
+	if (more_leases.count)
+		json_object_set_new(m, "more_leases", tally_json(d, &more_leases, 1));
+	if (more_waiters.count)
+		json_object_set_new(m, "more_waiters", tally_json(d, &more_waiters, 0));
+	json_object_set_new(m, "v", json_integer(BROKER_VERSION));
+	text = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+	free(more_leases.uids);
+	free(more_waiters.uids);
+	if (text) {
+		size_t len = strlen(text);
+
+		t = malloc(sizeof *t + len + 1);
+		if (t) {
+			t->refs = 1;
+			t->len = len + 1;
+			memcpy(t->data, text, len);
+			t->data[len] = '\n';
+		}
+		free(text);
+	}
+	return t;
+}
+
+static void on_view(struct daemon *d, struct conn *c)
+{
+	int64_t now = monotonic_ms();
+
+	daemon_config_fresh(d); /* new limits are a change */
+	if (!d->view || d->view_gen != d->gen || now - d->view_at >= VIEW_REUSE_MS) {
+		shared_text_put(d->view);
+		d->view = view_build(d);
+		d->view_gen = d->gen;
+		d->view_at = now;
+	}
+	if (!d->view) {
+		daemon_refuse(d, c, GM_ERR_NOMEM, "the lease broker is out of memory", NULL);
+		return;
+	}
+	d->view->refs++;
+	c->shared = d->view;
+	c->shared_off = 0;
+	c->state = CONN_CLOSING;
+	shutdown(c->fd, SHUT_RD);
+	conn_flush(d, c);
 }
 
 /* One message from c.  Returns 0, or -1 when c is gone. */

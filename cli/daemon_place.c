@@ -52,6 +52,7 @@ int daemon_config_fresh(struct daemon *d)
 		config_release(&d->cfg);
 	d->cfg = cfg;
 	d->cfg_read = 1;
+	d->gen++; /* the view shows limits */
 	d->cfg_mtim = exists ? st.st_mtim : (struct timespec){0, 0};
 	return 0;
 }
@@ -102,7 +103,7 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	daemon_random_hex(l->id + strlen(l->id), 4);
 	daemon_random_hex(l->token, 16);
 	l->uid = c->uid;
-	daemon_user_name(c->uid, l->user, sizeof l->user);
+	str_copy(l->user, sizeof l->user, daemon_user_cached(d, c->uid));
 	l->pid = c->pid;
 	l->pid_start = daemon_proc_start(c->pid);
 	str_copy(l->command, sizeof l->command, c->command);

@@ -134,7 +134,8 @@ enum gm_field {
 	GM_HAS_MAX_CLOCK_SM = 1u << 14,       /* GM_GPU_MAX_CLOCK_SM_MHZ */
 	GM_HAS_MAX_CLOCK_MEM = 1u << 15,      /* GM_GPU_MAX_CLOCK_MEM_MHZ */
 	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16, /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
-	GM_HAS_PERSISTENCE = 1u << 17         /* persistence mode was readable */
+	GM_HAS_PERSISTENCE = 1u << 17,        /* persistence mode was readable */
+	GM_HAS_MINOR = 1u << 18               /* GM_GPU_MINOR_NUMBER */
 };
 
 /* The clock domains gpuman reads (NVML's nvmlClockType_t has these and
@@ -231,7 +232,10 @@ enum gm_gpu_value {
 	GM_GPU_MAX_CLOCK_GRAPHICS_MHZ = 18,
 	/* Persistence mode (nvmlDeviceGetPersistenceMode): 1 on, 0 off (the
 	 * driver takes the GPU down when no program holds it open). */
-	GM_GPU_PERSISTENCE_MODE = 19
+	GM_GPU_PERSISTENCE_MODE = 19,
+	/* The N of the GPU's device node /dev/nvidiaN (nvmlDeviceGetMinorNumber):
+	 * what a device filter names it by. */
+	GM_GPU_MINOR_NUMBER = 20
 };
 /*
  * One reading of the GPU: 1 and *out set when the GPU reported it; 0 when

@@ -34,6 +34,11 @@
  * between the check and poll(): the only wake-up of an idle waiter. */
 #define INTERRUPT_CHECK_MS 2000
 
+int broker_is_default(const char *path)
+{
+	return !strcmp(path, BROKER_DEFAULT_SOCKET);
+}
+
 int broker_wanted(char *buf, size_t len)
 {
 	const char *env = getenv("GPUMAN_BROKER");
@@ -46,7 +51,25 @@ int broker_wanted(char *buf, size_t len)
 		return 1;
 	}
 	str_copy(buf, len, BROKER_DEFAULT_SOCKET);
-	return lstat(buf, &st) == 0 && S_ISSOCK(st.st_mode);
+	/* Root's directory, writable by root alone: this machine's broker. */
+	return lstat(BROKER_DIR, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 &&
+	       !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/* What to do when nobody serves path. */
+static void no_answer(const char *path, int error, char *err, size_t len)
+{
+	if (broker_is_default(path))
+		gm_fail(GM_ERR_STATE, err, len,
+		        "this machine's lease broker at '%s' does not answer: %s; start it "
+		        "(systemctl start gpuman.socket); or, to retire the broker, root removes "
+		        "'%s' (the leases it kept are then forgotten)",
+		        path, strerror(error), BROKER_DIR);
+	else
+		gm_fail(GM_ERR_STATE, err, len,
+		        "the lease broker at '%s' (GPUMAN_BROKER) does not answer: %s; start "
+		        "gpuman daemon there, or unset GPUMAN_BROKER for this machine's own",
+		        path, strerror(error));
 }
 
 int broker_connect(const char *path, char *err, size_t len)
@@ -55,6 +78,7 @@ int broker_connect(const char *path, char *err, size_t len)
 	int64_t give_up = monotonic_ms() + CONNECT_PATIENCE_MS;
 	struct ucred cred;
 	socklen_t cl = sizeof cred;
+	struct stat st;
 	int fd = -1;
 
 	if (strlen(path) >= sizeof sa.sun_path) {
@@ -72,10 +96,7 @@ int broker_connect(const char *path, char *err, size_t len)
 			break;
 		if ((errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN) ||
 		    monotonic_ms() >= give_up) {
-			gm_fail(GM_ERR_STATE, err, len,
-			        "the lease broker at '%s' does not answer: %s (is gpuman.service "
-			        "running? GPUMAN_BROKER=off uses the daemonless registry)",
-			        path, strerror(errno));
+			no_answer(path, errno, err, len);
 			close(fd);
 			return -1;
 		}
@@ -88,6 +109,13 @@ int broker_connect(const char *path, char *err, size_t len)
 		        "the lease broker at '%s' is served by uid %u, not by root; refusing it "
 		        "(anybody could have put it there)",
 		        path, (unsigned)cred.uid);
+		close(fd);
+		return -1;
+	}
+	/* This machine's broker: root's socket in root's directory. */
+	if (broker_is_default(path) && (lstat(path, &st) < 0 || st.st_uid != 0 || cred.uid != 0)) {
+		gm_fail(GM_ERR_STATE, err, len,
+		        "the socket '%s' is not root's (or not served by root); refusing it", path);
 		close(fd);
 		return -1;
 	}
@@ -120,6 +148,33 @@ int broker_send(int fd, json_t *msg)
 		off += (size_t)w;
 	}
 	free(text);
+	return rc;
+}
+
+enum gm_err broker_send_failed(int fd, const char *path, char *err, size_t len)
+{
+	int error = errno;
+	struct broker_buf *b = calloc(1, sizeof *b);
+	enum gm_err rc = GM_ERR_STATE;
+	json_t *msg = NULL;
+	ssize_t n = b ? recv(fd, b->data, sizeof b->data, MSG_DONTWAIT) : -1;
+
+	if (n > 0) {
+		b->len = (size_t)n;
+		if (broker_take_line(b, &msg) == 1 &&
+		    !strcmp(json_string_value(json_object_get(msg, "op")), "refused")) {
+			const char *e = json_string_value(json_object_get(msg, "error"));
+
+			rc = (enum gm_err)json_integer_value(json_object_get(msg, "code"));
+			if (rc == GM_OK)
+				rc = GM_ERR_STATE;
+			gm_fail(rc, err, len, "%s", e ? e : "refused by the lease broker");
+		}
+	}
+	if (!msg)
+		gm_fail(rc, err, len, "lease broker '%s': %s", path, strerror(error));
+	json_decref(msg);
+	free(b);
 	return rc;
 }
 
@@ -403,8 +458,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			json_object_set_new(msg, "within",
 			                    json_string(getenv("GPUMAN_RESERVATION")));
 		if (broker_send(fd, msg) < 0) {
-			rc = gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path,
-			             strerror(errno));
+			rc = broker_send_failed(fd, path, err, len);
 			goto done;
 		}
 		json_decref(msg);
@@ -583,8 +637,11 @@ enum gm_err broker_release_id(const char *path, const char *id, char *err, size_
 	if (fd < 0)
 		goto done;
 	json_object_set_new(msg, "id", json_string(id));
-	if (broker_send(fd, msg) < 0 ||
-	    next_message(fd, buf, -1, NULL, monotonic_ms() + CONNECT_PATIENCE_MS, &reply) != 1) {
+	if (broker_send(fd, msg) < 0) {
+		rc = broker_send_failed(fd, path, err, len);
+		goto done;
+	}
+	if (next_message(fd, buf, -1, NULL, monotonic_ms() + CONNECT_PATIENCE_MS, &reply) != 1) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' did not answer",
 		             path);
 		goto done;

@@ -47,7 +47,16 @@
  *     {"op":"refused","code":N,"error":"...","explain":"..."}  (code: gm_err)
  *     {"op":"view","leases":[...],"waiters":[...]}   a reservation's lease
  *                              has "reservation":true and "expires_ms"; a
- *                              waiter held back by its cap a "limit"
+ *                              waiter held back by its cap a "limit".  The
+ *                              first 256 waiters and 2048 leases are
+ *                              listed; the rest are counted per user in
+ *                              "more_waiters":[{"uid","user","count"}] and
+ *                              "more_leases" (with "gpus")
+ *   A connection over one of the broker's caps (connections of a user, or
+ *   in all) is answered "refused" at once and closed; the client finds the
+ *   reason in its socket (broker_send_failed).  Numbers on the wire are
+ *   range-checked as the command line's are: reserve_ms from 1 to
+ *   MAX_DURATION_MS.
  *     {"op":"released"}
  *     {"op":"snapshot","age_ms":A,"snapshot":{...}[,"stale":"..."]}  the
  *                              reading, A ms old when sent; "stale" says
@@ -72,7 +81,11 @@ struct json_t;
 
 #define BROKER_VERSION 1
 #define BROKER_MAX_LINE 16384
-#define BROKER_DEFAULT_SOCKET "/run/gpuman/gpuman.sock"
+/* The broker's home: a directory only root can write, so that nobody else
+ * can put a socket where clients look (the registry's directory is
+ * everyone's).  The broker's state file lives there too (0600). */
+#define BROKER_DIR "/run/gpuman-broker"
+#define BROKER_DEFAULT_SOCKET BROKER_DIR "/gpuman.sock"
 /* A reading the broker hands out is at most this old: asked after that,
  * it reads the GPUs again (off its event loop) ... */
 #define BROKER_SNAPSHOT_MAX_AGE_MS 500
@@ -81,12 +94,29 @@ struct json_t;
 #define BROKER_SNAPSHOT_WAIT_MS 1000
 
 /*
- * Should leases go through a broker, and which?  GPUMAN_BROKER=off: no;
- * GPUMAN_BROKER=PATH: yes, that socket (an error later if nobody serves
- * it); unset: yes if BROKER_DEFAULT_SOCKET exists.  Returns 1 with the
- * path in buf, or 0.
+ * Which transport leases go through: the rule, in this order.
+ *
+ *  1. GPUMAN_BROKER=off: the daemonless registry (the caller's own choice).
+ *  2. GPUMAN_BROKER=PATH: the broker at PATH, which broker_connect() takes
+ *     only if root or this very user serves it.
+ *  3. Otherwise, BROKER_DIR decides.  Where it is a directory owned by root
+ *     that no one else can write (made by gpuman.socket, or by a broker
+ *     root started on the default path), this machine has a broker: the
+ *     broker at BROKER_DEFAULT_SOCKET, and a socket missing there or that
+ *     nobody serves is an error that names it and says what to do (start
+ *     the broker; or root removes BROKER_DIR to retire it), never a
+ *     fall-back to the registry, whose leases the broker's clients do not
+ *     see.  Where it is missing, or anyone but root could have made it or
+ *     can write it, the daemonless registry: a socket a user plants
+ *     anywhere (the registry's directory included) is never taken for the
+ *     broker and turns nobody away.
+ *
+ * Returns 1 with the socket's path in buf, or 0 for the registry.
  */
 int broker_wanted(char *buf, size_t len);
+
+/* The broker at the default path stands for this machine's (rule 3). */
+int broker_is_default(const char *path);
 
 /*
  * Connect to the broker at path and check that root or this very user
@@ -98,6 +128,11 @@ int broker_connect(const char *path, char *err, size_t len);
 
 /* Send msg (a JSON object; "v" is added) as one line.  0, or -1 with errno. */
 int broker_send(int fd, struct json_t *msg);
+
+/* A send to the broker failed: if it refused the connection at once (one
+ * of its caps), its reason, which is already in the socket, goes to err
+ * and its code is returned; else GM_ERR_STATE with errno's text. */
+enum gm_err broker_send_failed(int fd, const char *path, char *err, size_t len);
 
 /*
  * Bytes received on a connection, cut into lines.  broker_take_line()

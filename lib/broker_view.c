@@ -56,6 +56,30 @@ static int view_waiter(json_t *o, struct waiter_info *wi)
 	return 0;
 }
 
+/* The counts of what the broker did not list (see struct registry_view). */
+static int view_more(json_t *a, struct view_more **out, size_t *count)
+{
+	json_t *o;
+	size_t i;
+
+	*count = 0;
+	if (!json_array_size(a))
+		return 0;
+	*out = calloc(json_array_size(a), sizeof **out);
+	if (!*out)
+		return -1;
+	json_array_foreach(a, i, o)
+	{
+		struct view_more *m = &(*out)[(*count)++];
+
+		m->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+		str_copy(m->user, sizeof m->user, jstr(o, "user"));
+		m->count = (size_t)json_integer_value(json_object_get(o, "count"));
+		m->gpus = (size_t)json_integer_value(json_object_get(o, "gpus"));
+	}
+	return 0;
+}
+
 enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len)
 {
 	struct broker_buf *buf = calloc(1, sizeof *buf);
@@ -71,8 +95,7 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	/* The view can be long (a line of thousands): read until its line
 	 * ends, in a buffer that grows. */
 	if (broker_send(fd, msg) < 0) {
-		rc =
-		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
+		rc = broker_send_failed(fd, path, err, len);
 		goto done;
 	}
 	{
@@ -101,6 +124,12 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 		free(text);
 	}
 	got = json_is_object(reply) && !strcmp(jstr(reply, "op"), "view");
+	if (json_is_object(reply) && !strcmp(jstr(reply, "op"), "refused")) {
+		/* one of its caps, named in its reason */
+		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' refused: %s", path,
+		             jstr(reply, "error"));
+		goto done;
+	}
 	if (!got) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' sent no view", path);
 		goto done;
@@ -122,7 +151,11 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	json_array_foreach(a, i, o) if (view->waiters &&
 	                                view_waiter(o, &view->waiters[view->waiter_count++]) < 0)
 	    rc = GM_ERR_NOMEM;
-	if (!view->leases || !view->waiters)
+	if (!view->leases || !view->waiters ||
+	    view_more(json_object_get(reply, "more_waiters"), &view->more_waiters,
+	              &view->more_waiter_count) < 0 ||
+	    view_more(json_object_get(reply, "more_leases"), &view->more_leases,
+	              &view->more_lease_count) < 0)
 		rc = GM_ERR_NOMEM;
 	if (rc != GM_OK) {
 		record_view_release(view);

@@ -66,12 +66,14 @@ const struct gpu_field gpu_fields[] = {
     /* shown as a boolean */
     {GM_GPU_PERSISTENCE_MODE, AT(persistence_mode), GF_INT, "", GM_HAS_PERSISTENCE,
      "nvmlDeviceGetPersistenceMode", NULL, 1, "persistence_mode", NULL, NULL, 1},
+    {GM_GPU_MINOR_NUMBER, AT(minor), GF_INT, "", GM_HAS_MINOR,
+     "nvmlDeviceGetMinorNumber", "minor_number", 1, "minor_number", NULL, NULL, 1},
 };
 /* clang-format on */
 
 const size_t gpu_field_count = sizeof gpu_fields / sizeof gpu_fields[0];
 
-_Static_assert(sizeof gpu_fields / sizeof gpu_fields[0] == GM_GPU_PERSISTENCE_MODE + 1,
+_Static_assert(sizeof gpu_fields / sizeof gpu_fields[0] == GM_GPU_MINOR_NUMBER + 1,
                "a row for every enum gm_gpu_value, in its order");
 
 int gpu_field_get(const struct gm_gpu *gpu, const struct gpu_field *f, int64_t *out)

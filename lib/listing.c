@@ -49,12 +49,36 @@ json_t *listing_waiters_json(const struct registry_view *view)
 	return arr;
 }
 
+json_t *listing_more_json(const struct view_more *more, size_t count)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < count; i++) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "user", json_string(more[i].user));
+		json_object_set_new(o, "uid", json_integer(more[i].uid));
+		json_object_set_new(o, "count", json_integer((json_int_t)more[i].count));
+		if (more[i].gpus)
+			json_object_set_new(o, "gpus", json_integer((json_int_t)more[i].gpus));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
 json_t *listing_status_json(const struct gm_snapshot *snap, const struct registry_view *view)
 {
 	json_t *o = snapshot_json(snap);
 
 	json_object_set_new(o, "leases", listing_leases_json(view));
 	json_object_set_new(o, "waiters", listing_waiters_json(view));
+	/* a long line, summarised by the broker: the rest, per user */
+	if (view->more_waiter_count)
+		json_object_set_new(o, "waiters_more",
+		                    listing_more_json(view->more_waiters, view->more_waiter_count));
+	if (view->more_lease_count)
+		json_object_set_new(o, "leases_more",
+		                    listing_more_json(view->more_leases, view->more_lease_count));
 	return o;
 }
 

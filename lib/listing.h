@@ -20,6 +20,8 @@
 
 json_t *listing_leases_json(const struct registry_view *view);
 json_t *listing_waiters_json(const struct registry_view *view);
+/* The broker's counts of what it did not list, per user. */
+json_t *listing_more_json(const struct view_more *more, size_t count);
 /* The `status --json` document: the snapshot, leases and waiters. */
 json_t *listing_status_json(const struct gm_snapshot *snap, const struct registry_view *view);
 

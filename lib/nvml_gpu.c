@@ -225,8 +225,10 @@ enum answer nvml_query_fields(struct gpu_query *q)
 	}
 	/* Its device node, for the broker's fence (lib/fence.h); no note
 	 * when a driver does not say. */
-	if (nv->minor && nv->minor(q->dev, &u1) == NVML_SUCCESS && u1 <= 0xfffff)
+	if (nv->minor && nv->minor(q->dev, &u1) == NVML_SUCCESS && u1 <= 0xfffff) {
 		gpu->minor = (int)u1;
+		gpu->valid |= GM_HAS_MINOR;
+	}
 	if (nv->mig_mode) {
 		ASK("MIG mode", nv->mig_mode(q->dev, &u1, &u2));
 		if (a == ANSWER_OK) {

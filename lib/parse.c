@@ -251,11 +251,6 @@ static int64_t duration_unit_ms(const char *unit, size_t len)
 	return 0;
 }
 
-/* Ten years: far beyond any wait, and far from overflowing a deadline
- * (now + duration) or a timespec. */
-#define MAX_DURATION_DAYS 3650
-#define MAX_DURATION_MS ((int64_t)MAX_DURATION_DAYS * 24 * 60 * 60 * 1000)
-
 /*
  * One or more NUMBER UNIT parts ("1h30m", "1h 30m"), or one bare NUMBER of
  * seconds.  A bare number after a unit ("1h30") is an error rather than a

@@ -28,6 +28,11 @@ uint64_t size_mib(const struct gm_size *size, uint64_t total_mib);
 /* "8 GiB", "512 MiB" or "50%", for messages; returns buf. */
 char *size_format(const struct gm_size *size, char *buf, size_t len);
 
+/* The longest duration anything accepts (ten years): far beyond any wait,
+ * and far from overflowing a deadline (now + duration) or a timespec. */
+#define MAX_DURATION_DAYS 3650
+#define MAX_DURATION_MS ((int64_t)MAX_DURATION_DAYS * 24 * 60 * 60 * 1000)
+
 /* "90", "90s", "15m", "2h", "1h30m", "1d", "500ms"; -1 with a message. */
 int parse_duration_ms(const char *s, int64_t *ms, char *err, size_t errlen);
 /* The other way: "1h30m", "90s", "1500ms" (defined in request.c). */

@@ -255,5 +255,7 @@ void record_view_release(struct registry_view *view)
 	}
 	free(view->leases);
 	free(view->waiters);
+	free(view->more_waiters);
+	free(view->more_leases);
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 }

@@ -140,10 +140,21 @@ struct registry_view {
 	 * fence, lib/fence.h)?  placement: the mechanism, or why not. */
 	int placement_enforced;
 	char placement[256];
+	/* The broker lists a long line's head and counts the rest per user
+	 * (so that a view costs it the same however long the line): the
+	 * waiters and leases past those above, in line order of users. */
+	struct view_more *more_waiters, *more_leases;
+	size_t more_waiter_count, more_lease_count;
+};
+struct view_more {
+	unsigned uid;
+	char user[33];
+	size_t count; /* waiters, or leases */
+	size_t gpus;  /* the leases' GPUs */
 };
 #define REGISTRY_VIEW_INIT                                                                         \
 	{                                                                                          \
-		NULL, 0, NULL, 0, 0, 0, ""                                                         \
+		NULL, 0, NULL, 0, 0, 0, "", NULL, NULL, 0, 0                                       \
 	}
 
 /* Read the live leases and waiters; dead files are skipped and removed

@@ -64,7 +64,7 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	run -0 lintian --fail-on error,warning "$DEBS"/gpuman_*.changes
 }
 
-@test "the systemd units of contrib/ are installed, start /usr/bin/gpuman, and are not enabled" {
+@test "the systemd units of contrib/ are installed, start /usr/bin/gpuman; the broker's socket is enabled" {
 	x=$BATS_TEST_TMPDIR/x
 	dpkg-deb -x "$DEBS"/gpuman_*.deb "$x"
 	dpkg-deb -e "$DEBS"/gpuman_*.deb "$x/DEBIAN"
@@ -73,12 +73,20 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	done
 	run -0 grep -h '^ExecStart=\|^ListenStream=' "$x"/lib/systemd/system/gpuman.socket \
 		"$x"/lib/systemd/system/gpuman.service "$x"/lib/systemd/system/gpuman-serve.service
-	[ "${lines[0]}" = ListenStream=/run/gpuman/gpuman.sock ]
+	# the socket in root's directory, not the registry's (lib/broker.h)
+	[ "${lines[0]}" = ListenStream=/run/gpuman-broker/gpuman.sock ]
 	[[ "${lines[1]}" == "ExecStart=/usr/bin/gpuman daemon "* ]]
 	[[ "${lines[2]}" == "ExecStart=/usr/bin/gpuman serve "* ]]
-	# Not enabled on a fresh install (debhelper's --no-enable form: enable
-	# only what was enabled before), so not started; stopped on removal.
-	[ "$(grep -c "deb-systemd-helper debian-installed" "$x/DEBIAN/postinst")" = 3 ]
+	grep -qx 'RemoveOnStop=yes' "$x"/lib/systemd/system/gpuman.socket
+	grep -qx 'd /run/gpuman-broker 0755 root root -' "$x"/usr/lib/tmpfiles.d/gpuman.conf
+	# The broker's socket is enabled and started on install (the broker
+	# itself on the first request); serve is not enabled (the --no-enable
+	# form: enable only what was enabled before).  All stop on removal.
+	run -0 grep -A3 "deb-systemd-helper unmask 'gpuman.socket'" "$x/DEBIAN/postinst"
+	[[ "$output" == *"deb-systemd-helper --quiet was-enabled 'gpuman.socket'"* ]]
+	run -0 grep -F "deb-systemd-invoke \$_dh_action 'gpuman.socket'" "$x/DEBIAN/postinst"
+	run ! grep -F "deb-systemd-invoke \$_dh_action 'gpuman.service'" "$x/DEBIAN/postinst"
+	grep -qF "deb-systemd-helper debian-installed 'gpuman-serve.service'" "$x/DEBIAN/postinst"
 	run -0 grep "deb-systemd-invoke stop" "$x/DEBIAN/prerm"
-	[[ "$output" == *gpuman.service*gpuman.socket* && "$output" == *gpuman-serve.service* ]]
+	[[ "$output" == *gpuman.socket* && "$output" == *gpuman-serve.service* ]]
 }
