@@ -75,12 +75,14 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 CMDLINE_OBJ := $(CMDLINE_SRC:%.c=$(BUILD)/%.o)
 SERVE_SRC := $(sort $(wildcard serve/*.c))
 SERVE_OBJ := $(SERVE_SRC:%.c=$(BUILD)/%.o)
+BROKER_SRC := $(sort $(wildcard broker/*.c))
+BROKER_OBJ := $(BROKER_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 
-PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
+PROGRAMS := $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-broker $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(BUILD)/libgpuman.so \
 	    $(SIM_LIBS) $(EXAMPLE_BIN)
 
 .PHONY: all deps check-deps demo check unit e2e python asan asan-tests bench install uninstall man deb check-deb clean format format-check clients cudaload
@@ -173,6 +175,17 @@ SERVE_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -li
 	-ljansson -lmicrohttpd -ldl -lpthread -lm
 $(BUILD)/gpuman-serve: $(SERVE_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(SERVE_LIBS)
+
+# The lease broker behind `gpuman daemon`, root's server: a program of its
+# own, in its own folder, so that the commands users run carry none of it.
+$(BUILD)/broker/%.o: broker/%.c broker/daemon.h $(wildcard cmdline/*.h) $(ENGINE_PUBLIC) \
+		lib/internal/gpuman-internal.h $(wildcard lib/*.h) include/gpuman.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Icmdline -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<
+BROKER_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -linih -Wl$(comma)-Bdynamic,-linih) \
+	-ljansson -ldl -lpthread -lm
+$(BUILD)/gpuman-broker: $(BROKER_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(BROKER_LIBS)
 
 # The supervisor of each batch task and queued job, started by the
 # dispatcher: static, so that starting it costs no dynamic linking (it is
@@ -280,6 +293,8 @@ bench: all $(BENCH_BIN)
 $(BUILD)/man/gpuman.1: $(wildcard docs/*.md) scripts/mkman include/gpuman.h
 	@rm -rf $(BUILD)/man
 	sh scripts/mkman $(BUILD)/man
+	@# gpuman-broker is `gpuman daemon`: its page is that command's
+	echo '.so man1/gpuman-daemon.1' >$(BUILD)/man/gpuman-broker.1
 man: $(BUILD)/man/gpuman.1
 
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
@@ -312,7 +327,7 @@ install: all $(BUILD)/gpuman.pc man
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 \
 		$(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
-	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/gpuman $(BUILD)/gpuman-serve $(BUILD)/gpuman-broker $(BUILD)/gpuman-runner $(BUILD)/gpuman-simload $(DESTDIR)$(BINDIR)/
 	install -m 644 $(BUILD)/libgpuman.so $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libgpuman.so
 	install -m 644 $(BUILD)/sim/libnvidia-ml.so.1 $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1
@@ -344,7 +359,7 @@ install: all $(BUILD)/gpuman.pc man
 # Exactly what install put there; directories only if left empty.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gpuman $(DESTDIR)$(BINDIR)/gpuman-serve $(DESTDIR)$(BINDIR)/gpuman-runner \
-	      $(DESTDIR)$(BINDIR)/gpuman-simload \
+	      $(DESTDIR)$(BINDIR)/gpuman-simload $(DESTDIR)$(BINDIR)/gpuman-broker \
 	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libgpuman.so \
 	      $(DESTDIR)$(PKGLIBDIR)/libnvidia-ml.so.1 $(DESTDIR)$(INCDIR)/gpuman.h \
 	      $(DESTDIR)$(PKGCONFIGDIR)/gpuman.pc
@@ -365,7 +380,7 @@ deb:
 check-deb: deb
 	sh scripts/check-deb $(abspath $(BUILD))/deb
 
-FORMAT_SRC = $(wildcard include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] cmdline/*.[ch] serve/*.[ch] \
+FORMAT_SRC = $(wildcard include/*.h lib/*.[ch] engine/*.[ch] cli/*.[ch] cmdline/*.[ch] serve/*.[ch] broker/*.[ch] \
 	     runner/*.c sim/*.[ch] \
 	     tests/unit/*.[ch] examples/*.c)
 format:

@@ -68,6 +68,12 @@ void cli_waste_print(const struct cli *cli, const struct cli_look *look,
 #define CLI_SAFE_SIZE 1024
 const char *cli_safe(char *buf, const char *s);
 
+/* Become program (gpuman-serve, gpuman-broker), installed next to gpuman,
+ * with argv (argv[0] is replaced): the servers are programs of their own.
+ * Returns only on failure, reported. */
+int cli_exec_sibling(struct cli *cli, const struct cmd_entry *cmd, const char *program,
+                     char **argv);
+
 /* Human sizes: "812M", "23.9G". */
 char *fmt_mib(char *buf, size_t len, uint64_t mib);
 /* The width tables must fit: $COLUMNS if it is a number, else the

@@ -3,6 +3,7 @@
  * the subcommands (the command line itself: cmdline/cmdline.c).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -163,4 +164,26 @@ int cli_waste(struct cli *cli, const struct cli_look *look, struct waste_opts *o
 	if (rc < 0)
 		cli_error(cli, 0, "out of memory looking for waste");
 	return rc;
+}
+
+int cli_exec_sibling(struct cli *cli, const struct cmd_entry *cmd, const char *program, char **argv)
+{
+	char self[PATH_MAX], path[PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	char *slash;
+
+	/* gpuman --json serve: the --json never reaches the program's argv */
+	if (cli_json_check(cli, cmd) != CLI_CONTINUE)
+		return EXIT_USAGE;
+	if (n < 0)
+		return cli_error(cli, EXIT_FAIL, "cannot find my own program: %s", strerror(errno));
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(path, sizeof path, "%s/%s", self, program);
+	argv[0] = (char *)program;
+	execv(path, argv);
+	return cli_error(cli, EXIT_FAIL, "cannot run '%s': %s (it is installed next to gpuman)",
+	                 path, strerror(errno));
 }

@@ -54,6 +54,9 @@ struct cmd_entry {
 extern const char cmdline_serve_usage[];
 /* Its no_json: what serves the JSON instead. */
 extern const char cmdline_serve_no_json[];
+/* The same for `gpuman daemon` and gpuman-broker (usage_daemon.c). */
+extern const char cmdline_daemon_usage[];
+extern const char cmdline_daemon_no_json[];
 
 /* --json given to a command without JSON output (cmd->no_json): refused
  * with exit 2 and what to use instead; CLI_CONTINUE otherwise.  cli_parse

@@ -2,7 +2,7 @@
  * broker.c - the client side of the lease broker: finding and trusting its
  * socket, asking it for a lease and waiting in its line, and releasing;
  * reading its view of leases and waiters for status is broker_view.c.  The
- * protocol is in broker.h; the broker itself is cli/cmd_daemon.c.
+ * protocol is in broker.h; the broker itself is broker/ (gpuman-broker).
  */
 #include <errno.h>
 #include <jansson.h>

@@ -86,6 +86,8 @@ struct json_t;
  * everyone's).  The broker's state file lives there too (0600). */
 #define BROKER_DIR "/run/gpuman-broker"
 #define BROKER_DEFAULT_SOCKET BROKER_DIR "/gpuman.sock"
+/* Its leases, kept across restarts (gpuman-broker --state). */
+#define BROKER_DEFAULT_STATE BROKER_DIR "/leases.json"
 /* A reading the broker hands out is at most this old: asked after that,
  * it reads the GPUs again (off its event loop) ... */
 #define BROKER_SNAPSHOT_MAX_AGE_MS 500

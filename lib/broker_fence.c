@@ -1,7 +1,7 @@
 /*
  * broker_fence.c - the client side of the broker's kernel fence: a job
  * started stopped is placed in its lease's cgroup before it runs anything
- * (broker.h, "fence"; the broker's side is cli/daemon_fence.c).
+ * (broker.h, "fence"; the broker's side is broker/fence.c).
  */
 #include <errno.h>
 #include <jansson.h>

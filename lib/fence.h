@@ -2,7 +2,7 @@
  * fence.h - placement the kernel enforces: a job's cgroup whose device
  * filter refuses the device nodes of every GPU (and MIG slice) its lease
  * does not hold, and changes nothing else, as Slurm's ConstrainDevices.
- * For the lease broker, which runs as root (cli/daemon_fence.c); the
+ * For the lease broker, which runs as root (broker/fence.c); the
  * client side is broker_fence() in broker.h.
  *
  * Calling sequence: fence_choose() once picks the mechanism the machine

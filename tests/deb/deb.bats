@@ -16,10 +16,11 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 
 @test "four packages, each with its files" {
 	run -0 contents gpuman
-	for f in /usr/bin/gpuman /usr/bin/gpuman-serve /usr/bin/gpuman-runner /usr/bin/gpuman-simload \
+	for f in /usr/bin/gpuman /usr/bin/gpuman-serve /usr/bin/gpuman-broker /usr/bin/gpuman-runner /usr/bin/gpuman-simload \
 		/usr/lib/gpuman/libnvidia-ml.so.1 /usr/share/gpuman/examples/lab-8gpu.json \
 		/usr/share/man/man1/gpuman.1.gz /usr/share/man/man1/gpuman-run.1.gz \
-		/usr/share/man/man1/gpuman-runner.1.gz /usr/share/man/man5/gpuman.conf.5.gz \
+		/usr/share/man/man1/gpuman-runner.1.gz /usr/share/man/man1/gpuman-broker.1.gz \
+		/usr/share/man/man5/gpuman.conf.5.gz \
 		/usr/share/man/man5/gpuman-scenario.5.gz /usr/share/man/man7/gpuman-trust.7.gz \
 		/usr/lib/tmpfiles.d/gpuman.conf \
 		/usr/share/bash-completion/completions/gpuman /usr/share/zsh/vendor-completions/_gpuman \

@@ -16,7 +16,7 @@ sanitized() { ldd "$GM_BUILD/libgpuman.so" | grep -q libasan; }
 @test "make install DESTDIR PREFIX=/usr: the installed gpuman finds its simulator, examples and runner" {
 	d=$BATS_TEST_TMPDIR/root
 	run -0 inst /usr "$d"
-	for f in usr/bin/gpuman usr/bin/gpuman-runner usr/bin/gpuman-simload usr/lib/libgpuman.so.1 \
+	for f in usr/bin/gpuman usr/bin/gpuman-broker usr/bin/gpuman-runner usr/bin/gpuman-simload usr/lib/libgpuman.so.1 \
 		usr/lib/gpuman/libnvidia-ml.so.1 usr/include/gpuman.h usr/lib/pkgconfig/gpuman.pc \
 		usr/lib/python3/dist-packages/gpuman/__init__.py usr/share/gpuman/examples/lab-8gpu.json \
 		usr/share/man/man1/gpuman.1 usr/share/man/man1/gpuman-run.1 usr/share/man/man3/libgpuman.3 \

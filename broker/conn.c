@@ -1,5 +1,5 @@
 /*
- * daemon_conn.c - the broker's connections (cmd_daemon.c): accepting them,
+ * conn.c - the broker's connections (main.c): accepting them,
  * their framed JSON replies and the requests they make (acquire, job,
  * release, view), and dropping the silent ones.  The protocol is in
  * lib/broker.h.
@@ -23,7 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
-#include "cli.h"
+#include "cmdline.h"
 #include "daemon.h"
 
 /* ---- output -------------------------------------------------------------- */

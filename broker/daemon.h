@@ -1,20 +1,19 @@
 /*
- * daemon.h - private to `gpuman daemon`, the lease broker (cmd_daemon.c:
- * its start-up, state file and small helpers; daemon_conn.c: connections and
- * requests; daemon_place.c: the limits and the line): its connections, its
+ * daemon.h - private to `gpuman daemon`, the lease broker (main.c:
+ * its start-up, state file and small helpers; conn.c: connections and
+ * requests; place.c: the limits and the line): its connections, its
  * leases, the daemon itself and the functions its files share.
  */
-#ifndef GM_CLI_DAEMON_H
-#define GM_CLI_DAEMON_H
+#ifndef GM_BROKER_DAEMON_H
+#define GM_BROKER_DAEMON_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
 #include <sys/types.h>
 #include "gpuman-internal.h"
-#include "cli.h"
+#include "cmdline.h"
 
-#define DEFAULT_STATE "/run/gpuman-broker/leases.json"
 /* A connection must say what it wants this soon (a stalled or silent
  * client is dropped, never waited for). */
 #define FIRST_MESSAGE_MS 5000
@@ -160,7 +159,7 @@ struct blease {
 	size_t record_len;
 };
 
-/* max_gpu_hours: what a user's ended leases held today (daemon_hours.c). */
+/* max_gpu_hours: what a user's ended leases held today (hours.c). */
 struct hours_use {
 	unsigned uid;
 	int64_t day_ms;  /* local midnight that began the day */
@@ -193,7 +192,7 @@ struct daemon {
 	int cfg_read;
 	struct hours_use *hours; /* the ledger of max_gpu_hours */
 	size_t hours_count;
-	struct daemon_reader *reader; /* the NVML session (daemon_snapshot.c) */
+	struct daemon_reader *reader; /* the NVML session (snapshot.c) */
 	/* users seen, by uid (open addressing; never shrinks: uids are few) */
 	struct user_slot *users;
 	size_t users_cap, users_used;
@@ -259,7 +258,7 @@ void daemon_lease_free(struct blease *l);
 
 void daemon_lease_end(struct daemon *d, struct blease *l);
 
-/* ---- daemon_hours.c: max_gpu_hours -------------------------------------- */
+/* ---- hours.c: max_gpu_hours -------------------------------------- */
 
 int64_t daemon_day_start(int64_t at_ms); /* local midnight before at_ms */
 /* Add what l held today to its user's ledger (as it ends). */
@@ -307,7 +306,7 @@ void conn_readable(struct daemon *d, struct conn *c);
 /* Connections that have not said what they want in time are dropped. */
 int64_t daemon_drop_silent(struct daemon *d);
 
-/* ---- daemon_snapshot.c: the machine's one NVML session ------------------ */
+/* ---- snapshot.c: the machine's one NVML session ------------------ */
 
 /*
  * NVML is opened and read by a reader thread, never on the event loop: a
@@ -328,7 +327,7 @@ int64_t daemon_reader_due(struct daemon *d);
 void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg);
 /* c is closing: it waits for no reading any more. */
 void daemon_snapshot_forget(struct daemon *d, struct conn *c);
-/* ---- daemon_fence.c: the kernel fence of each lease's job ---------------- */
+/* ---- fence.c: the kernel fence of each lease's job ---------------- */
 
 void daemon_fence_init(void);                                           /* at start-up */
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */

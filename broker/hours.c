@@ -1,5 +1,5 @@
 /*
- * daemon_hours.c - max_gpu_hours (gpuman.conf): the broker's ledger of the
+ * hours.c - max_gpu_hours (gpuman.conf): the broker's ledger of the
  * GPU-time each user's leases held today.
  *
  * A day is local midnight to midnight.  A user's use today is what their
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 #include "gpuman-internal.h"
-#include "cli.h"
+#include "cmdline.h"
 #include "daemon.h"
 
 int64_t daemon_day_start(int64_t at_ms)

@@ -1,5 +1,5 @@
 /*
- * daemon_snapshot.c - the broker's NVML session: the one NVML session of
+ * snapshot.c - the broker's NVML session: the one NVML session of
  * the machine, which answers every client's snapshot (the "snapshot" op of
  * lib/broker.h) and the broker's own placement.
  *
@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
-#include "cli.h"
+#include "cmdline.h"
 #include "daemon.h"
 
 /* How long placement waits for a reading in flight (see above). */
@@ -223,7 +223,7 @@ void daemon_reader_stop(struct daemon *d)
 	free(r);
 }
 
-/* Placement's reading (daemon_place.c, on_acquire): see the file's head. */
+/* Placement's reading (place.c, on_acquire): see the file's head. */
 struct gm_snapshot *daemon_snapshot(struct daemon *d, int fresh)
 {
 	struct daemon_reader *r = d->reader;

@@ -1,5 +1,5 @@
 /*
- * daemon_place.c - the broker's placement (cmd_daemon.c): the admin's
+ * place.c - the broker's placement (main.c): the admin's
  * limits, a fresh snapshot, and serving its line of waiters by the rules
  * of lib/line.c, which the daemonless registry applies too.
  */
@@ -22,7 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
-#include "cli.h"
+#include "cmdline.h"
 #include "daemon.h"
 
 /* ---- the admin's limits ------------------------------------------------- */

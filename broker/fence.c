@@ -1,5 +1,5 @@
 /*
- * daemon_fence.c - the broker's kernel fence (issue 21): each job started
+ * fence.c - the broker's kernel fence (issue 21): each job started
  * under a lease is placed, before its first instruction, in a cgroup of
  * its own whose device filter refuses every GPU node its lease does not
  * hold (lib/fence.h), and when the lease ends whatever is left in that
@@ -30,7 +30,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
-#include "cli.h"
+#include "cmdline.h"
 #include "daemon.h"
 
 static struct fence fence;
@@ -314,7 +314,7 @@ static int held_otherwise(const struct daemon *d, const struct blease *l, unsign
 static void end_strays(struct daemon *d, const struct blease *l)
 {
 	/* The reader's last reading: NVML is never called on the event loop
-	 * (daemon_snapshot.c), and while anybody waits it is at most
+	 * (snapshot.c), and while anybody waits it is at most
 	 * RECHECK_MS old. */
 	const struct gm_snapshot *snap = d->snap;
 

@@ -1,0 +1,820 @@
+/*
+ * main.c - gpuman-broker, which `gpuman daemon` becomes: the lease broker
+ * of a machine shared by several users (the protocol is in lib/broker.h).
+ *
+ * Started by root (contrib/gpuman.socket and gpuman.service), it is the one
+ * arbiter that users cannot touch: the line and the leases live in its
+ * memory, callers are known by the kernel's word (SO_PEERCRED), and a lease
+ * is its connection, inherited by the job, so it ends when the last process
+ * holding it closes it.  Placement is lib/policy.c on a fresh snapshot, the
+ * same functions the daemonless registry calls.  One thread, epoll: an idle
+ * waiter costs a socket and nothing else; a release hands its GPUs to the
+ * next in line in the same loop turn.
+ *
+ * Leases are written to a state file owned by root after every change; a
+ * broker that is killed and started again keeps the leases whose job (or,
+ * without one, holder) still lives, watching it with a pidfd, and accepts
+ * their release from a new connection with the lease's token.
+ *
+ * A reservation (gpuman reserve) is a lease that no connection holds: it
+ * ends at its expires_ms, checked on the loop's timer, or when its user (or
+ * root) releases it by id.  The admin's gpuman.conf binds every grant here
+ * through lib/caps.c, the functions the daemonless registry calls: a
+ * waiter over its max_gpus holds nothing back and is not served, GPUs kept
+ * out or kept for a group are never candidates for others, and a
+ * reservation longer than max_reserve is refused.  The file is read again
+ * when it changes.
+ *
+ * This file: start-up, the state file and small helpers; conn.c the
+ * connections and their requests; place.c the admin's limits and
+ * serving the line; daemon.h what they share.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include "gpuman-internal.h"
+#include "cmdline.h"
+#include "daemon.h"
+#include "protocol.h"
+
+static volatile sig_atomic_t stopping;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+void daemon_say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("gpuman daemon: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void daemon_user_name(unsigned uid, char *out, size_t len)
+{
+	struct passwd pw, *res = NULL;
+	char buf[1024];
+
+	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
+		str_copy(out, len, pw.pw_name);
+	else
+		snprintf(out, len, "%u", uid);
+}
+
+static struct user_slot *slot_find(const struct daemon *d, unsigned uid)
+{
+	size_t mask = d->users_cap - 1, i;
+
+	if (!d->users_cap)
+		return NULL;
+	for (i = (uid * 2654435761u) & mask;; i = (i + 1) & mask) {
+		struct user_slot *s = &d->users[i];
+
+		if (!s->used)
+			return NULL;
+		if (s->uid == uid)
+			return s;
+	}
+}
+
+struct user_slot *daemon_user(struct daemon *d, unsigned uid)
+{
+	struct user_slot *s = slot_find(d, uid);
+	size_t mask, i;
+
+	if (s)
+		return s;
+	if ((d->users_used + 1) * 2 > d->users_cap) {
+		/* Grow: rehash every slot into a table twice the size. */
+		size_t cap = d->users_cap ? d->users_cap * 2 : 64;
+		struct user_slot *old = d->users, *grown = calloc(cap, sizeof *grown);
+		size_t old_cap = d->users_cap;
+
+		if (!grown)
+			return NULL;
+		d->users = grown;
+		d->users_cap = cap;
+		for (size_t k = 0; k < old_cap; k++) {
+			if (!old[k].used)
+				continue;
+			for (i = (old[k].uid * 2654435761u) & (cap - 1); grown[i].used;
+			     i = (i + 1) & (cap - 1))
+				;
+			grown[i] = old[k];
+		}
+		free(old);
+	}
+	mask = d->users_cap - 1;
+	for (i = (uid * 2654435761u) & mask; d->users[i].used; i = (i + 1) & mask)
+		;
+	s = &d->users[i];
+	memset(s, 0, sizeof *s);
+	s->used = 1;
+	s->uid = uid;
+	daemon_user_name(uid, s->name, sizeof s->name);
+	d->users_used++;
+	return s;
+}
+
+const char *daemon_user_cached(struct daemon *d, unsigned uid)
+{
+	struct user_slot *s = daemon_user(d, uid);
+
+	return s ? s->name : "?";
+}
+
+void shared_text_put(struct shared_text *t)
+{
+	if (t && --t->refs == 0)
+		free(t);
+}
+
+/* The start time of a process (clock ticks since boot, field 22 of
+ * /proc/PID/stat): with the pid, it names one process even after the pid
+ * is reused.  0 when it does not exist. */
+uint64_t daemon_proc_start(int pid)
+{
+	char buf[1024];
+	const char *p = proctree_stat(pid, buf, sizeof buf);
+
+	/* p is at the state, field 3; the start time is field 22 */
+	for (int field = 3; p && field < 22; field++)
+		if ((p = strchr(p, ' ')))
+			p++;
+	return p ? strtoull(p, NULL, 10) : 0;
+}
+
+/* The real uid of a process, or -1. */
+long daemon_proc_uid(int pid)
+{
+	char path[64], line[256];
+	long uid = -1;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (!strncmp(line, "Uid:", 4)) {
+			uid = strtol(line + 4, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return uid;
+}
+
+void daemon_proc_command(int pid, char *out, size_t len)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd >= 0 ? read(fd, out, len - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0) {
+		str_copy(out, len, "?");
+		return;
+	}
+	while (n > 0 && out[n - 1] == '\0')
+		n--;
+	for (ssize_t i = 0; i < n; i++)
+		if (out[i] == '\0')
+			out[i] = ' ';
+	out[n] = '\0';
+}
+
+void daemon_random_hex(char *buf, size_t bytes)
+{
+	unsigned char r[32];
+
+	if (bytes > sizeof r)
+		bytes = sizeof r;
+	if (getrandom(r, bytes, 0) != (ssize_t)bytes)
+		for (size_t i = 0; i < bytes; i++)
+			r[i] = (unsigned char)(now_ms() >> (i % 8)) ^ (unsigned char)rand();
+	for (size_t i = 0; i < bytes; i++)
+		sprintf(buf + 2 * i, "%02x", r[i]);
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int pidfd_open_(int pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* ---- leases ------------------------------------------------------------- */
+
+json_t *daemon_lease_json(const struct blease *l, int secret)
+{
+	struct lease_info li = {0};
+	json_t *o;
+
+	/* The one lease record (record.h), plus what only the broker keeps. */
+	str_copy(li.id, sizeof li.id, l->id);
+	li.uid = l->uid;
+	str_copy(li.user, sizeof li.user, l->user);
+	li.pid = l->pid;
+	li.job_pid = l->job_pid ? l->job_pid : l->pid;
+	str_copy(li.command, sizeof li.command, l->command);
+	li.start_ms = l->start_ms;
+	li.exclusive = l->exclusive;
+	li.share_mib = l->share_mib;
+	li.gpu_count = l->n;
+	li.uuids = l->uuids;
+	li.indices = l->indices;
+	li.migs = l->migs;
+	li.reservation = l->reservation;
+	li.expires_ms = l->expires_ms;
+	o = record_lease_json(&li);
+	if (o && secret) {
+		json_object_set_new(o, "token", json_string(l->token));
+		json_object_set_new(o, "pid_start", json_integer((json_int_t)l->pid_start));
+		json_object_set_new(o, "job_start", json_integer((json_int_t)l->job_start));
+	}
+	return o;
+}
+
+/* A lease's line in the state file, made once: the file is the records
+ * joined, so writing it costs a copy of its bytes, not a JSON encoding of
+ * every lease on every change. */
+static const char *lease_record(struct blease *l)
+{
+	if (!l->record) {
+		json_t *o = daemon_lease_json(l, 1);
+
+		l->record = json_dumps(o, JSON_COMPACT);
+		l->record_len = l->record ? strlen(l->record) : 0;
+		json_decref(o);
+	}
+	return l->record;
+}
+
+/* Write every lease to the state file (a new file, synced, renamed into
+ * place: a broker killed mid-write, or a machine that loses power, leaves
+ * the previous one). */
+void daemon_persist(struct daemon *d)
+{
+	char tmp[PATH_MAX + 8];
+	json_t *doc = json_object();
+	char *hours, *text = NULL;
+	size_t len = 0, cap;
+	int fd, ok = 0;
+
+	d->changed = 0;
+	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
+	hours = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	cap = 64 + (hours ? strlen(hours) : 0);
+	for (struct blease *l = d->leases; l; l = l->next)
+		cap += (lease_record(l) ? l->record_len : 0) + 1;
+	text = hours ? malloc(cap) : NULL;
+	if (text) {
+		/* {"gpu_hours":[...],"leases":[r1,r2,...]} */
+		len = strlen(hours) - 1;
+		memcpy(text, hours, len);
+		len += (size_t)sprintf(text + len, ",\"leases\":[");
+		for (struct blease *l = d->leases; l; l = l->next) {
+			if (!l->record)
+				continue;
+			memcpy(text + len, l->record, l->record_len);
+			len += l->record_len;
+			text[len++] = l->next ? ',' : ']';
+		}
+		if (text[len - 1] == '[')
+			text[len++] = ']';
+		text[len++] = '}';
+	}
+	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (text && fd >= 0 && write_all(fd, text, len) == 0 && fdatasync(fd) == 0 &&
+	    rename(tmp, d->state_path) == 0)
+		ok = 1;
+	if (!ok)
+		daemon_say(
+		    "cannot write the state file '%s': %s (leases would not survive a restart)",
+		    d->state_path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	free(hours);
+}
+
+void daemon_lease_free(struct blease *l)
+{
+	free(l->record);
+	free(l->indices);
+	free(l->uuids);
+	free(l->migs);
+	free(l);
+}
+
+void daemon_lease_end(struct daemon *d, struct blease *l)
+{
+	daemon_fence_end(d, l); /* nothing of its job outlives it */
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		d->leases = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	if (l->pidfd >= 0) {
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->pidfd, NULL);
+		close(l->pidfd);
+		l->pidfd = -1;
+	}
+	if (l->conn)
+		l->conn->lease = NULL;
+	daemon_hours_charge(d, l);
+	{
+		struct user_slot *u = daemon_user(d, l->uid);
+
+		if (u) {
+			u->gpus -= (unsigned)l->n;
+			u->reservations -= l->reservation ? 1 : 0;
+		}
+	}
+	d->reservation_count -= l->reservation ? 1 : 0;
+	d->gen++;
+	d->lease_count--;
+	d->dirty = d->changed = 1;
+	l->ended = 1;
+	l->grave = d->ended_leases;
+	d->ended_leases = l;
+}
+
+void daemon_lease_add(struct daemon *d, struct blease *l)
+{
+	l->prev = NULL;
+	l->next = d->leases;
+	if (d->leases)
+		d->leases->prev = l;
+	d->leases = l;
+	d->lease_count++;
+	d->changed = 1;
+	{
+		struct user_slot *u = daemon_user(d, l->uid);
+
+		if (u) {
+			u->gpus += (unsigned)l->n;
+			u->reservations += l->reservation ? 1 : 0;
+		}
+	}
+	d->reservation_count += l->reservation ? 1 : 0;
+	d->gen++;
+	daemon_fence_sessions(d, l->uid, NULL); /* her sessions may open it now */
+}
+
+/* ---- start-up ------------------------------------------------------------- */
+
+static int check_state_dir(const char *path)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	char *slash;
+
+	str_copy(dir, sizeof dir, path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		str_copy(dir, sizeof dir, ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
+		*slash = '\0';
+	/* 0755: the default state directory is the socket's too (the file
+	 * itself is 0600) */
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		daemon_say("cannot create '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		daemon_say(
+		    "the state directory '%s' must be a directory of yours that nobody else can "
+		    "write (the leases in it are trusted)",
+		    dir);
+		return -1;
+	}
+	return 0;
+}
+
+/* Leases of the broker that ran before: kept while the process they were
+ * tied to lives. */
+static void restore(struct daemon *d)
+{
+	json_t *doc = json_load_file(d->state_path, 0, NULL), *arr, *o;
+	size_t i, kept = 0, ended = 0;
+
+	if (!doc)
+		return;
+	daemon_hours_restore(d, json_object_get(doc, "gpu_hours"));
+	arr = json_object_get(doc, "leases");
+	json_array_foreach(arr, i, o)
+	{
+		struct blease *l = calloc(1, sizeof *l);
+		struct lease_info li;
+		int watch;
+		uint64_t start;
+
+		if (!l || record_lease_parse(o, &li) < 0) {
+			free(l);
+			break;
+		}
+		l->kind = EV_PIDFD;
+		l->pidfd = -1;
+		str_copy(l->id, sizeof l->id, li.id);
+		str_copy(l->token, sizeof l->token,
+		         json_string_value(json_object_get(o, "token")) ?: "");
+		l->uid = li.uid;
+		str_copy(l->user, sizeof l->user, li.user);
+		l->pid = li.pid;
+		l->pid_start = (uint64_t)json_integer_value(json_object_get(o, "pid_start"));
+		l->job_start = (uint64_t)json_integer_value(json_object_get(o, "job_start"));
+		l->job_pid = l->job_start ? li.job_pid : 0;
+		str_copy(l->command, sizeof l->command, li.command);
+		l->start_ms = li.start_ms;
+		l->exclusive = li.exclusive;
+		l->share_mib = li.share_mib;
+		l->n = li.gpu_count;
+		l->indices = li.indices;
+		l->uuids = li.uuids;
+		l->migs = li.migs;
+		if (li.reservation) {
+			/* Held by nobody: kept until it expires. */
+			l->reservation = 1;
+			l->expires_ms = li.expires_ms;
+			if (l->expires_ms <= now_ms()) {
+				daemon_lease_free(l);
+				ended++;
+				continue;
+			}
+			daemon_lease_add(d, l);
+			kept++;
+			continue;
+		}
+		/* The job, if it was started; else whoever asked. */
+		watch = l->job_pid ? l->job_pid : l->pid;
+		start = l->job_pid ? l->job_start : l->pid_start;
+		if (watch > 0 && start && daemon_proc_start(watch) == start)
+			l->pidfd = pidfd_open_(watch);
+		/* Opened after the check: the process may have ended between. */
+		if (l->pidfd < 0 || daemon_proc_start(watch) != start) {
+			if (l->pidfd >= 0)
+				close(l->pidfd);
+			daemon_lease_free(l);
+			ended++;
+			continue;
+		}
+		{
+			struct epoll_event ev = {EPOLLIN, {.ptr = l}};
+
+			epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->pidfd, &ev);
+		}
+		daemon_lease_add(d, l);
+		kept++;
+	}
+	json_decref(doc);
+	if (kept || ended)
+		daemon_say("restored %zu lease%s of the broker before me (%zu ended meanwhile)",
+		           kept, kept == 1 ? "" : "s", ended);
+	daemon_persist(d);
+}
+
+/* The default socket's directory: root's, and writable by root alone, as
+ * clients check (broker_wanted); made if missing. */
+static int check_socket_dir(void)
+{
+	struct stat st;
+
+	if (mkdir(BROKER_DIR, 0755) < 0 && errno != EEXIST) {
+		daemon_say("cannot create '%s': %s", BROKER_DIR, strerror(errno));
+		return -1;
+	}
+	if (lstat(BROKER_DIR, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		daemon_say("'%s' must be a directory of root's that nobody else can write (clients "
+		           "trust the socket in it)",
+		           BROKER_DIR);
+		return -1;
+	}
+	if ((st.st_mode & 0555) != 0555 && chmod(BROKER_DIR, 0755) < 0) {
+		daemon_say("cannot open '%s' to clients: %s", BROKER_DIR, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* systemd's socket activation, else our own socket at path (which
+ * bound_path then names, to be removed as the broker stops). */
+static int listen_on(const char *path, char *bound_path, size_t bound_len)
+{
+	const char *lpid = getenv("LISTEN_PID"), *lfds = getenv("LISTEN_FDS");
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd;
+
+	if (lpid && lfds && atol(lpid) == (long)getpid() && atoi(lfds) >= 1) {
+		fd = 3;
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+		unsetenv("LISTEN_PID");
+		unsetenv("LISTEN_FDS");
+		unsetenv("LISTEN_FDNAMES");
+		return fd;
+	}
+	if (strlen(path) >= sizeof sa.sun_path) {
+		daemon_say("socket path '%s' is too long", path);
+		return -1;
+	}
+	if (broker_is_default(path) && check_socket_dir() < 0)
+		return -1;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (lstat(path, &st) == 0) {
+		int probe;
+
+		if (!S_ISSOCK(st.st_mode)) {
+			daemon_say("'%s' exists and is not a socket; remove it", path);
+			return -1;
+		}
+		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
+			close(probe);
+			daemon_say("another broker already serves '%s'", path);
+			return -1;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(path); /* a dead broker's */
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0666) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0) {
+		daemon_say("cannot listen on '%s': %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	str_copy(bound_path, bound_len, path);
+	return fd;
+}
+
+/* A broker that stops removes the socket it made: a client then finds no
+ * socket rather than one nobody serves (and for this machine's default
+ * path, broker_connect says what to do). */
+static void unbind(const char *path)
+{
+	struct stat st;
+
+	/* listen_on made it, and no second broker starts while we serve */
+	if (path[0] && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(path);
+}
+
+/* For cli_parse: --help prints the usage gpuman's table shows. */
+static const struct cmd_entry daemon_entry = {"daemon", NULL, cmdline_daemon_usage, NULL,
+                                              cmdline_daemon_no_json};
+
+struct daemon_args {
+	const char *socket_path;
+	const char *state_path;
+};
+
+enum { OPT_SOCKET = OPT_CMD_BASE, OPT_STATE };
+
+static int daemon_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	struct daemon_args *a = data;
+
+	(void)cli;
+	if (opt == OPT_SOCKET)
+		a->socket_path = arg;
+	else if (opt == OPT_STATE)
+		a->state_path = arg;
+	else
+		return -1;
+	return CLI_CONTINUE;
+}
+
+static int daemon_run(struct cli *cli, int argc, char **argv)
+{
+	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
+	                                         {"socket", required_argument, NULL, OPT_SOCKET},
+	                                         {"state", required_argument, NULL, OPT_STATE},
+	                                         {NULL, 0, NULL, 0}};
+	struct daemon_args args = {BROKER_DEFAULT_SOCKET, BROKER_DEFAULT_STATE};
+	struct daemon *d;
+	struct sigaction sa;
+	struct rlimit rl;
+	int rc, status = EXIT_FAIL;
+
+	rc = cli_parse(cli, &daemon_entry, argc, argv, "", longopts, daemon_option, &args);
+	if (rc != CLI_CONTINUE)
+		return rc;
+	if (optind < argc)
+		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	d = calloc(1, sizeof *d);
+	if (!d)
+		return cli_error(cli, EXIT_FAIL, "out of memory");
+	d->epfd = -1;
+	d->listener.fd = -1;
+	d->listener.kind = EV_LISTEN;
+	d->state_path = args.state_path;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	/* A hand-off waits on us: answer soon after a release wakes us. */
+	protocol_sched_short(NULL);
+	/* One descriptor per waiter and lease. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	daemon_conn_limits(d);
+	if (check_state_dir(d->state_path) < 0)
+		goto done;
+	if (daemon_config_fresh(d) < 0)
+		goto done;
+	daemon_fence_init();
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->epfd < 0)
+		goto done;
+	/* The machine's NVML session, on a thread of its own. */
+	if (daemon_reader_start(d) < 0)
+		goto done;
+	restore(d);
+	d->listener.fd = listen_on(args.socket_path, d->bound_path, sizeof d->bound_path);
+	if (d->listener.fd < 0)
+		goto done;
+	{
+		struct epoll_event ev = {EPOLLIN, {.ptr = &d->listener}};
+
+		epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listener.fd, &ev);
+	}
+	daemon_say("serving '%s' (state in '%s', %zu lease%s; caps: %zu connections a user, %zu "
+	           "in all, %d reservations a user, %d in all)",
+	           args.socket_path, d->state_path, d->lease_count, d->lease_count == 1 ? "" : "s",
+	           d->max_conns_per_user, d->max_conns, MAX_RESERVATIONS_PER_USER,
+	           MAX_RESERVATIONS);
+	while (!stopping) {
+		struct epoll_event evs[256];
+		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
+		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
+		int timeout = -1, n, recheck = 0;
+
+		if (d->line_head)
+			until = d->snap_at + RECHECK_MS;
+		if (next_silent >= 0 && (until < 0 || next_silent < until))
+			until = next_silent;
+		if (next_reading >= 0 && (until < 0 || next_reading < until))
+			until = next_reading;
+		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
+		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
+			until = now + (next_expiry - now_ms());
+		if (until >= 0)
+			timeout = until > now ? (int)(until - now) : 0;
+		n = epoll_wait(d->epfd, evs, (int)ARRAY_SIZE(evs), timeout);
+		if (n < 0 && errno != EINTR)
+			break;
+		d->turn++;
+		for (int i = 0; i < n; i++) {
+			enum ev_kind *kind = evs[i].data.ptr;
+
+			if (*kind == EV_LISTEN) {
+				daemon_accept_all(d);
+			} else if (*kind == EV_READER) {
+				daemon_reader_ready(d);
+			} else if (*kind == EV_PIDFD) {
+				struct blease *l = (struct blease *)kind;
+
+				/* A restored lease's process ended. */
+				if (!l->ended)
+					daemon_lease_end(d, l);
+			} else {
+				struct conn *c = (struct conn *)kind;
+				struct user_slot *u = daemon_user(d, c->uid);
+
+				if (c->dead)
+					continue;
+				/* Each user's share of a turn: the rest of its
+				 * events are reported again next turn, behind
+				 * other users' (epoll requeues them at the end). */
+				if (u && u->turn != d->turn) {
+					u->turn = d->turn;
+					u->events = 0;
+				}
+				if (u && u->events++ >= EVENTS_PER_USER)
+					continue;
+				if (evs[i].events & EPOLLOUT)
+					conn_flush(d, c);
+				if (!c->dead &&
+				    (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+					conn_readable(d, c);
+			}
+		}
+		daemon_expire(d);
+		if (d->line_head && monotonic_ms() - d->snap_at >= RECHECK_MS)
+			recheck = 1;
+		if (d->dirty || recheck)
+			daemon_serve_line(d, recheck);
+		if (d->changed)
+			daemon_persist(d);
+		daemon_bury(d);
+	}
+	status = EXIT_OK;
+	daemon_say("stopping; %zu lease%s kept in '%s' for the next start", d->lease_count,
+	           d->lease_count == 1 ? "" : "s", d->state_path);
+done:
+	if (d->epfd >= 0 && d->listener.fd >= 0)
+		daemon_persist(d);
+	while (d->conns) {
+		/* Closing would end their leases in the state file: the next
+		 * broker restores them instead. */
+		struct conn *c = d->conns;
+
+		d->conns = c->next;
+		close(c->fd);
+		conn_free(c);
+	}
+	daemon_bury(d);
+	while (d->leases) {
+		struct blease *l = d->leases;
+
+		d->leases = l->next;
+		if (l->pidfd >= 0)
+			close(l->pidfd);
+		daemon_lease_free(l);
+	}
+	if (d->listener.fd >= 0) {
+		unbind(d->bound_path);
+		close(d->listener.fd);
+	}
+	shared_text_put(d->view);
+	free(d->users);
+	if (d->epfd >= 0)
+		close(d->epfd);
+	daemon_reader_stop(d);
+	gm_snapshot_free(d->snap);
+	if (d->cfg_read)
+		config_release(&d->cfg);
+	free(d->hours);
+	free(d);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = {0};
+	int rc;
+
+	cli.cmd = "daemon";
+	cli.req = gm_request_new();
+	if (!cli.req)
+		return cli_error(&cli, EXIT_FAIL, "out of memory");
+	rc = daemon_run(&cli, argc, argv);
+	gm_request_free(cli.req);
+	return rc;
+}
