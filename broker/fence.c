@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
@@ -87,6 +88,65 @@ static int proc_all_uids(int pid, unsigned uid)
 		}
 	fclose(file);
 	return ok;
+}
+
+/* A process's parent and its pid in its own (innermost) pid namespace, from
+ * /proc/PID/status.  0, or -1 when it is gone. */
+static int proc_ns_ids(int pid, int *ppid, int *ns_pid)
+{
+	char path[64], line[256];
+	FILE *file;
+
+	snprintf(path, sizeof path, "/proc/%d/status", pid);
+	file = fopen(path, "re");
+	if (!file)
+		return -1;
+	*ppid = *ns_pid = 0;
+	while (fgets(line, sizeof line, file)) {
+		if (!strncmp(line, "PPid:", 5))
+			*ppid = atoi(line + 5);
+		else if (!strncmp(line, "NSpid:", 6)) {
+			char *last = strrchr(line, '\t');
+
+			*ns_pid = atoi(last ? last : line + 6);
+		}
+	}
+	fclose(file);
+	return 0;
+}
+
+/*
+ * The pid, as the broker numbers it, of the process that the client (the
+ * peer, whose pid the kernel gave) names pid: the same number where both
+ * share a pid namespace; inside a container's, the peer itself or one of
+ * its children whose pid there is that number (a job waits as the child of
+ * its supervisor).  0 when no such process is found: a pid from another
+ * namespace must never name a process of the broker's that happens to
+ * bear the number.
+ */
+static int pid_here(int peer, int pid)
+{
+	struct stat mine, theirs;
+	char path[64];
+	int ppid, ns_pid, found = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof path, "/proc/%d/ns/pid", peer);
+	if (stat("/proc/self/ns/pid", &mine) < 0 || stat(path, &theirs) < 0 ||
+	    (mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev))
+		return pid;
+	if (proc_ns_ids(peer, &ppid, &ns_pid) == 0 && ns_pid == pid)
+		return peer;
+	dir = opendir("/proc");
+	for (struct dirent *e; dir && !found && (e = readdir(dir));) {
+		int q = atoi(e->d_name);
+
+		if (q > 0 && proc_ns_ids(q, &ppid, &ns_pid) == 0 && ppid == peer && ns_pid == pid)
+			found = q;
+	}
+	if (dir)
+		closedir(dir);
+	return found;
 }
 
 /* Add what l holds to g (arrays with room for every GPU of every lease). */
@@ -209,7 +269,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	struct keeper *k = NULL;
 	char why[300] = "", err[300] = "";
 	uint64_t start;
-	int pidfd = -1;
+	int pidfd = -1, asked;
 
 	if (!l) {
 		daemon_refuse(d, c, GM_ERR_INVALID,
@@ -226,12 +286,15 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		daemon_refuse(d, c, GM_ERR_INVALID, "malformed fence request", NULL);
 		return;
 	}
+	/* A client in a container names the pid as its namespace numbers it. */
+	asked = pid;
+	pid = pid_here(c->pid, pid);
 	/* Held from the check to the move: the pid cannot be reused by
 	 * another process meanwhile without our seeing that it ended. */
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	start = daemon_proc_start(pid);
 	if (pidfd < 0 || !start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
-		snprintf(why, sizeof why, "pid %d is not a process of yours", pid);
+		snprintf(why, sizeof why, "pid %d is not a process of yours", asked);
 		goto refused;
 	}
 	if (rule_for(d, l, 0, NULL, &rule, NULL, err, sizeof err) < 0) {

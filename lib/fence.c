@@ -718,6 +718,19 @@ static int find_mount(int v2, char *out, size_t len)
 	return found;
 }
 
+/* The folder of the jobs' cgroups under the hierarchy: GPUMAN_FENCE_CGROUP
+ * (one plain name), else "gpuman".  Two brokers on one machine (the test
+ * suites run side by side) must not sweep each other's cgroups. */
+static const char *cgroup_name(void)
+{
+	const char *name = getenv("GPUMAN_FENCE_CGROUP");
+
+	if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+	    strlen(name) > 64)
+		return "gpuman";
+	return name;
+}
+
 /* Can the mechanism work here?  A probe cgroup with an empty rule. */
 static int probe(struct fence *f, const struct fence_ops *ops, int v2, char *err, size_t len)
 {
@@ -730,7 +743,7 @@ static int probe(struct fence *f, const struct fence_ops *ops, int v2, char *err
 		           : "no cgroup v1 hierarchy with the devices controller is mounted");
 		return -1;
 	}
-	snprintf(f->root, sizeof f->root, "%s/gpuman", f->mount);
+	snprintf(f->root, sizeof f->root, "%s/%s", f->mount, cgroup_name());
 	if (mkdir(f->root, 0755) < 0 && errno != EEXIST) {
 		gm_fail(GM_ERR_STATE, err, len,
 		        "cannot create '%s': %s (a container without cgroup delegation?)", f->root,

@@ -146,7 +146,7 @@ struct fence_ops {
 struct fence {
 	const struct fence_ops *ops; /* NULL: placement is not enforced */
 	char mount[1024];            /* the hierarchy's mount point */
-	char root[1040];             /* <mount>/gpuman: the jobs' cgroups */
+	char root[1040];             /* <mount>/gpuman (GPUMAN_FENCE_CGROUP): the jobs' cgroups */
 	char why[256];               /* when ops is NULL: why not, for people */
 };
 

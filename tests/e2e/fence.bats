@@ -63,9 +63,10 @@ start_daemon() {
 	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
 }
 
-# The cgroups of leases that are still there (no other test fences jobs).
+# The cgroups of leases that are still there (the suite's own folder:
+# helpers.bash).
 cgroups_left() {
-	ls /sys/fs/cgroup/unified/gpuman /sys/fs/cgroup/devices/gpuman 2>/dev/null |
+	ls "/sys/fs/cgroup/unified/$GPUMAN_FENCE_CGROUP" "/sys/fs/cgroup/devices/$GPUMAN_FENCE_CGROUP" 2>/dev/null |
 		grep -c '^[0-9]*-[0-9]*-[0-9a-f]*$' || true
 }
 
@@ -249,7 +250,7 @@ EOF
 	local shell=$!
 	wait_for '[ "$(gpuman status --json | jq -r ".leases[0].id // empty")" != "" ]'
 	id=$(gpuman status --json | jq -r '.leases[0].id')
-	wait_for "[ -n \"\$(ls /sys/fs/cgroup/*/gpuman/$id/cgroup.procs 2>/dev/null)\" ] && [ -n \"\$(cat /sys/fs/cgroup/*/gpuman/$id/cgroup.procs)\" ]"
+	wait_for "[ -n \"\$(ls /sys/fs/cgroup/*/$GPUMAN_FENCE_CGROUP/$id/cgroup.procs 2>/dev/null)\" ] && [ -n \"\$(cat /sys/fs/cgroup/*/$GPUMAN_FENCE_CGROUP/$id/cgroup.procs)\" ]"
 	run -0 as_user alice gpuman release "$id"
 	rc=0
 	wait "$shell" || rc=$?
@@ -324,7 +325,7 @@ EOF2
 	[ "$output" = "released nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
 	# a session of root is not fenced
 	PAM_TYPE=open_session PAM_USER=root gpuman pam-session
-	! grep -q "gpuman/session" /proc/$$/cgroup
+	! grep -q "$GPUMAN_FENCE_CGROUP/session" /proc/$$/cgroup
 }
 
 @test "fence sessions v2: a login session opens no GPU until its user holds a lease, then only that lease's; another user's lease changes nothing for her" {

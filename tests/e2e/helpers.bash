@@ -21,6 +21,10 @@ gm_setup() {
 	# The daemonless registry, even on a machine whose broker (gpuman
 	# daemon) serves /run/gpuman/gpuman.sock; broker.bats starts its own.
 	export GPUMAN_BROKER=off
+	# A root broker a test starts fences its jobs: in a cgroup folder of
+	# this suite's own, so that the suites make check runs side by side
+	# (plain and ASan) never sweep or count each other's.
+	export GPUMAN_FENCE_CGROUP="gpuman-test-${BATS_RUN_TMPDIR##*/}"
 	mkdir -p "$GPUMAN_SIM_STATE"
 }
 
