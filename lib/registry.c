@@ -306,10 +306,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	int need_tree = 0;
 
 	memset(a, 0, sizeof *a);
-	rc = registry_read_upto(reg, &a->view, mine, err, len);
-	if (rc != GM_OK)
-		return rc;
-	drop_within(&a->view);
+	/* NVML first: its GPUs bound how much of the line matters. */
 	if (given) {
 		a->snap = (struct gm_snapshot *)given;
 		a->snap_given = 1;
@@ -318,6 +315,11 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 		if (rc != GM_OK)
 			return rc;
 	}
+	rc = registry_read_scoped(reg, &a->view, &(struct registry_scope){mine, a->snap, 0}, err,
+	                          len);
+	if (rc != GM_OK)
+		return rc;
+	drop_within(&a->view);
 	ngpu = a->snap->gpu_count;
 	if (pick_env_init(&a->env, a->snap) < 0)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
@@ -419,7 +421,7 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 {
 	struct attempt a;
 	char ticket[128] = "";
-	struct waiting w = {ctx->cancel_fd, reg, ticket, {0}, -1, 0};
+	struct waiting w = WAITING_INIT(ctx->cancel_fd, reg, ticket);
 	int ticket_fd = -1, locked = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
@@ -494,6 +496,8 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
 		}
 	}
 done:
+	/* Our child waiting behind another ticket shares our ticket's lock. */
+	registry_waiting_release(&w);
 	if (ticket_fd >= 0) {
 		char path[PATH_MAX + 130];
 
@@ -503,9 +507,6 @@ done:
 	}
 	if (locked)
 		registry_unlock(reg);
-	if (w.ifd >= 0)
-		close(w.ifd);
-	registry_ahead_release(&w.ah);
 	attempt_release(&a);
 	return rc;
 }

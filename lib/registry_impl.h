@@ -53,6 +53,8 @@ struct ahead {
 	size_t count;
 	char (*names)[128];
 	uint64_t *blocks;  /* bit i: that waiter may take my candidate i */
+	int *pids;         /* each one's holder */
+	unsigned *uids;    /* and its user */
 	size_t mine_count; /* my candidates (at most 64 tracked) */
 };
 
@@ -64,7 +66,21 @@ struct waiting {
 	struct ahead ah;
 	int ifd;        /* inotify on the registry; -1 until we have room */
 	int no_inotify; /* the per-user inotify limit is reached: poll */
+	/* Waiting behind the nearest waiter that blocks us: a child blocked
+	 * in flock on its ticket, whose end (a closed pipe) says it left. */
+	pid_t behind_pid;  /* -1: none */
+	int behind_fd;     /* the pipe's read end, -1: none */
+	char behind[128];  /* the ticket it waits on */
+	int behind_holder; /* that ticket's holder and its user */
+	unsigned behind_uid;
 };
+#define WAITING_INIT(cancel, reg, mine)                                                            \
+	{                                                                                          \
+		(cancel), (reg), (mine), {0}, -1, 0, -1, -1, "", 0, 0                              \
+	}
+
+/* Free what a waiter holds between attempts: its inotify, its child. */
+void registry_waiting_release(struct waiting *w);
 
 /* Names of the few users whose leases a reader meets, remembered: every
  * read of the registry names each lease's owner, and getpwuid_r reads
@@ -92,6 +108,27 @@ int registry_starts_with(const char *s, const char *prefix);
  */
 enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
                                char *err, size_t len);
+
+/*
+ * How much of the line a read needs.  Tickets sorting after upto are not
+ * read (NULL: none).  cover: read the line from its head only until the
+ * uncapped waiters read hold back every GPU of this snapshot (an attempt:
+ * the rest cannot change its outcome).  nearest: read it from upto (our
+ * own ticket) backwards, only until those read hold back every GPU our
+ * ticket may take (a waiter deciding whom to wait behind).  Either way a
+ * hand-off reads what the head of the line holds, however long the line.
+ */
+struct registry_scope {
+	const char *upto;
+	const struct gm_snapshot *cover;
+	int nearest;
+};
+enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *view,
+                                 const struct registry_scope *scope, char *err, size_t len);
+
+/* Is the holder of a ticket (pid of user uid, in our pid namespace) still
+ * running -- neither gone nor stopped? */
+int registry_holder_runs(int pid, unsigned uid);
 
 /* A waiter that its own user's cap keeps waiting holds nothing back from
  * the users behind it: first come, first served within what each may have. */

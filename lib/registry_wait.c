@@ -43,6 +43,8 @@ void registry_ahead_release(struct ahead *ah)
 {
 	free(ah->names);
 	free(ah->blocks);
+	free(ah->pids);
+	free(ah->uids);
 	memset(ah, 0, sizeof *ah);
 }
 
@@ -57,8 +59,12 @@ static void ahead_build(struct ahead *ah, const struct registry *reg,
 			me = &view->waiters[w];
 	ah->names = calloc(view->waiter_count + 1, sizeof *ah->names);
 	ah->blocks = calloc(view->waiter_count + 1, sizeof *ah->blocks);
-	if (!ah->names || !ah->blocks || !me)
+	ah->pids = calloc(view->waiter_count + 1, sizeof *ah->pids);
+	ah->uids = calloc(view->waiter_count + 1, sizeof *ah->uids);
+	if (!ah->names || !ah->blocks || !ah->pids || !ah->uids || !me) {
+		registry_ahead_release(ah); /* no blocks: we have room, and look */
 		return;
+	}
 	ah->mine_count = me->cand_count < 64 ? me->cand_count : 64;
 	for (size_t w = 0; w < view->waiter_count; w++) {
 		const struct waiter_info *wi = &view->waiters[w];
@@ -74,6 +80,8 @@ static void ahead_build(struct ahead *ah, const struct registry *reg,
 				if (!strcmp(me->cand[i], wi->cand[c]))
 					mask |= 1ull << i;
 		snprintf(ah->names[ah->count], sizeof ah->names[0], "%s", wi->name);
+		ah->pids[ah->count] = wi->pid;
+		ah->uids[ah->count] = wi->uid;
 		ah->blocks[ah->count++] = mask;
 	}
 }
@@ -87,6 +95,8 @@ static void ahead_forget(struct ahead *ah, const char *name)
 			        (ah->count - i) * sizeof ah->names[0]);
 			memmove(&ah->blocks[i], &ah->blocks[i + 1],
 			        (ah->count - i) * sizeof ah->blocks[0]);
+			memmove(&ah->pids[i], &ah->pids[i + 1], (ah->count - i) * sizeof ah->pids[0]);
+			memmove(&ah->uids[i], &ah->uids[i + 1], (ah->count - i) * sizeof ah->uids[0]);
 			return;
 		}
 }
@@ -118,44 +128,61 @@ int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
  * room re-checks this often. */
 #define POLL_FALLBACK_MS 50
 
+/*
+ * Only the nearest waiters ahead matter: read the line backwards from our
+ * ticket until those read hold back every GPU we may take.  In a line of
+ * 500 behind one GPU that is one ticket, not 499.
+ */
 void registry_ahead_refresh(struct waiting *w)
 {
+	struct registry_scope scope = {w->mine, NULL, 1};
 	struct registry_view view;
 
-	if (registry_read_upto(w->reg, &view, w->mine, NULL, 0) == GM_OK) {
+	if (registry_read_scoped(w->reg, &view, &scope, NULL, 0) == GM_OK) {
 		ahead_build(&w->ah, w->reg, &view, w->mine);
 		registry_view_release(&view);
 	}
 }
 
-/*
- * Earlier waiters hold every GPU we could use: sleep until the nearest of
- * them leaves (served or dead), by blocking on its ticket's lock -- in a
- * small child, so that the wait can time out and be interrupted.  The child
- * dies with us.  No polling and no inotify instance per queued request.
- */
-static void wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
+/* Stop waiting behind a ticket: the child goes, with its pipe. */
+static void behind_stop(struct waiting *w)
+{
+	if (w->behind_pid > 0) {
+		kill(w->behind_pid, SIGKILL);
+		waitpid(w->behind_pid, NULL, 0);
+	}
+	if (w->behind_fd >= 0)
+		close(w->behind_fd);
+	w->behind_pid = -1;
+	w->behind_fd = -1;
+	w->behind[0] = '\0';
+}
+
+void registry_waiting_release(struct waiting *w)
+{
+	behind_stop(w);
+	if (w->ifd >= 0)
+		close(w->ifd);
+	w->ifd = -1;
+	registry_ahead_release(&w->ah);
+}
+
+/* Start a small child blocked on the ticket's lock, which ends when the
+ * ticket's holder leaves the line (served, gone or killed): 0, or -1 when
+ * the ticket is gone already or no child could be made. */
+static int behind_start(struct waiting *w, size_t i)
 {
 	char path[PATH_MAX + 130];
-	const char *blocker = NULL;
-	int64_t now = monotonic_ms(), until = now + RECHECK_MS;
 	pid_t parent = getpid(), pid;
 	int fd, p[2];
 
-	for (size_t i = w->ah.count; i-- > 0;)
-		if (w->ah.blocks[i]) {
-			blocker = w->ah.names[i];
-			break;
-		}
-	if (!blocker)
-		return;
-	snprintf(path, sizeof path, "%s/%s", w->reg->dir, blocker);
+	snprintf(path, sizeof path, "%s/%s", w->reg->dir, w->ah.names[i]);
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return; /* already gone */
+		return -1; /* already gone */
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		close(fd);
-		return;
+		return -1;
 	}
 	pid = fork();
 	if (pid == 0) {
@@ -167,21 +194,67 @@ static void wait_behind(struct waiting *w, int64_t deadline, const struct acquir
 	}
 	close(p[1]);
 	close(fd);
+	if (pid < 0) {
+		close(p[0]);
+		return -1;
+	}
+	w->behind_pid = pid;
+	w->behind_fd = p[0];
+	str_copy(w->behind, sizeof w->behind, w->ah.names[i]);
+	w->behind_holder = w->ah.pids[i];
+	w->behind_uid = w->ah.uids[i];
+	return 0;
+}
+
+/*
+ * Earlier waiters hold every GPU we could use: sleep until the nearest of
+ * them leaves, by a child blocked on its ticket's lock (so that the wait
+ * can time out and be interrupted), kept from one call to the next while
+ * that waiter is still the one we wait behind: an idle line forks nothing
+ * and reads nothing.  Returns 1 when the line ahead may have changed (that
+ * waiter left, or it no longer runs: stopped, it holds nothing back), 0
+ * after RECHECK_MS with nothing changed, or when cancelled or past the
+ * deadline (the caller looks).
+ */
+static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
+{
+	int64_t now = monotonic_ms(), until = now + RECHECK_MS;
+	size_t i = w->ah.count;
+
+	while (i-- > 0 && !w->ah.blocks[i])
+		;
+	if (i == (size_t)-1)
+		return 1;
+	if (w->behind_pid > 0 && strcmp(w->behind, w->ah.names[i]))
+		behind_stop(w);
+	if (w->behind_pid <= 0 && behind_start(w, i) < 0) {
+		/* Gone already, or no child to be had: look again shortly. */
+		struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
+
+		poll(&pfd, w->cancel_fd >= 0 ? 1 : 0, POLL_FALLBACK_MS);
+		return 1;
+	}
 	if (deadline >= 0 && deadline < until)
 		until = deadline;
-	while (pid > 0 && now < until && !registry_cancelled(w, opts)) {
-		struct pollfd pfd[2] = {{p[0], POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
+	while (now < until && !registry_cancelled(w, opts)) {
+		struct pollfd pfd[2] = {{w->behind_fd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
 		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
 
-		if ((n > 0 && pfd[0].revents) || (n < 0 && errno != EINTR))
-			break;
+		if (n > 0 && pfd[0].revents) {
+			behind_stop(w);
+			return 1;
+		}
+		if (n < 0 && errno != EINTR)
+			return 1;
 		now = monotonic_ms();
 	}
-	if (pid > 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-	}
-	close(p[0]);
+	if (registry_cancelled(w, opts) || (deadline >= 0 && now >= deadline))
+		return 0;
+	/* A stopped waiter keeps its lock but holds nothing back; one whose
+	 * user's cap now keeps it waiting neither (caps only: otherwise that
+	 * cannot change while it waits). */
+	return !registry_holder_runs(w->behind_holder, w->behind_uid) ||
+	       config_max_gpus(&w->reg->cfg, w->behind_uid, NULL, 0) != 0;
 }
 
 /*
@@ -208,10 +281,11 @@ enum gm_err registry_wait_for_change(struct waiting *w, int64_t deadline,
 		if (deadline >= 0 && now >= deadline)
 			return GM_ERR_TIMEOUT;
 		if (!ahead_leaves_room(&w->ah)) {
-			wait_behind(w, deadline, opts);
-			registry_ahead_refresh(w);
+			if (wait_behind(w, deadline, opts))
+				registry_ahead_refresh(w);
 			continue;
 		}
+		behind_stop(w);
 		if (w->ifd < 0 && !w->no_inotify) {
 			/* Watch first, then try: no release can slip between. */
 			w->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
