@@ -114,8 +114,9 @@ enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view,
  * read (NULL: none).  cover: read the line from its head only until the
  * uncapped waiters read hold back every GPU of this snapshot (an attempt:
  * the rest cannot change its outcome).  nearest: read it from upto (our
- * own ticket) backwards, only until those read hold back every GPU our
- * ticket may take (a waiter deciding whom to wait behind).  Either way a
+ * own ticket) backwards, only until those read, the nearest one that
+ * may take our GPUs left out, hold back every GPU our ticket may take (a
+ * waiter deciding whom to wait behind).  Either way a
  * hand-off reads what the head of the line holds, however long the line.
  */
 struct registry_scope {

@@ -564,6 +564,16 @@ static int cover_init(struct cover *c, size_t count)
 	return c->uuids && c->held ? 0 : -1;
 }
 
+/* May wi take any of the GPUs in question? */
+static int cover_overlaps(const struct cover *c, const struct waiter_info *wi)
+{
+	for (size_t k = 0; k < wi->cand_count; k++)
+		for (size_t g = 0; g < c->count; g++)
+			if (!strcmp(c->uuids[g], wi->cand[k]))
+				return 1;
+	return 0;
+}
+
 /* wi holds back its candidates: are all the GPUs held back now? */
 static int cover_add(struct cover *c, const struct waiter_info *wi)
 {
@@ -590,7 +600,7 @@ static enum gm_err read_tickets(struct registry *reg, int dirfd, char (*names)[1
 	const struct gm_snapshot *snap = scope ? scope->cover : NULL;
 	struct cover c = {NULL, NULL, 0, 0};
 	enum gm_err rc = GM_OK;
-	int covering = 0;
+	int covering = 0, passed_nearest = 0;
 
 	if (count > 1)
 		qsort(names, count, sizeof *names, name_cmp);
@@ -626,8 +636,20 @@ static enum gm_err read_tickets(struct registry *reg, int dirfd, char (*names)[1
 		}
 		/* Its own user's cap keeps it waiting: it holds nothing back
 		 * (the caller, which reads no more leases, judges alike). */
-		if (covering && !registry_waiter_capped(reg, view, wi))
-			cover_add(&c, wi);
+		if (!covering || registry_waiter_capped(reg, view, wi))
+			continue;
+		/* Backwards, the nearest waiter that may take our GPUs does not
+		 * count: those beyond it must hold them back without it, so that
+		 * the caller can wait behind one of them, and a stop of the
+		 * nearest (which then holds nothing back) cannot leave it
+		 * waiting for nothing. */
+		if (nearest && !passed_nearest) {
+			if (cover_overlaps(&c, wi)) {
+				passed_nearest = 1;
+				continue;
+			}
+		}
+		cover_add(&c, wi);
 	}
 	free(c.uuids);
 	free(c.held);

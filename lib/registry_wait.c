@@ -207,24 +207,41 @@ static int behind_start(struct waiting *w, size_t i)
 }
 
 /*
- * Earlier waiters hold every GPU we could use: sleep until the nearest of
- * them leaves, by a child blocked on its ticket's lock (so that the wait
- * can time out and be interrupted), kept from one call to the next while
- * that waiter is still the one we wait behind: an idle line forks nothing
- * and reads nothing.  Returns 1 when the line ahead may have changed (that
- * waiter left, or it no longer runs: stopped, it holds nothing back), 0
- * after RECHECK_MS with nothing changed, or when cancelled or past the
- * deadline (the caller looks).
+ * Earlier waiters hold every GPU we could use: sleep, by a child blocked on
+ * a ticket's lock (so that the wait can time out and be interrupted), until
+ * that waiter leaves.  The child is kept from one call to the next while
+ * it waits on the same ticket, so an idle line forks and reads nothing.
+ *
+ * Which ticket: where a waiter beyond the nearest blocker holds back all
+ * our GPUs by itself, that one -- until it leaves nothing can let us in,
+ * whatever the nearest does -- and nothing is polled: only the waiters
+ * next to the head of the line ever wake.  Otherwise the nearest, checked
+ * every RECHECK_MS: a stopped waiter (Ctrl-Z) keeps its lock but holds
+ * nothing back.  Where an admin's cap applies to the user of the waiter
+ * waited on, it may come to hold nothing back without leaving: also
+ * checked every RECHECK_MS.
+ *
+ * Returns 1 when the line ahead may have changed (look again), 0 after
+ * RECHECK_MS with nothing changed, or when cancelled or past the deadline
+ * (the caller looks).
  */
 static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
 {
-	int64_t now = monotonic_ms(), until = now + RECHECK_MS;
-	size_t i = w->ah.count;
+	uint64_t all = w->ah.mine_count >= 64 ? ~0ull : (1ull << w->ah.mine_count) - 1;
+	int64_t now = monotonic_ms(), until = -1;
+	size_t i = w->ah.count, far;
+	int poll_it;
 
 	while (i-- > 0 && !w->ah.blocks[i])
 		;
 	if (i == (size_t)-1)
 		return 1;
+	for (far = i; far-- > 0;)
+		if ((w->ah.blocks[far] & all) == all)
+			break;
+	poll_it = far == (size_t)-1;
+	if (!poll_it)
+		i = far;
 	if (w->behind_pid > 0 && strcmp(w->behind, w->ah.names[i]))
 		behind_stop(w);
 	if (w->behind_pid <= 0 && behind_start(w, i) < 0) {
@@ -234,11 +251,14 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 		poll(&pfd, w->cancel_fd >= 0 ? 1 : 0, POLL_FALLBACK_MS);
 		return 1;
 	}
-	if (deadline >= 0 && deadline < until)
+	poll_it |= config_max_gpus(&w->reg->cfg, w->behind_uid, NULL, 0) != 0;
+	if (poll_it)
+		until = now + RECHECK_MS;
+	if (deadline >= 0 && (until < 0 || deadline < until))
 		until = deadline;
-	while (now < until && !registry_cancelled(w, opts)) {
+	while ((until < 0 || now < until) && !registry_cancelled(w, opts)) {
 		struct pollfd pfd[2] = {{w->behind_fd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
-		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
+		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, until < 0 ? -1 : (int)(until - now));
 
 		if (n > 0 && pfd[0].revents) {
 			behind_stop(w);
@@ -250,9 +270,6 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 	}
 	if (registry_cancelled(w, opts) || (deadline >= 0 && now >= deadline))
 		return 0;
-	/* A stopped waiter keeps its lock but holds nothing back; one whose
-	 * user's cap now keeps it waiting neither (caps only: otherwise that
-	 * cannot change while it waits). */
 	return !registry_holder_runs(w->behind_holder, w->behind_uid) ||
 	       config_max_gpus(&w->reg->cfg, w->behind_uid, NULL, 0) != 0;
 }
