@@ -59,7 +59,9 @@ static int read_live_file(int dirfd, const char *name, char **text, struct stat 
 	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))
 		goto done;
 	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
-		unlinkat(dirfd, name, 0); /* EPERM for others' files: leave them */
+		/* The sticky directory lets only its owner and root remove it. */
+		if (st->st_uid == geteuid() || geteuid() == 0)
+			unlinkat(dirfd, name, 0);
 		goto done;
 	}
 	buf = malloc(MAX_FILE_BYTES + 1);
@@ -429,11 +431,11 @@ static void clean_tmp(int dirfd, const char *name)
 /*
  * One user may create as many files as the file system has inodes (the
  * directory is everyone's), and opening, locking and closing each one
- * costs several system calls.  Past this many lease and ticket names, a
- * reader believes only those whose inode the kernel lists as flock'd: a
+ * costs several system calls.  Past this many lease and ticket files
+ * opened in one read, a reader believes only those whose inode the kernel lists as flock'd: a
  * dead file then costs its name in the listing and nothing more.
  */
-#define FLOOD_NAMES 1024
+#define FLOOD_OPENS 256
 /* /proc/locks shows every lock only to a reader in the initial pid
  * namespace (its inode is fixed); elsewhere a live lease's lock may be
  * missing from it, and each file is opened as usual. */
@@ -443,7 +445,7 @@ static void clean_tmp(int dirfd, const char *name)
 
 /* The inodes of one file system that someone holds an flock on. */
 struct flocked {
-	int state; /* 0 not loaded, 1 loaded, -1 cannot tell (open each file) */
+	int state;     /* 0 not loaded, 1 loaded, -1 cannot tell (open each file) */
 	ino_t *inodes; /* sorted */
 	size_t count;
 };
@@ -476,7 +478,8 @@ static void flocked_load(struct flocked *fl, dev_t dev)
 		    strcmp(kind, "FLOCK") || maj != major(dev) || min != minor(dev))
 			continue;
 		if (fl->count == cap) {
-			ino_t *grown = realloc(fl->inodes, (cap = cap ? cap * 2 : 256) * sizeof *grown);
+			ino_t *grown =
+			    realloc(fl->inodes, (cap = cap ? cap * 2 : 256) * sizeof *grown);
 
 			if (!grown) {
 				fclose(f);
@@ -544,9 +547,14 @@ static int read_ticket(int dirfd, const char *name, struct registry_view *view)
 	return rc < 0 ? -1 : rc == 0;
 }
 
+struct ticket_name {
+	char name[128];
+	ino_t ino;
+};
+
 static int name_cmp(const void *a, const void *b)
 {
-	return strcmp(a, b);
+	return strcmp(((const struct ticket_name *)a)->name, ((const struct ticket_name *)b)->name);
 }
 
 /* GPUs that the waiters read so far hold back, until all of them are. */
@@ -593,8 +601,10 @@ static int cover_add(struct cover *c, const struct waiter_info *wi)
  * the line changes nothing -- so a hand-off reads what the head of the
  * line holds, however long the line.
  */
-static enum gm_err read_tickets(struct registry *reg, int dirfd, char (*names)[128], size_t count,
-                                const struct registry_scope *scope, struct registry_view *view)
+static enum gm_err read_tickets(struct registry *reg, int dirfd, struct ticket_name *names,
+                                size_t count, const struct registry_scope *scope,
+                                struct registry_view *view, struct flocked *fl, dev_t dev,
+                                size_t *opens)
 {
 	int nearest = scope && scope->nearest;
 	const struct gm_snapshot *snap = scope ? scope->cover : NULL;
@@ -614,8 +624,13 @@ static enum gm_err read_tickets(struct registry *reg, int dirfd, char (*names)[1
 	for (size_t k = 0; k < count && !(covering && c.left == 0); k++) {
 		size_t i = nearest ? count - 1 - k : k;
 		const struct waiter_info *wi;
-		int got = read_ticket(dirfd, names[i], view);
+		int got;
 
+		if (++*opens > FLOOD_OPENS && !fl->state)
+			flocked_load(fl, dev);
+		if (flocked_unheld(fl, names[i].ino))
+			continue;
+		got = read_ticket(dirfd, names[i].name, view);
 		if (got < 0) {
 			rc = GM_ERR_NOMEM;
 			break;
@@ -623,7 +638,7 @@ static enum gm_err read_tickets(struct registry *reg, int dirfd, char (*names)[1
 		if (!got)
 			continue;
 		wi = &view->waiters[view->waiter_count - 1];
-		if (nearest && k == 0 && scope->upto && !strcmp(wi->name, scope->upto)) {
+		if (nearest && scope->upto && !strcmp(wi->name, scope->upto)) {
 			/* Our own ticket: the GPUs in question are ours. */
 			if (cover_init(&c, wi->cand_count) < 0) {
 				rc = GM_ERR_NOMEM;
@@ -665,8 +680,8 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 {
 	const char *upto = scope ? scope->upto : NULL;
 	struct flocked fl = {0, NULL, 0};
-	char(*tickets)[128] = NULL;
-	size_t nt = 0, cap = 0, names = 0, tmps = 0;
+	struct ticket_name *tickets = NULL;
+	size_t nt = 0, cap = 0, opens = 0, tmps = 0;
 	struct dirent *de;
 	struct stat dst;
 	enum gm_err rc = GM_OK;
@@ -713,19 +728,18 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 		}
 		if ((!is_lease && !is_wait) || (is_wait && upto && strcmp(name, upto) > 0))
 			continue;
-		if (++names > FLOOD_NAMES && !fl.state)
-			flocked_load(&fl, dst.st_dev);
-		if (flocked_unheld(&fl, de->d_ino))
-			continue;
 		if (is_lease) {
-			if (read_lease(dirfd(d), name, view) < 0)
+			if (++opens > FLOOD_OPENS && !fl.state)
+				flocked_load(&fl, dst.st_dev);
+			if (!flocked_unheld(&fl, de->d_ino) && read_lease(dirfd(d), name, view) < 0)
 				rc = GM_ERR_NOMEM;
 			continue;
 		}
-		if (strlen(name) >= sizeof *tickets)
+		if (strlen(name) >= sizeof tickets->name)
 			continue; /* no name of ours is this long */
 		if (nt == cap) {
-			char(*grown)[128] = realloc(tickets, (cap = cap ? cap * 2 : 64) * sizeof *grown);
+			struct ticket_name *grown =
+			    realloc(tickets, (cap = cap ? cap * 2 : 64) * sizeof *grown);
 
 			if (!grown) {
 				rc = GM_ERR_NOMEM;
@@ -733,12 +747,13 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 			}
 			tickets = grown;
 		}
-		memcpy(tickets[nt++], name, strlen(name) + 1);
+		memcpy(tickets[nt].name, name, strlen(name) + 1);
+		tickets[nt++].ino = de->d_ino;
 	}
 	/* The leases first: whether a waiter's cap keeps it waiting depends
 	 * on what its user holds. */
 	if (rc == GM_OK)
-		rc = read_tickets(reg, dirfd(d), tickets, nt, scope, view);
+		rc = read_tickets(reg, dirfd(d), tickets, nt, scope, view, &fl, dst.st_dev, &opens);
 	closedir(d);
 	free(tickets);
 	free(fl.inodes);

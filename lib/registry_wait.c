@@ -95,8 +95,10 @@ static void ahead_forget(struct ahead *ah, const char *name)
 			        (ah->count - i) * sizeof ah->names[0]);
 			memmove(&ah->blocks[i], &ah->blocks[i + 1],
 			        (ah->count - i) * sizeof ah->blocks[0]);
-			memmove(&ah->pids[i], &ah->pids[i + 1], (ah->count - i) * sizeof ah->pids[0]);
-			memmove(&ah->uids[i], &ah->uids[i + 1], (ah->count - i) * sizeof ah->uids[0]);
+			memmove(&ah->pids[i], &ah->pids[i + 1],
+			        (ah->count - i) * sizeof ah->pids[0]);
+			memmove(&ah->uids[i], &ah->uids[i + 1],
+			        (ah->count - i) * sizeof ah->uids[0]);
 			return;
 		}
 }
