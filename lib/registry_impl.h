@@ -66,17 +66,18 @@ struct waiting {
 	struct ahead ah;
 	int ifd;        /* inotify on the registry; -1 until we have room */
 	int no_inotify; /* the per-user inotify limit is reached: poll */
-	/* Waiting behind the nearest waiter that blocks us: a child blocked
-	 * in flock on its ticket, whose end (a closed pipe) says it left. */
-	pid_t behind_pid;  /* -1: none */
-	int behind_fd;     /* the pipe's read end, -1: none */
-	char behind[128];  /* the ticket it waits on */
-	int behind_holder; /* that ticket's holder and its user */
-	unsigned behind_uid;
+	/* Waiting behind the waiters ahead that block us (at most two): a
+	 * child each, blocked in flock on its ticket, which writes to a pipe
+	 * when that waiter leaves the line. */
+	pid_t behind_pid[2];  /* -1: none */
+	char behind[2][128];  /* the tickets they wait on */
+	int behind_holder[2]; /* those tickets' holders and their users */
+	unsigned behind_uid[2];
+	int behind_fd; /* the pipe's read end, -1: none */
 };
 #define WAITING_INIT(cancel, reg, mine)                                                            \
 	{                                                                                          \
-		(cancel), (reg), (mine), {0}, -1, 0, -1, -1, "", 0, 0                              \
+		(cancel), (reg), (mine), {0}, -1, 0, {-1, -1}, {"", ""}, {0, 0}, {0, 0}, -1        \
 	}
 
 /* Free what a waiter holds between attempts: its inotify, its child. */

@@ -146,18 +146,20 @@ void registry_ahead_refresh(struct waiting *w)
 	}
 }
 
-/* Stop waiting behind a ticket: the child goes, with its pipe. */
+/* Stop waiting behind the tickets: the children go, with their pipe. */
 static void behind_stop(struct waiting *w)
 {
-	if (w->behind_pid > 0) {
-		kill(w->behind_pid, SIGKILL);
-		waitpid(w->behind_pid, NULL, 0);
+	for (size_t k = 0; k < 2; k++) {
+		if (w->behind_pid[k] > 0) {
+			kill(w->behind_pid[k], SIGKILL);
+			waitpid(w->behind_pid[k], NULL, 0);
+		}
+		w->behind_pid[k] = -1;
+		w->behind[k][0] = '\0';
 	}
 	if (w->behind_fd >= 0)
 		close(w->behind_fd);
-	w->behind_pid = -1;
 	w->behind_fd = -1;
-	w->behind[0] = '\0';
 }
 
 void registry_waiting_release(struct waiting *w)
@@ -169,98 +171,117 @@ void registry_waiting_release(struct waiting *w)
 	registry_ahead_release(&w->ah);
 }
 
-/* Start a small child blocked on the ticket's lock, which ends when the
- * ticket's holder leaves the line (served, gone or killed): 0, or -1 when
- * the ticket is gone already or no child could be made. */
-static int behind_start(struct waiting *w, size_t i)
+/* Start a small child blocked on the lock of ticket i (of w->ah) that
+ * writes to the pipe when the ticket's holder leaves the line (served,
+ * gone or killed), as slot k: 0, or -1 when the ticket is gone already or
+ * no child could be made. */
+static int behind_start(struct waiting *w, size_t k, size_t i, int wfd)
 {
 	char path[PATH_MAX + 130];
 	pid_t parent = getpid(), pid;
-	int fd, p[2];
+	int fd;
 
 	snprintf(path, sizeof path, "%s/%s", w->reg->dir, w->ah.names[i]);
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1; /* already gone */
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		close(fd);
-		return -1;
-	}
 	pid = fork();
 	if (pid == 0) {
 		/* Only system calls here: the parent may be multi-threaded. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() == parent)
-			flock(fd, LOCK_SH);
+		if (getppid() == parent && flock(fd, LOCK_SH) == 0 && write(wfd, "", 1) < 0)
+			_exit(1);
 		_exit(0);
 	}
-	close(p[1]);
 	close(fd);
-	if (pid < 0) {
-		close(p[0]);
+	if (pid < 0)
 		return -1;
-	}
-	w->behind_pid = pid;
-	w->behind_fd = p[0];
-	str_copy(w->behind, sizeof w->behind, w->ah.names[i]);
-	w->behind_holder = w->ah.pids[i];
-	w->behind_uid = w->ah.uids[i];
+	w->behind_pid[k] = pid;
+	str_copy(w->behind[k], sizeof w->behind[k], w->ah.names[i]);
+	w->behind_holder[k] = w->ah.pids[i];
+	w->behind_uid[k] = w->ah.uids[i];
 	return 0;
 }
 
+/* Whether the waiter behind[k] still runs and cannot come to hold nothing
+ * back without leaving (an admin's cap on its user could). */
+static int behind_holds(const struct waiting *w, size_t k)
+{
+	return w->behind_pid[k] <= 0 ||
+	       (registry_holder_runs(w->behind_holder[k], w->behind_uid[k]) &&
+	        !config_max_gpus(&w->reg->cfg, w->behind_uid[k], NULL, 0));
+}
+
 /*
- * Earlier waiters hold every GPU we could use: sleep, by a child blocked on
- * a ticket's lock (so that the wait can time out and be interrupted), until
- * that waiter leaves.  The child is kept from one call to the next while
- * it waits on the same ticket, so an idle line forks and reads nothing.
+ * A waiter blocked by two waiters ahead that each hold back all its GPUs
+ * looks at them this seldom: either may stop (Ctrl-Z), and then holds
+ * nothing back, but the other still does and wakes us when it leaves --
+ * only both stopped keep us waiting for nothing, this long at most.
+ */
+#define RECHECK_PAIR_MS 10000
+
+/*
+ * Earlier waiters hold every GPU we could use: sleep, by children blocked
+ * on their tickets' locks (so that the wait can time out and be
+ * interrupted), until one of them leaves.  The children are kept from one
+ * call to the next while they wait on the same tickets, so an idle line
+ * forks and reads nothing.
  *
- * Which ticket: where a waiter beyond the nearest blocker holds back all
- * our GPUs by itself, that one -- until it leaves nothing can let us in,
- * whatever the nearest does -- and nothing is polled: only the waiters
- * next to the head of the line ever wake.  Otherwise the nearest, checked
- * every RECHECK_MS: a stopped waiter (Ctrl-Z) keeps its lock but holds
- * nothing back.  Where an admin's cap applies to the user of the waiter
- * waited on, it may come to hold nothing back without leaving: also
- * checked every RECHECK_MS.
+ * Whom: the nearest waiter that blocks us, and beyond it the nearest that
+ * holds back all our GPUs by itself.  Both of them leave before we can
+ * get anything, and they are served in line order, so only the two
+ * waiters behind the head of the line wake when it moves.  Where each of
+ * the two holds back all our GPUs, a stop of one changes nothing until the
+ * other leaves: they are looked at every RECHECK_PAIR_MS.  Otherwise the
+ * nearest is looked at every RECHECK_MS: stopped, it holds nothing back.
  *
- * Returns 1 when the line ahead may have changed (look again), 0 after
- * RECHECK_MS with nothing changed, or when cancelled or past the deadline
+ * Returns 1 when the line ahead may have changed (look again), 0 after a
+ * look that found nothing changed, or when cancelled or past the deadline
  * (the caller looks).
  */
 static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
 {
 	uint64_t all = w->ah.mine_count >= 64 ? ~0ull : (1ull << w->ah.mine_count) - 1;
-	int64_t now = monotonic_ms(), until = -1;
-	size_t i = w->ah.count, far;
-	int poll_it;
+	int64_t now = monotonic_ms(), until;
+	size_t near = w->ah.count, far, want[2];
+	int p[2] = {-1, -1}, pair;
 
-	while (i-- > 0 && !w->ah.blocks[i])
+	while (near-- > 0 && !w->ah.blocks[near])
 		;
-	if (i == (size_t)-1)
+	if (near == (size_t)-1)
 		return 1;
-	for (far = i; far-- > 0;)
+	for (far = near; far-- > 0;)
 		if ((w->ah.blocks[far] & all) == all)
 			break;
-	poll_it = far == (size_t)-1;
-	if (!poll_it)
-		i = far;
-	if (w->behind_pid > 0 && strcmp(w->behind, w->ah.names[i]))
-		behind_stop(w);
-	if (w->behind_pid <= 0 && behind_start(w, i) < 0) {
-		/* Gone already, or no child to be had: look again shortly. */
-		struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
-
-		poll(&pfd, w->cancel_fd >= 0 ? 1 : 0, POLL_FALLBACK_MS);
-		return 1;
+	want[0] = near;
+	want[1] = far;
+	pair = far != (size_t)-1 && (w->ah.blocks[near] & all) == all;
+	/* Any change starts both afresh, on a new pipe that both hold. */
+	for (size_t k = 0; k < 2; k++)
+		if (want[k] == (size_t)-1
+		        ? w->behind_pid[k] > 0
+		        : w->behind_pid[k] <= 0 || strcmp(w->behind[k], w->ah.names[want[k]]))
+			behind_stop(w);
+	if (w->behind_fd < 0) {
+		if (pipe2(p, O_CLOEXEC) < 0)
+			goto no_child;
+		w->behind_fd = p[0];
 	}
-	poll_it |= config_max_gpus(&w->reg->cfg, w->behind_uid, NULL, 0) != 0;
-	if (poll_it)
-		until = now + RECHECK_MS;
-	if (deadline >= 0 && (until < 0 || deadline < until))
+	for (size_t k = 0; k < 2; k++)
+		if (want[k] != (size_t)-1 && w->behind_pid[k] <= 0 &&
+		    behind_start(w, k, want[k], p[1]) < 0) {
+			close(p[1]);
+			behind_stop(w);
+			goto no_child;
+		}
+	if (p[1] >= 0)
+		close(p[1]);
+	until = now + (pair ? RECHECK_PAIR_MS : RECHECK_MS);
+	if (deadline >= 0 && deadline < until)
 		until = deadline;
-	while ((until < 0 || now < until) && !registry_cancelled(w, opts)) {
+	while (now < until && !registry_cancelled(w, opts)) {
 		struct pollfd pfd[2] = {{w->behind_fd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
-		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, until < 0 ? -1 : (int)(until - now));
+		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
 
 		if (n > 0 && pfd[0].revents) {
 			behind_stop(w);
@@ -272,8 +293,15 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 	}
 	if (registry_cancelled(w, opts) || (deadline >= 0 && now >= deadline))
 		return 0;
-	return !registry_holder_runs(w->behind_holder, w->behind_uid) ||
-	       config_max_gpus(&w->reg->cfg, w->behind_uid, NULL, 0) != 0;
+	return !behind_holds(w, 0) || !behind_holds(w, 1);
+no_child:
+	/* Gone already, or no child to be had: look again shortly. */
+	{
+		struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
+
+		poll(&pfd, w->cancel_fd >= 0 ? 1 : 0, POLL_FALLBACK_MS);
+	}
+	return 1;
 }
 
 /*
