@@ -225,7 +225,7 @@ idle() { # idle TRANSPORT
 [ "$1" = broker ] || export GPUMAN_BROKER=off
 holders=
 for i in 1 2 3 4 5 6 7 8; do
-	gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 120 >/dev/null 2>&1 &
+	gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 900 >/dev/null 2>&1 &
 	holders="$holders $!"
 done
 while [ "$(gpuman status --json | jq '.leases | length')" -lt 8 ]; do sleep 0.05; done
@@ -252,7 +252,7 @@ d1=$(cpu_ticks $daemon)
 rss=$(awk '/VmRSS/ {print $2}' /proc/$daemon/status)
 hz=$(getconf CLK_TCK)
 t0=$(ms)
-kill $holders
+kill $holders 2>/dev/null || true
 wait $pids || true
 t1=$(ms)
 awk -v t="$1" -v c=$((c1 - c0)) -v d=$((d1 - d0)) -v hz="$hz" -v n=$runs -v rss="$rss" -v drain=$((t1 - t0)) 'BEGIN {
