@@ -1,30 +1,35 @@
 #!/bin/sh
-# waiters.sh BUILD - the lease broker (gpuman daemon) under a long line, on
-# 8 simulated GPUs (all alike, 16000 MiB; the simulator of GPUMAN_SIM):
+# waiters.sh BUILD - the two lease transports under a long line, on 8
+# simulated GPUs (all alike, 16000 MiB; the simulator of GPUMAN_SIM): the
+# lease broker (gpuman daemon) and the daemonless registry
+# (GPUMAN_BROKER=off), side by side.
 #
-#   burst     500 `gpuman run --wait` launches at once of 0.05 s jobs
+#   burst     N `gpuman run --wait` launches at once of 0.05 s jobs
 #             (gpuman-simload), mixed with 40 queued jobs of another user
 #             (gmtest-bob, when run as root; else of this user) submitted
-#             just before.  Double bookings by the jobs' own --record lines
-#             (target 0); total time as a ratio of the ideal, the summed
-#             job time over 8 GPUs (target <= 1.2x); and where the time
-#             went: launching, waiting for a grant, the jobs themselves;
-#             and the floor: the same jobs by xargs -P 8 with no leases.
-#   idle      500 waiters behind 8 long jobs: their summed CPU, and the
-#             broker's, over 10 s (target < 1 % of one core); then the 8
-#             GPUs freed at once, and how fast the line drains.
+#             just before, for N = 50, 200 and 500, on each transport.
+#             Double bookings by the jobs' own --record lines (target 0);
+#             total time as a ratio of the ideal, the summed job time over
+#             8 GPUs (targets: broker <= 1.2x; registry <= 1.3x at 200,
+#             <= 1.5x at 500); the hand-off cost, the GPU time lost between
+#             one job's end and the next one's start; and the floor: the
+#             same jobs by xargs -P 8 with no leases.
+#   idle      500 waiters behind 8 long jobs, on each transport: their
+#             summed CPU (and the broker's) over 10 s (target < 1 % of one
+#             core); then the 8 GPUs freed at once, and how fast the line
+#             drains.
 #   handoff   one GPU; milliseconds from a release (or a kill -9 of the
 #             holder) to the next waiter holding it (bench/inproc wakeup,
 #             through the broker; target <= 50 ms); then from the end of
 #             another user's job to the start of the next queued job, and
 #             of batch's next task, by the jobs' records.
 #
-# WAITERS_RUNS and WAITERS_QUEUED change the burst's 500 and 40;
-# WAITERS_REGISTRY=1 runs the burst once more on the daemonless registry
-# (GPUMAN_BROKER=off) to compare.  WAITERS_LATENCY=1 gives the simulated
-# GPUs the H200 latency profile (examples/h200-latency.json's "latency":
-# nvmlInit 24 ms measured, per-call costs guessed).  Prints the load average: the numbers
-# mean little on a machine that other work keeps busy.
+# WAITERS_LINES changes the lines' lengths ("50 200 500"), WAITERS_RUNS the
+# idle line's 500, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
+# "registry" runs one only.  WAITERS_LATENCY=1 gives the simulated GPUs
+# the H200 latency profile (examples/h200-latency.json's "latency":
+# nvmlInit 24 ms measured, per-call costs guessed).  Prints the load
+# average: the numbers mean little on a machine that other work keeps busy.
 set -eu
 build=$(cd "${1:?usage: waiters.sh BUILD}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,9 +94,11 @@ as_other() {
 	fi
 }
 ms() { echo $(($(date +%s%N) / 1000000)); }
-cpu_ticks() { # summed utime+stime of the pids given, in clock ticks
+cpu_ticks() { # summed utime+stime of the pids given and their children, in clock ticks
 	for p in "$@"; do
-		[ -r "/proc/$p/stat" ] && sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'
+		for c in $p $(cat /proc/$p/task/*/children 2>/dev/null); do
+			[ -r "/proc/$c/stat" ] && sed 's/.*) //' "/proc/$c/stat" | awk '{print $12 + $13}'
+		done
 	done | awk '{s += $1} END {print s + 0}'
 }
 
@@ -99,14 +106,18 @@ echo "waiters.sh: load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc
 
 # ---- burst ------------------------------------------------------------------
 runs=${WAITERS_RUNS:-500} queued=${WAITERS_QUEUED:-40} secs=0.05
-burst() { # burst LABEL
+lines=${WAITERS_LINES:-50 200 500} transports=${WAITERS_TRANSPORTS:-broker registry}
+: >"$work/summary"
+burst() { # burst TRANSPORT N
+	[ "$1" = broker ] || export GPUMAN_BROKER=off
+	runs=$2
 	: >"$work/rec"
-	mkdir -m 1777 "$work/q$1"
-	as_other mkdir -m 700 "$work/q$1/bob"
+	mkdir -m 1777 "$work/q$1$2"
+	as_other mkdir -m 700 "$work/q$1$2/bob"
 	t0=$(ms)
 	i=0
 	while [ $i -lt $queued ]; do
-		GPUMAN_QUEUE_DIR="$work/q$1/bob" as_other gpuman submit -- gpuman-simload --mem 1G \
+		GPUMAN_QUEUE_DIR="$work/q$1$2/bob" as_other gpuman submit -- gpuman-simload --mem 1G \
 			--util 50 --seconds $secs --record "$work/rec" >/dev/null
 		i=$((i + 1))
 	done
@@ -121,7 +132,7 @@ burst() { # burst LABEL
 	done
 	t2=$(ms)
 	wait $pids || true
-	GPUMAN_QUEUE_DIR="$work/q$1/bob" as_other gpuman wait $(seq $queued) >/dev/null 2>&1 || true
+	GPUMAN_QUEUE_DIR="$work/q$1$2/bob" as_other gpuman wait $(seq $queued) >/dev/null 2>&1 || true
 	t3=$(ms)
 	ran=$(grep -c '^end' "$work/rec" || true)
 	burst_ms=$(($(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec") - t0))
@@ -134,13 +145,13 @@ burst() { # burst LABEL
 		total = last - t0
 		printf "burst (%s): %d run --wait + %d queued jobs of %s, %.2f s each, on 8 GPUs\n", l, n - q, q, who, s
 		printf "  ran %d of %d, double bookings %d (target 0)\n", ran, n, over
-		printf "  total %.2f s, ideal %.2f s: %.2fx ideal (target <= 1.2x)\n", total / 1000, ideal / 1000, total / ideal
+		printf "  total %.2f s, ideal %.2f s: %.2fx ideal\n", total / 1000, ideal / 1000, total / ideal
 		printf "  where: submitting %.2f s, launching the %d runs %.2f s, all done %.2f s after the first launch\n", (t1 - t0) / 1000, n - q, (t2 - t1) / 1000, (t3 - t0) / 1000
 	}'
 	# GPU time lost, by the jobs' records: before each GPU's first job,
 	# between a job's end and the next start on its GPU (the hand-off,
 	# with the next job's start-up), and after its last job.
-	python3 - "$work/rec" "$t0" <<'PY'
+	python3 - "$work/rec" "$t0" "$work/summary" "$1 $2 $over $ran $(((last - t0)))" <<'PY'
 import collections, sys
 t0 = int(sys.argv[2]) * 1000000
 per = collections.defaultdict(list)
@@ -167,12 +178,17 @@ for evs in per.values():
 print("  GPU time: busy %.2f s; lost before the first job %.2f s, between jobs %.2f s "
       "(%.1f ms a hand-off), after the last %.2f s" % (busy / 1e9, head / 1e9, gaps / 1e9,
       gaps / max(ngaps, 1) / 1e6, tail / 1e9))
+with open(sys.argv[3], "a") as out:
+    out.write("%s %.1f\n" % (sys.argv[4], gaps / max(ngaps, 1) / 1e6))
 PY
+	unset GPUMAN_BROKER
+	export GPUMAN_BROKER="$work/gpuman.sock"
 }
 # The floor: the same jobs with no gpuman and no leases, xargs -P 8 with a
 # GPU pinned to each of its 8 slots (a sh per job sets it) -- what launching
 # 540 processes costs on this machine, whatever arbitrates.
-floor() {
+floor() { # floor N
+	runs=$1
 	: >"$work/rec"
 	t0=$(ms)
 	seq $((runs + queued)) | xargs -P 8 --process-slot-var=SLOT -n 1 sh -c \
@@ -182,21 +198,40 @@ floor() {
 	echo $((last - t0))
 }
 start_daemon
-burst broker
-floor_ms=$(floor)
-awk -v f="$floor_ms" -v n=$((runs + queued)) -v s=$secs -v g="$burst_ms" 'BEGIN {
-	ideal = n * s / 8 * 1000
-	printf "floor: the same %d jobs by xargs -P 8, no leases, a GPU per slot: %.2f s = %.2fx ideal\n", n, f / 1000, f / ideal
-	printf "  the broker burst took %.2fx the floor\n", g / f
-}'
-if [ "${WAITERS_REGISTRY:-0}" = 1 ]; then
-	GPUMAN_BROKER=off burst registry
-fi
+for n in $lines; do
+	for t in $transports; do
+		burst "$t" "$n"
+	done
+	f=$(floor "$n")
+	echo "floor $n $f" >>"$work/summary"
+	awk -v f="$f" -v n=$((n + queued)) -v s=$secs 'BEGIN {
+		printf "floor: the same %d jobs by xargs -P 8, no leases, a GPU per slot: %.2f s = %.2fx ideal\n", n, f / 1000, f / (n * s / 8 * 1000)
+	}'
+done
+# side by side: ratio to the ideal and to the floor, hand-off cost
+awk -v q=$queued -v s=$secs '
+	$1 == "floor" { floor[$2] = $3; next }
+	{ key = $1 " " $2; ratio[key] = $5 / (($2 + q) * s / 8 * 1000); hand[key] = $6
+	  over[key] = $3; ran[key] = $4; total[key] = $5; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+	END {
+		printf "side by side (%d queued jobs of another user in each line):\n", q
+		printf "  %-5s | %-36s | %-36s | %s\n", "line", "broker: x ideal, x floor, hand-off", "registry: x ideal, x floor, hand-off", "floor"
+		for (i = 1; i <= n; i++) {
+			l = order[i]; b = "broker " l; r = "registry " l
+			printf "  %-5d | ", l
+			if (b in ratio) printf "%5.2fx  %5.2fx  %7.1f ms  %s dbl   | ", ratio[b], total[b] / floor[l], hand[b], over[b]; else printf "%-36s | ", "-"
+			if (r in ratio) printf "%5.2fx  %5.2fx  %7.1f ms  %s dbl   | ", ratio[r], total[r] / floor[l], hand[r], over[r]; else printf "%-36s | ", "-"
+			printf "%.2fx\n", floor[l] / 1000 / ((l + q) * s / 8)
+		}
+		printf "  targets: broker <= 1.2x; registry <= 1.3x at 200, <= 1.5x at 500; 0 double bookings\n"
+	}' "$work/summary"
 
 # ---- idle ---------------------------------------------------------------------
+idle() { # idle TRANSPORT
+[ "$1" = broker ] || export GPUMAN_BROKER=off
 holders=
 for i in 1 2 3 4 5 6 7 8; do
-	gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 120 >/dev/null 2>&1 &
+	gpuman run -- gpuman-simload --mem 1G --util 50 --seconds 900 >/dev/null 2>&1 &
 	holders="$holders $!"
 done
 while [ "$(gpuman status --json | jq '.leases | length')" -lt 8 ]; do sleep 0.05; done
@@ -215,21 +250,30 @@ done
 sleep 1
 c0=$(cpu_ticks $pids)
 d0=$(cpu_ticks $daemon)
+[ "$1" = broker ] || d0=0
 sleep 10
 c1=$(cpu_ticks $pids)
 d1=$(cpu_ticks $daemon)
+[ "$1" = broker ] || d1=0
 rss=$(awk '/VmRSS/ {print $2}' /proc/$daemon/status)
 hz=$(getconf CLK_TCK)
 t0=$(ms)
-kill $holders
+kill $holders 2>/dev/null || true
 wait $pids || true
 t1=$(ms)
-awk -v c=$((c1 - c0)) -v d=$((d1 - d0)) -v hz="$hz" -v n=$runs -v rss="$rss" -v drain=$((t1 - t0)) 'BEGIN {
-	printf "idle: %d waiters behind 8 long jobs, 10 s\n", n
+awk -v t="$1" -v c=$((c1 - c0)) -v d=$((d1 - d0)) -v hz="$hz" -v n=$runs -v rss="$rss" -v drain=$((t1 - t0)) 'BEGIN {
+	printf "idle (%s): %d waiters behind 8 long jobs, 10 s\n", t, n
 	printf "  waiters: %.0f ms CPU in all = %.3f %% of one core (target < 1 %%)\n", c * 1000 / hz, c * 100 / hz / 10
-	printf "  broker:  %.0f ms CPU = %.3f %% of one core, %.1f MiB resident\n", d * 1000 / hz, d * 100 / hz / 10, rss / 1024
+	if (t == "broker") printf "  broker:  %.0f ms CPU = %.3f %% of one core, %.1f MiB resident\n", d * 1000 / hz, d * 100 / hz / 10, rss / 1024
 	printf "  8 GPUs freed at once: the %d waiters (gpuman run -- true) done in %.2f s, %.1f ms each\n", n, drain / 1000, drain / n
 }'
+unset GPUMAN_BROKER
+export GPUMAN_BROKER="$work/gpuman.sock"
+}
+runs=${WAITERS_RUNS:-500}
+for t in $transports; do
+	idle "$t"
+done
 
 # ---- handoff ------------------------------------------------------------------
 export GPUMAN_SIM="$work/one.json"

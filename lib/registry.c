@@ -251,16 +251,15 @@ static struct line_lease line_lease_of(const struct lease_info *li)
 }
 
 /*
- * Read leases, waiters and (unless given) NVML, and ask the rules (line.h)
- * about the waiters whose ticket sorts before `mine` (all of them when mine
- * is NULL: a request that does not wait queues behind everyone), then
- * about this request: its decision is a->res (the policy's answer, when it
- * ran) and a->why (one line, when it did not); a->cand the GPUs it could
- * ever be given.
+ * Ask the rules (line.h) about the waiters of a->view whose ticket sorts
+ * before `mine` (all of them when mine is NULL), then about this request.
+ * *exact: whether the waiters not read, behind those read, could not
+ * change its decision -- it did not take a policy run: its own cap keeps
+ * it waiting (the grants of those would only add to what its user holds),
+ * or every GPU was held back for the waiters read (line.h, rule 4).
  */
-static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
-                               const struct gm_snapshot *given, const struct gm_request *req,
-                               const char *mine, struct attempt *a, char *err, size_t len)
+static enum gm_err attempt_decide(struct registry *reg, const struct gm_request *req,
+                                  const char *mine, struct attempt *a, int *exact)
 {
 	struct proctree tree = PROCTREE_INIT;
 	struct line_input in = {0};
@@ -274,24 +273,6 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	int shares = 0;
 	enum gm_err rc = GM_ERR_NOMEM;
 
-	memset(a, 0, sizeof *a);
-	rc = registry_read_upto(reg, &a->view, mine, err, len);
-	if (rc != GM_OK)
-		return rc;
-	rc = GM_ERR_NOMEM;
-	if (given) {
-		a->snap = (struct gm_snapshot *)given;
-		a->snap_given = 1;
-	} else {
-		enum gm_err src =
-		    snapshot_take(ctx, 0, 0, &a->snap, err, len); /* no clocks: placing is hot */
-
-		if (src != GM_OK)
-			return src;
-	}
-	a->outcome = POLICY_NEVER;
-	if (pick_env_init(&a->env, a->snap) < 0)
-		goto done;
 	ll = calloc(a->view.lease_count + 1, sizeof *ll);
 	lw = calloc(a->view.waiter_count + 2, sizeof *lw);
 	out = calloc(a->view.waiter_count + 2, sizeof *out);
@@ -333,15 +314,15 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	 * delete): status says max_gpu_hours is the broker's. */
 	if (line_decide(&in, out) < 0 || line_candidates(&in, n, a->cand) < 0)
 		goto done;
+	*exact = !out[n].ran;
 	a->outcome = out[n].verdict == LINE_GRANT   ? POLICY_OK
 	             : out[n].verdict == LINE_NEVER ? POLICY_NEVER
 	                                            : POLICY_NOT_NOW;
 	a->why = line_explain(a->snap, &out[n], req->count);
 	a->res = out[n].res;
 	out[n].res = (struct policy_result)POLICY_RESULT_INIT;
-	if (!a->why)
-		goto done;
-	rc = GM_OK;
+	if (a->why)
+		rc = GM_OK;
 done:
 	if (out)
 		line_decisions_release(out, n + 1);
@@ -352,9 +333,63 @@ done:
 	free(lw);
 	free(out);
 	free(usable);
-	if (rc == GM_ERR_NOMEM)
-		gm_fail(rc, err, len, "out of memory");
 	return rc;
+}
+
+/*
+ * Read NVML (unless given), the leases and the line ahead of `mine` (all
+ * of it when mine is NULL: a request that does not wait queues behind
+ * everyone), and ask the rules (line.h): the decision is a->res (the
+ * policy's answer, when it ran) and a->why (one line, when it did not);
+ * a->cand the GPUs it could ever be given.
+ *
+ * The line is read from its head only until the waiters read hold back
+ * every GPU (struct registry_scope): the rules then decide everyone behind
+ * them alike, so a hand-off costs what the head of the line costs.  Where
+ * the rules grant some of them instead (GPUs freed that they have not
+ * taken yet), those hold back less than the read assumed: it is read
+ * again past more of the head (8, 16, ...), until the rules' decision
+ * shows the rest of the line could not change it.
+ */
+static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
+                               const struct gm_snapshot *given, const struct gm_request *req,
+                               const char *mine, struct attempt *a, char *err, size_t len)
+{
+	enum gm_err rc;
+
+	memset(a, 0, sizeof *a);
+	a->outcome = POLICY_NEVER;
+	/* NVML first: its GPUs bound how much of the line matters. */
+	if (given) {
+		a->snap = (struct gm_snapshot *)given;
+		a->snap_given = 1;
+	} else {
+		rc = snapshot_take(ctx, 0, 0, &a->snap, err, len); /* no clocks: placing is hot */
+		if (rc != GM_OK)
+			return rc;
+	}
+	if (pick_env_init(&a->env, a->snap) < 0)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	for (size_t past = 0;; past = past ? 2 * past : 8) {
+		struct registry_scope scope = {mine, a->snap, 0, past, 0};
+		int exact = 0;
+
+		rc = registry_read_scoped(reg, &a->view, &scope, err, len);
+		if (rc != GM_OK)
+			return rc;
+		rc = attempt_decide(reg, req, mine, a, &exact);
+		if (rc != GM_OK)
+			return gm_fail(rc, err, len, "out of memory");
+		if (!scope.cut || exact)
+			return GM_OK;
+		registry_view_release(&a->view);
+		free(a->cand);
+		free(a->why);
+		policy_result_release(&a->res);
+		a->cand = NULL;
+		a->why = NULL;
+		a->outcome = POLICY_NEVER;
+	}
 }
 
 enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
@@ -386,7 +421,7 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 {
 	struct attempt a;
 	char ticket[128] = "";
-	struct waiting w = {ctx->cancel_fd, reg, ticket, {0}, -1, 0};
+	struct waiting w = WAITING_INIT(ctx->cancel_fd, reg, ticket);
 	int ticket_fd = -1, locked = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc;
@@ -454,6 +489,8 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		}
 	}
 done:
+	/* Our child waiting behind another ticket shares our ticket's lock. */
+	registry_waiting_release(&w);
 	if (ticket_fd >= 0) {
 		char path[PATH_MAX + 130];
 
@@ -463,9 +500,6 @@ done:
 	}
 	if (locked)
 		registry_unlock(reg);
-	if (w.ifd >= 0)
-		close(w.ifd);
-	registry_ahead_release(&w.ah);
 	attempt_release(&a);
 	return rc;
 }

@@ -45,10 +45,23 @@
  * deadline or when the holder is provably stuck: stopped or ended for
  * 5 s, asleep without CPU time for 10 s, or holding it for a minute.
  *
- * Waiters sleep on inotify: a lease's last close (release or holder death)
- * and a ticket's removal wake them, and only waiters that an earlier waiter
- * does not block try again, so a release reaches the next waiter in
- * milliseconds without a thundering herd.
+ * Only the head of the line sleeps on inotify (a lease's last close --
+ * release or holder death -- or a ticket's removal wakes it); every other
+ * waiter sleeps in a child blocked on the locks of the two nearest tickets
+ * ahead that block it, and wakes when one of them leaves the line.  A
+ * hand-off so wakes the next waiter and the two behind it, whatever the
+ * line's length, and an attempt reads the leases and the line only as far
+ * as it holds back every GPU (registry_impl.h, struct registry_scope).  A
+ * waiter behind the head looks at it every second (stopped, it holds
+ * nothing back); others at those they sleep behind every 10 s.
+ *
+ * The directory is everyone's: one user may fill it with files, or fill
+ * its file system's inodes.  Past 256 lease and ticket files opened in one
+ * read, only those whose inode /proc/locks shows flock'd are opened, so
+ * another user's dead files cost a reader their names in the listing
+ * (about 0.3 us each here); a file that cannot be created names the user
+ * who owns most of the directory.  The daemonless registry does not hold
+ * against a user who takes every inode: the broker (gpuman daemon) does.
  */
 #ifndef GM_REGISTRY_H
 #define GM_REGISTRY_H

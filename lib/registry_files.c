@@ -18,6 +18,7 @@
 #include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -95,6 +96,72 @@ failed:
 	return -1;
 }
 
+/*
+ * Why the state directory takes no more files, for the message: the file
+ * system is full (its inodes, on a tmpfs, are everyone's), and who owns
+ * most of the directory's files -- counted by owner, for at most a second
+ * (a flood of a million files takes longer to count than to be told).
+ */
+#define FULL_COUNT_MS 1000
+
+static void full_why(const struct registry *reg, int err_no, char *out, size_t len)
+{
+	struct {
+		unsigned uid;
+		size_t files;
+	} top[8];
+	size_t ntop = 0, total = 0, best = 0;
+	int64_t stop_at = monotonic_ms() + FULL_COUNT_MS;
+	struct statvfs vfs;
+	struct dirent *de;
+	char user[33];
+	int partial = 0;
+	DIR *d;
+
+	snprintf(out, len, "%s", strerror(err_no));
+	if (err_no != ENOSPC && err_no != EDQUOT)
+		return;
+	d = opendir(reg->dir);
+	while (d && (de = readdir(d))) {
+		struct stat st;
+		size_t i;
+
+		if ((total & 1023) == 0 && monotonic_ms() > stop_at) {
+			partial = 1;
+			break;
+		}
+		if (de->d_name[0] == '.' ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		total++;
+		for (i = 0; i < ntop && top[i].uid != st.st_uid; i++)
+			;
+		if (i == ntop && ntop < ARRAY_SIZE(top)) {
+			top[ntop].uid = st.st_uid;
+			top[ntop++].files = 0;
+		}
+		if (i < ntop)
+			top[i].files++;
+	}
+	if (d)
+		closedir(d);
+	for (size_t i = 1; i < ntop; i++)
+		if (top[i].files > top[best].files)
+			best = i;
+	if (statvfs(reg->dir, &vfs) == 0 && vfs.f_files && !vfs.f_ffree)
+		snprintf(out, len, "the file system of the state directory has no inodes left");
+	else
+		snprintf(out, len, "the file system of the state directory is full (%s)",
+		         strerror(err_no));
+	if (!ntop)
+		return;
+	registry_user_name(top[best].uid, user, sizeof user);
+	snprintf(out + strlen(out), len - strlen(out),
+	         "; user '%s' owns %zu of the %s%zu files in it: ask them or an admin to remove "
+	         "them (find %s -user %s -delete)",
+	         user, top[best].files, partial ? "first " : "", total, reg->dir, user);
+}
+
 static char *self_command(void)
 {
 	char buf[256];
@@ -158,9 +225,12 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 	*fd_out = publish_locked_file(reg->dir, name, text, NULL, NULL);
 	free(text);
-	if (*fd_out < 0)
-		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir,
-		               strerror(errno));
+	if (*fd_out < 0) {
+		char why[512];
+
+		full_why(reg, errno, why, sizeof why);
+		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir, why);
+	}
 	return GM_OK;
 }
 
@@ -310,9 +380,13 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	err[0] = '\0';
 	fd = publish_locked_file(reg->dir, name, "", lease_before_rename, &sc);
 	if (fd < 0) {
+		char why[512];
+
+		if (!err[0])
+			full_why(reg, errno, why, sizeof why);
 		rc = err[0] ? GM_ERR_IO
 		            : gm_fail(GM_ERR_STATE, err, len, "cannot write a lease in '%s': %s",
-		                      reg->dir, strerror(errno));
+		                      reg->dir, why);
 		goto failed;
 	}
 	l->fd = fd;

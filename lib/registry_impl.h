@@ -49,6 +49,8 @@ struct ahead {
 	size_t count;
 	char (*names)[128];
 	uint64_t *blocks;  /* bit i: that waiter may take my candidate i */
+	int *pids;         /* each one's holder */
+	unsigned *uids;    /* and its user */
 	size_t mine_count; /* my candidates (at most 64 tracked) */
 };
 
@@ -60,7 +62,22 @@ struct waiting {
 	struct ahead ah;
 	int ifd;        /* inotify on the registry; -1 until we have room */
 	int no_inotify; /* the per-user inotify limit is reached: poll */
+	/* Waiting behind the waiters ahead that block us (at most two): a
+	 * child each, blocked in flock on its ticket, which writes to a pipe
+	 * when that waiter leaves the line. */
+	pid_t behind_pid[2];  /* -1: none */
+	char behind[2][128];  /* the tickets they wait on */
+	int behind_holder[2]; /* those tickets' holders and their users */
+	unsigned behind_uid[2];
+	int behind_fd; /* the pipe's read end, -1: none */
 };
+#define WAITING_INIT(cancel, reg, mine)                                                            \
+	{                                                                                          \
+		(cancel), (reg), (mine), {0}, -1, 0, {-1, -1}, {"", ""}, {0, 0}, {0, 0}, -1        \
+	}
+
+/* Free what a waiter holds between attempts: its inotify, its child. */
+void registry_waiting_release(struct waiting *w);
 
 /* Names of the few users whose leases a reader meets, remembered: every
  * read of the registry names each lease's owner, and getpwuid_r reads
@@ -78,7 +95,8 @@ json_int_t registry_own_pidns(void);
 int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
                       unsigned count, char *why, size_t len);
 
-/* The files transport's read (transport.h): registry_read_upto's work. */
+/* The files transport's read (transport.h): registry_read_upto's work,
+ * the whole line up to upto (registry_read_scoped without a cover). */
 enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
                                 char *err, size_t len);
 
@@ -95,6 +113,32 @@ int registry_starts_with(const char *s, const char *prefix);
  */
 enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
                                char *err, size_t len);
+
+/*
+ * How much of the line a read needs.  Tickets sorting after upto are not
+ * read (NULL: none).  cover: read the line from its head only until the
+ * uncapped waiters read, the first `past` of them left out, hold back
+ * every GPU of this snapshot (an attempt: the rest cannot change its
+ * outcome while those wait; attempt_run checks that against the rules'
+ * decision, line.h, and reads past more of the head when not).  nearest: read it from upto (our own
+ * ticket) backwards, only until those read, the nearest one that may take our GPUs left out, hold
+ * back every GPU our ticket may take (a waiter deciding whom to wait behind).  Either way a
+ * hand-off reads what the head of the line holds, however long the line.  cut (set by the read):
+ * some tickets ahead of upto were left unread.
+ */
+struct registry_scope {
+	const char *upto;
+	const struct gm_snapshot *cover;
+	int nearest;
+	size_t past;
+	int cut;
+};
+enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *view,
+                                 struct registry_scope *scope, char *err, size_t len);
+
+/* Is the holder of a ticket (pid of user uid, in our pid namespace) still
+ * running -- neither gone nor stopped? */
+int registry_holder_runs(int pid, unsigned uid);
 
 /* A waiter that its own user's cap keeps waiting holds nothing back from
  * the users behind it: first come, first served within what each may have. */

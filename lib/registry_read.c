@@ -60,7 +60,9 @@ static int read_live_file(int dirfd, const char *name, char **text, struct stat 
 	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode))
 		goto done;
 	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
-		unlinkat(dirfd, name, 0); /* EPERM for others' files: leave them */
+		/* The sticky directory lets only its owner and root remove it. */
+		if (st->st_uid == geteuid() || geteuid() == 0)
+			unlinkat(dirfd, name, 0);
 		goto done;
 	}
 	buf = malloc(MAX_FILE_BYTES + 1);
@@ -445,82 +447,340 @@ static void clean_tmp(int dirfd, const char *name)
 }
 
 /*
- * registry_read, skipping the tickets that sort after `upto` (NULL: none):
- * a waiter is held back only by those ahead of it, and leaving the rest
- * unopened halves the work of a read in a long line.
+ * One user may create as many files as the file system has inodes (the
+ * directory is everyone's), and opening, locking and closing each one
+ * costs several system calls.  Past this many lease and ticket files
+ * opened in one read, a reader believes only those whose inode the kernel lists as flock'd: a
+ * dead file then costs its name in the listing and nothing more.
  */
-enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
-                                char *err, size_t len)
+#define FLOOD_OPENS 256
+/* /proc/locks shows every lock only to a reader in the initial pid
+ * namespace (its inode is fixed); elsewhere a live lease's lock may be
+ * missing from it, and each file is opened as usual. */
+#define INIT_PIDNS_INO 4026531836LL
+/* Crash debris (.tmp.*) looked at per read; the rest waits for the next. */
+#define TMP_CLEAN_MAX 16
+
+/* The inodes of one file system that someone holds an flock on. */
+struct flocked {
+	int state;     /* 0 not loaded, 1 loaded, -1 cannot tell (open each file) */
+	ino_t *inodes; /* sorted */
+	size_t count;
+};
+
+static int ino_cmp(const void *a, const void *b)
 {
-	DIR *d;
-	struct dirent *de;
+	ino_t x = *(const ino_t *)a, y = *(const ino_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void flocked_load(struct flocked *fl, dev_t dev)
+{
+	char line[256];
+	size_t cap = 0;
+	FILE *f;
+
+	fl->state = -1;
+	if (registry_own_pidns() != INIT_PIDNS_INO || !(f = fopen("/proc/locks", "re")))
+		return;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long long ino;
+		unsigned maj, min;
+		char kind[16];
+
+		/* "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF"; a line
+		 * with "->" is a process waiting for the lock, not holding it */
+		if (strstr(line, "->") ||
+		    sscanf(line, "%*d: %15s %*s %*s %*d %x:%x:%llu", kind, &maj, &min, &ino) != 4 ||
+		    strcmp(kind, "FLOCK") || maj != major(dev) || min != minor(dev))
+			continue;
+		if (fl->count == cap) {
+			ino_t *grown =
+			    realloc(fl->inodes, (cap = cap ? cap * 2 : 256) * sizeof *grown);
+
+			if (!grown) {
+				fclose(f);
+				return;
+			}
+			fl->inodes = grown;
+		}
+		fl->inodes[fl->count++] = (ino_t)ino;
+	}
+	fclose(f);
+	if (fl->count)
+		qsort(fl->inodes, fl->count, sizeof *fl->inodes, ino_cmp);
+	fl->state = 1;
+}
+
+/* Nobody holds a lock on it: a dead lease or ticket, known without opening it. */
+static int flocked_unheld(const struct flocked *fl, ino_t ino)
+{
+	return fl->state == 1 &&
+	       !(fl->count && bsearch(&ino, fl->inodes, fl->count, sizeof ino, ino_cmp));
+}
+
+/* Read the lease file name into view: 0 (added or not believed), -1 out of memory. */
+static int read_lease(int dirfd, const char *name, struct registry_view *view)
+{
+	struct lease_info *l;
+	struct stat st;
+	char *text;
+	int live = read_live_file(dirfd, name, &text, &st);
+
+	if (live <= 0)
+		return live;
+	l = realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+	if (!l) {
+		free(text);
+		return -1;
+	}
+	view->leases = l;
+	if (parse_lease(text, &st, &l[view->lease_count], 0) == 0) /* 1: untrusted */
+		view->lease_count++;
+	free(text);
+	return 0;
+}
+
+/* Read the ticket name into view: 1 added, 0 dead or not believed, -1 out of memory. */
+static int read_ticket(int dirfd, const char *name, struct registry_view *view)
+{
+	struct waiter_info *w;
+	struct stat st;
+	char *text;
+	int live = read_live_file(dirfd, name, &text, &st), rc;
+
+	if (live <= 0)
+		return live;
+	w = realloc(view->waiters, (view->waiter_count + 1) * sizeof *w);
+	if (!w) {
+		free(text);
+		return -1;
+	}
+	view->waiters = w;
+	rc = parse_waiter(name, text, &st, &w[view->waiter_count]);
+	free(text);
+	if (rc == 0)
+		view->waiter_count++;
+	return rc < 0 ? -1 : rc == 0;
+}
+
+struct ticket_name {
+	char name[128];
+	ino_t ino;
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct ticket_name *)a)->name, ((const struct ticket_name *)b)->name);
+}
+
+/* GPUs that the waiters read so far hold back, until all of them are. */
+struct cover {
+	const char **uuids;
+	char *held;
+	size_t count, left;
+};
+
+static int cover_init(struct cover *c, size_t count)
+{
+	c->uuids = calloc(count + 1, sizeof *c->uuids);
+	c->held = calloc(count + 1, 1);
+	c->count = c->left = count;
+	return c->uuids && c->held ? 0 : -1;
+}
+
+/* May wi take any of the GPUs in question? */
+static int cover_overlaps(const struct cover *c, const struct waiter_info *wi)
+{
+	for (size_t k = 0; k < wi->cand_count; k++)
+		for (size_t g = 0; g < c->count; g++)
+			if (!strcmp(c->uuids[g], wi->cand[k]))
+				return 1;
+	return 0;
+}
+
+/* wi holds back its candidates: are all the GPUs held back now? */
+static int cover_add(struct cover *c, const struct waiter_info *wi)
+{
+	for (size_t k = 0; k < wi->cand_count; k++)
+		for (size_t g = 0; g < c->count; g++)
+			if (!c->held[g] && !strcmp(c->uuids[g], wi->cand[k])) {
+				c->held[g] = 1;
+				c->left--;
+			}
+	return c->left == 0;
+}
+
+/*
+ * Read the tickets, in line order, as far as the scope needs: a waiter is
+ * held back only by the uncapped waiters ahead of it that may take its
+ * GPUs, and once those read hold back every GPU in question, the rest of
+ * the line changes nothing -- so a hand-off reads what the head of the
+ * line holds, however long the line.
+ */
+static enum gm_err read_tickets(struct registry *reg, int dirfd, struct ticket_name *names,
+                                size_t count, struct registry_scope *scope,
+                                struct registry_view *view, struct flocked *fl, dev_t dev,
+                                size_t *opens)
+{
+	int nearest = scope && scope->nearest;
+	const struct gm_snapshot *snap = scope ? scope->cover : NULL;
+	struct cover c = {NULL, NULL, 0, 0};
 	enum gm_err rc = GM_OK;
+	int covering = 0, passed_nearest = 0;
+	size_t k, past = scope ? scope->past : 0;
+
+	if (count > 1)
+		qsort(names, count, sizeof *names, name_cmp);
+	if (snap && !nearest) {
+		if (cover_init(&c, snap->gpu_count) < 0)
+			return GM_ERR_NOMEM;
+		for (size_t g = 0; g < snap->gpu_count; g++)
+			c.uuids[g] = snap->gpus[g].uuid;
+		covering = 1;
+	}
+	for (k = 0; k < count && !(covering && c.left == 0); k++) {
+		size_t i = nearest ? count - 1 - k : k;
+		const struct waiter_info *wi;
+		int got;
+
+		if (++*opens > FLOOD_OPENS && !fl->state)
+			flocked_load(fl, dev);
+		if (flocked_unheld(fl, names[i].ino))
+			continue;
+		got = read_ticket(dirfd, names[i].name, view);
+		if (got < 0) {
+			rc = GM_ERR_NOMEM;
+			break;
+		}
+		if (!got)
+			continue;
+		wi = &view->waiters[view->waiter_count - 1];
+		if (nearest && scope->upto && !strcmp(wi->name, scope->upto)) {
+			/* Our own ticket: the GPUs in question are ours. */
+			if (cover_init(&c, wi->cand_count) < 0) {
+				rc = GM_ERR_NOMEM;
+				break;
+			}
+			for (size_t g = 0; g < wi->cand_count; g++)
+				c.uuids[g] = wi->cand[g];
+			covering = 1;
+			continue;
+		}
+		/* Its own user's cap keeps it waiting: it holds nothing back
+		 * (line.h, rule 2: caps_over on what its user's leases hold).
+		 * The rules also count this pass's grants, which attempt_run
+		 * checks for, and leave out the reservation a waiter asks
+		 * inside: such a waiter found capped here only makes the read
+		 * go further. */
+		if (!covering || registry_waiter_capped(reg, view, wi))
+			continue;
+		/* Backwards, the nearest waiter that may take our GPUs does not
+		 * count: those beyond it must hold them back without it, so that
+		 * the caller can wait behind one of them, and a stop of the
+		 * nearest (which then holds nothing back) cannot leave it
+		 * waiting for nothing. */
+		if (nearest && !passed_nearest) {
+			if (cover_overlaps(&c, wi)) {
+				passed_nearest = 1;
+				continue;
+			}
+		}
+		/* Forwards, the first `past` (the rules may grant them). */
+		if (!nearest && past) {
+			past--;
+			continue;
+		}
+		cover_add(&c, wi);
+	}
+	if (scope && rc == GM_OK && k < count)
+		scope->cut = 1;
+	free(c.uuids);
+	free(c.held);
+	return rc;
+}
+
+/*
+ * The files transport's read, only as much of the line as scope says
+ * (registry_impl.h).  Leases are read whole, the line in name order.
+ */
+enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *view,
+                                 struct registry_scope *scope, char *err, size_t len)
+{
+	const char *upto = scope ? scope->upto : NULL;
+	struct flocked fl = {0, NULL, 0};
+	struct ticket_name *tickets = NULL;
+	size_t nt = 0, cap = 0, opens = 0, tmps = 0;
+	struct dirent *de;
+	struct stat dst;
+	enum gm_err rc = GM_OK;
+	DIR *d;
 
 	*view = (struct registry_view)REGISTRY_VIEW_INIT;
 	d = opendir(reg->dir);
 	if (!d)
 		return gm_fail(GM_ERR_STATE, err, len, "cannot read state directory '%s': %s",
 		               reg->dir, strerror(errno));
-	while ((de = readdir(d))) {
-		int is_lease = registry_starts_with(de->d_name, LEASE_PREFIX);
-		int is_wait = registry_starts_with(de->d_name, WAIT_PREFIX);
-		int is_resv = registry_starts_with(de->d_name, RESV_PREFIX);
-		struct stat st;
-		char *text;
-		int live;
+	if (fstat(dirfd(d), &dst) < 0)
+		fl.state = -1;
+	while (rc == GM_OK && (de = readdir(d))) {
+		const char *name = de->d_name;
+		int is_lease = registry_starts_with(name, LEASE_PREFIX);
+		int is_wait = registry_starts_with(name, WAIT_PREFIX);
 
-		if (registry_starts_with(de->d_name, TMP_PREFIX))
-			clean_tmp(dirfd(d), de->d_name);
-		if (is_resv) {
+		if (registry_starts_with(name, TMP_PREFIX)) {
+			if (tmps++ < TMP_CLEAN_MAX)
+				clean_tmp(dirfd(d), name);
+			continue;
+		}
+		if (registry_starts_with(name, RESV_PREFIX)) {
 			struct lease_info *l =
 			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+			int live;
 
 			if (!l) {
 				rc = GM_ERR_NOMEM;
 				break;
 			}
 			view->leases = l;
-			live = parse_reservation(reg, dirfd(d), de->d_name, &l[view->lease_count]);
-			if (live < 0) {
+			live = parse_reservation(reg, dirfd(d), name, &l[view->lease_count]);
+			if (live < 0)
 				rc = GM_ERR_NOMEM;
-				break;
-			}
 			view->lease_count += live == 0;
 			continue;
 		}
-		if ((!is_lease && !is_wait) || (is_wait && upto && strcmp(de->d_name, upto) > 0))
-			continue;
-		live = read_live_file(dirfd(d), de->d_name, &text, &st);
-		if (live < 0) {
-			rc = GM_ERR_NOMEM;
-			break;
-		}
-		if (!live)
+		if ((!is_lease && !is_wait) || (is_wait && upto && strcmp(name, upto) > 0))
 			continue;
 		if (is_lease) {
-			struct lease_info *l =
-			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
-
-			if (l) {
-				view->leases = l;
-				if (parse_lease(text, &st, &l[view->lease_count], 0) ==
-				    0) /* 1: untrusted */
-					view->lease_count++;
-			}
-		} else {
-			struct waiter_info *w =
-			    realloc(view->waiters, (view->waiter_count + 1) * sizeof *w);
-
-			if (w) {
-				view->waiters = w;
-				if (parse_waiter(de->d_name, text, &st, &w[view->waiter_count]) ==
-				    0)
-					view->waiter_count++;
-			}
+			if (++opens > FLOOD_OPENS && !fl.state)
+				flocked_load(&fl, dst.st_dev);
+			if (!flocked_unheld(&fl, de->d_ino) && read_lease(dirfd(d), name, view) < 0)
+				rc = GM_ERR_NOMEM;
+			continue;
 		}
-		free(text);
+		if (strlen(name) >= sizeof tickets->name)
+			continue; /* no name of ours is this long */
+		if (nt == cap) {
+			struct ticket_name *grown =
+			    realloc(tickets, (cap = cap ? cap * 2 : 64) * sizeof *grown);
+
+			if (!grown) {
+				rc = GM_ERR_NOMEM;
+				break;
+			}
+			tickets = grown;
+		}
+		memcpy(tickets[nt].name, name, strlen(name) + 1);
+		tickets[nt++].ino = de->d_ino;
 	}
+	/* The leases first: whether a waiter's cap keeps it waiting depends
+	 * on what its user holds. */
+	if (rc == GM_OK)
+		rc = read_tickets(reg, dirfd(d), tickets, nt, scope, view, &fl, dst.st_dev, &opens);
 	closedir(d);
+	free(tickets);
+	free(fl.inodes);
 	if (view->waiter_count > 1)
 		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
 	for (size_t i = 0; i < view->waiter_count; i++) {
@@ -536,6 +796,24 @@ enum gm_err registry_files_read(struct registry *reg, struct registry_view *view
 	str_copy(view->placement, sizeof view->placement,
 	         "no lease broker: the daemonless registry cannot fence jobs");
 	return GM_OK;
+}
+
+/* The files transport's read (transport.h): the line up to upto, whole. */
+enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
+                                char *err, size_t len)
+{
+	struct registry_scope scope = {upto, NULL, 0, 0, 0};
+
+	return registry_read_scoped(reg, view, &scope, err, len);
+}
+
+/* Is the holder of a ticket (pid of user uid, in our pid namespace) still
+ * running -- neither gone nor stopped? */
+int registry_holder_runs(int pid, unsigned uid)
+{
+	enum holder h = holder_state(pid, uid, registry_own_pidns());
+
+	return h != HOLDER_GONE && h != HOLDER_STOPPED;
 }
 
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err, size_t len)

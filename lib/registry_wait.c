@@ -43,6 +43,8 @@ void registry_ahead_release(struct ahead *ah)
 {
 	free(ah->names);
 	free(ah->blocks);
+	free(ah->pids);
+	free(ah->uids);
 	memset(ah, 0, sizeof *ah);
 }
 
@@ -57,8 +59,12 @@ static void ahead_build(struct ahead *ah, const struct registry *reg,
 			me = &view->waiters[w];
 	ah->names = calloc(view->waiter_count + 1, sizeof *ah->names);
 	ah->blocks = calloc(view->waiter_count + 1, sizeof *ah->blocks);
-	if (!ah->names || !ah->blocks || !me)
+	ah->pids = calloc(view->waiter_count + 1, sizeof *ah->pids);
+	ah->uids = calloc(view->waiter_count + 1, sizeof *ah->uids);
+	if (!ah->names || !ah->blocks || !ah->pids || !ah->uids || !me) {
+		registry_ahead_release(ah); /* no blocks: we have room, and look */
 		return;
+	}
 	ah->mine_count = me->cand_count < 64 ? me->cand_count : 64;
 	for (size_t w = 0; w < view->waiter_count; w++) {
 		const struct waiter_info *wi = &view->waiters[w];
@@ -74,6 +80,8 @@ static void ahead_build(struct ahead *ah, const struct registry *reg,
 				if (!strcmp(me->cand[i], wi->cand[c]))
 					mask |= 1ull << i;
 		snprintf(ah->names[ah->count], sizeof ah->names[0], "%s", wi->name);
+		ah->pids[ah->count] = wi->pid;
+		ah->uids[ah->count] = wi->uid;
 		ah->blocks[ah->count++] = mask;
 	}
 }
@@ -87,6 +95,10 @@ static void ahead_forget(struct ahead *ah, const char *name)
 			        (ah->count - i) * sizeof ah->names[0]);
 			memmove(&ah->blocks[i], &ah->blocks[i + 1],
 			        (ah->count - i) * sizeof ah->blocks[0]);
+			memmove(&ah->pids[i], &ah->pids[i + 1],
+			        (ah->count - i) * sizeof ah->pids[0]);
+			memmove(&ah->uids[i], &ah->uids[i + 1],
+			        (ah->count - i) * sizeof ah->uids[0]);
 			return;
 		}
 }
@@ -118,70 +130,178 @@ int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
  * room re-checks this often. */
 #define POLL_FALLBACK_MS 50
 
+/*
+ * Only the nearest waiters ahead matter: read the line backwards from our
+ * ticket until those read hold back every GPU we may take.  In a line of
+ * 500 behind one GPU that is one ticket, not 499.
+ */
 void registry_ahead_refresh(struct waiting *w)
 {
+	struct registry_scope scope = {w->mine, NULL, 1, 0, 0};
 	struct registry_view view;
 
-	if (registry_read_upto(w->reg, &view, w->mine, NULL, 0) == GM_OK) {
+	if (registry_read_scoped(w->reg, &view, &scope, NULL, 0) == GM_OK) {
 		ahead_build(&w->ah, w->reg, &view, w->mine);
 		registry_view_release(&view);
 	}
 }
 
-/*
- * Earlier waiters hold every GPU we could use: sleep until the nearest of
- * them leaves (served or dead), by blocking on its ticket's lock -- in a
- * small child, so that the wait can time out and be interrupted.  The child
- * dies with us.  No polling and no inotify instance per queued request.
- */
-static void wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
+/* Stop waiting behind the tickets: the children go, with their pipe. */
+static void behind_stop(struct waiting *w)
+{
+	for (size_t k = 0; k < 2; k++) {
+		if (w->behind_pid[k] > 0) {
+			kill(w->behind_pid[k], SIGKILL);
+			waitpid(w->behind_pid[k], NULL, 0);
+		}
+		w->behind_pid[k] = -1;
+		w->behind[k][0] = '\0';
+	}
+	if (w->behind_fd >= 0)
+		close(w->behind_fd);
+	w->behind_fd = -1;
+}
+
+void registry_waiting_release(struct waiting *w)
+{
+	behind_stop(w);
+	if (w->ifd >= 0)
+		close(w->ifd);
+	w->ifd = -1;
+	registry_ahead_release(&w->ah);
+}
+
+/* Start a small child blocked on the lock of ticket i (of w->ah) that
+ * writes to the pipe when the ticket's holder leaves the line (served,
+ * gone or killed), as slot k: 0, or -1 when the ticket is gone already or
+ * no child could be made. */
+static int behind_start(struct waiting *w, size_t k, size_t i, int wfd)
 {
 	char path[PATH_MAX + 130];
-	const char *blocker = NULL;
-	int64_t now = monotonic_ms(), until = now + RECHECK_MS;
 	pid_t parent = getpid(), pid;
-	int fd, p[2];
+	int fd;
 
-	for (size_t i = w->ah.count; i-- > 0;)
-		if (w->ah.blocks[i]) {
-			blocker = w->ah.names[i];
-			break;
-		}
-	if (!blocker)
-		return;
-	snprintf(path, sizeof path, "%s/%s", w->reg->dir, blocker);
+	snprintf(path, sizeof path, "%s/%s", w->reg->dir, w->ah.names[i]);
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return; /* already gone */
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		close(fd);
-		return;
-	}
+		return -1; /* already gone */
 	pid = fork();
 	if (pid == 0) {
 		/* Only system calls here: the parent may be multi-threaded. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() == parent)
-			flock(fd, LOCK_SH);
+		if (getppid() == parent && flock(fd, LOCK_SH) == 0 && write(wfd, "", 1) < 0)
+			_exit(1);
 		_exit(0);
 	}
-	close(p[1]);
 	close(fd);
+	if (pid < 0)
+		return -1;
+	w->behind_pid[k] = pid;
+	str_copy(w->behind[k], sizeof w->behind[k], w->ah.names[i]);
+	w->behind_holder[k] = w->ah.pids[i];
+	w->behind_uid[k] = w->ah.uids[i];
+	return 0;
+}
+
+/* Whether the waiter behind[k] still runs and cannot come to hold nothing
+ * back without leaving (an admin's cap on its user could). */
+static int behind_holds(const struct waiting *w, size_t k)
+{
+	return w->behind_pid[k] <= 0 ||
+	       (registry_holder_runs(w->behind_holder[k], w->behind_uid[k]) &&
+	        !config_max_gpus(&w->reg->cfg, w->behind_uid[k], NULL, 0));
+}
+
+/*
+ * A waiter blocked by two waiters ahead that each hold back all its GPUs
+ * looks at them this seldom: either may stop (Ctrl-Z), and then holds
+ * nothing back, but the other still does and wakes us when it leaves --
+ * only both stopped keep us waiting for nothing, this long at most.
+ */
+#define RECHECK_PAIR_MS 10000
+
+/*
+ * Earlier waiters hold every GPU we could use: sleep, by children blocked
+ * on their tickets' locks (so that the wait can time out and be
+ * interrupted), until one of them leaves.  The children are kept from one
+ * call to the next while they wait on the same tickets, so an idle line
+ * forks and reads nothing.
+ *
+ * Whom: the nearest waiter that blocks us, and beyond it the nearest that
+ * holds back all our GPUs by itself.  Both of them leave before we can
+ * get anything, and they are served in line order, so only the two
+ * waiters behind the head of the line wake when it moves.  Where each of
+ * the two holds back all our GPUs, a stop of one changes nothing until the
+ * other leaves: they are looked at every RECHECK_PAIR_MS.  Otherwise the
+ * nearest is looked at every RECHECK_MS: stopped, it holds nothing back.
+ *
+ * Returns 1 when the line ahead may have changed (look again), 0 after a
+ * look that found nothing changed, or when cancelled or past the deadline
+ * (the caller looks).
+ */
+static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
+{
+	uint64_t all = w->ah.mine_count >= 64 ? ~0ull : (1ull << w->ah.mine_count) - 1;
+	int64_t now = monotonic_ms(), until;
+	size_t near = w->ah.count, far, want[2];
+	int p[2] = {-1, -1}, pair;
+
+	while (near-- > 0 && !w->ah.blocks[near])
+		;
+	if (near == (size_t)-1)
+		return 1;
+	for (far = near; far-- > 0;)
+		if ((w->ah.blocks[far] & all) == all)
+			break;
+	want[0] = near;
+	want[1] = far;
+	pair = far != (size_t)-1 && (w->ah.blocks[near] & all) == all;
+	/* Any change starts both afresh, on a new pipe that both hold. */
+	for (size_t k = 0; k < 2; k++)
+		if (want[k] == (size_t)-1
+		        ? w->behind_pid[k] > 0
+		        : w->behind_pid[k] <= 0 || strcmp(w->behind[k], w->ah.names[want[k]]))
+			behind_stop(w);
+	if (w->behind_fd < 0) {
+		if (pipe2(p, O_CLOEXEC) < 0)
+			goto no_child;
+		w->behind_fd = p[0];
+	}
+	for (size_t k = 0; k < 2; k++)
+		if (want[k] != (size_t)-1 && w->behind_pid[k] <= 0 &&
+		    behind_start(w, k, want[k], p[1]) < 0) {
+			close(p[1]);
+			behind_stop(w);
+			goto no_child;
+		}
+	if (p[1] >= 0)
+		close(p[1]);
+	until = now + (pair ? RECHECK_PAIR_MS : RECHECK_MS);
 	if (deadline >= 0 && deadline < until)
 		until = deadline;
-	while (pid > 0 && now < until && !registry_cancelled(w, opts)) {
-		struct pollfd pfd[2] = {{p[0], POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
+	while (now < until && !registry_cancelled(w, opts)) {
+		struct pollfd pfd[2] = {{w->behind_fd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
 		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
 
-		if ((n > 0 && pfd[0].revents) || (n < 0 && errno != EINTR))
-			break;
+		if (n > 0 && pfd[0].revents) {
+			behind_stop(w);
+			return 1;
+		}
+		if (n < 0 && errno != EINTR)
+			return 1;
 		now = monotonic_ms();
 	}
-	if (pid > 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+	if (registry_cancelled(w, opts) || (deadline >= 0 && now >= deadline))
+		return 0;
+	return !behind_holds(w, 0) || !behind_holds(w, 1);
+no_child:
+	/* Gone already, or no child to be had: look again shortly. */
+	{
+		struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
+
+		poll(&pfd, w->cancel_fd >= 0 ? 1 : 0, POLL_FALLBACK_MS);
 	}
-	close(p[0]);
+	return 1;
 }
 
 /*
@@ -208,10 +328,11 @@ enum gm_err registry_wait_for_change(struct waiting *w, int64_t deadline,
 		if (deadline >= 0 && now >= deadline)
 			return GM_ERR_TIMEOUT;
 		if (!ahead_leaves_room(&w->ah)) {
-			wait_behind(w, deadline, opts);
-			registry_ahead_refresh(w);
+			if (wait_behind(w, deadline, opts))
+				registry_ahead_refresh(w);
 			continue;
 		}
+		behind_stop(w);
 		if (w->ifd < 0 && !w->no_inotify) {
 			/* Watch first, then try: no release can slip between. */
 			w->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);

@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# The daemonless registry's line (issue 19 item 5): a release wakes only
+# the waiters next to the head, so a waiter must still be served when
+# those it sleeps behind stop (Ctrl-Z) or die (kill -9) in the middle of
+# the line.
+
+load helpers
+
+setup() {
+	gm_setup
+	cd "$BATS_TEST_TMPDIR"
+	scenario one <<'JSON'
+{ "gpus": [ {"name":"only","memory_total_mib":16000} ] }
+JSON
+}
+
+teardown() {
+	[ -z "${FREEZER:-}" ] || freeze 0 2>/dev/null || true
+	for p in ${BG_PIDS:-}; do
+		kill -CONT "$p" 2>/dev/null || true
+		kill -9 "$p" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	[ -z "${FREEZER:-}" ] || rmdir "$FREEZER" 2>/dev/null || true
+}
+
+tickets() { ls "$GPUMAN_STATE_DIR" | grep -c '^wait\.' || true; }
+
+# line N - a holder of the only GPU, then N waiters queued in order; each
+# appends its number to ./order when served.  Sets HOLDER and W1..WN.
+line() {
+	gpuman run -- sleep 300 &
+	HOLDER=$!
+	BG_PIDS="$HOLDER"
+	wait_for 'ls "$GPUMAN_STATE_DIR" | grep -q "^lease\."'
+	for i in $(seq "$1"); do
+		gpuman run --wait -- sh -c 'echo "$1" >> order' sh "$i" 2>/dev/null &
+		eval "W$i=$!"
+		BG_PIDS="$BG_PIDS $!"
+		wait_for "test \"\$(tickets)\" = $i"
+	done
+}
+
+@test "two stopped waiters in the middle of the line hold back nobody behind them" {
+	line 5
+	kill -STOP "$W2" "$W3"
+	kill "$HOLDER"
+	# 1, then 4 and 5 behind the stopped pair: within the pair's recheck
+	# (10 s), not when the pair resumes
+	for _ in $(seq 60); do
+		[ "$(grep -c . order 2>/dev/null)" = 3 ] && break
+		sleep 0.5
+	done
+	[ "$(tr '\n' ' ' <order)" = "1 4 5 " ]
+	kill -CONT "$W2" "$W3"
+	wait "$W2" "$W3"
+	[ "$(tr '\n' ' ' <order)" = "1 4 5 2 3 " ]
+}
+
+@test "kill -9 of waiters in the middle of the line: those behind them are served in order" {
+	line 5
+	kill -9 "$W2" "$W3"
+	kill "$HOLDER"
+	wait "$W5"
+	[ "$(tr '\n' ' ' <order)" = "1 4 5 " ]
+}
+
+# freezer DIR - a cgroup whose tasks can be frozen (v1 freezer or v2
+# cgroup.freeze) into DIR's path; skips the test where there is none.
+freezer() {
+	local base
+	if [ -w /sys/fs/cgroup/freezer/cgroup.procs ]; then
+		base=/sys/fs/cgroup/freezer
+	elif [ -f /sys/fs/cgroup/cgroup.controllers ] && [ -w /sys/fs/cgroup/cgroup.procs ]; then
+		base=/sys/fs/cgroup
+	else
+		skip "no cgroup freezer here"
+	fi
+	FREEZER="$base/gm-line-$$-$BATS_TEST_NUMBER"
+	mkdir "$FREEZER" || skip "cannot make a cgroup under $base"
+}
+
+freeze() { # freeze 1|0
+	if [ -f "$FREEZER/freezer.state" ]; then
+		if [ "$1" = 1 ]; then echo FROZEN; else echo THAWED; fi >"$FREEZER/freezer.state"
+	else
+		echo "$1" >"$FREEZER/cgroup.freeze"
+	fi
+}
+
+@test "a head of the line that has not yet taken the GPUs freed for it keeps them from a newcomer" {
+	scenario two <<'JSON'
+{ "gpus": [ {"name":"g0","memory_total_mib":16000}, {"name":"g1","memory_total_mib":16000} ] }
+JSON
+	freezer
+	gpuman run -- sleep 300 &
+	h1=$!
+	gpuman run -- sleep 300 &
+	h2=$!
+	BG_PIDS="$h1 $h2"
+	wait_for 'test "$(ls "$GPUMAN_STATE_DIR" | grep -c "^lease\.")" = 2'
+	# Two waiters, running but frozen: alive in line, too slow to take
+	# what frees up.  A read that stops at the first (it alone holds back
+	# both GPUs) would give the second's GPU to the newcomer.
+	for i in 1 2; do
+		sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$FREEZER" \
+		    gpuman run --wait -- sh -c 'echo "$1" >> order' sh "$i" 2>/dev/null &
+		BG_PIDS="$BG_PIDS $!"
+		wait_for "test \"\$(tickets)\" = $i"
+	done
+	freeze 1
+	kill "$h1" "$h2"
+	wait_for 'test "$(ls "$GPUMAN_STATE_DIR" | grep -c "^lease\.")" = 0'
+	run gpuman run -- sh -c 'echo new >> order'
+	freeze 0
+	[ "$status" -eq 75 ]
+	[[ "$output" == *"served first in line"* ]]
+	wait_for 'test "$(grep -c . order 2>/dev/null)" = 2'
+	! grep -q new order
+}
