@@ -2,8 +2,10 @@
 """broker_raw.py SOCKET [LINE...] - talk to `gpuman daemon` as a hand-made
 (possibly hostile) client would: send each LINE as it is (a newline is added
 unless the line is "-partial:TEXT", sent without one), then print every
-line the broker sends back until it closes the connection or 2 s pass.
+line the broker sends back until it closes the connection or 2 s pass
+(BROKER_RAW_WAIT seconds: a grant under load may take longer).
 --hold S keeps the connection open S seconds after sending, silently."""
+import os
 import socket
 import sys
 import time
@@ -25,7 +27,7 @@ except OSError:
     pass  # the broker hung up on us: read what it said before
 if hold:
     time.sleep(hold)
-s.settimeout(2)
+s.settimeout(float(os.environ.get("BROKER_RAW_WAIT", "2")))
 data = b""
 try:
     while True:
