@@ -297,7 +297,8 @@ void daemon_persist(struct daemon *d)
 {
 	char tmp[PATH_MAX + 8];
 	json_t *doc = json_object();
-	char *hours, *text = NULL;
+	char *hours, *text = NULL, *places;
+	json_t *line = daemon_places_json(d);
 	size_t len = 0, cap;
 	int fd, ok = 0;
 
@@ -305,6 +306,8 @@ void daemon_persist(struct daemon *d)
 	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
 	hours = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
+	places = json_dumps(line, JSON_COMPACT);
+	json_decref(line);
 	cap = 64 + (hours ? strlen(hours) : 0);
 	for (struct blease *l = d->leases; l; l = l->next)
 		cap += (lease_record(l) ? l->record_len : 0) + 1;
@@ -325,6 +328,17 @@ void daemon_persist(struct daemon *d)
 			text[len++] = ']';
 		text[len++] = '}';
 	}
+	/* The line's places (restart.c) beside the leases. */
+	if (text && places) {
+		size_t plen = strlen(places);
+		char *grown = realloc(text, len + plen + 16);
+
+		if (grown) {
+			text = grown;
+			len--; /* the closing brace */
+			len += (size_t)sprintf(text + len, ",\"waiters\":%s}", places);
+		}
+	}
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -339,6 +353,7 @@ void daemon_persist(struct daemon *d)
 		close(fd);
 	free(text);
 	free(hours);
+	free(places);
 }
 
 void daemon_lease_free(struct blease *l)
@@ -514,10 +529,11 @@ static void restore(struct daemon *d)
 		daemon_lease_add(d, l);
 		kept++;
 	}
-	json_decref(doc);
 	if (kept || ended)
 		daemon_say("restored %zu lease%s of the broker before me (%zu ended meanwhile)",
 		           kept, kept == 1 ? "" : "s", ended);
+	daemon_places_restore(d, json_object_get(doc, "waiters"));
+	json_decref(doc);
 	daemon_persist(d);
 }
 
@@ -703,6 +719,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 		struct epoll_event evs[256];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
 		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
+		int64_t next_place = daemon_places_due(d);
 		int timeout = -1, n, recheck = 0;
 
 		if (d->line_head)
@@ -711,6 +728,8 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 			until = next_silent;
 		if (next_reading >= 0 && (until < 0 || next_reading < until))
 			until = next_reading;
+		if (next_place >= 0 && (until < 0 || next_place < until))
+			until = next_place;
 		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
 		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
 			until = now + (next_expiry - now_ms());
