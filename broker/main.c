@@ -565,6 +565,8 @@ static int check_socket_dir(void)
  * bound_path then names, to be removed as the broker stops). */
 static int listen_on(const char *path, char *bound_path, size_t bound_len)
 {
+	mode_t mask;
+	int bound;
 	const char *lpid = getenv("LISTEN_PID"), *lfds = getenv("LISTEN_FDS");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct stat st;
@@ -604,8 +606,12 @@ static int listen_on(const char *path, char *bound_path, size_t bound_len)
 		unlink(path); /* a dead broker's */
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0666) < 0 ||
-	    listen(fd, LISTEN_BACKLOG) < 0) {
+	/* Born 0666: a waiter that reconnects after a restart the instant the
+	 * socket appears must not be refused (EACCES) before the chmod. */
+	mask = umask(0111);
+	bound = fd >= 0 ? bind(fd, (struct sockaddr *)&sa, sizeof sa) : -1;
+	umask(mask);
+	if (bound < 0 || chmod(path, 0666) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
 		daemon_say("cannot listen on '%s': %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
