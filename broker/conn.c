@@ -163,6 +163,7 @@ void daemon_line_remove(struct daemon *d, struct conn *c)
 	c->lprev = c->lnext = NULL;
 	d->line_len--;
 	d->dirty = 1;
+	d->changed |= c->wait; /* its place leaves the state file */
 }
 
 void conn_free(struct conn *c)
@@ -428,23 +429,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	}
 	daemon_candidates(d, c, snap);
 	c->state = CONN_WAITING;
-	c->in_line = 1;
-	if (c->reserve_ms > 0) {
-		struct user_slot *me = daemon_user(d, c->uid);
-
-		if (me)
-			me->reserve_waiting++;
-		d->reserve_waiting++;
-	}
-	d->gen++;
-	c->lprev = d->line_tail;
-	if (d->line_tail)
-		d->line_tail->lnext = c;
-	else
-		d->line_head = c;
-	d->line_tail = c;
-	d->line_len++;
-	d->dirty = 1;
+	/* Back to its old place after a restart (restart.c), or at the back. */
+	daemon_place_take(d, c, json_string_value(json_object_get(msg, "place")));
 }
 
 static void on_job(struct daemon *d, struct conn *c, json_t *msg)

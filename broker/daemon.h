@@ -124,6 +124,12 @@ struct conn {
 	struct conn *lprev, *lnext; /* the line, in arrival order */
 	int in_line;
 	struct blease *lease;
+	/* Its place in line across a restart (restart.c): the token told in
+	 * "queued", its pid's start time, and whether it is a place restored
+	 * from the state file that no connection holds yet. */
+	char place[40];
+	uint64_t pid_start;
+	int ghost;
 	/* Closed: freed at the end of the loop turn, as an event of the same
 	 * turn may still name it. */
 	int dead;
@@ -193,6 +199,7 @@ struct daemon {
 	struct hours_use *hours; /* the ledger of max_gpu_hours */
 	size_t hours_count;
 	struct daemon_reader *reader; /* the NVML session (snapshot.c) */
+	int64_t places_until;         /* restored places are held till (monotonic ms) */
 	/* users seen, by uid (open addressing; never shrinks: uids are few) */
 	struct user_slot *users;
 	size_t users_cap, users_used;
@@ -305,6 +312,22 @@ void conn_readable(struct daemon *d, struct conn *c);
 
 /* Connections that have not said what they want in time are dropped. */
 int64_t daemon_drop_silent(struct daemon *d);
+
+/* ---- restart.c: a waiter's place across a restart ----------------------- */
+
+/* A new place token for c. */
+void daemon_place_token(struct conn *c);
+/* The line's waiters for the state file, in order, and back (restored
+ * places, held for their waiters for a grace period). */
+json_t *daemon_places_json(const struct daemon *d);
+void daemon_places_restore(struct daemon *d, json_t *arr);
+/* Put c (its request read) in the line: at the restored place its token
+ * names if the kernel's word on c matches that place's (returns 1), else
+ * at the back with a new token (returns 0). */
+int daemon_place_take(struct daemon *d, struct conn *c, const char *token);
+/* Drop the restored places not taken in time; the next such time
+ * (monotonic ms), or -1. */
+int64_t daemon_places_due(struct daemon *d);
 
 /* ---- snapshot.c: the machine's one NVML session ------------------ */
 

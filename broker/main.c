@@ -297,7 +297,8 @@ void daemon_persist(struct daemon *d)
 {
 	char tmp[PATH_MAX + 8];
 	json_t *doc = json_object();
-	char *hours, *text = NULL;
+	char *hours, *text = NULL, *places;
+	json_t *line = daemon_places_json(d);
 	size_t len = 0, cap;
 	int fd, ok = 0;
 
@@ -305,6 +306,8 @@ void daemon_persist(struct daemon *d)
 	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
 	hours = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
+	places = json_dumps(line, JSON_COMPACT);
+	json_decref(line);
 	cap = 64 + (hours ? strlen(hours) : 0);
 	for (struct blease *l = d->leases; l; l = l->next)
 		cap += (lease_record(l) ? l->record_len : 0) + 1;
@@ -325,6 +328,17 @@ void daemon_persist(struct daemon *d)
 			text[len++] = ']';
 		text[len++] = '}';
 	}
+	/* The line's places (restart.c) beside the leases. */
+	if (text && places) {
+		size_t plen = strlen(places);
+		char *grown = realloc(text, len + plen + 16);
+
+		if (grown) {
+			text = grown;
+			len--; /* the closing brace */
+			len += (size_t)sprintf(text + len, ",\"waiters\":%s}", places);
+		}
+	}
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -339,6 +353,7 @@ void daemon_persist(struct daemon *d)
 		close(fd);
 	free(text);
 	free(hours);
+	free(places);
 }
 
 void daemon_lease_free(struct blease *l)
@@ -514,10 +529,11 @@ static void restore(struct daemon *d)
 		daemon_lease_add(d, l);
 		kept++;
 	}
-	json_decref(doc);
 	if (kept || ended)
 		daemon_say("restored %zu lease%s of the broker before me (%zu ended meanwhile)",
 		           kept, kept == 1 ? "" : "s", ended);
+	daemon_places_restore(d, json_object_get(doc, "waiters"));
+	json_decref(doc);
 	daemon_persist(d);
 }
 
@@ -549,6 +565,8 @@ static int check_socket_dir(void)
  * bound_path then names, to be removed as the broker stops). */
 static int listen_on(const char *path, char *bound_path, size_t bound_len)
 {
+	mode_t mask;
+	int bound;
 	const char *lpid = getenv("LISTEN_PID"), *lfds = getenv("LISTEN_FDS");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct stat st;
@@ -588,8 +606,12 @@ static int listen_on(const char *path, char *bound_path, size_t bound_len)
 		unlink(path); /* a dead broker's */
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0666) < 0 ||
-	    listen(fd, LISTEN_BACKLOG) < 0) {
+	/* Born 0666: a waiter that reconnects after a restart the instant the
+	 * socket appears must not be refused (EACCES) before the chmod. */
+	mask = umask(0111);
+	bound = fd >= 0 ? bind(fd, (struct sockaddr *)&sa, sizeof sa) : -1;
+	umask(mask);
+	if (bound < 0 || chmod(path, 0666) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
 		daemon_say("cannot listen on '%s': %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -703,6 +725,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 		struct epoll_event evs[256];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
 		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
+		int64_t next_place = daemon_places_due(d);
 		int timeout = -1, n, recheck = 0;
 
 		if (d->line_head)
@@ -711,6 +734,8 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 			until = next_silent;
 		if (next_reading >= 0 && (until < 0 || next_reading < until))
 			until = next_reading;
+		if (next_place >= 0 && (until < 0 || next_place < until))
+			until = next_place;
 		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
 		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
 			until = now + (next_expiry - now_ms());

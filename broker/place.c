@@ -171,6 +171,7 @@ static void tell_queued(struct daemon *d, struct conn *c, size_t position, const
 	json_object_set_new(m, "op", json_string("queued"));
 	json_object_set_new(m, "position", json_integer((json_int_t)position));
 	json_object_set_new(m, "why", json_string(why ? why : ""));
+	json_object_set_new(m, "place", json_string(c->place));
 	if (conn_send(d, c, m) < 0)
 		conn_close(d, c);
 }
@@ -291,6 +292,8 @@ void daemon_serve_line(struct daemon *d, int fresh)
 		const struct line_decision *dec = &out[i];
 		char *why;
 
+		if (c->ghost)
+			continue; /* held for its waiter: never granted, never told */
 		str_copy(c->limit, sizeof c->limit, dec->capped ? dec->why : "");
 		if (dec->verdict == LINE_GRANT) {
 			daemon_grant(d, c, in.snap, &dec->res);

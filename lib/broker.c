@@ -30,6 +30,10 @@
  * waiting for; one that stays away is an error to report, never a reason
  * to fall back to the registry, which the others do not look at. */
 #define CONNECT_PATIENCE_MS 5000
+/* A waiter whose broker goes away connects again and presents its place
+ * token (the broker keeps its line across a restart); a broker that keeps
+ * closing on it without a word is given up after this many tries. */
+#define RECONNECT_TRIES 5
 /* How often a waiter looks at its interrupt flag, which a signal can set
  * between the check and poll(): the only wake-up of an idle waiter. */
 #define INTERRUPT_CHECK_MS 2000
@@ -314,8 +318,9 @@ failed:
 /* A place kept in the broker's line for a request that did not fit. */
 struct broker_place {
 	int fd;
-	char *key; /* the request and command it waits for */
-	char *why; /* what the broker last said it waits for */
+	char token[40]; /* the broker's place token, "" none yet */
+	char *key;      /* the request and command it waits for */
+	char *why;      /* what the broker last said it waits for */
 	struct broker_buf buf;
 };
 
@@ -378,8 +383,10 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	struct broker_place *kept = NULL;
 	struct broker_buf *buf = NULL;
 	char *why = NULL;
-	json_t *msg = NULL;
+	json_t *msg = NULL, *ask = NULL;
+	char token_buf[40] = "", *token = token_buf;
 	int keep = !req->has_wait && opts && opts->keep_place && place;
+	int tries = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc = GM_OK;
 	int fd = -1, told = 0;
@@ -429,6 +436,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 		goto done;
 	}
+	if (kept)
+		token = kept->token;
 	if (kept && kept->fd >= 0) {
 		fd = kept->fd;
 		buf = &kept->buf;
@@ -457,11 +466,14 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		if (getenv("GPUMAN_RESERVATION") && *getenv("GPUMAN_RESERVATION"))
 			json_object_set_new(msg, "within",
 			                    json_string(getenv("GPUMAN_RESERVATION")));
+		/* A place kept in a broker that has restarted since. */
+		if (token[0])
+			json_object_set_new(msg, "place", json_string(token));
 		if (broker_send(fd, msg) < 0) {
 			rc = broker_send_failed(fd, path, err, len);
 			goto done;
 		}
-		json_decref(msg);
+		ask = msg; /* asked again if the broker restarts */
 		msg = NULL;
 	}
 	for (;;) {
@@ -491,11 +503,39 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			rc = gm_fail(GM_ERR_INTERRUPTED, err, len, "interrupted while waiting");
 			break;
 		}
+		if (got < 0 && ask && req->has_wait && tries++ < RECONNECT_TRIES) {
+			/* The broker went away (a crash, a restart, an upgrade): the
+			 * one that follows kept our place; ask it with the token. */
+			close(fd);
+			buf->len = 0;
+			fd = broker_connect(path, err, len);
+			if (fd < 0) {
+				rc = GM_ERR_STATE;
+				break;
+			}
+			if (token[0])
+				json_object_set_new(ask, "place", json_string(token));
+			/* A connection the dying broker took into its backlog
+			 * fails here, or on the next read: then we try again. */
+			broker_send(fd, ask);
+			continue;
+		}
 		if (got < 0 && keep) {
-			/* The broker went away (it restarts): the next try queues
-			 * again. */
+			/* The broker went away (it restarts): the next try asks
+			 * again with the place's token, if we were told one. */
 			rc = gm_fail(GM_ERR_UNAVAILABLE, err, len,
 			             "the lease broker at '%s' restarts", path);
+			if (kept->token[0]) {
+				close(fd);
+				fd = -1;
+				kept->fd = -1;
+				kept->buf.len = 0;
+				free(kept->why);
+				kept->why = why;
+				why = NULL;
+				*place = kept;
+				kept = NULL;
+			}
 			break;
 		}
 		if (got < 0) {
@@ -509,7 +549,11 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		op = json_string_value(json_object_get(msg, "op"));
 		if (!strcmp(op, "queued")) {
 			const char *w = json_string_value(json_object_get(msg, "why"));
+			const char *t = json_string_value(json_object_get(msg, "place"));
 
+			if (t)
+				str_copy(token, sizeof token_buf, t);
+			tries = 0;
 			free(why);
 			why = strdup(w ? w : "");
 			if (!told && opts && opts->on_wait && !keep)
@@ -583,6 +627,7 @@ done:
 		free(buf);
 	}
 	json_decref(msg);
+	json_decref(ask);
 	free(why);
 	pick_env_release(&env);
 	if (!(opts && opts->snapshot))

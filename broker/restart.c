@@ -1,0 +1,209 @@
+/*
+ * restart.c - a waiter's place survives a restart of the broker (a
+ * crash, systemctl restart, a package upgrade).
+ *
+ * Each waiter is given a place token in its "queued" reply, and its line
+ * entry (arrival seq and time, uid, pid and the pid's start time, the
+ * token and the request) goes to the state file beside the leases.  A
+ * broker that starts puts the entries of the one before it back in the
+ * line, in their old order, as places that no connection holds yet: they
+ * hold back the GPUs they could use (the rules treat them as any waiter
+ * ahead) but are never granted.  The waiter's client, seeing the broker
+ * go, connects again and presents its token; the kernel's word on the new
+ * connection (SO_PEERCRED: the same uid, the same pid started at the same
+ * time) must match the entry, and then the connection takes the place.
+ * Anything else (a forged token, another user's) is an ordinary request
+ * that queues at the back.  A place whose process has ended is dropped at
+ * start; one not taken within PLACE_GRACE_MS is dropped then.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpuman-internal.h"
+#include "cmdline.h"
+#include "daemon.h"
+
+/* How long a restored place is held for its waiter.  The client tries to
+ * connect again for CONNECT_PATIENCE_MS (5 s, lib/broker.c) after the
+ * broker goes, and systemd starts the new broker within a second: 10 s
+ * covers both with room for a loaded machine, while a waiter that does not
+ * come back holds the line up no longer than that. */
+#define PLACE_GRACE_MS 10000
+
+void daemon_place_token(struct conn *c)
+{
+	daemon_random_hex(c->place, 16);
+}
+
+static json_t *place_json(const struct conn *c)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "seq", json_integer((json_int_t)c->seq));
+	json_object_set_new(o, "since_ms", json_integer(c->since_ms));
+	json_object_set_new(o, "uid", json_integer(c->uid));
+	json_object_set_new(o, "pid", json_integer(c->pid));
+	json_object_set_new(o, "pid_start", json_integer((json_int_t)c->pid_start));
+	json_object_set_new(o, "place", json_string(c->place));
+	json_object_set_new(o, "request", record_request_json(c->req));
+	json_object_set_new(o, "reserve_ms", json_integer(c->reserve_ms));
+	json_object_set_new(o, "within", json_string(c->within));
+	json_object_set_new(o, "command", json_string(c->command));
+	if (c->usable)
+		json_object_set_new(o, "usable", json_incref(c->usable));
+	if (c->usable_migs)
+		json_object_set_new(o, "usable_migs", json_incref(c->usable_migs));
+	return o;
+}
+
+json_t *daemon_places_json(const struct daemon *d)
+{
+	json_t *arr = json_array();
+
+	/* Those that wait, in line order; a place no connection has taken
+	 * yet is kept as it was. */
+	for (const struct conn *c = d->line_head; c; c = c->lnext)
+		if (c->wait && c->place[0] && c->req)
+			json_array_append_new(arr, place_json(c));
+	return arr;
+}
+
+/* c into the line before next (NULL: at the back), counted as conn.c's
+ * on_acquire counts it. */
+static void line_insert(struct daemon *d, struct conn *c, struct conn *next)
+{
+	c->in_line = 1;
+	if (c->reserve_ms > 0) {
+		struct user_slot *me = daemon_user(d, c->uid);
+
+		if (me)
+			me->reserve_waiting++;
+		d->reserve_waiting++;
+	}
+	c->lnext = next;
+	c->lprev = next ? next->lprev : d->line_tail;
+	if (c->lprev)
+		c->lprev->lnext = c;
+	else
+		d->line_head = c;
+	if (next)
+		next->lprev = c;
+	else
+		d->line_tail = c;
+	d->line_len++;
+	d->gen++;
+	d->dirty = d->changed = 1;
+}
+
+void daemon_places_restore(struct daemon *d, json_t *arr)
+{
+	struct gm_snapshot *snap = daemon_snapshot(d, 0);
+	size_t i, kept = 0, gone = 0;
+	json_t *o;
+
+	json_array_foreach(arr, i, o)
+	{
+		struct conn *g = calloc(1, sizeof *g);
+		const char *token = json_string_value(json_object_get(o, "place"));
+		json_t *usable = json_object_get(o, "usable");
+		json_t *usable_migs = json_object_get(o, "usable_migs");
+
+		if (!g)
+			break;
+		g->kind = EV_CONN;
+		g->fd = -1;
+		g->ghost = 1;
+		g->wait = 1;
+		g->state = CONN_WAITING;
+		g->seq = (uint64_t)json_integer_value(json_object_get(o, "seq"));
+		g->since_ms = json_integer_value(json_object_get(o, "since_ms"));
+		g->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+		g->pid = (int)json_integer_value(json_object_get(o, "pid"));
+		g->pid_start = (uint64_t)json_integer_value(json_object_get(o, "pid_start"));
+		g->reserve_ms = json_integer_value(json_object_get(o, "reserve_ms"));
+		str_copy(g->within, sizeof g->within,
+		         json_string_value(json_object_get(o, "within")) ?: "");
+		str_copy(g->command, sizeof g->command,
+		         json_string_value(json_object_get(o, "command")) ?: "?");
+		g->req = record_request_parse(json_object_get(o, "request"), NULL, NULL, 0);
+		/* Its process is gone (or the pid is another's now): nobody will
+		 * come back for it. */
+		if (!token || strlen(token) != 32 || !g->req || g->pid <= 0 || !g->pid_start ||
+		    daemon_proc_start(g->pid) != g->pid_start || !snap ||
+		    (usable && !json_is_object(usable)) ||
+		    (usable_migs && !json_is_object(usable_migs))) {
+			conn_free(g);
+			gone++;
+			continue;
+		}
+		str_copy(g->place, sizeof g->place, token);
+		g->usable = json_incref(usable);
+		g->usable_migs = json_incref(usable_migs);
+		line_summary(g->req, g->summary, sizeof g->summary);
+		daemon_user_name(g->uid, g->user, sizeof g->user);
+		daemon_candidates(d, g, snap);
+		if (g->seq > d->next_seq)
+			d->next_seq = g->seq;
+		line_insert(d, g, NULL);
+		kept++;
+	}
+	d->places_until = kept ? monotonic_ms() + PLACE_GRACE_MS : 0;
+	if (kept || gone)
+		daemon_say("holding %zu place%s in line of the broker before me for %d s (%zu "
+		           "whose process ended dropped)",
+		           kept, kept == 1 ? "" : "s", PLACE_GRACE_MS / 1000, gone);
+}
+
+static void place_drop(struct daemon *d, struct conn *g)
+{
+	daemon_line_remove(d, g);
+	conn_free(g);
+}
+
+int daemon_place_take(struct daemon *d, struct conn *c, const char *token)
+{
+	struct conn *g, *next;
+
+	c->pid_start = daemon_proc_start(c->pid);
+	for (g = d->line_head; token && g; g = g->lnext)
+		if (g->ghost && strlen(token) == strlen(g->place) && !strcmp(g->place, token))
+			break;
+	/* The kernel's word on this connection against the entry: the same
+	 * user, the same process (a pid reused since is another process). */
+	if (!g || g->uid != c->uid || g->pid != c->pid || !c->pid_start ||
+	    g->pid_start != c->pid_start) {
+		daemon_place_token(c);
+		line_insert(d, c, NULL);
+		return 0;
+	}
+	str_copy(c->place, sizeof c->place, g->place);
+	c->seq = g->seq;
+	c->since_ms = g->since_ms;
+	/* c stands where g stood. */
+	next = g->lnext;
+	place_drop(d, g);
+	line_insert(d, c, next);
+	return 1;
+}
+
+int64_t daemon_places_due(struct daemon *d)
+{
+	struct conn *g, *next;
+
+	if (!d->places_until)
+		return -1;
+	if (monotonic_ms() < d->places_until)
+		return d->places_until;
+	d->places_until = 0;
+	for (g = d->line_head; g; g = next) {
+		next = g->lnext;
+		if (g->ghost) {
+			daemon_say(
+			    "dropped the place of pid %d (uid %u): it did not come back within "
+			    "%d s",
+			    g->pid, g->uid, PLACE_GRACE_MS / 1000);
+			place_drop(d, g);
+		}
+	}
+	return -1;
+}
