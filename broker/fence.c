@@ -267,7 +267,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	struct fence_rule rule = FENCE_RULE_INIT;
 	struct blease *l = named_lease(d, c, msg);
 	struct keeper *k = NULL;
-	char why[300] = "", err[300] = "";
+	char why[360] = "", err[300] = "";
 	uint64_t start;
 	int pidfd = -1, asked;
 

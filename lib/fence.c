@@ -777,7 +777,7 @@ static void sweep(const struct fence *f)
 void fence_choose(struct fence *f)
 {
 	const char *want = getenv("GPUMAN_FENCE");
-	char e2[200] = "", e1[200] = "";
+	char e2[120] = "", e1[120] = ""; /* both fit f->why */
 
 	memset(f, 0, sizeof *f);
 	if (!want || !*want)
