@@ -207,15 +207,23 @@ void daemon_reader_stop(struct daemon *d)
 		return;
 	d->reader = NULL;
 	if (r->started) {
-		/* A driver call in flight is not interrupted: the process ends
-		 * without waiting for it, and r stays the thread's. */
+		struct timespec until;
+
 		pthread_mutex_lock(&r->mu);
 		r->stop = 1;
 		pthread_cond_signal(&r->wake);
 		pthread_mutex_unlock(&r->mu);
-		pthread_detach(r->thread);
-		return;
+		/* An idle reader ends at once.  A driver call in flight is not
+		 * interrupted: past a second the process ends without waiting
+		 * for it, and r stays the thread's. */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		if (pthread_timedjoin_np(r->thread, NULL, &until) != 0) {
+			pthread_detach(r->thread);
+			return;
+		}
 	}
+	gm_snapshot_free(r->fresh);
 	if (r->efd >= 0)
 		close(r->efd);
 	free(r->waiters);
