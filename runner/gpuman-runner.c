@@ -617,5 +617,11 @@ done:
 	if (x.null_fd >= 0)
 		close(x.null_fd);
 	close(log_fd);
-	return 0;
+	/* No exit handlers: under the broker's fence the runner sits in its
+	 * lease's cgroup until the broker moves it out after the release
+	 * above, and whatever a handler starts meanwhile is killed with the
+	 * cgroup -- a sanitized build's leak check clones a tracer at exit and
+	 * then waited for it forever. */
+	fflush(NULL);
+	_exit(0);
 }
