@@ -162,12 +162,17 @@ static void place_drop(struct daemon *d, struct conn *g)
 
 int daemon_place_take(struct daemon *d, struct conn *c, const char *token)
 {
-	struct conn *g, *next;
+	struct conn *g = NULL, *next;
 
 	c->pid_start = daemon_proc_start(c->pid);
-	for (g = d->line_head; token && g; g = g->lnext)
-		if (g->ghost && strlen(token) == strlen(g->place) && !strcmp(g->place, token))
+	/* Only a restored place (a ghost) is ever taken, and only by its
+	 * token: without one, g stays NULL, however like the line's head the
+	 * caller looks (one process's many connections share uid and pid). */
+	for (struct conn *p = token ? d->line_head : NULL; p; p = p->lnext)
+		if (p->ghost && strlen(token) == strlen(p->place) && !strcmp(p->place, token)) {
+			g = p;
 			break;
+		}
 	/* The kernel's word on this connection against the entry: the same
 	 * user, the same process (a pid reused since is another process). */
 	if (!g || g->uid != c->uid || g->pid != c->pid || !c->pid_start ||
