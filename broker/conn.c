@@ -183,6 +183,7 @@ void conn_close(struct daemon *d, struct conn *c)
 	if (c->dead)
 		return;
 	daemon_snapshot_forget(d, c);
+	daemon_fence_forget(c);
 	daemon_line_remove(d, c);
 	if (c->lease)
 		daemon_lease_end(d, c->lease);

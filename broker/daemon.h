@@ -55,7 +55,7 @@
  * dropped before it costs the broker much memory. */
 #define MAX_OUTPUT_BYTES (8u << 20)
 
-enum ev_kind { EV_LISTEN, EV_CONN, EV_PIDFD, EV_READER };
+enum ev_kind { EV_LISTEN, EV_CONN, EV_PIDFD, EV_READER, EV_WORKER };
 
 enum conn_state {
 	CONN_NEW,     /* no message yet */
@@ -199,6 +199,7 @@ struct daemon {
 	struct hours_use *hours; /* the ledger of max_gpu_hours */
 	size_t hours_count;
 	struct daemon_reader *reader; /* the NVML session (snapshot.c) */
+	struct daemon_worker *worker; /* slow kernel calls (worker.c) */
 	int64_t places_until;         /* restored places are held till (monotonic ms) */
 	/* users seen, by uid (open addressing; never shrinks: uids are few) */
 	struct user_slot *users;
@@ -350,12 +351,37 @@ int64_t daemon_reader_due(struct daemon *d);
 void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg);
 /* c is closing: it waits for no reading any more. */
 void daemon_snapshot_forget(struct daemon *d, struct conn *c);
+/* ---- worker.c: slow kernel calls off the loop --------------------------- */
+
+/* A piece of work: run on the worker thread (it must touch nothing of the
+ * daemon's), then done on the loop, once, also when cancelled (run never
+ * called: a settle or the broker's stop). */
+struct work {
+	char key[64]; /* a lease's id: see daemon_work_settle */
+	void (*run)(struct work *job);
+	void (*done)(struct daemon *d, struct work *job);
+	int cancelled;
+	struct work *next;
+};
+/* Start the thread (its eventfd joins d->epfd): 0, or -1 with a message. */
+int daemon_worker_start(struct daemon *d);
+/* Cancel what is queued, let the running piece end, call every done. */
+void daemon_worker_stop(struct daemon *d);
+void daemon_work_submit(struct daemon *d, struct work *job);
+/* The worker's eventfd fired: call done for what it finished. */
+void daemon_worker_ready(struct daemon *d);
+/* Key's work, queued or running, is finished (queued work cancelled) and
+ * its done called before this returns: a lease's end never overtakes its
+ * placement. */
+void daemon_work_settle(struct daemon *d, const char *key);
+
 /* ---- fence.c: the kernel fence of each lease's job ---------------- */
 
 void daemon_fence_init(void);                                           /* at start-up */
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */
 void daemon_fence_end(struct daemon *d, const struct blease *l);        /* kills what is left */
-void daemon_fence_view(json_t *view);                                   /* "placement" for status */
+void daemon_fence_forget(struct conn *c); /* c closes: its placements answer nobody */
+void daemon_fence_view(json_t *view);     /* "placement" for status */
 /* [fence] sessions: a login session placed ("session", from the PAM hook),
  * and uid's sessions following its leases (skip: one ending) */
 void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg);

@@ -260,16 +260,96 @@ static void fenced(struct daemon *d, struct conn *c, int enforced, const char *w
 		conn_close(d, c);
 }
 
+/*
+ * A placement in flight: checked on the loop, its cgroup made and the job
+ * moved in on the worker thread (worker.c: a move waits for the kernel's
+ * RCU grace period), answered back on the loop.
+ */
+struct place_job {
+	struct work w;  /* its key: the lease's id */
+	struct conn *c; /* to answer; NULL once it closed */
+	int lease_ended;
+	char user[33];
+	int pid, asked, pidfd;
+	uint64_t start;
+	struct keeper *k; /* a supervisor to move home at the end, or NULL */
+	struct fence_rule rule;
+	int rc;
+	char err[300];
+	struct place_job *next;
+};
+static struct place_job *placing;
+
+static void place_run(struct work *w)
+{
+	struct place_job *j = (struct place_job *)w;
+
+	j->rc = fence.ops->create(&fence, w->key, &j->rule, j->err, sizeof j->err) < 0 ||
+	                fence.ops->enter(&fence, w->key, j->pid, j->err, sizeof j->err) < 0
+	            ? -1
+	            : 0;
+}
+
+static void place_done(struct daemon *d, struct work *w)
+{
+	struct place_job *j = (struct place_job *)w;
+	struct conn *c = j->c;
+	char why[360] = "";
+
+	for (struct place_job **pp = &placing; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	if (w->cancelled) {
+		snprintf(why, sizeof why, "the lease ended before pid %d was placed", j->asked);
+	} else if (j->rc < 0) {
+		daemon_say("cannot fence %s's job (pid %d): %s", j->user, j->pid, j->err);
+		snprintf(why, sizeof why, "the lease broker cannot place pid %d: %s", j->asked,
+		         j->err);
+	} else {
+		struct pollfd p = {j->pidfd, POLLIN, 0};
+
+		if (poll(&p, 1, 0) != 0 || daemon_proc_start(j->pid) != j->start) {
+			snprintf(why, sizeof why, "pid %d ended while it was placed", j->asked);
+		} else if (j->k) {
+			/* In its lease's cgroup now: home again when that ends,
+			 * even if the lease is ending already. */
+			j->k->next = keepers;
+			keepers = j->k;
+			j->k = NULL;
+		}
+	}
+	/* A lease that ends has nobody to tell but a reserved shell. */
+	if (c && (!j->lease_ended || c->state == CONN_NEW)) {
+		if (why[0])
+			/* The lease ends with the refusal: its job never runs
+			 * unfenced. */
+			daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
+		else
+			fenced(d, c, 1, NULL);
+	}
+	free(j->k);
+	fence_rule_release(&j->rule);
+	if (j->pidfd >= 0)
+		close(j->pidfd);
+	free(j);
+}
+
+void daemon_fence_forget(struct conn *c)
+{
+	for (struct place_job *j = placing; j; j = j->next)
+		if (j->c == c)
+			j->c = NULL;
+}
+
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 {
 	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
 	int keep = json_is_true(json_object_get(msg, "keep"));
-	struct fence_rule rule = FENCE_RULE_INIT;
 	struct blease *l = named_lease(d, c, msg);
-	struct keeper *k = NULL;
-	char why[360] = "", err[300] = "";
-	uint64_t start;
-	int pidfd = -1, asked;
+	struct place_job *j;
+	char why[360] = "";
 
 	if (!l) {
 		daemon_refuse(d, c, GM_ERR_INVALID,
@@ -286,64 +366,61 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		daemon_refuse(d, c, GM_ERR_INVALID, "malformed fence request", NULL);
 		return;
 	}
+	j = calloc(1, sizeof *j);
+	if (!j) {
+		daemon_refuse(d, c, GM_ERR_NOMEM, "the lease broker is out of memory", NULL);
+		return;
+	}
+	j->rule = (struct fence_rule)FENCE_RULE_INIT;
 	/* A client in a container names the pid as its namespace numbers it. */
-	asked = pid;
-	pid = pid_here(c->pid, pid);
+	j->asked = pid;
+	j->pid = pid = pid_here(c->pid, pid);
 	/* Held from the check to the move: the pid cannot be reused by
 	 * another process meanwhile without our seeing that it ended. */
-	pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-	start = daemon_proc_start(pid);
-	if (pidfd < 0 || !start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
-		snprintf(why, sizeof why, "pid %d is not a process of yours", asked);
+	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	j->start = daemon_proc_start(pid);
+	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
+		snprintf(why, sizeof why, "pid %d is not a process of yours", j->asked);
 		goto refused;
 	}
-	if (rule_for(d, l, 0, NULL, &rule, NULL, err, sizeof err) < 0) {
+	if (rule_for(d, l, 0, NULL, &j->rule, NULL, j->err, sizeof j->err) < 0) {
 		/* Nothing to enforce it with: the job runs as without a fence,
 		 * and says so. */
-		fenced(d, c, 0, err);
-		goto done;
+		fenced(d, c, 0, j->err);
+		goto free;
 	}
-	if (keep && (k = calloc(1, sizeof *k))) {
+	if (keep && (j->k = calloc(1, sizeof *j->k))) {
+		struct keeper *k = j->k;
+
 		str_copy(k->id, sizeof k->id, l->id);
 		k->pid = pid;
-		k->start = start;
+		k->start = j->start;
 		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
 			str_copy(k->origin, sizeof k->origin, fence.mount);
 		/* Already a supervisor in another lease's cgroup: back home,
 		 * not there, at the end. */
 		for (struct keeper *o = keepers; o; o = o->next)
-			if (o->pid == pid && o->start == start)
+			if (o->pid == pid && o->start == j->start)
 				str_copy(k->origin, sizeof k->origin, o->origin);
 	}
-	if (fence.ops->create(&fence, l->id, &rule, err, sizeof err) < 0 ||
-	    fence.ops->enter(&fence, l->id, pid, err, sizeof err) < 0) {
-		daemon_say("cannot fence %s's job (pid %d): %s", l->user, pid, err);
-		snprintf(why, sizeof why, "the lease broker cannot place pid %d: %s", pid, err);
-		goto refused;
-	}
-	{
-		struct pollfd p = {pidfd, POLLIN, 0};
-
-		if (poll(&p, 1, 0) != 0 || daemon_proc_start(pid) != start) {
-			snprintf(why, sizeof why, "pid %d ended while it was placed", pid);
-			goto refused;
-		}
-	}
-	if (k) {
-		k->next = keepers;
-		keepers = k;
-		k = NULL;
-	}
-	fenced(d, c, 1, NULL);
-	goto done;
+	str_copy(j->w.key, sizeof j->w.key, l->id);
+	str_copy(j->user, sizeof j->user, l->user);
+	j->w.run = place_run;
+	j->w.done = place_done;
+	j->c = c;
+	j->next = placing;
+	placing = j;
+	daemon_work_submit(d, &j->w);
+	return;
 refused:
 	/* The lease ends with the refusal: its job never runs unfenced. */
 	daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
-done:
-	free(k);
-	fence_rule_release(&rule);
-	if (pidfd >= 0)
-		close(pidfd);
+free:
+	free(j->k);
+	fence_rule_release(&j->rule);
+	if (j->pidfd >= 0)
+		close(j->pidfd);
+	free(j);
 }
 
 /* Is pid a supervisor of a lease (home at the end, not ended)? */
@@ -404,6 +481,11 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 
 	if (!fence.ops)
 		return;
+	/* Its placements in flight first: none may come after the end. */
+	for (struct place_job *j = placing; j; j = j->next)
+		if (!strcmp(j->w.key, l->id))
+			j->lease_ended = 1;
+	daemon_work_settle(d, l->id);
 	if (!l->reservation)
 		end_strays(d, l);
 	fence_path(&fence, l->id, path, sizeof path);

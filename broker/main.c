@@ -707,6 +707,9 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 	/* The machine's NVML session, on a thread of its own. */
 	if (daemon_reader_start(d) < 0)
 		goto done;
+	/* The fence's cgroup moves, on a thread of their own. */
+	if (daemon_worker_start(d) < 0)
+		goto done;
 	restore(d);
 	d->listener.fd = listen_on(args.socket_path, d->bound_path, sizeof d->bound_path);
 	if (d->listener.fd < 0)
@@ -752,6 +755,8 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 				daemon_accept_all(d);
 			} else if (*kind == EV_READER) {
 				daemon_reader_ready(d);
+			} else if (*kind == EV_WORKER) {
+				daemon_worker_ready(d);
 			} else if (*kind == EV_PIDFD) {
 				struct blease *l = (struct blease *)kind;
 
@@ -793,6 +798,8 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 	daemon_say("stopping; %zu lease%s kept in '%s' for the next start", d->lease_count,
 	           d->lease_count == 1 ? "" : "s", d->state_path);
 done:
+	/* Placements in flight are answered (or cancelled) first. */
+	daemon_worker_stop(d);
 	if (d->epfd >= 0 && d->listener.fd >= 0)
 		daemon_persist(d);
 	while (d->conns) {
