@@ -303,7 +303,8 @@ open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
 	# can take more than the helper's usual 2 s)
 	export BROKER_RAW_WAIT=10
 	run as_user mallory /usr/bin/python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
-		'{"v":1,"op":"acquire","request":{"n":"1"}}' '{"v":1,"op":"job","pid":9223372036854775807}'
+		'{"v":1,"op":"acquire","request":{"n":"1"}}' '-await:"op":"granted"' \
+		'{"v":1,"op":"job","pid":9223372036854775807}'
 	unset BROKER_RAW_WAIT
 	[[ "$output" == *'"op":"granted"'* ]]
 	# the broker is alive and well
