@@ -172,6 +172,7 @@ void conn_free(struct conn *c)
 	free(c->out);
 	free(c->pend);
 	free(c->cand);
+	free(c->place_record);
 	json_decref(c->usable);
 	json_decref(c->usable_migs);
 	gm_request_free(c->req);

@@ -130,6 +130,8 @@ struct conn {
 	char place[40];
 	uint64_t pid_start;
 	int ghost;
+	char *place_record; /* its state file entry, made once */
+	size_t place_record_len;
 	/* Closed: freed at the end of the loop turn, as an event of the same
 	 * turn may still name it. */
 	int dead;
@@ -318,9 +320,10 @@ int64_t daemon_drop_silent(struct daemon *d);
 
 /* A new place token for c. */
 void daemon_place_token(struct conn *c);
-/* The line's waiters for the state file, in order, and back (restored
- * places, held for their waiters for a grace period). */
-json_t *daemon_places_json(const struct daemon *d);
+/* A waiter's entry in the state file (NULL: it has no place to keep), made
+ * once; and the state file's entries back in the line (restored places,
+ * held for their waiters for a grace period). */
+const char *daemon_place_record(struct conn *c);
 void daemon_places_restore(struct daemon *d, json_t *arr);
 /* Put c (its request read) in the line: at the restored place its token
  * names if the kernel's word on c matches that place's (returns 1), else

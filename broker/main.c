@@ -290,54 +290,57 @@ static const char *lease_record(struct blease *l)
 	return l->record;
 }
 
-/* Write every lease to the state file (a new file, synced, renamed into
- * place: a broker killed mid-write, or a machine that loses power, leaves
- * the previous one). */
+/* Write every lease and waiter to the state file (a new file, synced,
+ * renamed into place: a broker killed mid-write, or a machine that loses
+ * power, leaves the previous one).  Each record is made once (lease_record,
+ * daemon_place_record): a change costs copying the records, not encoding
+ * every lease and waiter again. */
 void daemon_persist(struct daemon *d)
 {
 	char tmp[PATH_MAX + 8];
 	json_t *doc = json_object();
-	char *hours, *text = NULL, *places;
-	json_t *line = daemon_places_json(d);
+	char *hours, *text = NULL;
 	size_t len = 0, cap;
-	int fd, ok = 0;
+	int fd, ok = 0, first;
 
 	d->changed = 0;
 	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
 	hours = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	places = json_dumps(line, JSON_COMPACT);
-	json_decref(line);
 	cap = 64 + (hours ? strlen(hours) : 0);
 	for (struct blease *l = d->leases; l; l = l->next)
 		cap += (lease_record(l) ? l->record_len : 0) + 1;
+	for (struct conn *c = d->line_head; c; c = c->lnext)
+		cap += (daemon_place_record(c) ? c->place_record_len : 0) + 1;
 	text = hours ? malloc(cap) : NULL;
 	if (text) {
-		/* {"gpu_hours":[...],"leases":[r1,r2,...]} */
+		/* {"gpu_hours":[...],"leases":[l1,...],"waiters":[w1,...]} */
 		len = strlen(hours) - 1;
 		memcpy(text, hours, len);
 		len += (size_t)sprintf(text + len, ",\"leases\":[");
+		first = 1;
 		for (struct blease *l = d->leases; l; l = l->next) {
 			if (!l->record)
 				continue;
+			if (!first)
+				text[len++] = ',';
+			first = 0;
 			memcpy(text + len, l->record, l->record_len);
 			len += l->record_len;
-			text[len++] = l->next ? ',' : ']';
 		}
-		if (text[len - 1] == '[')
-			text[len++] = ']';
-		text[len++] = '}';
-	}
-	/* The line's places (restart.c) beside the leases. */
-	if (text && places) {
-		size_t plen = strlen(places);
-		char *grown = realloc(text, len + plen + 16);
-
-		if (grown) {
-			text = grown;
-			len--; /* the closing brace */
-			len += (size_t)sprintf(text + len, ",\"waiters\":%s}", places);
+		/* The line's places (restart.c), in line order. */
+		len += (size_t)sprintf(text + len, "],\"waiters\":[");
+		first = 1;
+		for (struct conn *c = d->line_head; c; c = c->lnext) {
+			if (!c->place_record)
+				continue;
+			if (!first)
+				text[len++] = ',';
+			first = 0;
+			memcpy(text + len, c->place_record, c->place_record_len);
+			len += c->place_record_len;
 		}
+		len += (size_t)sprintf(text + len, "]}");
 	}
 	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
 	unlink(tmp);
@@ -353,7 +356,6 @@ void daemon_persist(struct daemon *d)
 		close(fd);
 	free(text);
 	free(hours);
-	free(places);
 }
 
 void daemon_lease_free(struct blease *l)

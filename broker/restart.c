@@ -56,16 +56,17 @@ static json_t *place_json(const struct conn *c)
 	return o;
 }
 
-json_t *daemon_places_json(const struct daemon *d)
+const char *daemon_place_record(struct conn *c)
 {
-	json_t *arr = json_array();
+	/* What it says does not change while it waits: made once. */
+	if (!c->place_record && c->wait && c->place[0] && c->req) {
+		json_t *o = place_json(c);
 
-	/* Those that wait, in line order; a place no connection has taken
-	 * yet is kept as it was. */
-	for (const struct conn *c = d->line_head; c; c = c->lnext)
-		if (c->wait && c->place[0] && c->req)
-			json_array_append_new(arr, place_json(c));
-	return arr;
+		c->place_record = json_dumps(o, JSON_COMPACT);
+		c->place_record_len = c->place_record ? strlen(c->place_record) : 0;
+		json_decref(o);
+	}
+	return c->place_record;
 }
 
 /* c into the line before next (NULL: at the back), counted as conn.c's
