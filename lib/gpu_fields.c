@@ -133,12 +133,19 @@ const struct gpu_field gpu_fields[] = {
      .nvml = "nvmlDeviceGetMinorNumber", .scale = 1, .shown_unit = "",
      .json = "minor_number", .csv = GF_NONE, .smi = GF_NONE, .smi_alias = GF_NONE,
      .smi_unit = GF_NONE, .label = GF_NONE, .metric = GF_NONE, .help = GF_NONE},
+    /* the speed the fan is meant to run at, % of its most; a GPU cooled by
+     * its chassis (most data-centre boards) has none: NOT_SUPPORTED */
+    {GM_GPU_FAN_SPEED_PCT, AT(fan_speed_pct), GF_UNSIGNED, "%", GM_HAS_FAN,
+     .nvml = "nvmlDeviceGetFanSpeed", .read = GF_READ_DEV_UINT, .scale = 1, .shown_unit = "%",
+     .json = "fan_speed_pct", .csv = "fan_speed_pct",
+     .smi = "fan.speed", .smi_alias = GF_NONE, .smi_unit = "%", .label = "fan speed",
+     .metric = "DCGM_FI_DEV_FAN_SPEED", .help = "Fan speed (in %)."},
 };
 /* clang-format on */
 
 const size_t gpu_field_count = sizeof gpu_fields / sizeof gpu_fields[0];
 
-_Static_assert(sizeof gpu_fields / sizeof gpu_fields[0] == GM_GPU_MINOR_NUMBER + 1,
+_Static_assert(sizeof gpu_fields / sizeof gpu_fields[0] == GM_GPU_FAN_SPEED_PCT + 1,
                "a row for every enum gm_gpu_value, in its order");
 _Static_assert(sizeof gpu_fields / sizeof gpu_fields[0] <= GPU_FIELD_MAX,
                "GPU_FIELD_MAX has room for every row");
