@@ -27,8 +27,26 @@ static void print_clock(const char *label, const struct gm_gpu *g, enum gm_gpu_v
 		ROW(label, NA);
 }
 
+/* "231.4 W", "83 C": a reading of the GPU field table that has a label,
+ * in its unit as people read it. */
+static void print_reading(const struct gm_gpu *g, const struct gpu_field *f)
+{
+	const char *unit = f->shown_unit[0] ? " " : "";
+	int64_t v;
+
+	if (!gpu_field_named(f->label))
+		return;
+	if (!gm_gpu_value(g, f->id, &v))
+		ROW(f->label, NA);
+	else if (f->scale > 1)
+		ROW(f->label, "%.1f%s%s", (double)v / f->scale, unit, f->shown_unit);
+	else
+		ROW(f->label, "%lld%s%s", (long long)v, unit, f->shown_unit);
+}
+
 /* On the public accessors alone (gpuman.h), as any program could print it;
- * only the names of states and modes and CUDA's numbering are the CLI's. */
+ * only the names of states and modes, the readings' labels and units (the
+ * GPU field table) and CUDA's numbering are the CLI's. */
 static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, size_t pos)
 {
 	const struct gm_gpu *g = gm_snapshot_gpu(snap, pos);
@@ -64,18 +82,10 @@ static void print_gpu(const struct cli *cli, const struct gm_snapshot *snap, siz
 	} else {
 		ROW("utilization", NA);
 	}
-	if (gm_gpu_value(g, GM_GPU_POWER_MW, &v))
-		ROW("power draw", "%.1f W", (double)v / 1000.0);
-	else
-		ROW("power draw", NA);
-	if (gm_gpu_value(g, GM_GPU_POWER_LIMIT_MW, &v))
-		ROW("power limit", "%.1f W", (double)v / 1000.0);
-	else
-		ROW("power limit", NA);
-	if (gm_gpu_value(g, GM_GPU_TEMPERATURE_C, &v))
-		ROW("temperature", "%lld C", (long long)v);
-	else
-		ROW("temperature", NA);
+	/* The readings with a line of their own (power, temperature, fan; the
+	 * GPU field table's labels), in the table's order. */
+	for (size_t i = 0; i < gpu_field_count; i++)
+		print_reading(g, &gpu_fields[i]);
 	print_clock("clock sm", g, GM_GPU_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_SM_MHZ);
 	print_clock("clock memory", g, GM_GPU_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ);
 	print_clock("clock graphics", g, GM_GPU_CLOCK_GRAPHICS_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ);
@@ -184,10 +194,10 @@ const struct cmd_entry cmd_info = {
     "usage: gpuman info [GPU...] [--json] [--sim FILE]\n"
     "\n"
     "Every attribute of the named GPUs (all if none): UUID, PCI bus id, memory,\n"
-    "utilization, power, temperature, SM, memory and graphics clocks (now and\n"
-    "max, MHz), compute capability, compute and MIG mode (and each MIG slice:\n"
-    "profile, UUID for CUDA_VISIBLE_DEVICES, memory), and where CUDA numbers\n"
-    "it (its default order is fastest-first, not NVML's).\n"
+    "utilization, power, temperature, fan speed, SM, memory and graphics clocks\n"
+    "(now and max, MHz), compute capability, compute and MIG mode (and each MIG\n"
+    "slice: profile, UUID for CUDA_VISIBLE_DEVICES, memory), and where CUDA\n"
+    "numbers it (its default order is fastest-first, not NVML's).\n"
     "GPU: an NVML index (3) or a unique UUID prefix (GPU-b120, b120).\n"
     "\n"
     "  --json       a JSON array, one object per GPU\n"

@@ -281,12 +281,17 @@ static void print_mig_row(const struct cli *cli, const struct cli_select *sel,
 	put_processes(cli, sel, snap, view, g, m, l, &c);
 }
 
+/* A GPU's row: its readings from the GPU field table (gm_gpu_value), in
+ * the table's own layout, which fits 80 columns and the README's picture;
+ * a reading added to the field table shows in info, the CSV, the JSON and
+ * the page, not here. */
 static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
                           const struct gm_snapshot *snap, const struct registry_view *view,
                           const struct gm_gpu *g, const struct layout *l)
 {
 	char a[16], b[16];
 	struct cursor c;
+	int64_t v, w;
 
 	if (l->stacked)
 		printf("%3u  %s\n%*s", g->index, g->name[0] ? g->name : "?", STATUS_STACK_INDENT,
@@ -298,30 +303,29 @@ static void print_gpu_row(const struct cli *cli, const struct cli_select *sel,
 		       g->note, c_reset(cli));
 		return;
 	}
-	if (g->valid & GM_HAS_TEMPERATURE)
-		printf("%4uC ", g->temperature_c);
+	if (gm_gpu_value(g, GM_GPU_TEMPERATURE_C, &v))
+		printf("%4lldC ", (long long)v);
 	else
 		printf("%5s ", "-");
-	if (g->valid & GM_HAS_UTIL)
-		printf("%s%4u%%%s ",
-		       g->util_gpu_pct >= 80   ? c_red(cli)
-		       : g->util_gpu_pct >= 30 ? c_yellow(cli)
-		                               : c_green(cli),
-		       g->util_gpu_pct, c_reset(cli));
+	if (gm_gpu_value(g, GM_GPU_UTIL_GPU_PCT, &v))
+		printf("%s%4lld%%%s ",
+		       v >= 80   ? c_red(cli)
+		       : v >= 30 ? c_yellow(cli)
+		                 : c_green(cli),
+		       (long long)v, c_reset(cli));
 	else
 		printf("%5s ", "-");
-	if (g->valid & GM_HAS_MEMORY)
-		printf(" %6s / %-6s %3u%% ", fmt_mib(a, sizeof a, g->mem_used_mib),
-		       fmt_mib(b, sizeof b, g->mem_total_mib),
-		       g->mem_total_mib ? (unsigned)(g->mem_used_mib * 100 / g->mem_total_mib) : 0);
+	if (gm_gpu_value(g, GM_GPU_MEM_USED_MIB, &v) && gm_gpu_value(g, GM_GPU_MEM_TOTAL_MIB, &w))
+		printf(" %6s / %-6s %3u%% ", fmt_mib(a, sizeof a, (uint64_t)v),
+		       fmt_mib(b, sizeof b, (uint64_t)w), w ? (unsigned)(v * 100 / w) : 0);
 	else
 		printf(" %-19s ", "      - / -");
 	if (l->narrow)
 		printf("\n%*s", STATUS_STACK_INDENT, "");
-	if ((g->valid & GM_HAS_POWER) && (g->valid & GM_HAS_POWER_LIMIT))
-		printf("%4u / %-4uW", g->power_mw / 1000, g->power_limit_mw / 1000);
-	else if (g->valid & GM_HAS_POWER)
-		printf("%4u / -   W", g->power_mw / 1000);
+	if (gm_gpu_value(g, GM_GPU_POWER_MW, &v) && gm_gpu_value(g, GM_GPU_POWER_LIMIT_MW, &w))
+		printf("%4lld / %-4lldW", (long long)(v / 1000), (long long)(w / 1000));
+	else if (gm_gpu_value(g, GM_GPU_POWER_MW, &v))
+		printf("%4lld / -   W", (long long)(v / 1000));
 	else
 		printf("%12s", "-");
 	start_processes(l, &c);
@@ -406,39 +410,108 @@ static int gpu_shown(const struct cli_select *sel, const struct cli_look *look,
 	return 0;
 }
 
-static const struct csv_column status_columns[] = {
-    {"index", "NVML index"},
-    {"uuid", ""},
-    {"name", ""},
-    {"temperature_c", ""},
-    {"util_pct", ""},
-    {"memory_used_mib", ""},
-    {"memory_total_mib", ""},
-    {"memory_free_mib", ""},
-    {"power_w", ""},
-    {"power_limit_w", ""},
-    {"processes", "count"},
-    {"leased_by", "users"},
-    {"mig_devices", "PROFILE:MIG-UUID, space separated"},
-    /* from CSV_CLOCKS on: csv_clocks */
-    {"clock_sm_mhz", ""},
-    {"clock_memory_mhz", ""},
-    {"clock_graphics_mhz", ""},
-    {"max_clock_sm_mhz", ""},
-    {"max_clock_memory_mhz", ""},
-    {"max_clock_graphics_mhz", ""},
-    {"pci_bus_id", "domain:bus:device.function"},
+/*
+ * status's CSV columns: its own, which are no reading of the GPU, and each
+ * row of the GPU field table (gpu_fields.h) that has a CSV name, under that
+ * name and, for --query-gpu, under nvidia-smi's with its unit.
+ */
+enum own_column {
+	OWN_INDEX,
+	OWN_UUID,
+	OWN_NAME,
+	OWN_PROCESSES,
+	OWN_LEASED_BY,
+	OWN_MIG_DEVICES,
+	OWN_PCI_BUS_ID,
+	OWN_COUNT
 };
-#define STATUS_COLUMNS (sizeof status_columns / sizeof status_columns[0])
-#define CSV_CLOCKS 13
-#define CSV_PCI 19 /* after the clocks */
-static const enum gm_gpu_value csv_clocks[] = {
-    GM_GPU_CLOCK_SM_MHZ,     GM_GPU_CLOCK_MEM_MHZ,     GM_GPU_CLOCK_GRAPHICS_MHZ,
-    GM_GPU_MAX_CLOCK_SM_MHZ, GM_GPU_MAX_CLOCK_MEM_MHZ, GM_GPU_MAX_CLOCK_GRAPHICS_MHZ,
+static const struct {
+	struct csv_column csv;
+	const char *smi, *smi_alias; /* nvidia-smi's names; NULL none */
+} own_columns[OWN_COUNT] = {
+    [OWN_INDEX] = {{"index", "NVML index"}, "index", NULL},
+    [OWN_UUID] = {{"uuid", ""}, "uuid", "gpu_uuid"},
+    [OWN_NAME] = {{"name", ""}, "name", "gpu_name"},
+    [OWN_PROCESSES] = {{"processes", "count"}, NULL, NULL},
+    [OWN_LEASED_BY] = {{"leased_by", "users"}, NULL, NULL},
+    [OWN_MIG_DEVICES] = {{"mig_devices", "PROFILE:MIG-UUID, space separated"}, NULL, NULL},
+    [OWN_PCI_BUS_ID] = {{"pci_bus_id", "domain:bus:device.function"}, "pci.bus_id", "gpu_bus_id"},
 };
-_Static_assert(CSV_CLOCKS + sizeof csv_clocks / sizeof csv_clocks[0] == CSV_PCI &&
-                   CSV_PCI + 1 == STATUS_COLUMNS,
-               "a clock for each column from CSV_CLOCKS, then pci_bus_id");
+/* A column's source: enum own_column, or a row of the field table. */
+#define FIELD(id) (OWN_COUNT + (int)(id))
+/* The order of the columns before the table gave them, which scripts may
+ * read by position.  Every other row with a CSV name follows, in the
+ * table's order: a new reading comes last. */
+static const int csv_first[] = {
+    OWN_INDEX,
+    OWN_UUID,
+    OWN_NAME,
+    FIELD(GM_GPU_TEMPERATURE_C),
+    FIELD(GM_GPU_UTIL_GPU_PCT),
+    FIELD(GM_GPU_MEM_USED_MIB),
+    FIELD(GM_GPU_MEM_TOTAL_MIB),
+    FIELD(GM_GPU_MEM_FREE_MIB),
+    FIELD(GM_GPU_POWER_MW),
+    FIELD(GM_GPU_POWER_LIMIT_MW),
+    OWN_PROCESSES,
+    OWN_LEASED_BY,
+    OWN_MIG_DEVICES,
+    FIELD(GM_GPU_CLOCK_SM_MHZ),
+    FIELD(GM_GPU_CLOCK_MEM_MHZ),
+    FIELD(GM_GPU_CLOCK_GRAPHICS_MHZ),
+    FIELD(GM_GPU_MAX_CLOCK_SM_MHZ),
+    FIELD(GM_GPU_MAX_CLOCK_MEM_MHZ),
+    FIELD(GM_GPU_MAX_CLOCK_GRAPHICS_MHZ),
+    OWN_PCI_BUS_ID,
+};
+#define STATUS_COLUMNS_MAX (OWN_COUNT + GPU_FIELD_MAX)
+
+struct status_column {
+	int src;                                /* enum own_column, or FIELD(id) */
+	const char *smi, *smi_alias, *smi_unit; /* nvidia-smi's; NULL none */
+};
+/* Built once by status_columns_init(); status_csv[i] is column i's name. */
+static struct csv_column status_csv[STATUS_COLUMNS_MAX];
+static struct status_column status_cols[STATUS_COLUMNS_MAX];
+static size_t status_ncols;
+
+static const char *named_or_null(const char *name)
+{
+	return gpu_field_named(name) ? name : NULL;
+}
+
+static void add_column(int src)
+{
+	struct status_column *s = &status_cols[status_ncols];
+
+	if (src < OWN_COUNT) {
+		status_csv[status_ncols] = own_columns[src].csv;
+		*s = (struct status_column){src, own_columns[src].smi, own_columns[src].smi_alias,
+		                            NULL};
+	} else {
+		const struct gpu_field *f = &gpu_fields[src - OWN_COUNT];
+
+		status_csv[status_ncols] = (struct csv_column){f->csv, f->shown_unit};
+		*s = (struct status_column){src, named_or_null(f->smi), named_or_null(f->smi_alias),
+		                            named_or_null(f->smi_unit)};
+	}
+	status_ncols++;
+}
+
+static void status_columns_init(void)
+{
+	int listed[STATUS_COLUMNS_MAX] = {0};
+
+	if (status_ncols)
+		return;
+	for (size_t i = 0; i < sizeof csv_first / sizeof csv_first[0]; i++) {
+		add_column(csv_first[i]);
+		listed[csv_first[i]] = 1;
+	}
+	for (size_t i = 0; i < gpu_field_count; i++)
+		if (gpu_field_named(gpu_fields[i].csv) && !listed[FIELD(i)])
+			add_column(FIELD(i));
+}
 
 /* One GPU's value of CSV column col, in buf or a string of the snapshot;
  * NULL where the GPU does not report it. */
@@ -447,43 +520,23 @@ static const char *column_value(const struct cli_select *sel, const struct cli_l
 {
 	const struct gm_snapshot *snap = look->snap;
 	size_t procs = 0, o = 0;
-	int64_t mhz;
+	int src = status_cols[col].src;
 
-	switch (col) {
-	case 0:
+	switch (src) {
+	case OWN_INDEX:
 		snprintf(buf, len, "%u", g->index);
 		return buf;
-	case 1:
+	case OWN_UUID:
 		return g->uuid[0] ? g->uuid : NULL;
-	case 2:
+	case OWN_NAME:
 		return g->name[0] ? g->name : NULL;
-	case 3:
-		snprintf(buf, len, "%u", g->temperature_c);
-		return g->valid & GM_HAS_TEMPERATURE ? buf : NULL;
-	case 4:
-		snprintf(buf, len, "%u", g->util_gpu_pct);
-		return g->valid & GM_HAS_UTIL ? buf : NULL;
-	case 5:
-	case 6:
-	case 7:
-		snprintf(buf, len, "%llu",
-		         (unsigned long long)(col == 5   ? g->mem_used_mib
-		                              : col == 6 ? g->mem_total_mib
-		                                         : g->mem_free_mib));
-		return g->valid & GM_HAS_MEMORY ? buf : NULL;
-	case 8:
-		snprintf(buf, len, "%.1f", g->power_mw / 1000.0);
-		return g->valid & GM_HAS_POWER ? buf : NULL;
-	case 9:
-		snprintf(buf, len, "%.1f", g->power_limit_mw / 1000.0);
-		return g->valid & GM_HAS_POWER_LIMIT ? buf : NULL;
-	case 10:
+	case OWN_PROCESSES:
 		for (size_t k = 0; k < snap->proc_count; k++)
 			procs +=
 			    snap->procs[k].gpu == g->index && cli_select_proc(sel, &snap->procs[k]);
 		snprintf(buf, len, "%zu", procs);
 		return buf;
-	case 11:
+	case OWN_LEASED_BY:
 		buf[0] = '\0';
 		for (size_t l = 0; l < look->view->lease_count; l++)
 			for (size_t k = 0; k < look->view->leases[l].gpu_count; k++)
@@ -492,70 +545,27 @@ static const char *column_value(const struct cli_select *sel, const struct cli_l
 					    (size_t)snprintf(buf + o, len - o, "%s%s", o ? " " : "",
 					                     look->view->leases[l].user);
 		return buf;
-	case 12:
+	case OWN_MIG_DEVICES:
 		buf[0] = '\0';
 		for (size_t k = 0; k < snap->mig_count; k++)
 			if (snap->migs[k].gpu == g->index && o < len)
 				o += (size_t)snprintf(buf + o, len - o, "%s%s:%s", o ? " " : "",
 				                      snap->migs[k].profile, snap->migs[k].uuid);
 		return buf;
-	case CSV_PCI:
+	case OWN_PCI_BUS_ID:
 		return (g->valid & GM_HAS_PCI) && g->pci_bus_id[0] ? g->pci_bus_id : NULL;
 	default:
-		if (col < CSV_CLOCKS || col >= CSV_PCI ||
-		    !gm_gpu_value(g, csv_clocks[col - CSV_CLOCKS], &mhz))
-			return NULL;
-		snprintf(buf, len, "%lld", (long long)mhz);
-		return buf;
+		return gpu_field_text(g, &gpu_fields[src - OWN_COUNT], buf, len);
 	}
 }
 
-/*
- * nvidia-smi's --query-gpu names for status's columns, with the unit its
- * CSV shows ("memory.used [MiB]" in the header, "12 MiB" as a value,
- * both without the unit under nounits).  A name that is not here is a
- * field gpuman does not read, and is refused naming it.
- */
-static const struct smi_field {
-	const char *name;
-	const char *alias; /* nvidia-smi's other name for it, or NULL */
-	size_t column;     /* of status_columns */
-	const char *unit;  /* NULL: none */
-} smi_fields[] = {
-    {"index", NULL, 0, NULL},
-    {"uuid", "gpu_uuid", 1, NULL},
-    {"name", "gpu_name", 2, NULL},
-    {"temperature.gpu", NULL, 3, NULL},
-    {"utilization.gpu", NULL, 4, "%"},
-    {"memory.used", NULL, 5, "MiB"},
-    {"memory.total", NULL, 6, "MiB"},
-    {"memory.free", NULL, 7, "MiB"},
-    {"power.draw", NULL, 8, "W"},
-    {"power.limit", NULL, 9, "W"},
-    {"pci.bus_id", "gpu_bus_id", CSV_PCI, NULL},
-    {"clocks.sm", "clocks.current.sm", CSV_CLOCKS, "MHz"},
-    {"clocks.mem", "clocks.current.memory", CSV_CLOCKS + 1, "MHz"},
-    {"clocks.gr", "clocks.current.graphics", CSV_CLOCKS + 2, "MHz"},
-    {"clocks.max.sm", "clocks.max.streaming_multiprocessor", CSV_CLOCKS + 3, "MHz"},
-    {"clocks.max.mem", "clocks.max.memory", CSV_CLOCKS + 4, "MHz"},
-    {"clocks.max.gr", "clocks.max.graphics", CSV_CLOCKS + 5, "MHz"},
-};
-#define SMI_FIELDS (sizeof smi_fields / sizeof smi_fields[0])
-
-static const struct smi_field *smi_of_column(size_t col)
-{
-	for (size_t i = 0; i < SMI_FIELDS; i++)
-		if (smi_fields[i].column == col)
-			return &smi_fields[i];
-	return NULL;
-}
-
-/* --query-gpu=FIELDS into status's column names (out, len bytes);
- * EXIT_OK, or a usage error naming the field gpuman does not have. */
+/* --query-gpu=FIELDS into status's column names (out, len bytes); EXIT_OK,
+ * or a usage error naming the field gpuman does not have.  A name that no
+ * column has is a field gpuman does not read. */
 static int smi_columns(struct cli *cli, const char *query, char *out, size_t len)
 {
-	char *list = strdup(query), *tok, *save = NULL;
-	size_t o = 0;
+	char *list = strdup(query), *tok, *save = NULL, known[1024];
+	size_t o = 0, k = 0;
 	int rc = EXIT_OK;
 
 	if (!list)
@@ -563,32 +573,38 @@ static int smi_columns(struct cli *cli, const char *query, char *out, size_t len
 	out[0] = '\0';
 	for (tok = strtok_r(list, ",", &save); tok && rc == EXIT_OK;
 	     tok = strtok_r(NULL, ",", &save)) {
-		const struct smi_field *f = NULL;
+		const struct status_column *s = NULL;
 		struct spell near;
 		const char *best;
+		size_t col;
 
 		tok += strspn(tok, " ");
-		for (size_t i = 0; i < SMI_FIELDS && !f; i++)
-			if (!strcasecmp(tok, smi_fields[i].name) ||
-			    (smi_fields[i].alias && !strcasecmp(tok, smi_fields[i].alias)))
-				f = &smi_fields[i];
-		if (f) {
+		for (col = 0; col < status_ncols && !s; col++)
+			if (status_cols[col].smi &&
+			    (!strcasecmp(tok, status_cols[col].smi) ||
+			     (status_cols[col].smi_alias &&
+			      !strcasecmp(tok, status_cols[col].smi_alias))))
+				s = &status_cols[col];
+		if (s) {
 			o += (size_t)snprintf(out + o, o < len ? len - o : 0, "%s%s", o ? "," : "",
-			                      status_columns[f->column].name);
+			                      status_csv[s - status_cols].name);
 			continue;
 		}
 		near = (struct spell)SPELL_INIT(tok);
-		for (size_t i = 0; i < SMI_FIELDS; i++)
-			spell_offer(&near, smi_fields[i].name);
+		known[0] = '\0';
+		k = 0;
+		for (col = 0; col < status_ncols; col++) {
+			if (!status_cols[col].smi)
+				continue;
+			spell_offer(&near, status_cols[col].smi);
+			if (k < sizeof known)
+				k += (size_t)snprintf(known + k, sizeof known - k, "%s%s",
+				                      k ? ", " : "", status_cols[col].smi);
+		}
 		best = spell_best(&near);
 		rc = cli_usage(
-		    cli,
-		    "--query-gpu: '%s' is not a field gpuman reads%s%s%s (it has: index, "
-		    "uuid, name, temperature.gpu, utilization.gpu, memory.used, "
-		    "memory.total, memory.free, power.draw, power.limit, pci.bus_id, "
-		    "clocks.sm, clocks.mem, clocks.gr, clocks.max.sm, clocks.max.mem, "
-		    "clocks.max.gr)",
-		    tok, best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
+		    cli, "--query-gpu: '%s' is not a field gpuman reads%s%s%s (it has: %s)", tok,
+		    best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "", known);
 	}
 	free(list);
 	if (rc == EXIT_OK && (!o || o >= len))
@@ -604,15 +620,15 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 
 	if (sel->smi && !sel->noheader) {
 		for (size_t c = 0; c < n; c++) {
-			const struct smi_field *f = smi_of_column(idx[c]);
+			const struct status_column *s = &status_cols[idx[c]];
 
-			printf("%s%s", c ? ", " : "", f ? f->name : status_columns[idx[c]].name);
-			if (f && f->unit && !sel->nounits)
-				printf(" [%s]", f->unit);
+			printf("%s%s", c ? ", " : "", s->smi ? s->smi : status_csv[idx[c]].name);
+			if (s->smi_unit && !sel->nounits)
+				printf(" [%s]", s->smi_unit);
 		}
 		putchar('\n');
 	} else {
-		csv_header(sel, status_columns, idx, n);
+		csv_header(sel, status_csv, idx, n);
 	}
 	for (size_t i = 0; i < snap->gpu_count; i++) {
 		const struct gm_gpu *g = &snap->gpus[i];
@@ -621,17 +637,16 @@ static void print_csv(const struct cli_select *sel, const struct cli_look *look,
 			continue;
 		for (size_t c = 0; c < n; c++) {
 			const char *v = column_value(sel, look, g, idx[c], buf, sizeof buf);
-			const struct smi_field *f;
+			const struct status_column *s = &status_cols[idx[c]];
 
 			if (!sel->smi) {
 				csv_field(c == 0, v);
 				continue;
 			}
 			/* nvidia-smi's form: ", " between fields, units, no quoting */
-			f = smi_of_column(idx[c]);
 			printf("%s%s", c ? ", " : "", v ? cli_safe(safe, v) : "[N/A]");
-			if (v && f && f->unit && !sel->nounits)
-				printf(" %s", f->unit);
+			if (v && s->smi_unit && !sel->nounits)
+				printf(" %s", s->smi_unit);
 		}
 		putchar('\n');
 	}
@@ -974,7 +989,7 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 	    {0}};
 	struct status_opts o = {CLI_SELECT_INIT, NULL};
 	struct cli_select sel;
-	size_t idx[STATUS_COLUMNS];
+	size_t idx[STATUS_COLUMNS_MAX];
 	char columns[1024];
 	int rc, ncols = 0;
 
@@ -983,6 +998,7 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 	if (rc != CLI_CONTINUE)
 		return rc;
 	sel = o.sel;
+	status_columns_init();
 	if (o.query) {
 		/* nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]:
 		 * status's CSV columns under nvidia-smi's names and form */
@@ -1007,7 +1023,7 @@ static int status_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
-	if (sel.csv && (ncols = csv_choose(cli, status_columns, STATUS_COLUMNS, &sel, idx)) < 0)
+	if (sel.csv && (ncols = csv_choose(cli, status_csv, status_ncols, &sel, idx)) < 0)
 		return EXIT_USAGE;
 	if (sel.watch)
 		return cli_status_watch(cli, &sel, idx, (size_t)ncols);
@@ -1046,14 +1062,16 @@ const struct cmd_entry cmd_status = {
     "                         (PROFILE:MIG-UUID of each slice), clock_sm_mhz,\n"
     "                         clock_memory_mhz, clock_graphics_mhz,\n"
     "                         max_clock_sm_mhz, max_clock_memory_mhz,\n"
-    "                         max_clock_graphics_mhz, pci_bus_id;\n"
+    "                         max_clock_graphics_mhz, pci_bus_id, util_memory_pct,\n"
+    "                         fan_speed_pct;\n"
     "                         csv,noheader: no header line (nvidia-smi's word)\n"
     "  --query-gpu=FIELDS     nvidia-smi's spelling of --format csv=COLUMNS, in its\n"
     "                         form: its names (index, uuid, name, temperature.gpu,\n"
     "                         utilization.gpu, memory.used, memory.total,\n"
     "                         memory.free, power.draw, power.limit, pci.bus_id,\n"
     "                         clocks.sm, clocks.mem, clocks.gr, clocks.max.sm,\n"
-    "                         clocks.max.mem, clocks.max.gr), 'memory.used [MiB]'\n"
+    "                         clocks.max.mem, clocks.max.gr, utilization.memory,\n"
+    "                         fan.speed), 'memory.used [MiB]'\n"
     "                         headers, '12 MiB' values (none with nounits), ', '\n"
     "                         between fields, [N/A] where unreported; a field gpuman\n"
     "                         does not read is refused, naming it\n"

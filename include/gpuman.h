@@ -135,7 +135,8 @@ enum gm_field {
 	GM_HAS_MAX_CLOCK_MEM = 1u << 15,      /* GM_GPU_MAX_CLOCK_MEM_MHZ */
 	GM_HAS_MAX_CLOCK_GRAPHICS = 1u << 16, /* GM_GPU_MAX_CLOCK_GRAPHICS_MHZ */
 	GM_HAS_PERSISTENCE = 1u << 17,        /* persistence mode was readable */
-	GM_HAS_MINOR = 1u << 18               /* GM_GPU_MINOR_NUMBER */
+	GM_HAS_MINOR = 1u << 18,              /* GM_GPU_MINOR_NUMBER */
+	GM_HAS_FAN = 1u << 19                 /* GM_GPU_FAN_SPEED_PCT */
 };
 
 /* The clock domains gpuman reads (NVML's nvmlClockType_t has these and
@@ -235,7 +236,10 @@ enum gm_gpu_value {
 	GM_GPU_PERSISTENCE_MODE = 19,
 	/* The N of the GPU's device node /dev/nvidiaN (nvmlDeviceGetMinorNumber):
 	 * what a device filter names it by. */
-	GM_GPU_MINOR_NUMBER = 20
+	GM_GPU_MINOR_NUMBER = 20,
+	/* The speed the fan is meant to run at, % of its most
+	 * (nvmlDeviceGetFanSpeed); a GPU cooled by its chassis has none. */
+	GM_GPU_FAN_SPEED_PCT = 21
 };
 /*
  * One reading of the GPU: 1 and *out set when the GPU reported it; 0 when

@@ -161,6 +161,9 @@ static void resolve(struct nvml *nv)
 	nv->gpu_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetGpuInstanceId");
 	nv->compute_instance_id = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetComputeInstanceId");
 	nv->minor = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetMinorNumber");
+	for (size_t i = 0; i < gpu_field_count; i++)
+		if (gpu_fields[i].read == GF_READ_DEV_UINT)
+			nv->reading[i] = (fn_dev_uint)dlsym(dl, gpu_fields[i].nvml);
 }
 
 static int64_t monotonic_us(void)

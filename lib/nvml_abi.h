@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "gpu_fields.h"
 #include "gpuman.h"
 #include "util.h"
 
@@ -198,6 +199,9 @@ struct nvml {
 	 * that opens NVML pays on this machine (persistence mode off: seconds). */
 	double init_ms;
 	fn_dev_uint minor; /* /dev/nvidiaN's N */
+	/* The GPU field table's readings of kind GF_READ_DEV_UINT, by row;
+	 * NULL for the others and where the driver lacks the function. */
+	fn_dev_uint reading[GPU_FIELD_MAX];
 };
 
 /* The first version to try, and remembering that older ones are needed. */

@@ -249,6 +249,16 @@ enum answer nvml_query_fields(struct gpu_query *q)
 			}
 		}
 	}
+	/* The table's readings that are one call each (gpu_fields.h). */
+	for (size_t i = 0; i < gpu_field_count; i++) {
+		if (!nv->reading[i])
+			continue;
+		ASK(gpu_fields[i].label, nv->reading[i](q->dev, &u1));
+		if (a == ANSWER_OK) {
+			gpu_field_set(gpu, &gpu_fields[i], u1);
+			gpu->valid |= gpu_fields[i].need;
+		}
+	}
 #undef ASK
 	return ANSWER_OK;
 }

@@ -309,12 +309,12 @@ json_t *snapshot_gpu_json(const struct gm_snapshot *snap, size_t pos)
 		const struct gpu_field *f = &gpu_fields[i];
 		int64_t v;
 
-		if (!f->json)
+		if (!gpu_field_named(f->json))
 			continue;
 		if (!gpu_field_get(gpu, f, &v))
 			json_object_set_new(o, f->json, json_null());
-		else if (f->json_scale > 1)
-			json_object_set_new(o, f->json, json_real((double)v / f->json_scale));
+		else if (f->scale > 1)
+			json_object_set_new(o, f->json, json_real((double)v / f->scale));
 		else
 			json_object_set_new(o, f->json, json_integer((json_int_t)v));
 	}

@@ -38,6 +38,7 @@ struct gm_gpu {
 	/* Current and maximum clocks, MHz: [enum gm_clock], valid by the
 	 * GM_HAS_CLOCK_* and GM_HAS_MAX_CLOCK_* bits. */
 	unsigned clock_mhz[GM_CLOCK_COUNT], clock_max_mhz[GM_CLOCK_COUNT];
+	unsigned fan_speed_pct;
 };
 
 struct gm_proc {

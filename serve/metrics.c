@@ -88,8 +88,8 @@ static void gpu_series(struct out *o, const struct gm_snapshot *snap, const stru
 		fputs("} ", o->f);
 		if (!f)
 			fputc(g->state == GM_GPU_OK ? '1' : '0', o->f);
-		else if (f->metric_scale > 1)
-			fprintf(o->f, "%.3f", (double)v / f->metric_scale);
+		else if (f->scale > 1)
+			fprintf(o->f, "%.3f", (double)v / f->scale);
 		else
 			fprintf(o->f, "%lld", (long long)v);
 		fputc('\n', o->f);
@@ -99,7 +99,7 @@ static void gpu_series(struct out *o, const struct gm_snapshot *snap, const stru
 static void gpus(struct out *o, const struct gm_snapshot *snap)
 {
 	for (size_t m = 0; m < gpu_field_count; m++)
-		if (gpu_fields[m].metric)
+		if (gpu_field_named(gpu_fields[m].metric))
 			gpu_series(o, snap, &gpu_fields[m]);
 	gpu_series(o, snap, NULL);
 }

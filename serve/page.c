@@ -190,6 +190,27 @@ static void put_inline(FILE *f, const char *json)
 	}
 }
 
+/* The readings the page's cards list one a line: the GPU field table's
+ * rows with a label and a JSON key, as [{"key", "label", "unit"}]. */
+static void put_fields(FILE *f)
+{
+	json_t *arr = json_array();
+	char *text;
+
+	for (size_t i = 0; i < gpu_field_count; i++) {
+		const struct gpu_field *g = &gpu_fields[i];
+
+		if (gpu_field_named(g->label) && gpu_field_named(g->json))
+			json_array_append_new(arr,
+			                      json_pack("{s:s,s:s,s:s}", "key", g->json, "label",
+			                                g->label, "unit", g->shown_unit));
+	}
+	text = json_dumps(arr, JSON_COMPACT);
+	put_inline(f, text ? text : "[]");
+	free(text);
+	json_decref(arr);
+}
+
 char *serve_page(const char *status_json, const char *history_json, int interval_ms, size_t *len)
 {
 	const char *mark = strstr(serve_page_html, "<!--DATA-->");
@@ -206,6 +227,8 @@ char *serve_page(const char *status_json, const char *history_json, int interval
 		put_inline(f, status_json);
 		fputs(";var GM_HISTORY=", f);
 		put_inline(f, history_json);
+		fputs(";var GM_FIELDS=", f);
+		put_fields(f);
 		fputs(";</script>", f);
 		fputs(mark + strlen("<!--DATA-->"), f);
 	}

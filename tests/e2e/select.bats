@@ -107,8 +107,8 @@ load helpers
 	[ "$output" = "$(gpuman status --format csv=index,name,pci_bus_id -i 0 | tail -1 | sed 's/,/, /g')" ]
 	[[ "$output" == "0, Test GPU A, "*:* ]]
 	# a field gpuman does not read is refused, naming it
-	run -2 gpuman status --query-gpu=index,fan.speed --format=csv
-	[[ "$output" == *"--query-gpu: 'fan.speed' is not a field gpuman reads"* ]]
+	run -2 gpuman status --query-gpu=index,pstate --format=csv
+	[[ "$output" == *"--query-gpu: 'pstate' is not a field gpuman reads"* ]]
 	run -2 gpuman status --query-gpu=memory.usd --format=csv
 	[[ "$output" == *"(did you mean 'memory.used'?)"* ]]
 	# noheader on gpuman's own CSV, as in nvidia-smi; anything else after csv is refused
