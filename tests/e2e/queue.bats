@@ -125,12 +125,14 @@ EOF
 	# Twenty rounds: queue 15 jobs (a submit starts a dispatcher if none
 	# runs), then kill the dispatcher at a random moment while they are
 	# being claimed, started, run or recorded.  The last job of a round
-	# runs long enough that there is always a dispatcher to kill.
+	# runs long enough that there is always a dispatcher to kill (0.3 s
+	# was not, once, under a load average of 19: finding the dispatcher
+	# takes several processes).
 	kills=0
 	for round in $(seq 20); do
 		for i in $(seq 15); do
 			secs=0.05
-			[ "$i" != 15 ] || secs=0.3
+			[ "$i" != 15 ] || secs=1
 			gpuman submit -- sh -c "echo \$GPUMAN_JOB >>marks.txt; exec gpuman-simload --mem 64M --util 10 --seconds $secs" >/dev/null
 		done
 		sleep "0.0$((RANDOM % 8 + 1))"
