@@ -54,8 +54,11 @@ teardown() {
 	run -0 gpuman waste -u root
 	# status says it too, in one short section, and in its JSON
 	run -0 gpuman status
-	[[ "${lines[-2]}" == *"hog"*"pid 3141592"*"computes only on 3"* ]]
-	[[ "${lines[-1]}" == *"unleased"*"5 processes on GPUs outside gpuman"* ]]
+	[[ "${lines[-4]}" == "waste (gpuman waste for advice):" ]]
+	[[ "${lines[-3]}" == *"hog"*"pid 3141592"*"computes only on 3"* ]]
+	[[ "${lines[-2]}" == *"unleased"*"5 processes on GPUs outside gpuman"* ]]
+	# then the placement line, last
+	[[ "${lines[-1]}" == "placement: advisory"* ]]
 	run -0 gpuman status --json
 	[ "$(jqr '[.waste[].kind] | unique | join(",")')" = hog,unleased ]
 	[ "$(jqr '.processes[] | select(.pid == 3141592 and .gpu == 3) | .utilization_pct')" = 62 ]
