@@ -1,5 +1,7 @@
 /*
- * lease.h - what a gm_lease holds.
+ * lease.h - what a gm_lease holds: the caller's handle on its own lease,
+ * whichever transport granted it (transport.h).  lease.c frees it and
+ * answers gm_lease_*(); ending it is the transport's (gm_lease_release()).
  */
 #ifndef GM_LEASE_H
 #define GM_LEASE_H
@@ -37,5 +39,8 @@ struct gm_lease {
  * which releases it with gm_lease_release().
  */
 void lease_detach(struct gm_lease *lease);
+
+/* Free what a lease holds and the lease, ending nothing. */
+void lease_free(struct gm_lease *lease);
 
 #endif

@@ -24,7 +24,6 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
 #include "caps.h"
 #include "context.h"
 #include "lease.h"
@@ -187,8 +186,10 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
                                   const struct gm_request *req, const struct acquire_opts *opts,
                                   char *name, size_t name_len, int *fd_out, char *err, size_t len)
 {
-	json_t *o = json_object(), *cand = json_array();
-	char summary[128], id[64], *text, *cmd = NULL;
+	struct waiter_info wi = {0};
+	json_t *o = NULL;
+	char id[64], *text = NULL, *cmd = NULL;
+	size_t n = 0;
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -196,30 +197,37 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	/* Zero-padded nanoseconds: names sort in arrival order. */
 	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
 	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
-	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
+	/* The one waiter record (record.h); the owner of the file, not its
+	 * "uid", is what readers believe. */
+	wi.cand = calloc(a->snap->gpu_count + 1, sizeof *wi.cand);
+	for (size_t pos = 0; wi.cand && pos < a->snap->gpu_count; pos++)
 		if (a->cand[pos])
-			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
+			str_copy(wi.cand[n++], sizeof wi.cand[0], a->snap->gpus[pos].uuid);
+	wi.cand_count = n;
 	if (!opts || !opts->command)
 		cmd = self_command();
-	json_object_set_new(o, "uid", json_integer((json_int_t)geteuid()));
-	json_object_set_new(o, "pid", json_integer(getpid()));
-	json_object_set_new(o, "pidns", json_integer(registry_own_pidns()));
-	json_object_set_new(o, "command",
-	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
-	json_object_set_new(o, "since_ms", json_integer(now_ms()));
-	json_object_set_new(o, "summary", json_string(line_summary(req, summary, sizeof summary)));
-	json_object_set_new(o, "candidates", cand);
+	wi.uid = (unsigned)geteuid();
+	wi.pid = getpid();
+	str_copy(wi.command, sizeof wi.command,
+	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
+	wi.since_ms = now_ms();
+	line_summary(req, wi.summary, sizeof wi.summary);
 	/* What the rules place it by, for the waiters behind it (line.h). */
-	json_object_set_new(o, "request", record_request_json(req));
+	wi.req = (struct gm_request *)req;
 	if (a->env.usable)
-		json_object_set_new(o, "usable", record_usable_json(a->env.usable, a->snap));
+		wi.usable = record_usable_json(a->env.usable, a->snap);
 	if (a->env.mig_usable)
-		json_object_set_new(o, "usable_migs",
-		                    record_usable_migs_json(a->env.mig_usable, a->snap));
-	if (getenv("GPUMAN_RESERVATION") && *getenv("GPUMAN_RESERVATION"))
-		json_object_set_new(o, "within", json_string(getenv("GPUMAN_RESERVATION")));
-	text = json_dumps(o, JSON_COMPACT);
+		wi.usable_migs = record_usable_migs_json(a->env.mig_usable, a->snap);
+	if (getenv("GPUMAN_RESERVATION"))
+		str_copy(wi.within, sizeof wi.within, getenv("GPUMAN_RESERVATION"));
+	if (wi.cand && (o = record_waiter_json(&wi))) {
+		json_object_set_new(o, "pidns", json_integer(registry_own_pidns()));
+		text = json_dumps(o, JSON_COMPACT);
+	}
 	json_decref(o);
+	json_decref(wi.usable);
+	json_decref(wi.usable_migs);
+	free(wi.cand);
 	free(cmd);
 	if (!text)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
@@ -232,16 +240,6 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir, why);
 	}
 	return GM_OK;
-}
-
-void registry_lease_free_fields(struct gm_lease *l)
-{
-	free(l->indices);
-	free(l->uuids);
-	free(l->cuda_visible);
-	free(l->indices_text);
-	free(l->broker);
-	free(l);
 }
 
 struct spawn_call {
@@ -400,7 +398,7 @@ failed:
 	record_lease_release(&li);
 	free(cmd);
 	if (l)
-		registry_lease_free_fields(l);
+		lease_free(l);
 	if (rc == GM_ERR_NOMEM)
 		gm_fail(rc, err, len, "out of memory");
 	return rc;

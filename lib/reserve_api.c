@@ -14,7 +14,7 @@
 #include "listing.h"
 #include "parse.h"
 #include "policy.h"
-#include "registry.h"
+#include "lease_api.h"
 #include "util.h"
 
 struct gm_reservation {
