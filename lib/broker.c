@@ -89,18 +89,15 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 	if (!l)
 		return NULL;
 	l->fd = fd;
-	l->gpu_count = n;
-	l->indices = calloc(n + 1, sizeof *l->indices);
-	l->uuids = calloc(n + 1, sizeof *l->uuids);
 	l->indices_text = calloc(n + 1, 12);
 	l->broker = strdup(path);
 	pos = calloc(n + 1, sizeof *pos);
-	if (!l->indices || !l->uuids || !l->indices_text || !l->broker || !pos || !n)
+	if (lease_gpus_alloc(l, n) < 0 || !l->indices_text || !l->broker || !pos || !n)
 		goto failed;
-	str_copy(l->id, sizeof l->id, json_string_value(json_object_get(msg, "id")) ?: "");
+	str_copy(l->rec.id, sizeof l->rec.id, json_string_value(json_object_get(msg, "id")) ?: "");
 	str_copy(l->token, sizeof l->token, json_string_value(json_object_get(msg, "token")) ?: "");
-	l->exclusive = exclusive;
-	l->share_mib =
+	l->rec.exclusive = exclusive;
+	l->rec.share_mib =
 	    exclusive ? 0 : (uint64_t)json_integer_value(json_object_get(msg, "share_mib"));
 	json_array_foreach(gpus, i, g)
 	{
@@ -114,9 +111,9 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 		if (!gpu || (mig && (n != 1 || strncmp(mig, "MIG-", 4))))
 			goto failed;
 		pos[i] = (size_t)(gpu - snap->gpus);
-		l->indices[i] = gpu->index;
-		/* a slice's holder knows it by the slice's UUID, as CUDA does */
-		str_copy(l->uuids[i], sizeof l->uuids[i], mig ? mig : gpu->uuid);
+		l->rec.indices[i] = gpu->index;
+		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], gpu->uuid);
+		str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig ? mig : "");
 		if (mig && !(l->cuda_visible = strdup(mig)))
 			goto failed;
 		ilen +=
@@ -128,17 +125,13 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 		l->cuda_visible = pick_env_cuda_visible(env, snap, pos, n);
 	if (!l->cuda_visible)
 		goto failed;
-	l->mem_fraction = !exclusive && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	l->mem_fraction =
+	    !exclusive && min_total ? (double)l->rec.share_mib / (double)min_total : 0.0;
 	free(pos);
 	return l;
 failed:
 	free(pos);
-	free(l->indices);
-	free(l->uuids);
-	free(l->indices_text);
-	free(l->broker);
-	free(l->cuda_visible);
-	free(l);
+	lease_free(l);
 	return NULL;
 }
 
@@ -467,7 +460,7 @@ static void release_on(struct gm_lease *lease)
 		struct broker_buf *buf = calloc(1, sizeof *buf);
 		json_t *reply = NULL;
 
-		json_object_set_new(msg, "id", json_string(lease->id));
+		json_object_set_new(msg, "id", json_string(lease->rec.id));
 		json_object_set_new(msg, "token", json_string(lease->token));
 		if (buf && broker_send(fd, msg) == 0)
 			next_message(fd, buf, -1, NULL, monotonic_ms() + 1000, &reply);

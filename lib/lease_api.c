@@ -126,6 +126,16 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 	return rc;
 }
 
+void registry_explain(char *errbuf, size_t errlen, char *explain)
+{
+	if (explain && *explain && errbuf && errlen) {
+		size_t used = strlen(errbuf);
+
+		snprintf(errbuf + used, errlen - used, ":\n%s", explain);
+	}
+	free(explain);
+}
+
 /* ---- the public lease API ----------------------------------------------- */
 
 GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
@@ -156,12 +166,7 @@ GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *r
 		if (read(ctx->cancel_fd, &count, sizeof count) < 0)
 			count = 0;
 	}
-	if (explain && *explain && errbuf && errlen) {
-		size_t used = strlen(errbuf);
-
-		snprintf(errbuf + used, errlen - used, ":\n%s", explain);
-	}
-	free(explain);
+	registry_explain(errbuf, errlen, explain);
 	registry_close(reg);
 	return rc;
 }

@@ -52,6 +52,10 @@ enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
  */
 enum gm_err registry_release(struct registry *reg, const char *id, char *errbuf, size_t errlen);
 
+/* A public call's message: the per-GPU explain of registry_acquire() (freed
+ * here; may be NULL) after errbuf's line. */
+void registry_explain(char *errbuf, size_t errlen, char *explain);
+
 /* Readable when the place that acquire_opts.keep_place kept may have been
  * served: time to call registry_acquire() again.  -1 when there is none. */
 int registry_wake_fd(const struct registry *reg);

@@ -283,7 +283,7 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
                                    struct gm_lease **out, char *err, size_t len)
 {
 	struct gm_lease *l = calloc(1, sizeof *l);
-	struct lease_info li = {0};
+	struct lease_info *li = l ? &l->rec : NULL;
 	json_t *doc = NULL;
 	struct spawn_call sc = {opts, l, getpid(), err, len, NULL};
 	size_t n = a->res.count, ilen = 1, mig_used = 0, mig_gpus = 0;
@@ -296,42 +296,32 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	if (!l)
 		goto failed;
 	l->fd = -1;
-	l->gpu_count = n;
-	l->indices = calloc(n + 1, sizeof *l->indices);
-	l->uuids = calloc(n + 1, sizeof *l->uuids);
 	l->indices_text = calloc(n + 1, 12);
 	l->cuda_visible = a->res.mig ? strdup(a->snap->migs[a->res.chosen[0]].uuid)
 	                             : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
-	li.indices = calloc(n + 1, sizeof *li.indices);
-	li.uuids = calloc(n + 1, sizeof *li.uuids);
-	li.migs = calloc(n + 1, sizeof *li.migs);
-	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible || !li.indices ||
-	    !li.uuids || !li.migs)
+	if (lease_gpus_alloc(l, n) < 0 || !l->indices_text || !l->cuda_visible)
 		goto failed;
-	random_id(l->id, sizeof l->id);
-	l->exclusive = !req->share;
+	random_id(li->id, sizeof li->id);
+	li->exclusive = !req->share;
 	for (size_t i = 0; i < n; i++) {
 		const struct gm_mig *m = a->res.mig ? &a->snap->migs[a->res.chosen[i]] : NULL;
 		const struct gm_gpu *g = m ? &a->snap->gpus[snapshot_position(a->snap, m->gpu)]
 		                           : &a->snap->gpus[a->res.chosen[i]];
 		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
 
-		l->indices[i] = g->index;
-		/* a slice's holder knows it by the slice's UUID, as CUDA does */
-		snprintf(l->uuids[i], sizeof l->uuids[i], "%s", m ? m->uuid : g->uuid);
 		ilen += (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", g->index);
 		/* A percentage share is the same size on every GPU of the lease:
 		 * the smallest GPU's, so the record is one number. */
-		if (req->share && (!l->share_mib || share < l->share_mib))
-			l->share_mib = share;
+		if (req->share && (!li->share_mib || share < li->share_mib))
+			li->share_mib = share;
 		if (!min_total || g->mem_total_mib < min_total)
 			min_total = g->mem_total_mib;
 		/* the file names a slice's GPU, and the slice beside it */
-		li.indices[i] = g->index;
-		str_copy(li.uuids[i], sizeof li.uuids[i], g->uuid);
-		str_copy(li.migs[i], sizeof li.migs[i], m ? m->uuid : "");
+		li->indices[i] = g->index;
+		str_copy(li->uuids[i], sizeof li->uuids[i], g->uuid);
+		str_copy(li->migs[i], sizeof li->migs[i], m ? m->uuid : "");
 	}
-	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	l->mem_fraction = req->share && min_total ? (double)li->share_mib / (double)min_total : 0.0;
 	/* Say why a GPU that looks idle was passed over. */
 	for (size_t i = 0; i < a->snap->gpu_count && !req->mig[0]; i++) {
 		const struct gm_gpu *g = &a->snap->gpus[i];
@@ -351,25 +341,21 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 		cmd = self_command();
 	/* The one lease record (record.h); the owner of the file, not its
 	 * "uid", is what readers believe. */
-	str_copy(li.id, sizeof li.id, l->id);
-	li.uid = (unsigned)geteuid();
-	registry_user_name(li.uid, li.user, sizeof li.user);
-	li.pid = getpid();
-	str_copy(li.command, sizeof li.command,
+	li->uid = (unsigned)geteuid();
+	registry_user_name(li->uid, li->user, sizeof li->user);
+	li->pid = getpid();
+	str_copy(li->command, sizeof li->command,
 	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
-	li.start_ms = now_ms();
-	li.exclusive = !req->share;
-	li.share_mib = l->share_mib;
-	li.gpu_count = n;
-	li.reservation = opts && opts->reserve_ms > 0;
-	li.expires_ms = li.reservation ? li.start_ms + opts->reserve_ms : 0;
-	doc = record_lease_json(&li);
+	li->start_ms = now_ms();
+	li->reservation = opts && opts->reserve_ms > 0;
+	li->expires_ms = li->reservation ? li->start_ms + opts->reserve_ms : 0;
+	doc = record_lease_json(li);
 	if (!doc)
 		goto failed;
 	json_object_set_new(doc, "pidns", json_integer(registry_own_pidns()));
 	sc.doc = doc;
 	snprintf(name, sizeof name, "%s%s",
-	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, l->id);
+	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, li->id);
 	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long",
 		             reg->dir);
@@ -388,17 +374,15 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 		goto failed;
 	}
 	l->fd = fd;
+	li->job_pid = sc.job_pid;
 	json_decref(doc);
-	record_lease_release(&li);
 	free(cmd);
 	*out = l;
 	return GM_OK;
 failed:
 	json_decref(doc);
-	record_lease_release(&li);
 	free(cmd);
-	if (l)
-		lease_free(l);
+	lease_free(l);
 	if (rc == GM_ERR_NOMEM)
 		gm_fail(rc, err, len, "out of memory");
 	return rc;
