@@ -1,7 +1,7 @@
 /*
  * cmd_daemon.c - `gpuman daemon`: becomes gpuman-broker (broker/main.c), the
  * lease broker, which lives next to this program.  A root server is a
- * program of its own, in its own folder beside its protocol (lib/broker.h),
+ * program of its own, in its own folder beside its protocol (lib/broker_wire.h),
  * not a subcommand's file among the others.
  */
 #include "cli.h"

@@ -141,7 +141,7 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 	job.cuda_visible = gm_lease_cuda_visible(lease);
 	job.gpus = gm_lease_indices(lease);
 	job.lease_id = gm_lease_id(lease);
-	job.share = !lease->exclusive;
+	job.share = !lease->rec.exclusive;
 	job.mem_fraction = gm_lease_mem_fraction(lease);
 	job.no_framework_env = r->cli->no_framework_env;
 	if (protocol_job_env(&r->env, &job) < 0) {
@@ -301,7 +301,7 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 			        gm_lease_cuda_visible(lease), gm_lease_indices(lease));
 		else if (isatty(STDERR_FILENO))
 			fprintf(stderr, "gpuman run: GPU %s leased (%s)\n", gm_lease_indices(lease),
-			        lease->exclusive ? "exclusive" : "memory share");
+			        lease->rec.exclusive ? "exclusive" : "memory share");
 		status = wait_child(&r);
 		break;
 	case GM_ERR_UNAVAILABLE:

@@ -31,7 +31,7 @@
 #include "policy.h"
 #include "protocol.h"
 #include "proctree.h"
-#include "registry.h"
+#include "lease_api.h"
 #include "util.h"
 
 #define TICK_MS 1000       /* NVML re-read and accounting sample */

@@ -329,7 +329,7 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	limit_s = engine_time_limit_s(L->e, job, where, sizeof where);
 	if (limit_s > 0 && strv_add(&args, &n, "--time-limit=%lld", limit_s))
 		goto oom;
-	if (!lease->exclusive &&
+	if (!lease->rec.exclusive &&
 	    (strv_add(&args, &n, "--mem-fraction=%.6f", gm_lease_mem_fraction(lease)) ||
 	     (L->no_framework_env && strv_add(&args, &n, "--no-framework-env"))))
 		goto oom;

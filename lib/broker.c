@@ -1,8 +1,8 @@
 /*
- * broker.c - the client side of the lease broker: finding and trusting its
- * socket, asking it for a lease and waiting in its line, and releasing;
- * reading its view of leases and waiters for status is broker_view.c.  The
- * protocol is in broker.h; the broker itself is broker/ (gpuman-broker).
+ * broker.c - the client side of the lease broker: asking it for a lease
+ * and waiting in its line, and releasing; reading its view of leases and
+ * waiters for status is broker_view.c.  Finding its socket and the
+ * protocol are broker_wire.h; the broker itself is broker/ (gpuman-broker).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -21,15 +21,10 @@
 #include "pick.h"
 #include "policy.h"
 #include "record.h"
-#include "registry.h"
 #include "snapshot.h"
+#include "transport.h"
 #include "util.h"
-#include "broker_impl.h"
 
-/* A broker that is being restarted (systemd restarts it at once) is worth
- * waiting for; one that stays away is an error to report, never a reason
- * to fall back to the registry, which the others do not look at. */
-#define CONNECT_PATIENCE_MS 5000
 /* A waiter whose broker goes away connects again and presents its place
  * token (the broker keeps its line across a restart); a broker that keeps
  * closing on it without a word is given up after this many tries. */
@@ -37,174 +32,6 @@
 /* How often a waiter looks at its interrupt flag, which a signal can set
  * between the check and poll(): the only wake-up of an idle waiter. */
 #define INTERRUPT_CHECK_MS 2000
-
-int broker_is_default(const char *path)
-{
-	return !strcmp(path, BROKER_DEFAULT_SOCKET);
-}
-
-int broker_wanted(char *buf, size_t len)
-{
-	const char *env = getenv("GPUMAN_BROKER");
-	struct stat st;
-
-	if (env && !strcmp(env, "off"))
-		return 0;
-	if (env && *env) {
-		str_copy(buf, len, env);
-		return 1;
-	}
-	str_copy(buf, len, BROKER_DEFAULT_SOCKET);
-	/* Root's directory, writable by root alone: this machine's broker. */
-	return lstat(BROKER_DIR, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 &&
-	       !(st.st_mode & (S_IWGRP | S_IWOTH));
-}
-
-/* What to do when nobody serves path. */
-static void no_answer(const char *path, int error, char *err, size_t len)
-{
-	if (broker_is_default(path))
-		gm_fail(GM_ERR_STATE, err, len,
-		        "this machine's lease broker at '%s' does not answer: %s; start it "
-		        "(systemctl start gpuman.socket); or, to retire the broker, root removes "
-		        "'%s' (the leases it kept are then forgotten)",
-		        path, strerror(error), BROKER_DIR);
-	else
-		gm_fail(GM_ERR_STATE, err, len,
-		        "the lease broker at '%s' (GPUMAN_BROKER) does not answer: %s; start "
-		        "gpuman daemon there, or unset GPUMAN_BROKER for this machine's own",
-		        path, strerror(error));
-}
-
-int broker_connect(const char *path, char *err, size_t len)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int64_t give_up = monotonic_ms() + CONNECT_PATIENCE_MS;
-	struct ucred cred;
-	socklen_t cl = sizeof cred;
-	struct stat st;
-	int fd = -1;
-
-	if (strlen(path) >= sizeof sa.sun_path) {
-		gm_fail(GM_ERR_STATE, err, len, "broker socket path '%s' is too long", path);
-		return -1;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	for (;;) {
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			gm_fail(GM_ERR_STATE, err, len, "socket: %s", strerror(errno));
-			return -1;
-		}
-		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-			break;
-		if ((errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN) ||
-		    monotonic_ms() >= give_up) {
-			no_answer(path, errno, err, len);
-			close(fd);
-			return -1;
-		}
-		close(fd);
-		nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-	}
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 ||
-	    (cred.uid != 0 && cred.uid != geteuid())) {
-		gm_fail(GM_ERR_STATE, err, len,
-		        "the lease broker at '%s' is served by uid %u, not by root; refusing it "
-		        "(anybody could have put it there)",
-		        path, (unsigned)cred.uid);
-		close(fd);
-		return -1;
-	}
-	/* This machine's broker: root's socket in root's directory. */
-	if (broker_is_default(path) && (lstat(path, &st) < 0 || st.st_uid != 0 || cred.uid != 0)) {
-		gm_fail(GM_ERR_STATE, err, len,
-		        "the socket '%s' is not root's (or not served by root); refusing it", path);
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-int broker_send(int fd, json_t *msg)
-{
-	char *text;
-	size_t n, off = 0;
-	int rc = 0;
-
-	json_object_set_new(msg, "v", json_integer(BROKER_VERSION));
-	text = json_dumps(msg, JSON_COMPACT);
-	if (!text) {
-		errno = ENOMEM;
-		return -1;
-	}
-	n = strlen(text);
-	text[n++] = '\n'; /* replaces the terminator: json_dumps's buffer */
-	while (off < n) {
-		ssize_t w = send(fd, text + off, n - off, MSG_NOSIGNAL);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			rc = -1;
-			break;
-		}
-		off += (size_t)w;
-	}
-	free(text);
-	return rc;
-}
-
-enum gm_err broker_send_failed(int fd, const char *path, char *err, size_t len)
-{
-	int error = errno;
-	struct broker_buf *b = calloc(1, sizeof *b);
-	enum gm_err rc = GM_ERR_STATE;
-	json_t *msg = NULL;
-	ssize_t n = b ? recv(fd, b->data, sizeof b->data, MSG_DONTWAIT) : -1;
-
-	if (n > 0) {
-		b->len = (size_t)n;
-		if (broker_take_line(b, &msg) == 1 &&
-		    !strcmp(json_string_value(json_object_get(msg, "op")), "refused")) {
-			const char *e = json_string_value(json_object_get(msg, "error"));
-
-			rc = (enum gm_err)json_integer_value(json_object_get(msg, "code"));
-			if (rc == GM_OK)
-				rc = GM_ERR_STATE;
-			gm_fail(rc, err, len, "%s", e ? e : "refused by the lease broker");
-		}
-	}
-	if (!msg)
-		gm_fail(rc, err, len, "lease broker '%s': %s", path, strerror(error));
-	json_decref(msg);
-	free(b);
-	return rc;
-}
-
-int broker_take_line(struct broker_buf *b, json_t **msg)
-{
-	char *nl = memchr(b->data, '\n', b->len);
-	size_t used;
-	json_t *v;
-
-	*msg = NULL;
-	if (!nl)
-		return b->len >= sizeof b->data ? -1 : 0;
-	*nl = '\0';
-	used = (size_t)(nl - b->data) + 1;
-	*msg = json_loads(b->data, JSON_REJECT_DUPLICATES, NULL);
-	memmove(b->data, b->data + used, b->len - used);
-	b->len -= used;
-	v = json_object_get(*msg, "v");
-	if (!json_is_object(*msg) || json_integer_value(v) != BROKER_VERSION ||
-	    !json_is_string(json_object_get(*msg, "op"))) {
-		json_decref(*msg);
-		*msg = NULL;
-		return -1;
-	}
-	return 1;
-}
 
 /* Block until the next message, the deadline (monotonic ms, -1 none), or
  * an interruption.  1 with *msg, 0 on time-out, -1 on end or error,
@@ -262,18 +89,15 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 	if (!l)
 		return NULL;
 	l->fd = fd;
-	l->gpu_count = n;
-	l->indices = calloc(n + 1, sizeof *l->indices);
-	l->uuids = calloc(n + 1, sizeof *l->uuids);
 	l->indices_text = calloc(n + 1, 12);
 	l->broker = strdup(path);
 	pos = calloc(n + 1, sizeof *pos);
-	if (!l->indices || !l->uuids || !l->indices_text || !l->broker || !pos || !n)
+	if (lease_gpus_alloc(l, n) < 0 || !l->indices_text || !l->broker || !pos || !n)
 		goto failed;
-	str_copy(l->id, sizeof l->id, json_string_value(json_object_get(msg, "id")) ?: "");
+	str_copy(l->rec.id, sizeof l->rec.id, json_string_value(json_object_get(msg, "id")) ?: "");
 	str_copy(l->token, sizeof l->token, json_string_value(json_object_get(msg, "token")) ?: "");
-	l->exclusive = exclusive;
-	l->share_mib =
+	l->rec.exclusive = exclusive;
+	l->rec.share_mib =
 	    exclusive ? 0 : (uint64_t)json_integer_value(json_object_get(msg, "share_mib"));
 	json_array_foreach(gpus, i, g)
 	{
@@ -287,9 +111,9 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 		if (!gpu || (mig && (n != 1 || strncmp(mig, "MIG-", 4))))
 			goto failed;
 		pos[i] = (size_t)(gpu - snap->gpus);
-		l->indices[i] = gpu->index;
-		/* a slice's holder knows it by the slice's UUID, as CUDA does */
-		str_copy(l->uuids[i], sizeof l->uuids[i], mig ? mig : gpu->uuid);
+		l->rec.indices[i] = gpu->index;
+		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], gpu->uuid);
+		str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig ? mig : "");
 		if (mig && !(l->cuda_visible = strdup(mig)))
 			goto failed;
 		ilen +=
@@ -301,17 +125,13 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 		l->cuda_visible = pick_env_cuda_visible(env, snap, pos, n);
 	if (!l->cuda_visible)
 		goto failed;
-	l->mem_fraction = !exclusive && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	l->mem_fraction =
+	    !exclusive && min_total ? (double)l->rec.share_mib / (double)min_total : 0.0;
 	free(pos);
 	return l;
 failed:
 	free(pos);
-	free(l->indices);
-	free(l->uuids);
-	free(l->indices_text);
-	free(l->broker);
-	free(l->cuda_visible);
-	free(l);
+	lease_free(l);
 	return NULL;
 }
 
@@ -348,30 +168,6 @@ static char *place_key(const struct gm_request *req, const struct acquire_opts *
 		key = NULL;
 	free(text);
 	return key;
-}
-
-/*
- * One request's start: a connection to the broker at path and its message
- * begun ({"op": op} in msg).  buf and msg are the caller's, allocated or
- * NULL (then GM_ERR_NOMEM).  The descriptor, or -1 with *rc and err set
- * (GM_ERR_STATE where the broker cannot be reached, as broker_connect says).
- */
-int broker_request_start(const char *path, const void *buf, json_t *msg, const char *op,
-                         enum gm_err *rc, char *err, size_t len)
-{
-	int fd;
-
-	if (!buf || !msg) {
-		*rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-		return -1;
-	}
-	fd = broker_connect(path, err, len);
-	if (fd < 0) {
-		*rc = GM_ERR_STATE;
-		return -1;
-	}
-	json_object_set_new(msg, "op", json_string(op));
-	return fd;
 }
 
 enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
@@ -418,7 +214,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			free(key);
 		}
 		/* Until the broker answers a new place; a kept one only looks. */
-		deadline = kept->fd >= 0 ? monotonic_ms() : monotonic_ms() + CONNECT_PATIENCE_MS;
+		deadline =
+		    kept->fd >= 0 ? monotonic_ms() : monotonic_ms() + BROKER_CONNECT_PATIENCE_MS;
 	}
 	/* Our own snapshot: the broker chooses, but only we know how a
 	 * child of ours must name the GPUs (an inherited allocation). */
@@ -589,7 +386,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 				kept->fd = -1;
 			if (opts && opts->spawn &&
 			    opts->spawn(opts->spawn_data, l, &job_pid, err, len) < 0) {
-				gm_lease_release(l);
+				broker_release(l);
+				lease_free(l);
 				rc = GM_ERR_IO;
 				break;
 			}
@@ -604,7 +402,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			/* A library caller's lease: the caller itself is placed,
 			 * and goes home alive when the lease ends. */
 			if (!opts && broker_fence(l, getpid(), 1, err, len) < 0) {
-				gm_lease_release(l);
+				broker_release(l);
+				lease_free(l);
 				rc = GM_ERR_STATE;
 				break;
 			}
@@ -635,7 +434,8 @@ done:
 	return rc;
 }
 
-void broker_release(struct gm_lease *lease)
+/* The release itself (broker_release()). */
+static void release_on(struct gm_lease *lease)
 {
 	json_t *msg = json_object();
 	int fd;
@@ -660,7 +460,7 @@ void broker_release(struct gm_lease *lease)
 		struct broker_buf *buf = calloc(1, sizeof *buf);
 		json_t *reply = NULL;
 
-		json_object_set_new(msg, "id", json_string(lease->id));
+		json_object_set_new(msg, "id", json_string(lease->rec.id));
 		json_object_set_new(msg, "token", json_string(lease->token));
 		if (buf && broker_send(fd, msg) == 0)
 			next_message(fd, buf, -1, NULL, monotonic_ms() + 1000, &reply);
@@ -669,6 +469,14 @@ void broker_release(struct gm_lease *lease)
 		close(fd);
 	}
 	json_decref(msg);
+}
+
+void broker_release(struct gm_lease *lease)
+{
+	release_on(lease);
+	if (lease->fd >= 0)
+		close(lease->fd);
+	lease->fd = -1;
 }
 
 enum gm_err broker_release_id(const char *path, const char *id, char *err, size_t len)
@@ -686,7 +494,8 @@ enum gm_err broker_release_id(const char *path, const char *id, char *err, size_
 		rc = broker_send_failed(fd, path, err, len);
 		goto done;
 	}
-	if (next_message(fd, buf, -1, NULL, monotonic_ms() + CONNECT_PATIENCE_MS, &reply) != 1) {
+	if (next_message(fd, buf, -1, NULL, monotonic_ms() + BROKER_CONNECT_PATIENCE_MS, &reply) !=
+	    1) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' did not answer",
 		             path);
 		goto done;

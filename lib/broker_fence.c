@@ -1,7 +1,7 @@
 /*
  * broker_fence.c - the client side of the broker's kernel fence: a job
  * started stopped is placed in its lease's cgroup before it runs anything
- * (broker.h, "fence"; the broker's side is broker/fence.c).
+ * (broker_wire.h, "fence"; the broker's side is broker/fence.c).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -10,7 +10,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "broker.h"
+#include "broker_fence.h"
+#include "broker_wire.h"
 #include "lease.h"
 #include "util.h"
 

@@ -1,6 +1,6 @@
 /*
  * broker_snapshot.c - the GPUs read by the lease broker's NVML session
- * (the "snapshot" op of broker.h), for a client that then never loads NVML
+ * (the "snapshot" op of broker_wire.h), for a client that then never loads NVML
  * itself: one session per machine, its start-up (24 ms on an H200,
  * seconds without persistence mode) paid once by the broker.
  */
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "broker.h"
-#include "broker_impl.h"
+#include "broker_snapshot.h"
+#include "broker_wire.h"
 #include "snapshot_types.h"
 #include "snapshot_wire.h"
 #include "util.h"

@@ -1,13 +1,31 @@
 /*
- * broker_transport.c - the broker (broker.h) as a lease transport
- * (transport.h): the glue between the library's registry handle and the
- * broker's client, so that neither calls the other.
+ * broker_transport.c - the broker's client (broker.h) as a lease transport
+ * (transport.h), for the handle lease_api.c opens.
  */
-#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "broker.h"
 #include "lease.h"
-#include "registry.h"
 #include "transport.h"
+#include "util.h"
+
+static enum gm_err b_open(struct registry *reg, const char *sock, char *err, size_t len)
+{
+	const char *slash = strrchr(sock, '/');
+
+	reg->broker = strdup(sock);
+	if (!reg->broker)
+		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+	/* dir: the socket's, which exists, for callers that watch the
+	 * registry for changes (the engine): they then look again on
+	 * their own timer, as nothing is written there. */
+	if (slash && slash != sock)
+		snprintf(reg->dir, sizeof reg->dir, "%.*s", (int)(slash - sock), sock);
+	else
+		str_copy(reg->dir, sizeof reg->dir, "/");
+	return GM_OK;
+}
 
 static enum gm_err b_acquire(struct registry *reg, struct gm_context *ctx,
                              const struct gm_request *req, const struct acquire_opts *opts,
@@ -28,14 +46,6 @@ static enum gm_err b_release_id(struct registry *reg, const char *id, char *err,
 	return broker_release_id(reg->broker, id, err, len);
 }
 
-static void b_release(struct gm_lease *lease)
-{
-	broker_release(lease);
-	if (lease->fd >= 0)
-		close(lease->fd);
-	lease->fd = -1;
-}
-
 static int b_wake_fd(const struct registry *reg)
 {
 	return reg->place ? broker_place_fd(reg->place) : -1;
@@ -45,8 +55,11 @@ static void b_close(struct registry *reg)
 {
 	broker_place_free(reg->place);
 	reg->place = NULL;
+	free(reg->broker);
+	reg->broker = NULL;
 }
 
 const struct lease_transport transport_broker = {
-    "broker", TRANSPORT_GPU_HOURS, b_acquire, b_read, b_release_id, b_release, b_wake_fd, b_close,
+    "broker",     TRANSPORT_GPU_HOURS, b_open,    b_acquire, b_read,
+    b_release_id, broker_release,      b_wake_fd, b_close,
 };

@@ -20,9 +20,8 @@
 #include "pick.h"
 #include "policy.h"
 #include "record.h"
-#include "registry.h"
+#include "lease_view.h"
 #include "util.h"
-#include "broker_impl.h"
 
 /* ---- the view, for status ---------------------------------------------- */
 
@@ -31,29 +30,6 @@ static const char *jstr(json_t *o, const char *key)
 	const char *s = json_string_value(json_object_get(o, key));
 
 	return s ? s : "";
-}
-
-static int view_waiter(json_t *o, struct waiter_info *wi)
-{
-	json_t *cand = json_object_get(o, "candidates"), *c;
-	size_t i;
-
-	memset(wi, 0, sizeof *wi);
-	str_copy(wi->name, sizeof wi->name, jstr(o, "name"));
-	wi->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
-	str_copy(wi->user, sizeof wi->user, jstr(o, "user"));
-	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
-	str_copy(wi->command, sizeof wi->command, jstr(o, "command"));
-	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
-	str_copy(wi->summary, sizeof wi->summary, jstr(o, "summary"));
-	str_copy(wi->limit, sizeof wi->limit, jstr(o, "limit"));
-	wi->cand_count = json_array_size(cand);
-	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
-	if (!wi->cand)
-		return -1;
-	json_array_foreach(cand, i, c)
-	    str_copy(wi->cand[i], sizeof wi->cand[i], json_string_value(c) ?: "");
-	return 0;
 }
 
 /* The counts of what the broker did not list (see struct registry_view). */
@@ -148,8 +124,11 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 		         "the lease broker does not fence jobs (an older one)");
 	a = json_object_get(reply, "waiters");
 	view->waiters = calloc(json_array_size(a) + 1, sizeof *view->waiters);
-	json_array_foreach(a, i, o) if (view->waiters &&
-	                                view_waiter(o, &view->waiters[view->waiter_count++]) < 0)
+	/* The one waiter record (record.h); the broker places its line
+	 * itself and sends no request. */
+	json_array_foreach(a, i,
+	                   o) if (view->waiters &&
+	                          record_waiter_parse(o, &view->waiters[view->waiter_count++]) < 0)
 	    rc = GM_ERR_NOMEM;
 	if (!view->leases || !view->waiters ||
 	    view_more(json_object_get(reply, "more_waiters"), &view->more_waiters,
@@ -158,7 +137,7 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 	              &view->more_lease_count) < 0)
 		rc = GM_ERR_NOMEM;
 	if (rc != GM_OK) {
-		record_view_release(view);
+		registry_view_release(view);
 		gm_fail(rc, err, len, "out of memory");
 	}
 done:

@@ -11,7 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <jansson.h>
-#include "broker.h"
+#include "broker_wire.h"
 #include "context.h"
 #include "util.h"
 

@@ -5,6 +5,7 @@
  * finder's report as JSON (listing.h).
  */
 #include <stdlib.h>
+#include "lease_api.h"
 #include "listing.h"
 #include "proctree.h"
 #include "record.h"

@@ -9,7 +9,7 @@
 #define GM_LISTING_H
 
 #include <jansson.h>
-#include "registry.h"
+#include "lease_view.h"
 #include "snapshot_types.h"
 #include "waste.h"
 

@@ -1,5 +1,6 @@
 /*
- * record.c - the JSON codec of a request and of a usable set (record.h).
+ * record.c - the JSON codecs of a request, a usable set, a lease and a
+ * waiter (record.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +8,7 @@
 #include "parse.h"
 #include "policy.h"
 #include "record.h"
-#include "registry.h"
+#include "lease_view.h"
 #include "util.h"
 
 /* Lists and sizes as gm_request_set() reads them. */
@@ -240,19 +241,97 @@ void record_lease_release(struct lease_info *li)
 	li->gpu_count = 0;
 }
 
-void record_view_release(struct registry_view *view)
+/* A string that only some waiters have: left out when "". */
+static void set_some(json_t *o, const char *key, const char *s)
 {
-	for (size_t i = 0; i < view->lease_count; i++) {
-		free(view->leases[i].uuids);
-		free(view->leases[i].indices);
-		free(view->leases[i].migs);
+	if (s[0])
+		json_object_set_new(o, key, json_string(s));
+}
+
+json_t *record_waiter_json(const struct waiter_info *wi)
+{
+	json_t *o = json_object(), *cand = json_array();
+
+	if (!o || !cand) {
+		json_decref(o);
+		json_decref(cand);
+		return NULL;
 	}
-	for (size_t i = 0; i < view->waiter_count; i++) {
-		free(view->waiters[i].cand);
-		gm_request_free(view->waiters[i].req);
-		json_decref(view->waiters[i].usable);
-		json_decref(view->waiters[i].usable_migs);
+	for (size_t i = 0; i < wi->cand_count; i++)
+		json_array_append_new(cand, json_string(wi->cand[i]));
+	set_some(o, "name", wi->name);
+	json_object_set_new(o, "uid", json_integer(wi->uid));
+	set_some(o, "user", wi->user);
+	json_object_set_new(o, "pid", json_integer(wi->pid));
+	json_object_set_new(o, "command", json_string(wi->command));
+	json_object_set_new(o, "since_ms", json_integer(wi->since_ms));
+	json_object_set_new(o, "summary", json_string(wi->summary));
+	set_some(o, "limit", wi->limit);
+	json_object_set_new(o, "candidates", cand);
+	if (wi->req) {
+		json_t *r = record_request_json(wi->req);
+
+		if (!r) {
+			json_decref(o);
+			return NULL;
+		}
+		json_object_set_new(o, "request", r);
 	}
+	if (wi->usable)
+		json_object_set(o, "usable", wi->usable);
+	if (wi->usable_migs)
+		json_object_set(o, "usable_migs", wi->usable_migs);
+	set_some(o, "within", wi->within);
+	return o;
+}
+
+int record_waiter_parse(json_t *o, struct waiter_info *wi)
+{
+	json_t *cand = json_object_get(o, "candidates"), *c, *r = json_object_get(o, "request");
+	char err[GM_ERRBUF_SIZE];
+	size_t i;
+
+	memset(wi, 0, sizeof *wi);
+	copy_str(wi->name, sizeof wi->name, o, "name");
+	wi->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
+	copy_str(wi->user, sizeof wi->user, o, "user");
+	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	copy_str(wi->command, sizeof wi->command, o, "command");
+	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
+	copy_str(wi->summary, sizeof wi->summary, o, "summary");
+	copy_str(wi->limit, sizeof wi->limit, o, "limit");
+	copy_str(wi->within, sizeof wi->within, o, "within");
+	wi->cand_count = json_array_size(cand);
+	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
+	if (!wi->cand)
+		return -1;
+	json_array_foreach(cand, i, c)
+	    snprintf(wi->cand[i], sizeof wi->cand[i], "%s", json_string_value(c) ?: "");
+	wi->usable = json_incref(json_object_get(o, "usable"));
+	wi->usable_migs = json_incref(json_object_get(o, "usable_migs"));
+	if (r && !(wi->req = record_request_parse(r, NULL, err, sizeof err)))
+		return 1;
+	return 0;
+}
+
+void record_waiter_release(struct waiter_info *wi)
+{
+	free(wi->cand);
+	gm_request_free(wi->req);
+	json_decref(wi->usable);
+	json_decref(wi->usable_migs);
+	wi->cand = NULL;
+	wi->cand_count = 0;
+	wi->req = NULL;
+	wi->usable = wi->usable_migs = NULL;
+}
+
+void registry_view_release(struct registry_view *view)
+{
+	for (size_t i = 0; i < view->lease_count; i++)
+		record_lease_release(&view->leases[i]);
+	for (size_t i = 0; i < view->waiter_count; i++)
+		record_waiter_release(&view->waiters[i]);
 	free(view->leases);
 	free(view->waiters);
 	free(view->more_waiters);

@@ -1,8 +1,9 @@
 /*
  * record.h - the JSON form of the records both lease transports and the
  * job store pass around, one codec each: a request (the broker's wire, the
- * registry's tickets, the queue's stored jobs) and the GPUs an inherited
- * CUDA_VISIBLE_DEVICES lets a caller use (the wire and the tickets).
+ * registry's tickets, the queue's stored jobs), the GPUs an inherited
+ * CUDA_VISIBLE_DEVICES lets a caller use (the wire and the tickets), a
+ * lease and a waiter (lease_view.h).
  */
 #ifndef GM_RECORD_H
 #define GM_RECORD_H
@@ -50,9 +51,25 @@ json_t *record_lease_json(const struct lease_info *li);
 int record_lease_parse(json_t *o, struct lease_info *li);
 void record_lease_release(struct lease_info *li);
 
-/* Free what a view of the leases and the line holds (registry.h), keep
- * the struct: either transport's. */
-struct registry_view;
-void record_view_release(struct registry_view *view);
+/*
+ * A waiter: one record for the registry's tickets and the broker's view:
+ * "name" (its place; sorts in arrival order), "uid", "user", "pid",
+ * "command", "since_ms", "summary" (for people: "2 GPUs exclusive", never
+ * read back for placing), "limit" (why its user's cap keeps it waiting),
+ * "candidates" (UUIDs of the GPUs it may be placed on), "request"
+ * (record_request_json: what the rules place it by), "usable" and
+ * "usable_migs" (record_usable_json), "within" (a reservation of its
+ * user's it asks inside).  Strings that are "" and a NULL request or
+ * usable set are left out.  New reference; NULL on out-of-memory.
+ */
+struct waiter_info;
+json_t *record_waiter_json(const struct waiter_info *wi);
+
+/* Back, into *wi (free with record_waiter_release): 0; 1 when its
+ * "request" does not parse (wi->req NULL, the rest read); -1 on
+ * out-of-memory.  As for a lease, whoever reads it from someone else
+ * checks it. */
+int record_waiter_parse(json_t *o, struct waiter_info *wi);
+void record_waiter_release(struct waiter_info *wi);
 
 #endif

@@ -1,11 +1,12 @@
 /*
- * registry.c - leases shared by every process and user of the machine: the
- * state directory and its safety checks, the admin's caps, one attempt
- * (read everything, ask the policy) and the atomic choose-and-lease step
- * with first-come-first-served waiting, and the lease API.  Its parts:
- * registry_read.c (which files to believe), registry_files.c (writing
- * them), registry_wait.c (the wait line), registry_lock.c (the registry
- * lock); registry_impl.h what they share.  See registry.h for the
+ * registry.c - the daemonless registry as a lease transport (transport.h):
+ * leases shared by every process and user of the machine: the state
+ * directory and its safety checks, one attempt (read everything, ask the
+ * rules) and the atomic choose-and-lease step with first-come-first-served
+ * waiting.  Its parts: registry_read.c (which files to believe, and the
+ * admin's caps on what they hold), registry_files.c (writing them),
+ * registry_wait.c (the wait line), registry_lock.c (the registry lock);
+ * registry_impl.h what they share.  See registry.h for the
  * directory's layout and the locking protocol.
  */
 #include <dirent.h>
@@ -99,44 +100,14 @@ static enum gm_err make_shared_dir(const char *dir, char *err, size_t len)
 	return GM_OK;
 }
 
-enum gm_err registry_open(struct registry **out, char *err, size_t len)
+/* The files transport's open: the state directory, checked, and its lock. */
+static enum gm_err files_open(struct registry *reg, const char *sock, char *err, size_t len)
 {
 	const char *env = getenv("GPUMAN_STATE_DIR");
-	struct registry *reg;
 	struct stat st, fst;
 	enum gm_err rc;
-	char sock[PATH_MAX];
 
-	*out = NULL;
-	reg = calloc(1, sizeof *reg);
-	if (!reg)
-		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-	reg->lock_fd = -1;
-	reg->held_fd = -1;
-	reg->transport = transport_choose(sock, sizeof sock);
-	if (reg->transport == &transport_broker) {
-		char *slash = strrchr(sock, '/');
-
-		reg->broker = strdup(sock);
-		if (!reg->broker) {
-			rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-			goto failed;
-		}
-		/* dir: the socket's, which exists, for callers that watch the
-		 * registry for changes (the engine): they then look again on
-		 * their own timer, as nothing is written there. */
-		if (slash && slash != sock)
-			*slash = '\0';
-		str_copy(reg->dir, sizeof reg->dir, slash && slash != sock ? sock : "/");
-		/* The broker enforces the caps; its clients read the file for
-		 * what their own side keeps (max_lease ends run's and the
-		 * queue's jobs, status marks leases past it). */
-		rc = config_load(&reg->cfg, 0, err, len);
-		if (rc != GM_OK)
-			goto failed;
-		*out = reg;
-		return GM_OK;
-	}
+	(void)sock;
 	if (env && *env)
 		snprintf(reg->dir, sizeof reg->dir, "%s", env);
 	else if (stat("/run/gpuman", &st) == 0 && S_ISDIR(st.st_mode))
@@ -147,7 +118,7 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 	if (rc == GM_OK)
 		rc = check_dir(reg->dir, &st, err, len);
 	if (rc != GM_OK)
-		goto failed;
+		return rc;
 	/*
 	 * The lock is the directory itself: nobody but its owner (root, or
 	 * this user) can rename or replace it, unlike a file in it, which its
@@ -155,68 +126,23 @@ enum gm_err registry_open(struct registry **out, char *err, size_t len)
 	 * Read-only, like every flock here: it needs no write access.
 	 */
 	reg->lock_fd = open(reg->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (reg->lock_fd < 0 || fstat(reg->lock_fd, &fst) < 0) {
-		rc = gm_fail(GM_ERR_STATE, err, len, "cannot open state directory '%s': %s",
-		             reg->dir, strerror(errno));
-		goto failed;
-	}
-	if (fst.st_dev != st.st_dev || fst.st_ino != st.st_ino) {
-		rc = gm_fail(GM_ERR_STATE, err, len,
-		             "state directory '%s' was replaced while it was opened; try again",
-		             reg->dir);
-		goto failed;
-	}
-	rc = config_load(&reg->cfg, 0, err, len);
-	if (rc != GM_OK)
-		goto failed;
-	*out = reg;
+	if (reg->lock_fd < 0 || fstat(reg->lock_fd, &fst) < 0)
+		return gm_fail(GM_ERR_STATE, err, len, "cannot open state directory '%s': %s",
+		               reg->dir, strerror(errno));
+	if (fst.st_dev != st.st_dev || fst.st_ino != st.st_ino)
+		return gm_fail(GM_ERR_STATE, err, len,
+		               "state directory '%s' was replaced while it was opened; try again",
+		               reg->dir);
 	return GM_OK;
-failed:
-	registry_close(reg);
-	return rc;
 }
 
-void registry_close(struct registry *reg)
+static void files_close(struct registry *reg)
 {
-	if (!reg)
-		return;
 	if (reg->held_fd >= 0 && reg->held_fd != reg->lock_fd)
 		close(reg->held_fd);
 	if (reg->lock_fd >= 0)
 		close(reg->lock_fd);
-	config_release(&reg->cfg);
-	if (reg->transport && reg->transport->close)
-		reg->transport->close(reg);
-	free(reg->broker);
-	free(reg);
-}
-
-/* ---- caps: the admin's limits (caps.h) ---------------------------------- */
-
-/* GPUs that uid's live leases hold. */
-static unsigned held_by(const struct registry_view *view, unsigned uid)
-{
-	unsigned held = 0;
-
-	for (size_t i = 0; i < view->lease_count; i++)
-		if (view->leases[i].uid == uid)
-			held += (unsigned)view->leases[i].gpu_count;
-	return held;
-}
-
-/* Would count more GPUs take uid beyond its cap?  caps_over(). */
-int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
-                      unsigned count, char *why, size_t len)
-{
-	return caps_over(&reg->cfg, uid, held_by(view, uid), count, why, len);
-}
-
-/* A waiter that its own user's cap keeps waiting holds nothing back from
- * the users behind it: first come, first served within what each may have. */
-int registry_waiter_capped(const struct registry *reg, const struct registry_view *view,
-                           const struct waiter_info *wi)
-{
-	return registry_over_cap(reg, view, wi->uid, wi->req ? wi->req->count : 1, NULL, 0) != 0;
+	reg->held_fd = reg->lock_fd = -1;
 }
 
 /* ---- one attempt: read everything, ask the policy ---------------------- */
@@ -392,27 +318,6 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	}
 }
 
-enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
-                             const struct gm_request *req, const struct acquire_opts *opts,
-                             struct gm_lease **out, char **explain, char *err, size_t len)
-{
-	return reg->transport->acquire(reg, ctx, req, opts, out, explain, err, len);
-}
-
-enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
-                               char *err, size_t len)
-{
-	enum gm_err rc = reg->transport->read(reg, view, upto, err, len);
-
-	if (rc != GM_OK)
-		return rc;
-	registry_mark_over_limit(reg, view);
-	/* Not available here: said in status, not silently skipped. */
-	view->gpu_hours_unenforced =
-	    config_has_gpu_hours(&reg->cfg) && !(reg->transport->caps & TRANSPORT_GPU_HOURS);
-	return GM_OK;
-}
-
 /* The files transport's acquire: choose and lease under the registry
  * lock, waiting in the line of tickets (registry.h). */
 static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
@@ -504,11 +409,6 @@ done:
 	return rc;
 }
 
-enum gm_err registry_release(struct registry *reg, const char *id, char *err, size_t len)
-{
-	return reg->transport->release_id(reg, id, err, len);
-}
-
 static enum gm_err files_release_id(struct registry *reg, const char *id, char *err, size_t len)
 {
 	char name[128], user[33];
@@ -536,11 +436,6 @@ static enum gm_err files_release_id(struct registry *reg, const char *id, char *
 	return GM_OK;
 }
 
-int registry_wake_fd(const struct registry *reg)
-{
-	return reg->transport->wake_fd(reg);
-}
-
 static void files_release(struct gm_lease *lease)
 {
 	if (lease->fd < 0)
@@ -558,24 +453,19 @@ static int files_wake_fd(const struct registry *reg)
 }
 
 const struct lease_transport transport_files = {
-    "registry",    0,    files_acquire, registry_files_read, files_release_id, files_release,
-    files_wake_fd, NULL,
+    "registry",          0,
+    files_open,          files_acquire,
+    registry_files_read, files_release_id,
+    files_release,       files_wake_fd,
+    files_close,
 };
 
-/* ---- the public lease API ----------------------------------------------- */
+/* ---- a choice without a lease (gpuman pick, gm_pick()) ---------------- */
 
-GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
-                           const struct gm_request *req, unsigned **indices, size_t *count,
-                           char **explain)
+enum gm_err registry_files_pick(struct registry *reg, struct gm_context *ctx,
+                                const struct gm_snapshot *snap, const struct gm_request *req,
+                                unsigned **indices, size_t *count, long *mig_pos, char **explain)
 {
-	return registry_pick(ctx, snap, req, indices, count, NULL, explain);
-}
-
-enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
-                          const struct gm_request *req, unsigned **indices, size_t *count,
-                          long *mig_pos, char **explain)
-{
-	struct registry *reg = NULL;
 	struct attempt a;
 	enum gm_err rc;
 
@@ -584,8 +474,7 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 	if (explain)
 		*explain = NULL;
 	memset(&a, 0, sizeof a);
-	rc = registry_open(&reg, NULL, 0);
-	if (rc == GM_OK) {
+	if (reg) {
 		rc = attempt_run(reg, ctx, snap, req, NULL, &a, NULL, 0);
 	} else {
 		/* No usable registry (say, an unsafe state directory): choose
@@ -626,96 +515,5 @@ enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap
 		*mig_pos = a.res.mig && a.res.count ? (long)a.res.chosen[0] : -1;
 done:
 	attempt_release(&a);
-	registry_close(reg);
 	return rc;
-}
-
-GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,
-                              struct gm_lease **out, char *errbuf, size_t errlen)
-{
-	struct registry *reg;
-	char *explain = NULL;
-	enum gm_err rc;
-
-	*out = NULL;
-	if (!ctx || !req)
-		return gm_fail(GM_ERR_INVALID, errbuf, errlen, "no context or request");
-	rc = registry_open(&reg, errbuf, errlen);
-	if (rc != GM_OK)
-		return rc;
-	rc = registry_acquire(reg, ctx, req, NULL, out, &explain, errbuf, errlen);
-	if (rc == GM_ERR_INTERRUPTED) {
-		uint64_t count;
-
-		/* consumed: the next gm_acquire waits again */
-		if (read(ctx->cancel_fd, &count, sizeof count) < 0)
-			count = 0;
-	}
-	if (explain && *explain && errbuf && errlen) {
-		size_t used = strlen(errbuf);
-
-		snprintf(errbuf + used, errlen - used, ":\n%s", explain);
-	}
-	free(explain);
-	registry_close(reg);
-	return rc;
-}
-
-GM_API void gm_cancel(struct gm_context *ctx)
-{
-	uint64_t one = 1;
-
-	/* write(2) is async-signal-safe: callable from a handler. */
-	if (ctx && ctx->cancel_fd >= 0 && write(ctx->cancel_fd, &one, sizeof one) < 0)
-		return;
-}
-
-GM_API void gm_lease_release(struct gm_lease *lease)
-{
-	if (!lease)
-		return;
-	transport_of_lease(lease)->release(lease);
-	registry_lease_free_fields(lease);
-}
-
-void lease_detach(struct gm_lease *lease)
-{
-	if (!lease)
-		return;
-	if (lease->fd >= 0)
-		close(lease->fd);
-	registry_lease_free_fields(lease);
-}
-
-GM_API const char *gm_lease_id(const struct gm_lease *l)
-{
-	return l->id;
-}
-GM_API size_t gm_lease_gpu_count(const struct gm_lease *l)
-{
-	return l->gpu_count;
-}
-GM_API unsigned gm_lease_gpu_index(const struct gm_lease *l, size_t i)
-{
-	return i < l->gpu_count ? l->indices[i] : 0;
-}
-GM_API const char *gm_lease_gpu_uuid(const struct gm_lease *l, size_t i)
-{
-	return i < l->gpu_count ? l->uuids[i] : "";
-}
-GM_API const char *gm_lease_cuda_visible(const struct gm_lease *l)
-{
-	return l->cuda_visible;
-}
-GM_API const char *gm_lease_indices(const struct gm_lease *l)
-{
-	return l->indices_text;
-}
-GM_API double gm_lease_mem_fraction(const struct gm_lease *l)
-{
-	return l->mem_fraction;
-}
-GM_API int gm_lease_fd(const struct gm_lease *l)
-{
-	return l->fd;
 }

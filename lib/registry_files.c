@@ -24,7 +24,6 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
 #include "caps.h"
 #include "context.h"
 #include "lease.h"
@@ -187,8 +186,10 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
                                   const struct gm_request *req, const struct acquire_opts *opts,
                                   char *name, size_t name_len, int *fd_out, char *err, size_t len)
 {
-	json_t *o = json_object(), *cand = json_array();
-	char summary[128], id[64], *text, *cmd = NULL;
+	struct waiter_info wi = {0};
+	json_t *o = NULL;
+	char id[64], *text = NULL, *cmd = NULL;
+	size_t n = 0;
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -196,30 +197,37 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	/* Zero-padded nanoseconds: names sort in arrival order. */
 	snprintf(name, name_len, WAIT_PREFIX "%020lld.%s",
 	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
-	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
+	/* The one waiter record (record.h); the owner of the file, not its
+	 * "uid", is what readers believe. */
+	wi.cand = calloc(a->snap->gpu_count + 1, sizeof *wi.cand);
+	for (size_t pos = 0; wi.cand && pos < a->snap->gpu_count; pos++)
 		if (a->cand[pos])
-			json_array_append_new(cand, json_string(a->snap->gpus[pos].uuid));
+			str_copy(wi.cand[n++], sizeof wi.cand[0], a->snap->gpus[pos].uuid);
+	wi.cand_count = n;
 	if (!opts || !opts->command)
 		cmd = self_command();
-	json_object_set_new(o, "uid", json_integer((json_int_t)geteuid()));
-	json_object_set_new(o, "pid", json_integer(getpid()));
-	json_object_set_new(o, "pidns", json_integer(registry_own_pidns()));
-	json_object_set_new(o, "command",
-	                    json_string(opts && opts->command ? opts->command : (cmd ? cmd : "?")));
-	json_object_set_new(o, "since_ms", json_integer(now_ms()));
-	json_object_set_new(o, "summary", json_string(line_summary(req, summary, sizeof summary)));
-	json_object_set_new(o, "candidates", cand);
+	wi.uid = (unsigned)geteuid();
+	wi.pid = getpid();
+	str_copy(wi.command, sizeof wi.command,
+	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
+	wi.since_ms = now_ms();
+	line_summary(req, wi.summary, sizeof wi.summary);
 	/* What the rules place it by, for the waiters behind it (line.h). */
-	json_object_set_new(o, "request", record_request_json(req));
+	wi.req = (struct gm_request *)req;
 	if (a->env.usable)
-		json_object_set_new(o, "usable", record_usable_json(a->env.usable, a->snap));
+		wi.usable = record_usable_json(a->env.usable, a->snap);
 	if (a->env.mig_usable)
-		json_object_set_new(o, "usable_migs",
-		                    record_usable_migs_json(a->env.mig_usable, a->snap));
-	if (getenv("GPUMAN_RESERVATION") && *getenv("GPUMAN_RESERVATION"))
-		json_object_set_new(o, "within", json_string(getenv("GPUMAN_RESERVATION")));
-	text = json_dumps(o, JSON_COMPACT);
+		wi.usable_migs = record_usable_migs_json(a->env.mig_usable, a->snap);
+	if (getenv("GPUMAN_RESERVATION"))
+		str_copy(wi.within, sizeof wi.within, getenv("GPUMAN_RESERVATION"));
+	if (wi.cand && (o = record_waiter_json(&wi))) {
+		json_object_set_new(o, "pidns", json_integer(registry_own_pidns()));
+		text = json_dumps(o, JSON_COMPACT);
+	}
 	json_decref(o);
+	json_decref(wi.usable);
+	json_decref(wi.usable_migs);
+	free(wi.cand);
 	free(cmd);
 	if (!text)
 		return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
@@ -232,16 +240,6 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 		return gm_fail(GM_ERR_STATE, err, len, "cannot queue in '%s': %s", reg->dir, why);
 	}
 	return GM_OK;
-}
-
-void registry_lease_free_fields(struct gm_lease *l)
-{
-	free(l->indices);
-	free(l->uuids);
-	free(l->cuda_visible);
-	free(l->indices_text);
-	free(l->broker);
-	free(l);
 }
 
 struct spawn_call {
@@ -285,7 +283,7 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
                                    struct gm_lease **out, char *err, size_t len)
 {
 	struct gm_lease *l = calloc(1, sizeof *l);
-	struct lease_info li = {0};
+	struct lease_info *li = l ? &l->rec : NULL;
 	json_t *doc = NULL;
 	struct spawn_call sc = {opts, l, getpid(), err, len, NULL};
 	size_t n = a->res.count, ilen = 1, mig_used = 0, mig_gpus = 0;
@@ -298,42 +296,32 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	if (!l)
 		goto failed;
 	l->fd = -1;
-	l->gpu_count = n;
-	l->indices = calloc(n + 1, sizeof *l->indices);
-	l->uuids = calloc(n + 1, sizeof *l->uuids);
 	l->indices_text = calloc(n + 1, 12);
 	l->cuda_visible = a->res.mig ? strdup(a->snap->migs[a->res.chosen[0]].uuid)
 	                             : pick_env_cuda_visible(&a->env, a->snap, a->res.chosen, n);
-	li.indices = calloc(n + 1, sizeof *li.indices);
-	li.uuids = calloc(n + 1, sizeof *li.uuids);
-	li.migs = calloc(n + 1, sizeof *li.migs);
-	if (!l->indices || !l->uuids || !l->indices_text || !l->cuda_visible || !li.indices ||
-	    !li.uuids || !li.migs)
+	if (lease_gpus_alloc(l, n) < 0 || !l->indices_text || !l->cuda_visible)
 		goto failed;
-	random_id(l->id, sizeof l->id);
-	l->exclusive = !req->share;
+	random_id(li->id, sizeof li->id);
+	li->exclusive = !req->share;
 	for (size_t i = 0; i < n; i++) {
 		const struct gm_mig *m = a->res.mig ? &a->snap->migs[a->res.chosen[i]] : NULL;
 		const struct gm_gpu *g = m ? &a->snap->gpus[snapshot_position(a->snap, m->gpu)]
 		                           : &a->snap->gpus[a->res.chosen[i]];
 		uint64_t share = req->share ? size_mib(&req->mem, g->mem_total_mib) : 0;
 
-		l->indices[i] = g->index;
-		/* a slice's holder knows it by the slice's UUID, as CUDA does */
-		snprintf(l->uuids[i], sizeof l->uuids[i], "%s", m ? m->uuid : g->uuid);
 		ilen += (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", g->index);
 		/* A percentage share is the same size on every GPU of the lease:
 		 * the smallest GPU's, so the record is one number. */
-		if (req->share && (!l->share_mib || share < l->share_mib))
-			l->share_mib = share;
+		if (req->share && (!li->share_mib || share < li->share_mib))
+			li->share_mib = share;
 		if (!min_total || g->mem_total_mib < min_total)
 			min_total = g->mem_total_mib;
 		/* the file names a slice's GPU, and the slice beside it */
-		li.indices[i] = g->index;
-		str_copy(li.uuids[i], sizeof li.uuids[i], g->uuid);
-		str_copy(li.migs[i], sizeof li.migs[i], m ? m->uuid : "");
+		li->indices[i] = g->index;
+		str_copy(li->uuids[i], sizeof li->uuids[i], g->uuid);
+		str_copy(li->migs[i], sizeof li->migs[i], m ? m->uuid : "");
 	}
-	l->mem_fraction = req->share && min_total ? (double)l->share_mib / (double)min_total : 0.0;
+	l->mem_fraction = req->share && min_total ? (double)li->share_mib / (double)min_total : 0.0;
 	/* Say why a GPU that looks idle was passed over. */
 	for (size_t i = 0; i < a->snap->gpu_count && !req->mig[0]; i++) {
 		const struct gm_gpu *g = &a->snap->gpus[i];
@@ -353,25 +341,21 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 		cmd = self_command();
 	/* The one lease record (record.h); the owner of the file, not its
 	 * "uid", is what readers believe. */
-	str_copy(li.id, sizeof li.id, l->id);
-	li.uid = (unsigned)geteuid();
-	registry_user_name(li.uid, li.user, sizeof li.user);
-	li.pid = getpid();
-	str_copy(li.command, sizeof li.command,
+	li->uid = (unsigned)geteuid();
+	registry_user_name(li->uid, li->user, sizeof li->user);
+	li->pid = getpid();
+	str_copy(li->command, sizeof li->command,
 	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
-	li.start_ms = now_ms();
-	li.exclusive = !req->share;
-	li.share_mib = l->share_mib;
-	li.gpu_count = n;
-	li.reservation = opts && opts->reserve_ms > 0;
-	li.expires_ms = li.reservation ? li.start_ms + opts->reserve_ms : 0;
-	doc = record_lease_json(&li);
+	li->start_ms = now_ms();
+	li->reservation = opts && opts->reserve_ms > 0;
+	li->expires_ms = li->reservation ? li->start_ms + opts->reserve_ms : 0;
+	doc = record_lease_json(li);
 	if (!doc)
 		goto failed;
 	json_object_set_new(doc, "pidns", json_integer(registry_own_pidns()));
 	sc.doc = doc;
 	snprintf(name, sizeof name, "%s%s",
-	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, l->id);
+	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, li->id);
 	if (snprintf(l->path, sizeof l->path, "%s/%s", reg->dir, name) >= (int)sizeof l->path) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "state directory path '%s' is too long",
 		             reg->dir);
@@ -390,17 +374,15 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 		goto failed;
 	}
 	l->fd = fd;
+	li->job_pid = sc.job_pid;
 	json_decref(doc);
-	record_lease_release(&li);
 	free(cmd);
 	*out = l;
 	return GM_OK;
 failed:
 	json_decref(doc);
-	record_lease_release(&li);
 	free(cmd);
-	if (l)
-		registry_lease_free_fields(l);
+	lease_free(l);
 	if (rc == GM_ERR_NOMEM)
 		gm_fail(rc, err, len, "out of memory");
 	return rc;

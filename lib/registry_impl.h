@@ -1,9 +1,9 @@
 /*
  * registry_impl.h - private to the registry's files (registry.c: the
- * directory, caps, one attempt and the lease API; registry_read.c,
+ * directory, one attempt and the transport; registry_read.c,
  * registry_files.c, registry_wait.c, registry_lock.c): the names of the
  * files in the state directory, one attempt and one waiter, and the
- * functions they call across files.  Callers use registry.h.
+ * functions they call across files.  Callers use lease_api.h.
  */
 #ifndef GM_REGISTRY_IMPL_H
 #define GM_REGISTRY_IMPL_H
@@ -11,10 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "lease.h"
+#include "lease_view.h"
 #include "pick.h"
 #include "policy.h"
 #include "registry.h"
 #include "snapshot.h"
+#include "transport.h"
 
 #define LEASE_PREFIX "lease."
 #define WAIT_PREFIX "wait."
@@ -95,24 +98,15 @@ json_int_t registry_own_pidns(void);
 int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
                       unsigned count, char *why, size_t len);
 
-/* The files transport's read (transport.h): registry_read_upto's work,
- * the whole line up to upto (registry_read_scoped without a cover). */
+/* The files transport's read (transport.h): the whole line up to upto
+ * (registry_read_scoped without a cover); tickets sorting after it are
+ * not read: a waiter is held back only by those ahead of it, and leaving
+ * the rest unopened halves the work of a read in a long line. */
 enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
                                 char *err, size_t len);
 
-/* Mark the leases held longer than their user's max_lease. */
-void registry_mark_over_limit(const struct registry *reg, struct registry_view *view);
-
 /* Does s start with prefix (a file name with LEASE_PREFIX, say)? */
 int registry_starts_with(const char *s, const char *prefix);
-
-/*
- * registry_read, skipping the tickets that sort after `upto` (NULL: none):
- * a waiter is held back only by those ahead of it, and leaving the rest
- * unopened halves the work of a read in a long line.
- */
-enum gm_err registry_read_upto(struct registry *reg, struct registry_view *view, const char *upto,
-                               char *err, size_t len);
 
 /*
  * How much of the line a read needs.  Tickets sorting after upto are not
@@ -150,9 +144,6 @@ int registry_waiter_capped(const struct registry *reg, const struct registry_vie
 enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
                                   const struct gm_request *req, const struct acquire_opts *opts,
                                   char *name, size_t name_len, int *fd_out, char *err, size_t len);
-
-/* Free what a lease holds, not the lease. */
-void registry_lease_free_fields(struct gm_lease *l);
 
 /* Publish the lease of the attempt's choice (*out, locked by its fd). */
 enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,

@@ -23,7 +23,6 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
 #include "caps.h"
 #include "context.h"
 #include "lease.h"

@@ -2,7 +2,8 @@
  * registry_read.c - reading the registry: each lease and ticket file whose
  * holder still holds its lock, and which of them to believe (the uid a file
  * names is its owner's; its holder is a live, running process of that owner;
- * a ticket does not claim to be older than it is).  See registry.h.
+ * a ticket does not claim to be older than it is), and the admin's caps on
+ * what they hold.  See registry.h.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +25,6 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include "broker.h"
 #include "caps.h"
 #include "context.h"
 #include "lease.h"
@@ -254,13 +254,6 @@ static int ticket_time_honest(const char *name, const struct stat *st)
 	return claimed >= ctime_ns - TICKET_SKEW_NS;
 }
 
-static const char *jstr(json_t *o, const char *key)
-{
-	const char *s = json_string_value(json_object_get(o, key));
-
-	return s ? s : "";
-}
-
 /* resv: read from a resv.<id> file, which alone may claim to be a reservation. */
 static int parse_lease(const char *text, const struct stat *st, struct lease_info *li, int resv)
 {
@@ -293,23 +286,6 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	registry_user_name(st->st_uid, li->user, sizeof li->user);
 	json_decref(o);
 	return 0;
-}
-
-/* Leases held longer than their user's max_lease: run and the queue end
- * theirs, a library client's stays until its owner ends it. */
-void registry_mark_over_limit(const struct registry *reg, struct registry_view *view)
-{
-	int64_t now = now_ms();
-
-	for (size_t i = 0; i < view->lease_count; i++) {
-		struct lease_info *l = &view->leases[i];
-		int64_t limit = l->reservation
-		                    ? 0
-		                    : config_max_lease_ms(&reg->cfg, l->uid, l->limit_from,
-		                                          sizeof l->limit_from);
-
-		l->over_limit_ms = limit && now - l->start_ms > limit ? limit : 0;
-	}
 }
 
 /*
@@ -355,16 +331,13 @@ static int parse_reservation(const struct registry *reg, int dirfd, const char *
 	return 0;
 }
 
-/* What the rules place the waiter by (record.h).  A ticket that does not
- * say, from an older gpuman, asks for one GPU among its candidates. */
-static int waiter_request(json_t *o, struct waiter_info *wi)
+/* A ticket that does not say what the rules place it by (record.h), from
+ * an older gpuman, asks for one GPU among its candidates. */
+static int waiter_request_old(struct waiter_info *wi)
 {
-	json_t *r = json_object_get(o, "request");
 	char err[GM_ERRBUF_SIZE];
 
-	if (r) {
-		wi->req = record_request_parse(r, NULL, err, sizeof err);
-	} else if (wi->cand_count && (wi->req = gm_request_new())) {
+	if (wi->cand_count && (wi->req = gm_request_new())) {
 		char *only = calloc(wi->cand_count, sizeof wi->cand[0]);
 
 		for (size_t i = 0; only && i < wi->cand_count; i++)
@@ -375,53 +348,40 @@ static int waiter_request(json_t *o, struct waiter_info *wi)
 		}
 		free(only);
 	}
-	if (!wi->req)
-		return -1;
-	wi->usable = json_incref(json_object_get(o, "usable"));
-	wi->usable_migs = json_incref(json_object_get(o, "usable_migs"));
-	str_copy(wi->within, sizeof wi->within, jstr(o, "within"));
-	return 0;
+	return wi->req ? 0 : -1;
 }
 
 static int parse_waiter(const char *name, const char *text, const struct stat *st,
                         struct waiter_info *wi)
 {
-	json_t *o = json_loads(text, 0, NULL), *cand, *c;
+	json_t *o = json_loads(text, 0, NULL);
 	enum holder h;
-	size_t i;
+	int rc;
 
 	if (!o)
 		return -1;
-	memset(wi, 0, sizeof *wi);
-	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	/* The one waiter record (record.h): its "uid", "user", "name" and
+	 * "limit" are the file's word, which the file's owner, name and our
+	 * own reading of the caps replace. */
+	rc = record_waiter_parse(o, wi);
+	if (rc < 0) {
+		record_waiter_release(wi);
+		json_decref(o);
+		return -1;
+	}
 	/* A stopped waiter would hold its GPUs back from everyone behind it
 	 * while taking none: it keeps its place, and counts again once it runs. */
 	h = holder_state(wi->pid, st->st_uid, file_pidns(o));
-	if (!uid_matches(o, st) || h == HOLDER_GONE || h == HOLDER_STOPPED ||
-	    !ticket_time_honest(name, st)) {
+	if (rc > 0 || !uid_matches(o, st) || h == HOLDER_GONE || h == HOLDER_STOPPED ||
+	    !ticket_time_honest(name, st) || (!wi->req && waiter_request_old(wi) < 0)) {
+		record_waiter_release(wi);
 		json_decref(o);
 		return 1;
 	}
 	str_copy(wi->name, sizeof wi->name, name);
 	wi->uid = st->st_uid;
 	registry_user_name(st->st_uid, wi->user, sizeof wi->user);
-	snprintf(wi->command, sizeof wi->command, "%s", jstr(o, "command"));
-	snprintf(wi->summary, sizeof wi->summary, "%s", jstr(o, "summary"));
-	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
-	cand = json_object_get(o, "candidates");
-	wi->cand_count = json_array_size(cand);
-	wi->cand = calloc(wi->cand_count + 1, sizeof *wi->cand);
-	if (!wi->cand) {
-		json_decref(o);
-		return -1;
-	}
-	json_array_foreach(cand, i, c) snprintf(wi->cand[i], sizeof wi->cand[i], "%s",
-	                                        json_string_value(c) ? json_string_value(c) : "");
-	if (waiter_request(o, wi) < 0) {
-		free(wi->cand);
-		json_decref(o);
-		return 1;
-	}
+	wi->limit[0] = '\0';
 	json_decref(o);
 	return 0;
 }
@@ -798,6 +758,34 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 	return GM_OK;
 }
 
+/* ---- caps: the admin's limits (caps.h), on what a read found --------- */
+
+/* GPUs that uid's live leases hold. */
+static unsigned held_by(const struct registry_view *view, unsigned uid)
+{
+	unsigned held = 0;
+
+	for (size_t i = 0; i < view->lease_count; i++)
+		if (view->leases[i].uid == uid)
+			held += (unsigned)view->leases[i].gpu_count;
+	return held;
+}
+
+/* Would count more GPUs take uid beyond its cap?  caps_over(). */
+int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
+                      unsigned count, char *why, size_t len)
+{
+	return caps_over(&reg->cfg, uid, held_by(view, uid), count, why, len);
+}
+
+/* A waiter that its own user's cap keeps waiting holds nothing back from
+ * the users behind it: first come, first served within what each may have. */
+int registry_waiter_capped(const struct registry *reg, const struct registry_view *view,
+                           const struct waiter_info *wi)
+{
+	return registry_over_cap(reg, view, wi->uid, wi->req ? wi->req->count : 1, NULL, 0) != 0;
+}
+
 /* The files transport's read (transport.h): the line up to upto, whole. */
 enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
                                 char *err, size_t len)
@@ -814,14 +802,4 @@ int registry_holder_runs(int pid, unsigned uid)
 	enum holder h = holder_state(pid, uid, registry_own_pidns());
 
 	return h != HOLDER_GONE && h != HOLDER_STOPPED;
-}
-
-enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err, size_t len)
-{
-	return registry_read_upto(reg, view, NULL, err, len);
-}
-
-void registry_view_release(struct registry_view *view)
-{
-	record_view_release(view);
 }

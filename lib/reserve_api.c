@@ -14,7 +14,7 @@
 #include "listing.h"
 #include "parse.h"
 #include "policy.h"
-#include "registry.h"
+#include "lease_api.h"
 #include "util.h"
 
 struct gm_reservation {
@@ -45,19 +45,20 @@ static struct gm_reservation *copy_lease(const struct gm_lease *l, int64_t expir
 
 	if (!r)
 		return NULL;
-	str_copy(r->id, sizeof r->id, l->id);
-	r->gpu_count = l->gpu_count;
+	str_copy(r->id, sizeof r->id, l->rec.id);
+	r->gpu_count = l->rec.gpu_count;
 	r->expires_ms = expires_ms;
-	r->indices = calloc(l->gpu_count ? l->gpu_count : 1, sizeof *r->indices);
-	r->uuids = calloc(l->gpu_count ? l->gpu_count : 1, sizeof *r->uuids);
+	r->indices = calloc(r->gpu_count ? r->gpu_count : 1, sizeof *r->indices);
+	r->uuids = calloc(r->gpu_count ? r->gpu_count : 1, sizeof *r->uuids);
 	r->cuda_visible = strdup(l->cuda_visible ? l->cuda_visible : "");
 	r->indices_text = strdup(l->indices_text ? l->indices_text : "");
 	if (!r->indices || !r->uuids || !r->cuda_visible || !r->indices_text) {
 		gm_reservation_free(r);
 		return NULL;
 	}
-	memcpy(r->indices, l->indices, l->gpu_count * sizeof *r->indices);
-	memcpy(r->uuids, l->uuids, l->gpu_count * sizeof *r->uuids);
+	memcpy(r->indices, l->rec.indices, r->gpu_count * sizeof *r->indices);
+	for (size_t i = 0; i < r->gpu_count; i++)
+		str_copy(r->uuids[i], sizeof r->uuids[i], gm_lease_gpu_uuid(l, i));
 	return r;
 }
 
@@ -113,21 +114,16 @@ GM_API enum gm_err gm_reserve(struct gm_context *ctx, const struct gm_request *r
 			count = 0;
 	}
 	if (rc == GM_OK) {
-		*out = copy_lease(lease, recorded_expiry(reg, lease->id, now_ms() + ms));
+		*out = copy_lease(lease, recorded_expiry(reg, lease->rec.id, now_ms() + ms));
 		if (!*out) {
 			/* Out of memory after the grant: give the GPUs back. */
-			registry_release(reg, lease->id, NULL, 0);
+			registry_release(reg, lease->rec.id, NULL, 0);
 			rc = gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");
 		}
 		/* The reservation outlives this process: close, remove nothing. */
 		lease_detach(lease);
 	}
-	if (explain && *explain && errbuf && errlen) {
-		size_t used = strlen(errbuf);
-
-		snprintf(errbuf + used, errlen - used, ":\n%s", explain);
-	}
-	free(explain);
+	registry_explain(errbuf, errlen, explain);
 	registry_close(reg);
 	return rc;
 }

@@ -12,7 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "broker.h"
+#include "broker_snapshot.h"
+#include "broker_wire.h"
 #include "context.h"
 #include "gpu_fields.h"
 #include "parse.h"
@@ -153,21 +154,6 @@ enum gm_err snapshot_take_aged(struct gm_context *ctx, unsigned proc_util_window
 		proc_fill_from_procfs(&snap->procs[i], &last_uid, last_user);
 	*out = snap;
 	return GM_OK;
-}
-
-GM_API void gm_snapshot_free(struct gm_snapshot *snap)
-{
-	if (!snap)
-		return;
-	for (size_t i = 0; i < snap->note_count; i++)
-		free(snap->notes[i]);
-	free(snap->notes);
-	for (size_t i = 0; i < snap->mig_count; i++)
-		free(snap->migs[i].pids);
-	free(snap->migs);
-	free(snap->gpus);
-	free(snap->procs);
-	free(snap);
 }
 
 long snapshot_position(const struct gm_snapshot *snap, unsigned index)

@@ -1,10 +1,27 @@
 /*
  * snapshot_access.c - the public accessors of a snapshot, its GPUs and its
  * processes: the only way programs outside this tree read them, so that
- * their layouts (snapshot_types.h) stay the library's own.
+ * their layouts (snapshot_types.h) stay the library's own; and its end,
+ * whoever made it (snapshot.c from NVML, snapshot_wire.c from the broker).
  */
+#include <stdlib.h>
 #include "gpu_fields.h"
 #include "snapshot_types.h"
+
+GM_API void gm_snapshot_free(struct gm_snapshot *snap)
+{
+	if (!snap)
+		return;
+	for (size_t i = 0; i < snap->note_count; i++)
+		free(snap->notes[i]);
+	free(snap->notes);
+	for (size_t i = 0; i < snap->mig_count; i++)
+		free(snap->migs[i].pids);
+	free(snap->migs);
+	free(snap->gpus);
+	free(snap->procs);
+	free(snap);
+}
 
 GM_API const char *gm_snapshot_driver_version(const struct gm_snapshot *snap)
 {

@@ -1,6 +1,6 @@
 /*
  * snapshot_wire.h - a gm_snapshot on the lease broker's wire (the
- * "snapshot" op of broker.h): one encoder, for the broker, and one
+ * "snapshot" op of broker_wire.h): one encoder, for the broker, and one
  * decoder, for its clients.  Lossless, unlike snapshot_json().
  */
 #ifndef GM_SNAPSHOT_WIRE_H

@@ -1,9 +1,12 @@
 /*
  * transport.h - the two lease transports behind one interface: the broker
- * (broker.h, a root daemon on a socket) and the daemonless registry (files
- * in a shared directory, registry.h).  registry_open() chooses one, once;
- * everything after calls it through this table and never asks which it is.
- * Both place requests by the same rules (line.h).
+ * (broker.h, a root daemon on a socket; broker_transport.c) and the
+ * daemonless registry (files in a shared directory, registry.h).
+ * lease_api.c chooses one at registry_open(), once; everything after calls
+ * it through this table and never asks which it is.  Both place requests
+ * by the same rules (line.h) and show their leases and line as one view
+ * (lease_view.h).  Neither transport knows the other: both depend on this
+ * header, lease.h, lease_view.h and record.h alone.
  *
  * What one transport cannot give is a capability bit it lacks, which
  * callers report ("not available here") instead of branching on the
@@ -12,12 +15,72 @@
 #ifndef GM_TRANSPORT_H
 #define GM_TRANSPORT_H
 
+#include <limits.h>
+#include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "config.h"
 #include "gpuman.h"
 
-struct registry;
 struct registry_view;
-struct acquire_opts;
+
+/* A handle on the transport chosen (registry_open(), lease_api.h). */
+struct registry {
+	/* The registry's directory; with the broker, its socket's (which
+	 * callers that watch the registry for changes may watch: nothing is
+	 * written there, so they look again on their own timer). */
+	char dir[PATH_MAX];
+	struct config cfg; /* the admin's gpuman.conf, read at open: its caps bind every grant */
+	/* The transport chosen at open; everything goes through it. */
+	const struct lease_transport *transport;
+	/* The registry's own (registry.h) */
+	int lock_fd; /* the directory, read-only: the registry lock */
+	int held_fd; /* the descriptor holding the lock now, or -1 */
+	/* The broker's own (broker.h) */
+	char *broker;               /* its socket */
+	struct broker_place *place; /* a kept place in its line, or NULL */
+};
+
+struct acquire_opts {
+	const char *command; /* shown in status; default: this process's */
+	/*
+	 * Optional: called under the registry lock once GPUs are chosen and
+	 * before the lease is published, to start the job (gpuman run forks a
+	 * child that waits for the go).  It sets *job_pid; returns 0, or -1
+	 * with a message, which fails the acquisition.
+	 */
+	int (*spawn)(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
+	             size_t errlen);
+	void *spawn_data;
+	/* Set by a signal handler to stop waiting (GM_ERR_INTERRUPTED). */
+	volatile sig_atomic_t *interrupted;
+	/*
+	 * Optional: place against this snapshot instead of reading NVML (a
+	 * dispatcher starting many tasks re-reads NVML about once a second).
+	 * Safe when recent: leases are always read fresh, and a stale snapshot
+	 * errs on the side of less free memory for gpuman's own jobs.
+	 */
+	const struct gm_snapshot *snapshot;
+	/* Called once when the request starts waiting (to tell the user). */
+	void (*on_wait)(void *data, const char *why);
+	void *on_wait_data;
+	/* Called (with on_wait_data) when one holder of the registry lock has
+	 * kept us waiting for seconds: who it is, what it runs. */
+	void (*on_lock_wait)(void *data, const char *who);
+	/*
+	 * With a broker, a request without --wait that does not fit keeps a
+	 * place in the broker's line, first come first served with every other
+	 * waiter, until the next registry_acquire() of this registry: the same
+	 * request then gets what the place was given (or still waits); another
+	 * one gives the place up.  For a dispatcher retrying its head job;
+	 * poll registry_wake_fd() to learn when to try again.
+	 */
+	int keep_place;
+	/* > 0: take a reservation of this many ms (gpuman reserve): the lease
+	 * outlives this process; end it with registry_release(). */
+	int64_t reserve_ms;
+};
 
 /* Capabilities */
 #define TRANSPORT_GPU_HOURS 1u /* a ledger of each user's GPU-hours (max_gpu_hours) */
@@ -25,6 +88,9 @@ struct acquire_opts;
 struct lease_transport {
 	const char *name; /* "broker", "registry" */
 	unsigned caps;    /* TRANSPORT_* */
+	/* Set up reg (its common fields zeroed, lock_fd and held_fd -1) for
+	 * this transport; sock: the broker's socket (broker_wanted()). */
+	enum gm_err (*open)(struct registry *reg, const char *sock, char *err, size_t len);
 	/* registry_acquire() */
 	enum gm_err (*acquire)(struct registry *reg, struct gm_context *ctx,
 	                       const struct gm_request *req, const struct acquire_opts *opts,
@@ -39,20 +105,11 @@ struct lease_transport {
 	void (*release)(struct gm_lease *lease);
 	/* registry_wake_fd() */
 	int (*wake_fd)(const struct registry *reg);
-	/* Free what the transport keeps in reg (may be NULL). */
+	/* Free what the transport keeps in reg. */
 	void (*close)(struct registry *reg);
 };
 
 extern const struct lease_transport transport_broker; /* broker_transport.c */
 extern const struct lease_transport transport_files;  /* registry.c */
-
-/*
- * The transport to lease through: the broker when broker_wanted() says so
- * (its socket's path into sock), else the registry's files.
- */
-const struct lease_transport *transport_choose(char *sock, size_t len);
-
-/* The transport that granted lease. */
-const struct lease_transport *transport_of_lease(const struct gm_lease *lease);
 
 #endif

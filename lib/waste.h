@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "gpuman.h"
-#include "registry.h"
+#include "lease_view.h"
 #include "snapshot_types.h"
 
 struct waste_opts {

@@ -22,11 +22,11 @@
  * JSON forms of a snapshot, a GPU, a process and a slice (json_text,
  * snapshot_*_json), state and compute-mode names, CUDA index and position. */
 #include "../snapshot.h"
-/* registry_open/_close/_read/_pick/_acquire and struct registry_view: the
- * dispatcher, batch, run, pick and status hold the registry itself (its
- * wake-up descriptor, its view of leases and waiters); gpuman.h has a
- * context-wide acquire only. */
-#include "../registry.h"
+/* registry_open/_close/_read/_pick/_acquire (over either transport) and
+ * struct registry_view: the dispatcher, batch, run, pick and status hold
+ * the lease handle itself (its wake-up descriptor, its view of leases and
+ * waiters); gpuman.h has a context-wide acquire only. */
+#include "../lease_api.h"
 /* struct gm_lease's fields (exclusive, note) that run prints. */
 #include "../lease.h"
 /* policy_choose/_candidate/_result_release: the broker daemon places its
@@ -59,7 +59,10 @@
  * with; record_*: the one JSON codec of a request. */
 #include "../line.h"
 #include "../record.h"
-/* broker_take_line: the daemon's side of the broker's wait line. */
+/* broker_take_line and the broker's paths: the daemon's side of the
+ * broker's protocol.  broker_wanted and broker_fence_*: run, reserve and
+ * the PAM hook place their jobs and shells in the broker's fence. */
+#include "../broker_wire.h"
 #include "../broker.h"
 /* The GPU field table: serve's metrics are its rows. */
 #include "../gpu_fields.h"

@@ -74,7 +74,7 @@ contents() { dpkg-deb -c "$DEBS/$1"_*.deb | awk '{ print $6 }' | sed 's|^\./|/|'
 	done
 	run -0 grep -h '^ExecStart=\|^ListenStream=' "$x"/lib/systemd/system/gpuman.socket \
 		"$x"/lib/systemd/system/gpuman.service "$x"/lib/systemd/system/gpuman-serve.service
-	# the socket in root's directory, not the registry's (lib/broker.h)
+	# the socket in root's directory, not the registry's (lib/broker_wire.h)
 	[ "${lines[0]}" = ListenStream=/run/gpuman-broker/gpuman.sock ]
 	[[ "${lines[1]}" == "ExecStart=/usr/bin/gpuman daemon "* ]]
 	[[ "${lines[2]}" == "ExecStart=/usr/bin/gpuman serve "* ]]

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "registry.h"
+#include "lease_api.h"
 
 #define NOBODY 65534
 #define MAX_HELD 24

@@ -1,7 +1,7 @@
 /*
- * test_record.c - the one JSON codec of a request and a usable set
- * (lib/record.c): what the broker's wire, the registry's tickets and the
- * job store all write and read back.
+ * test_record.c - the one JSON codec of a request, a usable set, a lease
+ * and a waiter (lib/record.c): what the broker's wire, the registry's
+ * lease files and tickets and the job store all write and read back.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +13,7 @@
 #include "gpuman.h"
 #include "policy.h"
 #include "record.h"
-#include "registry.h"
+#include "lease_view.h"
 #include "unit.h"
 
 static struct gm_request *parse_opts(const char *const *kv)
@@ -144,6 +144,100 @@ static void test_a_lease_round_trips(void **state)
 	json_decref(o);
 }
 
+static void test_a_waiter_round_trips(void **state)
+{
+	static const char *const kv[] = {"n", "2", "mem", "8G", "only", "0,1", NULL};
+	char cand[2][96] = {"GPU-a", "GPU-b"};
+	struct waiter_info wi = {.name = "wait.00000000000000000001.x",
+	                         .uid = 1001,
+	                         .user = "bob",
+	                         .pid = 77,
+	                         .command = "train.py --big",
+	                         .since_ms = 123,
+	                         .summary = "2 GPUs, 8 GiB share",
+	                         .limit = "max_gpus: asks 2 GPUs, the limit is 1",
+	                         .cand_count = 2,
+	                         .cand = cand,
+	                         .within = "r-1"},
+	                   back;
+	json_t *o;
+	char *a, *b;
+
+	(void)state;
+	wi.req = parse_opts(kv);
+	wi.usable = json_pack("{s:i, s:i}", "GPU-a", 1, "GPU-b", 0);
+	o = record_waiter_json(&wi);
+	assert_non_null(o);
+	assert_int_equal(record_waiter_parse(o, &back), 0);
+	assert_string_equal(back.name, wi.name);
+	assert_int_equal(back.uid, 1001);
+	assert_string_equal(back.user, "bob");
+	assert_int_equal(back.pid, 77);
+	assert_string_equal(back.command, "train.py --big");
+	assert_int_equal(back.since_ms, 123);
+	assert_string_equal(back.summary, wi.summary);
+	assert_string_equal(back.limit, wi.limit);
+	assert_int_equal(back.cand_count, 2);
+	assert_string_equal(back.cand[1], "GPU-b");
+	assert_string_equal(back.within, "r-1");
+	assert_true(json_equal(back.usable, wi.usable));
+	assert_null(back.usable_migs);
+	assert_non_null(back.req);
+	a = gm_request_text(wi.req);
+	b = gm_request_text(back.req);
+	assert_string_equal(a, b);
+	free(a);
+	free(b);
+	record_waiter_release(&back);
+	json_decref(o);
+	json_decref(wi.usable);
+	gm_request_free(wi.req);
+}
+
+/* What places a waiter is its request, never its summary for people; a
+ * waiter of the broker's view has none (the broker places its line). */
+static void test_a_waiter_is_placed_by_its_request_not_its_summary(void **state)
+{
+	json_t *o =
+	    json_pack("{s:i, s:i, s:s, s:s, s:[s], s:{s:s}}", "uid", 1000, "pid", 5, "command", "x",
+	              "summary", "2 GPUs exclusive", "candidates", "GPU-a", "request", "n", "3");
+	struct waiter_info back;
+
+	(void)state;
+	assert_int_equal(record_waiter_parse(o, &back), 0);
+	assert_int_equal(back.req->count, 3);
+	assert_string_equal(back.summary, "2 GPUs exclusive");
+	record_waiter_release(&back);
+	json_object_del(o, "request");
+	assert_int_equal(record_waiter_parse(o, &back), 0);
+	assert_null(back.req);
+	assert_int_equal(back.cand_count, 1);
+	record_waiter_release(&back);
+	json_object_set_new(o, "request", json_pack("{s:s}", "n", "lots"));
+	assert_int_equal(record_waiter_parse(o, &back), 1);
+	assert_null(back.req);
+	record_waiter_release(&back);
+	json_decref(o);
+}
+
+static void test_a_waiter_leaves_out_what_it_has_not(void **state)
+{
+	struct waiter_info wi = {
+	    .uid = 1000, .pid = 5, .command = "x", .summary = "1 GPU exclusive"};
+	json_t *o = record_waiter_json(&wi);
+
+	(void)state;
+	assert_non_null(o);
+	assert_null(json_object_get(o, "name"));
+	assert_null(json_object_get(o, "user"));
+	assert_null(json_object_get(o, "limit"));
+	assert_null(json_object_get(o, "within"));
+	assert_null(json_object_get(o, "request"));
+	assert_null(json_object_get(o, "usable"));
+	assert_int_equal(json_array_size(json_object_get(o, "candidates")), 0);
+	json_decref(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -151,6 +245,9 @@ int main(void)
 	    cmocka_unit_test(test_what_the_command_line_refuses_is_refused),
 	    cmocka_unit_test(test_a_usable_set_round_trips_by_uuid),
 	    cmocka_unit_test(test_a_lease_round_trips),
+	    cmocka_unit_test(test_a_waiter_round_trips),
+	    cmocka_unit_test(test_a_waiter_is_placed_by_its_request_not_its_summary),
+	    cmocka_unit_test(test_a_waiter_leaves_out_what_it_has_not),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,63 @@
+/*
+ * lease_api.h - leasing GPUs, whichever transport serves this machine: the
+ * lease broker (broker.h) or the daemonless registry (registry.h), chosen
+ * once at registry_open() by the rule in broker_wire.h and called through
+ * one table (transport.h).  The gm_* lease API of gpuman.h is built on it.
+ */
+#ifndef GM_LEASE_API_H
+#define GM_LEASE_API_H
+
+#include <stddef.h>
+#include "gpuman.h"
+#include "lease_view.h"
+#include "transport.h"
+
+/* Choose the transport (broker_wanted()).  With a lease broker, only
+ * remember its socket: reading and acquiring then go through it.  Otherwise resolve, create if
+ * needed and check the state directory: refused if it is a symlink, not a directory, owned by
+ * another non-root user, or writable by others without the sticky bit.  GM_ERR_STATE says what to
+ * do.  Also reads the admin's gpuman.conf (config.h); one that does not parse fails the open,
+ * naming the file and line. */
+enum gm_err registry_open(struct registry **out, char *errbuf, size_t errlen);
+void registry_close(struct registry *reg);
+
+/* Read the live leases and waiters; dead files are skipped and removed
+ * where permitted.  Needs no lock. */
+enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,
+                          size_t errlen);
+
+/*
+ * gm_pick, and for a --mig request the chosen slice too: *mig_pos its
+ * position in snap->migs (-1 for a whole-GPU request).  mig_pos may be NULL.
+ */
+enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
+                          const struct gm_request *req, unsigned **indices, size_t *count,
+                          long *mig_pos, char **explain);
+
+/*
+ * Choose and lease GPUs for req, as one atomic step under the registry
+ * lock, honouring earlier waiters.  With req->has_wait, wait (up to
+ * req->wait_ms, -1 forever) until the request fits.  GM_ERR_UNAVAILABLE /
+ * GM_ERR_NEVER / GM_ERR_TIMEOUT come with *explain (caller frees; may be
+ * NULL) saying per GPU what excluded it.
+ */
+enum gm_err registry_acquire(struct registry *reg, struct gm_context *ctx,
+                             const struct gm_request *req, const struct acquire_opts *opts,
+                             struct gm_lease **out, char **explain, char *errbuf, size_t errlen);
+
+/*
+ * End the reservation id of this user (root: of anyone's) before it expires.
+ * GM_ERR_INVALID when there is none of that id, or it is another user's
+ * (err names the owner).
+ */
+enum gm_err registry_release(struct registry *reg, const char *id, char *errbuf, size_t errlen);
+
+/* A public call's message: the per-GPU explain of registry_acquire() (freed
+ * here; may be NULL) after errbuf's line. */
+void registry_explain(char *errbuf, size_t errlen, char *explain);
+
+/* Readable when the place that acquire_opts.keep_place kept may have been
+ * served: time to call registry_acquire() again.  -1 when there is none. */
+int registry_wake_fd(const struct registry *reg);
+
+#endif
