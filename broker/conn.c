@@ -2,7 +2,7 @@
  * conn.c - the broker's connections (main.c): accepting them,
  * their framed JSON replies and the requests they make (acquire, job,
  * release, view), and dropping the silent ones.  The protocol is in
- * lib/broker.h.
+ * lib/broker_wire.h.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * main.c - gpuman-broker, which `gpuman daemon` becomes: the lease broker
- * of a machine shared by several users (the protocol is in lib/broker.h).
+ * of a machine shared by several users (the protocol is in lib/broker_wire.h).
  *
  * Started by root (contrib/gpuman.socket and gpuman.service), it is the one
  * arbiter that users cannot touch: the line and the leases live in its

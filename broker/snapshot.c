@@ -1,14 +1,14 @@
 /*
  * snapshot.c - the broker's NVML session: the one NVML session of
  * the machine, which answers every client's snapshot (the "snapshot" op of
- * lib/broker.h) and the broker's own placement.
+ * lib/broker_wire.h) and the broker's own placement.
  *
  * NVML is opened and read by a reader thread, never on the event loop.
  * A real driver's calls can take seconds (persistence mode off, a GPU that
  * fell off the bus); on the loop they would delay every grant, release and
  * answer of every user.  The loop asks for a reading, and goes on; the
  * reader says it is done through an eventfd in the loop's epoll.  Two
- * bounds, stated in broker.h and the man page:
+ * bounds, stated in lib/broker_wire.h and the man page:
  *
  *  - a client's reading is at most BROKER_SNAPSHOT_MAX_AGE_MS old: asked
  *    after that, the broker reads again, and answers when the reading is
