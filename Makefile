@@ -226,7 +226,8 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -l:libgpuman.so -Wl,-rpath,'$$ORIGIN/..'
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a tests/unit/*.h
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a tests/unit/*.h \
+                    $(wildcard lib/*.h lib/internal/*.h sim/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iengine -Ilib $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(LIBS) \
 		-lsqlite3 -lcmocka
