@@ -28,8 +28,11 @@
 # idle line's 500, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
 # "registry" runs one only.  WAITERS_LATENCY=1 gives the simulated GPUs
 # the H200 latency profile (examples/h200-latency.json's "latency":
-# nvmlInit 24 ms measured, per-call costs guessed).  Prints the load
-# average: the numbers mean little on a machine that other work keeps busy.
+# nvmlInit 24 ms measured, per-call costs guessed).  Run as root, the
+# broker fences each job in a cgroup (gpuman-trust(7)): each job then starts
+# one kernel grace period later; WAITERS_FENCE=off measures without, and the
+# broker's placement line is printed either way.  Prints the load average:
+# the numbers mean little on a machine that other work keeps busy.
 set -eu
 build=$(cd "${1:?usage: waiters.sh BUILD}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -197,7 +200,9 @@ floor() { # floor N
 	last=$(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec")
 	echo $((last - t0))
 }
+[ "${WAITERS_FENCE:-on}" = on ] || export GPUMAN_FENCE=off
 start_daemon
+echo "broker: $(grep -m1 'placement' "$work/daemon.log" | sed 's/^gpuman daemon: //')"
 for n in $lines; do
 	for t in $transports; do
 		burst "$t" "$n"
