@@ -32,7 +32,7 @@
  * bound them and the state file.
  */
 #define MAX_CONNS_PER_USER 1024
-#define MAX_RESERVATIONS_PER_USER 64
+#define MAX_RESERVATIONS_PER_USER CAPS_RESERVATIONS_PER_USER /* caps.h */
 #define MAX_RESERVATIONS 1024
 /* A turn of the loop accepts at most this many connections and serves at
  * most EVENTS_PER_USER events of each user; the rest wait for the next

@@ -27,6 +27,11 @@ int caps_over(const struct config *cfg, unsigned uid, unsigned held, unsigned co
 size_t caps_barred(const struct config *cfg, unsigned uid, const struct gm_snapshot *snap,
                    const char **barred, char (*text)[160]);
 
+/* Reservations one user may hold (or ask for), on either transport: no
+ * process holds them, so nothing else bounds their number (the broker's
+ * state file, the registry's directory and every read of it). */
+#define CAPS_RESERVATIONS_PER_USER 64
+
 /* May uid reserve GPUs for ms?  0 yes; -1 no, why says the limit and its
  * section. */
 int caps_reserve_ok(const struct config *cfg, unsigned uid, int64_t ms, char *why, size_t len);

@@ -318,6 +318,25 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 	}
 }
 
+/* The reservations cap (caps.h), as the broker applies it: counted under
+ * the registry lock, so two reserves at once cannot both pass it. */
+static enum gm_err reservations_ok(const struct registry_view *view, char *err, size_t len)
+{
+	unsigned me = (unsigned)geteuid();
+	size_t held = 0;
+	char name[33];
+
+	for (size_t i = 0; i < view->lease_count; i++)
+		held += view->leases[i].reservation && view->leases[i].uid == me;
+	if (held < CAPS_RESERVATIONS_PER_USER)
+		return GM_OK;
+	registry_user_name(me, name, sizeof name);
+	return gm_fail(GM_ERR_UNAVAILABLE, err, len,
+	               "%s has %zu reservations, the cap (%d a user); release some (gpuman "
+	               "release ID)",
+	               name, held, CAPS_RESERVATIONS_PER_USER);
+}
+
 /* The files transport's acquire: choose and lease under the registry
  * lock, waiting in the line of tickets (registry.h). */
 static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
@@ -348,6 +367,11 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		                 ticket[0] ? ticket : NULL, &a, err, len);
 		if (rc != GM_OK)
 			goto done;
+		if (opts && opts->reserve_ms > 0 && !ticket[0]) {
+			rc = reservations_ok(&a.view, err, len);
+			if (rc != GM_OK)
+				goto done;
+		}
 		if (a.outcome == POLICY_OK) {
 			rc = registry_publish_lease(reg, &a, req, opts, out, err, len);
 			goto done;

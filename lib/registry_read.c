@@ -414,12 +414,44 @@ static void clean_tmp(int dirfd, const char *name)
  * dead file then costs its name in the listing and nothing more.
  */
 #define FLOOD_OPENS 256
+/* Reservation files opened per owner in one read: twice the cap (caps.h),
+ * room for expired ones not yet removed.  Past it a user's further files
+ * cost their name and a stat each: a flood of them slows nobody else much. */
+#define RESV_OPENS_PER_USER (2 * CAPS_RESERVATIONS_PER_USER)
 /* /proc/locks shows every lock only to a reader in the initial pid
  * namespace (its inode is fixed); elsewhere a live lease's lock may be
  * missing from it, and each file is opened as usual. */
 #define INIT_PIDNS_INO 4026531836LL
 /* Crash debris (.tmp.*) looked at per read; the rest waits for the next. */
 #define TMP_CLEAN_MAX 16
+
+/* Reservation files opened so far in a read, per owner. */
+struct resv_owners {
+	struct {
+		unsigned uid;
+		size_t opened;
+	} * by;
+	size_t count;
+};
+
+/* May another reservation file of uid be opened in this read? */
+static int resv_may_open(struct resv_owners *o, unsigned uid)
+{
+	size_t i = 0;
+
+	while (i < o->count && o->by[i].uid != uid)
+		i++;
+	if (i == o->count) {
+		void *grown = realloc(o->by, (o->count + 1) * sizeof *o->by);
+
+		if (!grown)
+			return 0;
+		o->by = grown;
+		o->by[o->count].uid = uid;
+		o->by[o->count++].opened = 0;
+	}
+	return o->by[i].opened++ < RESV_OPENS_PER_USER;
+}
 
 /* The inodes of one file system that someone holds an flock on. */
 struct flocked {
@@ -670,6 +702,7 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 {
 	const char *upto = scope ? scope->upto : NULL;
 	struct flocked fl = {0, NULL, 0};
+	struct resv_owners owners = {NULL, 0};
 	struct ticket_name *tickets = NULL;
 	size_t nt = 0, cap = 0, opens = 0, tmps = 0;
 	struct dirent *de;
@@ -695,8 +728,13 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 			continue;
 		}
 		if (registry_starts_with(name, RESV_PREFIX)) {
-			struct lease_info *l =
-			    realloc(view->leases, (view->lease_count + 1) * sizeof *l);
+			struct stat rs;
+			struct lease_info *l;
+
+			if (fstatat(dirfd(d), name, &rs, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    !resv_may_open(&owners, (unsigned)rs.st_uid))
+				continue;
+			l = realloc(view->leases, (view->lease_count + 1) * sizeof *l);
 			int live;
 
 			if (!l) {
@@ -741,6 +779,7 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 	closedir(d);
 	free(tickets);
 	free(fl.inodes);
+	free(owners.by);
 	if (view->waiter_count > 1)
 		qsort(view->waiters, view->waiter_count, sizeof *view->waiters, waiter_cmp);
 	for (size_t i = 0; i < view->waiter_count; i++) {

@@ -77,6 +77,45 @@ victim_ms() {
 	[ "$opens" -lt 5000 ]
 }
 
+@test "100,000 reservation files of one user slow another user's run and status by less than 1 s" {
+	base_run=$(victim_ms gpuman run -- true)
+	base_status=$(victim_ms gpuman status)
+	# A reservation is believed on its file alone (no process holds it):
+	# hers are opened up to twice the cap (64 a user), the rest cost a stat.
+	as_user mallory sh -c 'cd "$1" && seq 100000 | sed "s/^/resv.1795853720130-1-/" | xargs touch' \
+		- "$GPUMAN_STATE_DIR"
+	[ "$(ls -f "$GPUMAN_STATE_DIR" | grep -c '^resv\.')" -ge 100000 ]
+	run_ms=$(victim_ms gpuman run -- true)
+	status_ms=$(victim_ms gpuman status)
+	echo "# victim under 100,000 reservation files: run $run_ms ms (before: $base_run), status $status_ms ms (before: $base_status)" >&3
+	[ $((run_ms - base_run)) -lt "$VICTIM_MS" ]
+	[ $((status_ms - base_status)) -lt "$VICTIM_MS" ]
+	command -v strace >/dev/null || skip "strace is missing: the time bound alone was checked"
+	strace -f -c -e trace=openat -o "$BATS_TEST_TMPDIR/calls" \
+		setpriv --reuid=gmtest-alice --regid=gmtest-alice --clear-groups \
+		env HOME=/tmp PATH="$PATH" gpuman run -- true
+	opens=$(awk '$NF == "openat" {print $4}' "$BATS_TEST_TMPDIR/calls")
+	echo "# opens: $opens" >&3
+	[ "$opens" -lt 5000 ]
+}
+
+@test "the registry caps a user's reservations as the broker does (64), and says so" {
+	scenario eight <<'JSON'
+{ "gpus": [ {"name":"a","memory_total_mib":16000}, {"name":"b","memory_total_mib":16000} ] }
+JSON
+	install -m 644 "$GPUMAN_SIM" "$FLOOD/two.json"
+	export GPUMAN_SIM=$FLOOD/two.json
+	for i in $(seq 64); do
+		as_user mallory gpuman reserve --for 10m --mem 1M --json >/dev/null
+	done
+	run -75 as_user mallory gpuman reserve --for 10m --mem 1M
+	[[ "$output" == *"gmtest-mallory has 64 reservations, the cap (64 a user); release some (gpuman release ID)"* ]]
+	# hers only: another user reserves as before
+	run -0 as_user alice gpuman reserve --for 10m --mem 1M --json
+	run -0 gpuman status --json
+	[ "$(jqr '[.leases[] | select(.reservation and .user == "gmtest-mallory")] | length')" = 64 ]
+}
+
 @test "a state directory with no inodes left says so and whose files fill it" {
 	FULL=$(mktemp -d /tmp/gpuman-full.XXXXXX)
 	chmod 755 "$FULL"
