@@ -49,9 +49,14 @@ static struct keeper *keepers;
 void daemon_fence_init(void)
 {
 	fence_choose(&fence);
-	if (fence.ops)
-		daemon_say("placement enforced by the kernel: %s, jobs' cgroups under '%s'",
-		           fence.ops->name, fence.root);
+	if (fence.ops && fence.scopes)
+		daemon_say("placement enforced by the kernel: %s, each job in a systemd scope "
+		           "of %s under '%s'",
+		           fence.ops->name, fence.slice, fence.scope_root);
+	else if (fence.ops)
+		daemon_say("placement enforced by the kernel: %s, jobs' cgroups under '%s'%s%s",
+		           fence.ops->name, fence.root, fence.scope_why[0] ? "; " : "",
+		           fence.scope_why);
 	else
 		daemon_say("placement not enforced (advisory): %s", fence.why);
 }
@@ -65,6 +70,8 @@ void daemon_fence_view(json_t *view)
 		json_object_set_new(o, "mechanism", json_string(fence.ops->name));
 	else
 		json_object_set_new(o, "why", json_string(fence.why));
+	if (fence.ops && fence.scopes)
+		json_object_set_new(o, "slice", json_string(fence.slice));
 	json_object_set_new(view, "placement", o);
 }
 
@@ -314,6 +321,22 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		for (struct keeper *o = keepers; o; o = o->next)
 			if (o->pid == pid && o->start == start)
 				str_copy(k->origin, sizeof k->origin, o->origin);
+	}
+	if (fence.scopes) {
+		char description[360];
+
+		snprintf(description, sizeof description, "gpuman lease %s of %s: %.200s", l->id,
+		         l->user, l->command[0] ? l->command : "a reservation");
+		/* one line in systemctl's listing */
+		for (char *p = description; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f)
+				*p = ' ';
+		if (fence_scope_start(&fence, l->id, pid, description, err, sizeof err) < 0) {
+			daemon_say("cannot fence %s's job (pid %d): %s", l->user, pid, err);
+			snprintf(why, sizeof why, "the lease broker cannot place pid %d: %s", pid,
+			         err);
+			goto refused;
+		}
 	}
 	if (fence.ops->create(&fence, l->id, &rule, err, sizeof err) < 0 ||
 	    fence.ops->enter(&fence, l->id, pid, err, sizeof err) < 0) {

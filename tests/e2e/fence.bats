@@ -42,6 +42,15 @@ teardown() {
 	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	wait 2>/dev/null || true
 	umount "$SHARED/dev" 2>/dev/null || true
+	# what the systemd stand-in made: the test's scopes, then its slices
+	local m s
+	for m in /sys/fs/cgroup/unified /sys/fs/cgroup/devices; do
+		s=$m/$(slice_dir "$GPUMAN_FENCE_CGROUP")
+		[ -d "$s" ] || continue
+		find "$s" -depth -type d -exec rmdir {} + 2>/dev/null || true
+		s=${s%/*}
+		while [ "$s" != "$m" ] && rmdir "$s" 2>/dev/null; do s=${s%/*}; done
+	done
 	rm -rf "$SHARED"
 }
 
@@ -285,6 +294,118 @@ EOF
 	wait_for "! kill -0 $stray 2>/dev/null"
 	grep -q "pid $stray still used GPU 2 from outside it; killed" "$BATS_TEST_TMPDIR/daemon.log"
 	kill -0 "$other"
+}
+
+# ---- where systemd is PID 1: the job's cgroup is a transient scope -------
+
+# slice_dir NAME - the folder of slice NAME.slice (systemd.slice(5): each
+# dash opens a slice inside the one before)
+slice_dir() {
+	local IFS=- part stem= dir=
+	for part in $1; do
+		stem=$stem${stem:+-}$part
+		dir=$dir${dir:+/}$stem.slice
+	done
+	echo "$dir"
+}
+
+# standin MOUNT - systemd's manager as these machines lack it: a private bus
+# daemon and helpers/systemd-standin.py on it, which records each call and
+# does what systemd does for a scope (its cgroup under MOUNT, the PIDs moved
+# there); gpuman is pointed at that bus (GPUMAN_SYSTEMD_BUS)
+standin() {
+	command -v dbus-daemon >/dev/null || skip "no dbus-daemon (Debian: dbus-daemon)"
+	/usr/bin/python3 -c 'import dbus, gi' 2>/dev/null || skip "no python3-dbus, python3-gi"
+	dbus-daemon --session --nofork --nopidfile --address="unix:path=$SHARED/bus" 3>&- &
+	echo $! >"$SHARED/pids/dbus"
+	wait_for "[ -S '$SHARED/bus' ]"
+	DBUS_SESSION_BUS_ADDRESS="unix:path=$SHARED/bus" /usr/bin/python3 \
+		"$BATS_TEST_DIRNAME/helpers/systemd-standin.py" "$SHARED/calls" "$1" "$SHARED/ready" \
+		2>>"$BATS_TEST_TMPDIR/standin.log" 3>&- &
+	echo $! >"$SHARED/pids/standin"
+	wait_for "[ -e '$SHARED/ready' ]" || { cat "$BATS_TEST_TMPDIR/standin.log"; return 1; }
+	export GPUMAN_SYSTEMD_BUS="unix:path=$SHARED/bus"
+}
+
+scoped_run() { # scoped_run MECHANISM MOUNT CONTROLLER-LINE-PATTERN
+	local slice=$GPUMAN_FENCE_CGROUP.slice sdir unit id pid
+	sdir=$2/$(slice_dir "$GPUMAN_FENCE_CGROUP")
+	gpus 4
+	standin "$2"
+	start_daemon GPUMAN_FENCE="$1"
+	grep -q "placement enforced by the kernel: .*each job in a systemd scope of $slice under '$sdir'" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	job_script
+	as_user alice gpuman run --only 2 -- sh -c 'echo $$ >"$0.pid"; grep "$1" /proc/self/cgroup >"$0"
+		"$2" "$3"; sleep 0.3' "$SHARED/out/where" "$3" "$SHARED/job.sh" "$SHARED/out/run" &
+	local job=$!
+	wait_for "[ -s '$SHARED/out/where' ]"
+	id=$(gpuman status --json | jq -r '.leases[0].id')
+	unit=$GPUMAN_FENCE_CGROUP-$id.scope
+	pid=$(cat "$SHARED/out/where.pid")
+	wait "$job"
+	# the job ran in the cgroup "job" of its scope, fenced as before
+	check "$SHARED/out/run" self fork double setsid
+	[[ "$(cat "$SHARED/out/where")" == *":/${sdir#"$2"/}/$unit/job" ]]
+	# what gpuman asked of systemd: Subscribe (its JobRemoved), then the
+	# scope, with each property's D-Bus type
+	run -0 jq -sc '.[] | .method' "$SHARED/calls"
+	[ "$output" = "$(printf '"Subscribe"\n"StartTransientUnit"')" ]
+	run -0 jq -c 'select(.method == "StartTransientUnit") | [.name, .mode, .aux]' "$SHARED/calls"
+	[ "$output" = "[\"$unit\",\"fail\",0]" ]
+	run -0 jq -c 'select(.method == "StartTransientUnit") | .properties[] | .[0:2]' "$SHARED/calls"
+	[ "$output" = "$(printf '%s\n' '["Description","s"]' '["Slice","s"]' '["Delegate","b"]' \
+		'["CollectMode","s"]' '["PIDs","au"]')" ] || { echo "$output"; false; }
+	run -0 jq -c 'select(.method == "StartTransientUnit") | .properties | map({(.[0]): .[2]}) | add' \
+		"$SHARED/calls"
+	[ "$(jqr .Slice)" = "$slice" ]
+	[ "$(jqr .Delegate)" = true ]
+	[ "$(jqr .CollectMode)" = inactive-or-failed ]
+	[ "$(jqr -c .PIDs)" = "[$pid]" ]
+	[[ "$(jqr .Description)" == "gpuman lease $id of gmtest-alice: sh -c "* ]]
+	# at the lease's end its cgroup is gone and nothing is left in the
+	# scope, which systemd then stops (the stand-in leaves it: not systemd)
+	wait_for "[ ! -e '$sdir/$unit/job' ]"
+	[ -z "$(cat "$sdir/$unit/cgroup.procs")" ]
+}
+
+@test "fence scope v2: where systemd runs, a job's cgroup is a transient scope systemd delegates (asked of a stand-in on a private bus), the job fenced in it" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy at /sys/fs/cgroup/unified"
+	scoped_run v2 /sys/fs/cgroup/unified '^0::'
+}
+
+@test "fence scope v1: the same with the devices controller" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	scoped_run v1 /sys/fs/cgroup/devices ':devices:'
+}
+
+@test "fence scope: a systemd that does not answer refuses the job, which never runs unfenced" {
+	gpus 4
+	start_daemon GPUMAN_SYSTEMD_BUS="unix:path=$SHARED/no-bus"
+	run -1 as_user alice gpuman run --only 2 -- touch "$SHARED/out/ran"
+	[[ "$output" == *"cannot place pid "*": cannot reach systemd on unix:path=$SHARED/no-bus: "* ]] ||
+		{ echo "$output"; false; }
+	[ ! -e "$SHARED/out/ran" ]
+	wait_for "[ \"\$(gpuman status --json | jq '.leases | length')\" = 0 ]"
+}
+
+@test "fence scope: a broker where libsystemd cannot be loaded starts, fences in plain folders, and says why" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy at /sys/fs/cgroup/unified"
+	lib=$(ldconfig -p | awk '/libsystemd\.so\.0 .*x86-64/ { print $NF; exit }')
+	[ -n "$lib" ] || lib=$(ldconfig -p | awk '/libsystemd\.so\.0 / { print $NF; exit }')
+	[ -n "$lib" ] || skip "no libsystemd.so.0 here to hide"
+	gpus 4
+	# the broker's own mount namespace, where the library is an empty file
+	GPUMAN_SYSTEMD_BUS="unix:path=$SHARED/bus" GPUMAN_FENCE=v2 unshare -m sh -c \
+		'mount --bind /dev/null "$0" && exec gpuman daemon --socket "$1" --state "$2"' \
+		"$lib" "$GPUMAN_BROKER" "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
+	grep -q "jobs' cgroups under '.*'; systemd runs, but cannot load libsystemd.so.0: " \
+		"$BATS_TEST_TMPDIR/daemon.log" || { cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+	job_script
+	run -0 as_user alice gpuman run --only 2 -- "$SHARED/job.sh" "$SHARED/out/run"
+	check "$SHARED/out/run" self fork double setsid
 }
 
 session_test() { # the sessions test, under mechanism $1
