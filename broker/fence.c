@@ -20,6 +20,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -45,6 +46,92 @@ struct keeper {
 	struct keeper *next;
 };
 static struct keeper *keepers;
+
+/*
+ * The fence's record, beside the state file (<state>.fence, root's, in
+ * the state directory): the leases whose cgroups this broker made and the
+ * keepers it moved, with where they came from.  A broker after it (a
+ * restart, a crash) reads it back: the keepers of restored leases go home
+ * at their end as they would have, and the cgroups of leases that ended
+ * meanwhile are ended now (keepers home first), never left running with
+ * their filter.  Only the cgroups named here: another broker's, on the
+ * same hierarchy, are not ours to end.  Not synced: nothing it names
+ * outlives the machine.
+ */
+struct fenced {
+	char id[64];
+	struct fenced *next;
+};
+static struct fenced *fenced_ids;
+
+static void record_write(const struct daemon *d)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	json_t *doc = json_object(), *ids = json_array(), *ks = json_array();
+	int fd, ok = 0;
+
+	for (const struct fenced *f = fenced_ids; f; f = f->next)
+		json_array_append_new(ids, json_string(f->id));
+	for (const struct keeper *k = keepers; k; k = k->next) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "id", json_string(k->id));
+		json_object_set_new(o, "pid", json_integer(k->pid));
+		json_object_set_new(o, "start", json_integer((json_int_t)k->start));
+		json_object_set_new(o, "origin", json_string(k->origin));
+		json_array_append_new(ks, o);
+	}
+	json_object_set_new(doc, "cgroups", ids);
+	json_object_set_new(doc, "keepers", ks);
+	snprintf(path, sizeof path, "%s.fence", d->state_path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0 && json_dumpfd(doc, fd, JSON_COMPACT) == 0 && close(fd) == 0) {
+		fd = -1;
+		ok = rename(tmp, path) == 0;
+	}
+	if (!ok)
+		daemon_say("cannot write '%s': %s (a broker after me would not know the jobs' "
+		           "cgroups)",
+		           path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	json_decref(doc);
+}
+
+static int fenced_has(const char *id)
+{
+	for (const struct fenced *f = fenced_ids; f; f = f->next)
+		if (!strcmp(f->id, id))
+			return 1;
+	return 0;
+}
+
+static void fenced_add(const char *id)
+{
+	struct fenced *f;
+
+	if (fenced_has(id) || !(f = calloc(1, sizeof *f)))
+		return;
+	str_copy(f->id, sizeof f->id, id);
+	f->next = fenced_ids;
+	fenced_ids = f;
+}
+
+/* Forget id; was it there? */
+static int fenced_drop(const char *id)
+{
+	for (struct fenced **pp = &fenced_ids; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->id, id)) {
+			struct fenced *f = *pp;
+
+			*pp = f->next;
+			free(f);
+			return 1;
+		}
+	return 0;
+}
 
 void daemon_fence_init(void)
 {
@@ -357,6 +444,8 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		keepers = k;
 		k = NULL;
 	}
+	fenced_add(l->id);
+	record_write(d);
 	fenced(d, c, 1, NULL);
 	goto done;
 refused:
@@ -420,24 +509,21 @@ static void end_strays(struct daemon *d, const struct blease *l)
 	}
 }
 
-void daemon_fence_end(struct daemon *d, const struct blease *l)
+/* Lease id's keepers home, alive (those still ours and still in its
+ * cgroup), and forgotten. */
+static void keepers_home(const char *id)
 {
 	struct keeper **pp = &keepers;
-	char err[300], path[PATH_MAX], here[PATH_MAX];
+	char path[PATH_MAX], here[PATH_MAX];
 
-	if (!fence.ops)
-		return;
-	if (!l->reservation)
-		end_strays(d, l);
-	fence_path(&fence, l->id, path, sizeof path);
+	fence_path(&fence, id, path, sizeof path);
 	while (*pp) {
 		struct keeper *k = *pp;
 
-		if (strcmp(k->id, l->id)) {
+		if (strcmp(k->id, id)) {
 			pp = &k->next;
 			continue;
 		}
-		/* Still ours and still there: home, alive. */
 		if (daemon_proc_start(k->pid) == k->start &&
 		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
 		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0)
@@ -445,9 +531,101 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 		*pp = k->next;
 		free(k);
 	}
+}
+
+void daemon_fence_end(struct daemon *d, const struct blease *l)
+{
+	char err[300];
+	int known;
+
+	if (!fence.ops)
+		return;
+	if (!l->reservation)
+		end_strays(d, l);
+	keepers_home(l->id);
 	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
 		daemon_say("lease %s of %s: %s", l->id, l->user, err);
+	known = fenced_drop(l->id);
+	if (known)
+		record_write(d);
 	daemon_fence_sessions(d, l->uid, l);
+}
+
+static const struct blease *live_lease(const struct daemon *d, const char *id)
+{
+	for (const struct blease *l = d->leases; l; l = l->next)
+		if (!l->ended && !strcmp(l->id, id))
+			return l;
+	return NULL;
+}
+
+void daemon_fence_restore(struct daemon *d)
+{
+	char path[PATH_MAX], err[300];
+	json_t *doc, *v;
+	size_t i, kept = 0, ended = 0;
+
+	if (!fence.ops)
+		return;
+	snprintf(path, sizeof path, "%s.fence", d->state_path);
+	doc = json_load_file(path, 0, NULL);
+	if (!doc)
+		return;
+	json_array_foreach(json_object_get(doc, "keepers"), i, v)
+	{
+		const char *id = json_string_value(json_object_get(v, "id"));
+		const char *origin = json_string_value(json_object_get(v, "origin"));
+		struct keeper *k;
+
+		/* Home is in the hierarchy, or nowhere. */
+		if (!id || !origin || strncmp(origin, fence.mount, strlen(fence.mount)) ||
+		    strstr(origin, "/..") || !(k = calloc(1, sizeof *k)))
+			continue;
+		str_copy(k->id, sizeof k->id, id);
+		k->pid = (int)json_integer_value(json_object_get(v, "pid"));
+		k->start = (uint64_t)json_integer_value(json_object_get(v, "start"));
+		str_copy(k->origin, sizeof k->origin, origin);
+		if (k->pid <= 1 || !k->start || daemon_proc_start(k->pid) != k->start) {
+			free(k); /* ended meanwhile: nothing to move */
+			continue;
+		}
+		k->next = keepers;
+		keepers = k;
+	}
+	json_array_foreach(json_object_get(doc, "cgroups"), i, v)
+	{
+		const char *id = json_string_value(v);
+
+		if (!id)
+			continue;
+		if (live_lease(d, id)) {
+			fenced_add(id);
+			continue;
+		}
+		/* Its lease ended while no broker watched: as at its end. */
+		keepers_home(id);
+		if (fence.ops->end(&fence, id, err, sizeof err) < 0)
+			daemon_say("lease %s (ended meanwhile): %s", id, err);
+		ended++;
+	}
+	/* Keepers of leases the record did not name (none should be). */
+	for (struct keeper **pp = &keepers; *pp;) {
+		struct keeper *k = *pp;
+
+		if (fenced_has(k->id)) {
+			pp = &k->next;
+			kept++;
+			continue;
+		}
+		*pp = k->next;
+		free(k);
+	}
+	json_decref(doc);
+	if (kept || ended)
+		daemon_say("fence: %zu supervisor%s of restored leases to move home at their end; "
+		           "%zu cgroup%s of leases that ended meanwhile ended",
+		           kept, kept == 1 ? "" : "s", ended, ended == 1 ? "" : "s");
+	record_write(d);
 }
 
 /* ---- login sessions ([fence] sessions = yes in gpuman.conf) -------------- */

@@ -296,6 +296,90 @@ EOF
 	kill -0 "$other"
 }
 
+# ---- across a restart of the broker ---------------------------------------
+
+# restart_daemon - kill -9 this test's broker and start another on its state
+restart_daemon() {
+	local n
+	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log")
+	kill -9 "$DAEMON"
+	wait "$DAEMON" || true
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" \
+		2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "[ \$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log') -gt $n ]"
+}
+
+@test "fence restart: a library lease's own process still goes home alive at its release after the broker is killed -9" {
+	gpus 4
+	start_daemon
+	cat >"$SHARED/lib.py" <<EOF
+import os, sys, time
+sys.path.insert(0, "$GM_ROOT/python")
+import gpuman
+open("$SHARED/pids/py", "w").write(str(os.getpid()))  # for teardown
+lease = gpuman.select(only="2")
+os.system("$TRY $SHARED/out/lib leased $NODES")
+while not os.path.exists("$SHARED/out/go"):
+    time.sleep(0.05)
+lease.release()
+os.system("$TRY $SHARED/out/lib after $NODES")
+EOF
+	chmod 644 "$SHARED/lib.py"
+	local pre=()
+	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
+		pre=(LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
+	fi
+	as_user alice env "${pre[@]}" GPUMAN_LIB="$GM_BUILD/libgpuman.so" python3 "$SHARED/lib.py" &
+	local py=$!
+	wait_for "grep -qs '^leased ' '$SHARED/out/lib'"
+	check "$SHARED/out/lib" leased
+	restart_daemon
+	grep -q "restored 1 lease" "$BATS_TEST_TMPDIR/daemon.log"
+	grep -q "fence: 1 supervisor of restored leases to move home at their end" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	touch "$SHARED/out/go"
+	wait "$py" # alive to the end: moved home, not killed with the cgroup
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
+@test "fence restart: what a job left in its cgroup is ended by the next broker when the job ended while none ran" {
+	gpus 4
+	start_daemon
+	# the job leaves a process that closed every descriptor and left its
+	# session, and ends once told, while the broker is down
+	cat >"$SHARED/leave.sh" <<EOF
+#!/bin/sh
+python3 -c 'import os, time
+os.closerange(3, 4096); os.setsid()
+open("$SHARED/pids/left", "w").write(str(os.getpid()))
+time.sleep(300)' </dev/null >/dev/null 2>&1 &
+echo \$\$ >"$SHARED/pids/job"
+while [ ! -e "$SHARED/out/go" ]; do sleep 0.05; done
+EOF
+	chmod 755 "$SHARED/leave.sh"
+	as_user alice gpuman run --only 2 -- "$SHARED/leave.sh" &
+	local sup=$!
+	wait_for "[ -s '$SHARED/pids/left' ]"
+	left=$(cat "$SHARED/pids/left")
+	# the broker and the job's supervisor (gpuman run, a subreaper that
+	# would end what the job left) die; then the job ends
+	kill -9 "$DAEMON" "$(pgrep -f "^gpuman run --only 2 -- $SHARED/leave.sh")"
+	wait "$DAEMON" "$sup" || true
+	touch "$SHARED/out/go"
+	wait_for "! kill -0 $(cat "$SHARED/pids/job") 2>/dev/null"
+	kill -0 "$left" # no broker: nothing ended it yet
+	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log")
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "[ \$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log') -gt $n ]"
+	grep -q "1 cgroup of leases that ended meanwhile ended" "$BATS_TEST_TMPDIR/daemon.log" ||
+		{ cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+	wait_for "! kill -0 $left 2>/dev/null"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
 # ---- where systemd is PID 1: the job's cgroup is a transient scope -------
 
 # slice_dir NAME - the folder of slice NAME.slice (systemd.slice(5): each
