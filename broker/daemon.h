@@ -359,6 +359,9 @@ void daemon_fence_view(json_t *view);                                   /* "plac
 /* After the leases are restored: the fence's record of the broker before
  * (its keepers, the cgroups of leases that ended meanwhile: ended). */
 void daemon_fence_restore(struct daemon *d);
+/* pid asks for l's end from inside its cgroup (gpuman release in a shell
+ * that evals gpuman reserve's lines): it goes home with l's keeper. */
+void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid);
 /* [fence] sessions: a login session placed ("session", from the PAM hook),
  * and uid's sessions following its leases (skip: one ending) */
 void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg);

@@ -509,6 +509,25 @@ static void end_strays(struct daemon *d, const struct blease *l)
 	}
 }
 
+void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
+{
+	char path[PATH_MAX], here[PATH_MAX];
+
+	(void)d;
+	if (!fence.ops || pid <= 1)
+		return;
+	fence_path(&fence, l->id, path, sizeof path);
+	if (fence.ops->where(&fence, pid, here, sizeof here) < 0 || strcmp(here, path))
+		return;
+	/* Only where a keeper came from: never out of a login session's fence
+	 * (a reserved shell's own release ends with it, as its shell does). */
+	for (const struct keeper *k = keepers; k; k = k->next)
+		if (!strcmp(k->id, l->id)) {
+			fence.ops->move_to(&fence, k->origin, pid);
+			return;
+		}
+}
+
 /* Lease id's keepers home, alive (those still ours and still in its
  * cgroup), and forgotten. */
 static void keepers_home(const char *id)

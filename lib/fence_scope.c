@@ -299,8 +299,8 @@ int fence_scope_start(const struct fence *f, const char *id, int pid, const char
 		int64_t left = give_up - monotonic_ms();
 		int r = sd.process(bus, NULL);
 
-		if (r > 0)
-			continue;
+		if (r > 0 && !w.done && left > 0)
+			continue; /* more may be queued */
 		if (w.done ||
 		    (f->ops && f->ops->where(f, pid, here, sizeof here) == 0 &&
 		     !strcmp(here, dir)) ||

@@ -273,6 +273,36 @@ EOF
 	wait_for "[ \$(cgroups_left) = 0 ]"
 }
 
+@test "fence: a shell that evals gpuman reserve's lines opens only the reserved GPUs, as does all it starts; at the reservation's end it goes on, and what it started does not" {
+	gpus 4
+	start_daemon
+	job_script
+	cat >"$SHARED/evals.sh" <<EOF
+#!/bin/bash
+eval "\$(gpuman reserve --for 10m --only 2 2>/dev/null)"
+"$SHARED/job.sh" "$SHARED/out/eval"
+sleep 300 >/dev/null 2>&1 &
+echo \$! >"$SHARED/pids/bg"
+# released from inside: this gpuman goes home with the shell
+gpuman release "\$GPUMAN_RESERVATION" 2>/dev/null
+echo "release \$?" >>"$SHARED/out/eval"
+"$TRY" "$SHARED/out/eval" after $NODES
+EOF
+	chmod 755 "$SHARED/evals.sh"
+	cd "$SHARED/out"
+	run -0 as_user alice "$SHARED/evals.sh"
+	cat "$SHARED/out/eval" # shown if what follows fails
+	check "$SHARED/out/eval" self fork double setsid
+	grep -qx "release 0" "$SHARED/out/eval"
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/eval"
+	# what it started under the reservation ended with it
+	wait_for "! kill -0 $(cat "$SHARED/pids/bg") 2>/dev/null"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+	# --json is for programs, not for eval: nobody is placed
+	run -0 as_user alice sh -c 'gpuman reserve --for 10m --only 2 --json >/dev/null; cat /proc/self/cgroup'
+	[[ "$output" != *"$GPUMAN_FENCE_CGROUP"* ]]
+}
+
 @test "fence: the lease's user's process on its GPU from outside its cgroup is named by waste and ended with the lease; another user's is not" {
 	gpus 4
 	start_daemon
