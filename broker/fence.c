@@ -528,6 +528,17 @@ void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
 		}
 }
 
+/* Is path a lease's cgroup (or in one)? */
+static int lease_cgroup(const char *path)
+{
+	size_t n = strlen(fence.root);
+	const char *rest = path + n;
+
+	if (fence.scopes && !strncmp(path, fence.scope_root, strlen(fence.scope_root)))
+		return 1;
+	return !strncmp(path, fence.root, n) && rest[0] == '/' && rest[1] >= '0' && rest[1] <= '9';
+}
+
 /* Lease id's keepers home, alive (those still ours and still in its
  * cgroup), and forgotten. */
 static void keepers_home(const char *id)
@@ -545,8 +556,15 @@ static void keepers_home(const char *id)
 		}
 		if (daemon_proc_start(k->pid) == k->start &&
 		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
-		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0)
-			fence.ops->move_to(&fence, fence.mount, k->pid);
+		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0) {
+			/* Home was another lease's cgroup, ended meanwhile: the
+			 * keeper was its process, and ends as its job did.  It
+			 * never goes out of every fence that way. */
+			if (lease_cgroup(k->origin))
+				kill(k->pid, SIGKILL);
+			else
+				fence.ops->move_to(&fence, fence.mount, k->pid);
+		}
 		*pp = k->next;
 		free(k);
 	}
