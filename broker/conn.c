@@ -472,6 +472,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 			/* The kernel says who asks: the owner, or root. */
 			if (l->uid == c->uid || c->uid == 0) {
 				daemon_say("reservation %s of %s released", l->id, l->user);
+				daemon_fence_spare(d, l, c->pid);
 				daemon_lease_end(d, l);
 				conn_finish(d, c, m);
 				return;

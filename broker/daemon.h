@@ -385,6 +385,12 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fenc
 void daemon_fence_end(struct daemon *d, const struct blease *l);        /* kills what is left */
 void daemon_fence_forget(struct conn *c); /* c closes: its placements answer nobody */
 void daemon_fence_view(json_t *view);     /* "placement" for status */
+/* After the leases are restored: the fence's record of the broker before
+ * (its keepers, the cgroups of leases that ended meanwhile: ended). */
+void daemon_fence_restore(struct daemon *d);
+/* pid asks for l's end from inside its cgroup (gpuman release in a shell
+ * that evals gpuman reserve's lines): it goes home with l's keeper. */
+void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid);
 /* [fence] sessions: a login session placed ("session", from the PAM hook),
  * and uid's sessions following its leases (skip: one ending) */
 void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg);

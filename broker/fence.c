@@ -20,6 +20,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -46,12 +47,103 @@ struct keeper {
 };
 static struct keeper *keepers;
 
+/*
+ * The fence's record, beside the state file (<state>.fence, root's, in
+ * the state directory): the leases whose cgroups this broker made and the
+ * keepers it moved, with where they came from.  A broker after it (a
+ * restart, a crash) reads it back: the keepers of restored leases go home
+ * at their end as they would have, and the cgroups of leases that ended
+ * meanwhile are ended now (keepers home first), never left running with
+ * their filter.  Only the cgroups named here: another broker's, on the
+ * same hierarchy, are not ours to end.  Not synced: nothing it names
+ * outlives the machine.
+ */
+struct fenced {
+	char id[64];
+	struct fenced *next;
+};
+static struct fenced *fenced_ids;
+
+static void record_write(const struct daemon *d)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	json_t *doc = json_object(), *ids = json_array(), *ks = json_array();
+	int fd, ok = 0;
+
+	for (const struct fenced *f = fenced_ids; f; f = f->next)
+		json_array_append_new(ids, json_string(f->id));
+	for (const struct keeper *k = keepers; k; k = k->next) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "id", json_string(k->id));
+		json_object_set_new(o, "pid", json_integer(k->pid));
+		json_object_set_new(o, "start", json_integer((json_int_t)k->start));
+		json_object_set_new(o, "origin", json_string(k->origin));
+		json_array_append_new(ks, o);
+	}
+	json_object_set_new(doc, "cgroups", ids);
+	json_object_set_new(doc, "keepers", ks);
+	snprintf(path, sizeof path, "%s.fence", d->state_path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0 && json_dumpfd(doc, fd, JSON_COMPACT) == 0 && close(fd) == 0) {
+		fd = -1;
+		ok = rename(tmp, path) == 0;
+	}
+	if (!ok)
+		daemon_say("cannot write '%s': %s (a broker after me would not know the jobs' "
+		           "cgroups)",
+		           path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	json_decref(doc);
+}
+
+static int fenced_has(const char *id)
+{
+	for (const struct fenced *f = fenced_ids; f; f = f->next)
+		if (!strcmp(f->id, id))
+			return 1;
+	return 0;
+}
+
+static void fenced_add(const char *id)
+{
+	struct fenced *f;
+
+	if (fenced_has(id) || !(f = calloc(1, sizeof *f)))
+		return;
+	str_copy(f->id, sizeof f->id, id);
+	f->next = fenced_ids;
+	fenced_ids = f;
+}
+
+/* Forget id; was it there? */
+static int fenced_drop(const char *id)
+{
+	for (struct fenced **pp = &fenced_ids; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->id, id)) {
+			struct fenced *f = *pp;
+
+			*pp = f->next;
+			free(f);
+			return 1;
+		}
+	return 0;
+}
+
 void daemon_fence_init(void)
 {
 	fence_choose(&fence);
-	if (fence.ops)
-		daemon_say("placement enforced by the kernel: %s, jobs' cgroups under '%s'",
-		           fence.ops->name, fence.root);
+	if (fence.ops && fence.scopes)
+		daemon_say("placement enforced by the kernel: %s, each job in a systemd scope "
+		           "of %s under '%s'",
+		           fence.ops->name, fence.slice, fence.scope_root);
+	else if (fence.ops)
+		daemon_say("placement enforced by the kernel: %s, jobs' cgroups under '%s'%s%s",
+		           fence.ops->name, fence.root, fence.scope_why[0] ? "; " : "",
+		           fence.scope_why);
 	else
 		daemon_say("placement not enforced (advisory): %s", fence.why);
 }
@@ -65,6 +157,8 @@ void daemon_fence_view(json_t *view)
 		json_object_set_new(o, "mechanism", json_string(fence.ops->name));
 	else
 		json_object_set_new(o, "why", json_string(fence.why));
+	if (fence.ops && fence.scopes)
+		json_object_set_new(o, "slice", json_string(fence.slice));
 	json_object_set_new(view, "placement", o);
 }
 
@@ -274,7 +368,8 @@ struct place_job {
 	uint64_t start;
 	struct keeper *k; /* a supervisor to move home at the end, or NULL */
 	struct fence_rule rule;
-	int rc;
+	char description[360]; /* the systemd scope's (fence.scopes) */
+	int rc, made;
 	char err[300];
 	struct place_job *next;
 };
@@ -284,10 +379,18 @@ static void place_run(struct work *w)
 {
 	struct place_job *j = (struct place_job *)w;
 
-	j->rc = fence.ops->create(&fence, w->key, &j->rule, j->err, sizeof j->err) < 0 ||
-	                fence.ops->enter(&fence, w->key, j->pid, j->err, sizeof j->err) < 0
-	            ? -1
-	            : 0;
+	j->rc = -1;
+	/* systemd's call waits for its job (lib/fence_scope.c): here, not on
+	 * the loop, too. */
+	if (fence.scopes &&
+	    fence_scope_start(&fence, w->key, j->pid, j->description, j->err, sizeof j->err) < 0)
+		return;
+	if (fence.ops->create(&fence, w->key, &j->rule, j->err, sizeof j->err) < 0)
+		return;
+	j->made = 1;
+	if (fence.ops->enter(&fence, w->key, j->pid, j->err, sizeof j->err) < 0)
+		return;
+	j->rc = 0;
 }
 
 static void place_done(struct daemon *d, struct work *w)
@@ -319,6 +422,11 @@ static void place_done(struct daemon *d, struct work *w)
 			keepers = j->k;
 			j->k = NULL;
 		}
+	}
+	if (j->made) {
+		/* On record, with its keeper, for a broker after this one. */
+		fenced_add(w->key);
+		record_write(d);
 	}
 	/* A lease that ends has nobody to tell but a reserved shell. */
 	if (c && (!j->lease_ended || c->state == CONN_NEW)) {
@@ -405,6 +513,12 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	}
 	str_copy(j->w.key, sizeof j->w.key, l->id);
 	str_copy(j->user, sizeof j->user, l->user);
+	snprintf(j->description, sizeof j->description, "gpuman lease %s of %s: %.200s", l->id,
+	         l->user, l->command[0] ? l->command : "a reservation");
+	/* one line in systemctl's listing */
+	for (char *p = j->description; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = ' ';
 	j->w.run = place_run;
 	j->w.done = place_done;
 	j->c = c;
@@ -474,10 +588,71 @@ static void end_strays(struct daemon *d, const struct blease *l)
 	}
 }
 
-void daemon_fence_end(struct daemon *d, const struct blease *l)
+void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
+{
+	char path[PATH_MAX], here[PATH_MAX];
+
+	(void)d;
+	if (!fence.ops || pid <= 1)
+		return;
+	fence_path(&fence, l->id, path, sizeof path);
+	if (fence.ops->where(&fence, pid, here, sizeof here) < 0 || strcmp(here, path))
+		return;
+	/* Only where a keeper came from: never out of a login session's fence
+	 * (a reserved shell's own release ends with it, as its shell does). */
+	for (const struct keeper *k = keepers; k; k = k->next)
+		if (!strcmp(k->id, l->id)) {
+			fence.ops->move_to(&fence, k->origin, pid);
+			return;
+		}
+}
+
+/* Is path a lease's cgroup (or in one)? */
+static int lease_cgroup(const char *path)
+{
+	size_t n = strlen(fence.root);
+	const char *rest = path + n;
+
+	if (fence.scopes && !strncmp(path, fence.scope_root, strlen(fence.scope_root)))
+		return 1;
+	return !strncmp(path, fence.root, n) && rest[0] == '/' && rest[1] >= '0' && rest[1] <= '9';
+}
+
+/* Lease id's keepers home, alive (those still ours and still in its
+ * cgroup), and forgotten. */
+static void keepers_home(const char *id)
 {
 	struct keeper **pp = &keepers;
-	char err[300], path[PATH_MAX], here[PATH_MAX];
+	char path[PATH_MAX], here[PATH_MAX];
+
+	fence_path(&fence, id, path, sizeof path);
+	while (*pp) {
+		struct keeper *k = *pp;
+
+		if (strcmp(k->id, id)) {
+			pp = &k->next;
+			continue;
+		}
+		if (daemon_proc_start(k->pid) == k->start &&
+		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
+		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0) {
+			/* Home was another lease's cgroup, ended meanwhile: the
+			 * keeper was its process, and ends as its job did.  It
+			 * never goes out of every fence that way. */
+			if (lease_cgroup(k->origin))
+				kill(k->pid, SIGKILL);
+			else
+				fence.ops->move_to(&fence, fence.mount, k->pid);
+		}
+		*pp = k->next;
+		free(k);
+	}
+}
+
+void daemon_fence_end(struct daemon *d, const struct blease *l)
+{
+	char err[300];
+	int known;
 
 	if (!fence.ops)
 		return;
@@ -488,25 +663,90 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 	daemon_work_settle(d, l->id);
 	if (!l->reservation)
 		end_strays(d, l);
-	fence_path(&fence, l->id, path, sizeof path);
-	while (*pp) {
-		struct keeper *k = *pp;
+	keepers_home(l->id);
+	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
+		daemon_say("lease %s of %s: %s", l->id, l->user, err);
+	known = fenced_drop(l->id);
+	if (known)
+		record_write(d);
+	daemon_fence_sessions(d, l->uid, l);
+}
 
-		if (strcmp(k->id, l->id)) {
-			pp = &k->next;
+static const struct blease *live_lease(const struct daemon *d, const char *id)
+{
+	for (const struct blease *l = d->leases; l; l = l->next)
+		if (!l->ended && !strcmp(l->id, id))
+			return l;
+	return NULL;
+}
+
+void daemon_fence_restore(struct daemon *d)
+{
+	char path[PATH_MAX], err[300];
+	json_t *doc, *v;
+	size_t i, kept = 0, ended = 0;
+
+	if (!fence.ops)
+		return;
+	snprintf(path, sizeof path, "%s.fence", d->state_path);
+	doc = json_load_file(path, 0, NULL);
+	if (!doc)
+		return;
+	json_array_foreach(json_object_get(doc, "keepers"), i, v)
+	{
+		const char *id = json_string_value(json_object_get(v, "id"));
+		const char *origin = json_string_value(json_object_get(v, "origin"));
+		struct keeper *k;
+
+		/* Home is in the hierarchy, or nowhere. */
+		if (!id || !origin || strncmp(origin, fence.mount, strlen(fence.mount)) ||
+		    strstr(origin, "/..") || !(k = calloc(1, sizeof *k)))
+			continue;
+		str_copy(k->id, sizeof k->id, id);
+		k->pid = (int)json_integer_value(json_object_get(v, "pid"));
+		k->start = (uint64_t)json_integer_value(json_object_get(v, "start"));
+		str_copy(k->origin, sizeof k->origin, origin);
+		if (k->pid <= 1 || !k->start || daemon_proc_start(k->pid) != k->start) {
+			free(k); /* ended meanwhile: nothing to move */
 			continue;
 		}
-		/* Still ours and still there: home, alive. */
-		if (daemon_proc_start(k->pid) == k->start &&
-		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
-		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0)
-			fence.ops->move_to(&fence, fence.mount, k->pid);
+		k->next = keepers;
+		keepers = k;
+	}
+	json_array_foreach(json_object_get(doc, "cgroups"), i, v)
+	{
+		const char *id = json_string_value(v);
+
+		if (!id)
+			continue;
+		if (live_lease(d, id)) {
+			fenced_add(id);
+			continue;
+		}
+		/* Its lease ended while no broker watched: as at its end. */
+		keepers_home(id);
+		if (fence.ops->end(&fence, id, err, sizeof err) < 0)
+			daemon_say("lease %s (ended meanwhile): %s", id, err);
+		ended++;
+	}
+	/* Keepers of leases the record did not name (none should be). */
+	for (struct keeper **pp = &keepers; *pp;) {
+		struct keeper *k = *pp;
+
+		if (fenced_has(k->id)) {
+			pp = &k->next;
+			kept++;
+			continue;
+		}
 		*pp = k->next;
 		free(k);
 	}
-	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
-		daemon_say("lease %s of %s: %s", l->id, l->user, err);
-	daemon_fence_sessions(d, l->uid, l);
+	json_decref(doc);
+	if (kept || ended)
+		daemon_say("fence: %zu supervisor%s of restored leases to move home at their end; "
+		           "%zu cgroup%s of leases that ended meanwhile ended",
+		           kept, kept == 1 ? "" : "s", ended, ended == 1 ? "" : "s");
+	record_write(d);
 }
 
 /* ---- login sessions ([fence] sessions = yes in gpuman.conf) -------------- */

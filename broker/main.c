@@ -713,6 +713,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 	if (daemon_worker_start(d) < 0)
 		goto done;
 	restore(d);
+	daemon_fence_restore(d);
 	d->listener.fd = listen_on(args.socket_path, d->bound_path, sizeof d->bound_path);
 	if (d->listener.fd < 0)
 		goto done;

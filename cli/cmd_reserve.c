@@ -21,12 +21,13 @@
 #include "protocol.h"
 #include "select_help.h"
 
-enum { OPT_FOR = OPT_CMD_BASE, OPT_RELEASE, OPT_SHELL };
+enum { OPT_FOR = OPT_CMD_BASE, OPT_RELEASE, OPT_SHELL, OPT_ENTER };
 
 struct reserve_args {
 	int64_t for_ms;       /* 0: not given */
 	const char *for_text; /* as given, for gm_reserve */
 	const char *release;
+	const char *enter;
 	int shell;
 };
 
@@ -41,6 +42,10 @@ static int reserve_option(struct cli *cli, int opt, const char *arg, void *data)
 	}
 	if (opt == OPT_SHELL) {
 		a->shell = 1;
+		return CLI_CONTINUE;
+	}
+	if (opt == OPT_ENTER) {
+		a->enter = arg;
 		return CLI_CONTINUE;
 	}
 	if (opt != OPT_FOR)
@@ -68,7 +73,23 @@ static int release_id(struct cli *cli, const char *id)
 	return EXIT_OK;
 }
 
-static void print_reserved(struct cli *cli, const struct gm_reservation *r, int64_t for_ms)
+/* The shell that evals our lines places itself with this one (its own
+ * $$, however it ran us), under the broker only: see reserve_enter. */
+static void print_enter(const char *id)
+{
+	char self[PATH_MAX], path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+
+	if (n <= 0 || !broker_wanted(path, sizeof path))
+		return;
+	self[n] = '\0';
+	if (strchr(self, '\''))
+		return; /* no quoting it for every shell: unfenced, as before */
+	printf("'%s' reserve --enter %s $$\n", self, id);
+}
+
+static void print_reserved(struct cli *cli, const struct gm_reservation *r, int64_t for_ms,
+                           int enter)
 {
 	int64_t until = gm_reservation_expires_ms(r);
 	char when[32] = "?", dur[32];
@@ -103,6 +124,8 @@ static void print_reserved(struct cli *cli, const struct gm_reservation *r, int6
 	printf("export CUDA_VISIBLE_DEVICES=%s\n", gm_reservation_cuda_visible(r));
 	printf("export GPUMAN_GPUS=%s\n", gm_reservation_indices(r));
 	printf("export GPUMAN_RESERVATION=%s\n", id);
+	if (enter)
+		print_enter(id);
 	fprintf(stderr,
 	        "gpuman reserve: GPU %s reserved for %s (until %s), id %s\n"
 	        "  use it: eval \"$(gpuman reserve ...)\" sets the lines above in your shell;\n"
@@ -153,7 +176,7 @@ static int reserve_shell(struct cli *cli, const struct gm_reservation *r, char *
 	child_env_release(&env);
 	rc = pid < 0 ? -1 : 0;
 	if (rc == 0 && broker_wanted(path, sizeof path))
-		rc = broker_fence_reservation(path, id, pid, err, sizeof err);
+		rc = broker_fence_reservation(path, id, pid, 0, err, sizeof err);
 	else if (rc < 0)
 		snprintf(err, sizeof err, "fork: %s", strerror(errno));
 	if (rc >= 0 && write(go[1], "g", 1) != 1)
@@ -168,6 +191,31 @@ static int reserve_shell(struct cli *cli, const struct gm_reservation *r, char *
 	return protocol_exit_status(status);
 }
 
+/*
+ * --enter ID [PID]: the line reserve prints for eval under the broker.
+ * The shell that evals it (PID, its $$; default our parent) is placed by
+ * the broker (root) in reservation ID's cgroup as its keeper: it and what
+ * it starts from then on open only the reserved GPUs; at the
+ * reservation's end (expiry, gpuman release) it goes back where it was,
+ * alive, and what it started meanwhile is ended, as with --shell.
+ */
+static int reserve_enter(struct cli *cli, const char *id, const char *pid_text)
+{
+	char path[PATH_MAX], err[GM_ERRBUF_SIZE], *end = NULL;
+	long pid = pid_text ? strtol(pid_text, &end, 10) : (long)getppid();
+
+	if (pid_text && (!*pid_text || *end || pid <= 1 || pid > INT_MAX))
+		return cli_usage(cli, "--enter %s '%s': no process id (the shell's $$)", id,
+		                 pid_text);
+	if (!broker_wanted(path, sizeof path))
+		return EXIT_OK; /* the daemonless registry fences nobody */
+	if (broker_fence_reservation(path, id, (int)pid, 1, err, sizeof err) < 0)
+		return cli_error(cli, EXIT_FAIL,
+		                 "reservation %s: your shell (pid %ld) is not fenced: %s", id, pid,
+		                 err);
+	return EXIT_OK;
+}
+
 static int reserve_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {CLI_COMMON_OPTIONS,
@@ -179,8 +227,9 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	                                         {"for", required_argument, NULL, OPT_FOR},
 	                                         {"release", required_argument, NULL, OPT_RELEASE},
 	                                         {"shell", no_argument, NULL, OPT_SHELL},
+	                                         {"enter", required_argument, NULL, OPT_ENTER},
 	                                         {0}};
-	struct reserve_args args = {0, NULL, NULL, 0};
+	struct reserve_args args = {0, NULL, NULL, NULL, 0};
 	struct gm_context *ctx = NULL;
 	struct gm_reservation *resv = NULL;
 	char err[GM_ERRBUF_SIZE] = "";
@@ -192,6 +241,11 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	                   reserve_option, &args);
 	if (status != CLI_CONTINUE)
 		return status;
+	if (args.enter) {
+		if (optind + 1 < argc)
+			return cli_usage(cli, "unexpected argument '%s'", argv[optind + 1]);
+		return reserve_enter(cli, args.enter, optind < argc ? argv[optind] : NULL);
+	}
 	if (optind < argc && !args.shell)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
 	if (args.release)
@@ -209,7 +263,7 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 	why = strstr(err, ":\n");
 	switch (rc) {
 	case GM_OK:
-		print_reserved(cli, resv, args.for_ms);
+		print_reserved(cli, resv, args.for_ms, !args.shell);
 		status = args.shell ? reserve_shell(cli, resv, argv + optind) : EXIT_OK;
 		break;
 	case GM_ERR_UNAVAILABLE:
@@ -250,6 +304,7 @@ const struct cmd_entry cmd_reserve = {
     "usage: gpuman reserve --for DURATION [SELECT] [--mem SIZE | --exclusive] [--idle]\n"
     "                      [--wait[=DURATION]] [--json] [--sim FILE]\n"
     "       gpuman reserve --release ID       (the same as gpuman release ID)\n"
+    "       gpuman reserve --enter ID [PID]   (the line eval runs under the broker)\n"
     "\n"
     "Lease GPUs to you for DURATION (90m, 4h) with no process holding them: no\n"
     "other user's run, batch, queue or reserve is given them until the time is\n"
@@ -258,6 +313,7 @@ const struct cmd_entry cmd_reserve = {
     "  export CUDA_VISIBLE_DEVICES=GPU-...   the reserved GPUs, by UUID\n"
     "  export GPUMAN_GPUS=0,1                their NVML indices\n"
     "  export GPUMAN_RESERVATION=ID          the id to release it with\n"
+    "  'gpuman' reserve --enter ID $$        under the broker: your shell is fenced\n"
     "Your own programs started with that CUDA_VISIBLE_DEVICES use them.  With\n"
     "GPUMAN_RESERVATION set, your gpuman run, batch and library calls lease\n"
     "inside the reservation: its GPUs count as yours, not as taken (two runs\n"
@@ -266,6 +322,10 @@ const struct cmd_entry cmd_reserve = {
     "\n"
     "  --for DURATION  how long (required; the admin's max_reserve may cap it)\n"
     "  --release ID    end reservation ID now\n"
+    "  --enter ID [PID]  place the shell PID (default: the caller) in reservation\n"
+    "                  ID: under the broker (root) it and all it starts from then\n"
+    "                  on open only the reserved GPUs; at the reservation's end it\n"
+    "                  goes on and what it started ends (the line eval runs)\n"
     "  --shell [-- CMD]  then start $SHELL (or CMD) with those lines set; under\n"
     "                  the broker (root) it and all it starts can open only the\n"
     "                  reserved GPUs; the reservation ends when it exits\n"

@@ -108,12 +108,15 @@ int broker_fence_session(const char *path, unsigned uid, int pid, char *err, siz
 	return rc;
 }
 
-int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len)
+int broker_fence_reservation(const char *path, const char *id, int pid, int keep, char *err,
+                             size_t len)
 {
 	json_t *msg = fence_msg(pid);
 	int fd = broker_connect(path, err, len), rc = -1;
 
 	json_object_set_new(msg, "id", json_string(id));
+	if (keep)
+		json_object_set_new(msg, "keep", json_true());
 	if (fd >= 0) {
 		rc = ask(fd, msg, pid, err, len);
 		close(fd);

@@ -17,8 +17,10 @@
 int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, size_t len);
 
 /* The same for a reserved shell: pid into the cgroup of this user's
- * reservation id, on a connection of its own. */
-int broker_fence_reservation(const char *path, const char *id, int pid, char *err, size_t len);
+ * reservation id, on a connection of its own.  keep: pid is the shell
+ * that evals gpuman reserve's lines, which goes home alive at the end. */
+int broker_fence_reservation(const char *path, const char *id, int pid, int keep, char *err,
+                             size_t len);
 
 /* The PAM hook's (root): login session pid of user uid opens only the GPUs
  * of uid's leases, while gpuman.conf says [fence] sessions = yes. */

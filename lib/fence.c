@@ -287,8 +287,22 @@ size_t fence_bpf_program(const struct fence_rule *r, struct bpf_insn *out, size_
 
 /* ---- cgroupfs ------------------------------------------------------------- */
 
+/* A lease's id starts with its grant's time; a login session's with
+ * "session-". */
+static int lease_id(const char *id)
+{
+	return *id >= '0' && *id <= '9';
+}
+
 void fence_path(const struct fence *f, const char *id, char *out, size_t len)
 {
+	char scope[PATH_MAX];
+
+	if (f->scopes && lease_id(id)) {
+		fence_scope_dir(f, id, scope, sizeof scope);
+		snprintf(out, len, "%.4000s/job", scope);
+		return;
+	}
 	snprintf(out, len, "%s/%s", f->root, id);
 }
 
@@ -350,6 +364,20 @@ static int cg_enter(const struct fence *f, const char *id, int pid, char *err, s
 		return gm_fail(GM_ERR_IO, err, len, "cannot move pid %d into '%s': %s", pid, dir,
 		               strerror(errno)),
 		       -1;
+	/* In a scope: what pid forked while systemd had it in the scope
+	 * itself (a running library caller can) follows it into the filter. */
+	if (f->scopes && lease_id(id)) {
+		char scope[PATH_MAX];
+		int pids[256];
+		long n;
+
+		fence_scope_dir(f, id, scope, sizeof scope);
+		for (int round = 0; round < 8 && (n = read_pids(scope, pids, 256)) > 0; round++)
+			for (long i = 0; i < n && i < 256; i++) {
+				snprintf(text, sizeof text, "%d", pids[i]);
+				write_file(dir, "cgroup.procs", text);
+			}
+	}
 	return 0;
 }
 
@@ -424,7 +452,7 @@ static void sleep_ms(long ms)
  * forked meanwhile shows up in the next reading), then remove it. */
 static int cg_end(const struct fence *f, const char *id, int v2, char *err, size_t len)
 {
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], scope[PATH_MAX] = "";
 	int64_t give_up = monotonic_ms() + END_PATIENCE_MS;
 	struct stat st;
 
@@ -435,6 +463,8 @@ static int cg_end(const struct fence *f, const char *id, int v2, char *err, size
 		return 0; /* never placed anything */
 	if (v2)
 		write_file(dir, "cgroup.kill", "1");
+	if (f->scopes && lease_id(id))
+		fence_scope_dir(f, id, scope, sizeof scope);
 	for (long wait = 0;; wait = wait ? wait * 2 : 1) {
 		int pids[256];
 		long n = read_pids(dir, pids, 256);
@@ -443,6 +473,15 @@ static int cg_end(const struct fence *f, const char *id, int v2, char *err, size
 			break;
 		for (long i = 0; i < n && i < 256; i++)
 			kill(pids[i], SIGKILL);
+		/* A scope's own processes (systemd's to stop, once empty) are
+		 * the job's too. */
+		if (scope[0]) {
+			long m = read_pids(scope, pids, 256);
+
+			for (long i = 0; i < m && i < 256; i++)
+				kill(pids[i], SIGKILL);
+			n += m > 0 ? m : 0;
+		}
 		if (n == 0 && rmdir(dir) == 0)
 			return 0;
 		if (monotonic_ms() >= give_up) {
@@ -774,6 +813,32 @@ static void sweep(const struct fence *f)
 		closedir(dir);
 }
 
+/* Where systemd manages the cgroups, each lease's is a scope it makes:
+ * its slice and units named after our folder. */
+static void choose_scopes(struct fence *f)
+{
+	char err[160] = "", rel[512];
+	const char *name = cgroup_name();
+
+	if (!fence_systemd_wanted())
+		return;
+	snprintf(f->slice, sizeof f->slice, "%s.slice", name);
+	if (fence_slice_path(f->slice, rel, sizeof rel) < 0) {
+		name = "gpuman";
+		snprintf(f->slice, sizeof f->slice, "%s.slice", name);
+		fence_slice_path(f->slice, rel, sizeof rel);
+	}
+	str_copy(f->unit_prefix, sizeof f->unit_prefix, name);
+	snprintf(f->scope_root, sizeof f->scope_root, "%s/%s", f->mount, rel);
+	if (fence_systemd_load(err, sizeof err) < 0) {
+		snprintf(f->scope_why, sizeof f->scope_why,
+		         "systemd runs, but %s: jobs' cgroups are folders under '%.60s'", err,
+		         f->root);
+		return;
+	}
+	f->scopes = 1;
+}
+
 void fence_choose(struct fence *f)
 {
 	const char *want = getenv("GPUMAN_FENCE");
@@ -790,12 +855,10 @@ void fence_choose(struct fence *f)
 		str_copy(f->why, sizeof f->why, "the lease broker does not run as root");
 		return;
 	}
-	if (strcmp(want, "v1") && probe(f, &fence_v2, 1, e2, sizeof e2) == 0) {
+	if ((strcmp(want, "v1") && probe(f, &fence_v2, 1, e2, sizeof e2) == 0) ||
+	    (strcmp(want, "v2") && probe(f, &fence_v1, 0, e1, sizeof e1) == 0)) {
 		sweep(f);
-		return;
-	}
-	if (strcmp(want, "v2") && probe(f, &fence_v1, 0, e1, sizeof e1) == 0) {
-		sweep(f);
+		choose_scopes(f);
 		return;
 	}
 	f->ops = NULL;

@@ -148,6 +148,14 @@ struct fence {
 	char mount[1024];            /* the hierarchy's mount point */
 	char root[1040];             /* <mount>/gpuman (GPUMAN_FENCE_CGROUP): the jobs' cgroups */
 	char why[256];               /* when ops is NULL: why not, for people */
+	/* Where systemd is PID 1 (fence_scope.c): each lease's cgroup is
+	 * <scope_root>/<unit_prefix>-<id>.scope/job, in a transient scope
+	 * of slice; 0 with scope_why when systemd runs but cannot be asked. */
+	int scopes;
+	char slice[80];        /* "gpuman.slice" (GPUMAN_FENCE_CGROUP + ".slice") */
+	char unit_prefix[72];  /* "gpuman" */
+	char scope_root[1600]; /* <mount>/gpuman.slice */
+	char scope_why[200];
 };
 
 /*
@@ -160,7 +168,33 @@ struct fence {
  */
 void fence_choose(struct fence *f);
 
-/* The cgroup directory of lease id under f. */
+/* The cgroup directory of lease id under f (in scope mode the cgroup
+ * "job" inside its scope; a login session's is a folder under root). */
 void fence_path(const struct fence *f, const char *id, char *out, size_t len);
+
+/* ---- systemd's transient scopes (fence_scope.c) --------------------------- */
+
+/* Does systemd manage this machine's cgroups (/run/systemd/system is a
+ * directory, as sd_booted() checks), or does GPUMAN_SYSTEMD_BUS name a bus
+ * where its manager answers (a test's stand-in)? */
+int fence_systemd_wanted(void);
+/* Load libsystemd's sd-bus (libsystemd.so.0) once.  0, or -1 with err. */
+int fence_systemd_load(char *err, size_t len);
+/* The folder of slice ("a-b.slice" -> "a.slice/a-b.slice"), relative to
+ * the hierarchy's root.  0, or -1 when slice is no valid slice name. */
+int fence_slice_path(const char *slice, char *out, size_t len);
+/* The scope unit of lease id ("gpuman-<id>.scope") and its cgroup. */
+void fence_scope_unit(const struct fence *f, const char *id, char *out, size_t len);
+void fence_scope_dir(const struct fence *f, const char *id, char *out, size_t len);
+/*
+ * Ask systemd for lease id's transient scope (StartTransientUnit: Slice,
+ * Delegate=yes, Description, PIDs = pid) and wait until pid is in it, at
+ * most 5 s.  A scope that exists already (a broker before this one made
+ * it) is taken as it is.  Then ops->create() makes the cgroup "job" in it
+ * with the device filter, and ops->enter() moves pid there.  0, or -1
+ * with err (no libsystemd, systemd refused or did not answer).
+ */
+int fence_scope_start(const struct fence *f, const char *id, int pid, const char *description,
+                      char *err, size_t len);
 
 #endif

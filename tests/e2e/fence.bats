@@ -42,6 +42,15 @@ teardown() {
 	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	wait 2>/dev/null || true
 	umount "$SHARED/dev" 2>/dev/null || true
+	# what the systemd stand-in made: the test's scopes, then its slices
+	local m s
+	for m in /sys/fs/cgroup/unified /sys/fs/cgroup/devices; do
+		s=$m/$(slice_dir "$GPUMAN_FENCE_CGROUP")
+		[ -d "$s" ] || continue
+		find "$s" -depth -type d -exec rmdir {} + 2>/dev/null || true
+		s=${s%/*}
+		while [ "$s" != "$m" ] && rmdir "$s" 2>/dev/null; do s=${s%/*}; done
+	done
 	rm -rf "$SHARED"
 }
 
@@ -264,6 +273,36 @@ EOF
 	wait_for "[ \$(cgroups_left) = 0 ]"
 }
 
+@test "fence: a shell that evals gpuman reserve's lines opens only the reserved GPUs, as does all it starts; at the reservation's end it goes on, and what it started does not" {
+	gpus 4
+	start_daemon
+	job_script
+	cat >"$SHARED/evals.sh" <<EOF
+#!/bin/bash
+eval "\$(gpuman reserve --for 10m --only 2 2>/dev/null)"
+"$SHARED/job.sh" "$SHARED/out/eval"
+sleep 300 >/dev/null 2>&1 &
+echo \$! >"$SHARED/pids/bg"
+# released from inside: this gpuman goes home with the shell
+gpuman release "\$GPUMAN_RESERVATION" 2>/dev/null
+echo "release \$?" >>"$SHARED/out/eval"
+"$TRY" "$SHARED/out/eval" after $NODES
+EOF
+	chmod 755 "$SHARED/evals.sh"
+	cd "$SHARED/out"
+	run -0 as_user alice "$SHARED/evals.sh"
+	cat "$SHARED/out/eval" # shown if what follows fails
+	check "$SHARED/out/eval" self fork double setsid
+	grep -qx "release 0" "$SHARED/out/eval"
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/eval"
+	# what it started under the reservation ended with it
+	wait_for "! kill -0 $(cat "$SHARED/pids/bg") 2>/dev/null"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+	# --json is for programs, not for eval: nobody is placed
+	run -0 as_user alice sh -c 'gpuman reserve --for 10m --only 2 --json >/dev/null; cat /proc/self/cgroup'
+	[[ "$output" != *"$GPUMAN_FENCE_CGROUP"* ]]
+}
+
 @test "fence: the lease's user's process on its GPU from outside its cgroup is named by waste and ended with the lease; another user's is not" {
 	gpus 4
 	start_daemon
@@ -285,6 +324,202 @@ EOF
 	wait_for "! kill -0 $stray 2>/dev/null"
 	grep -q "pid $stray still used GPU 2 from outside it; killed" "$BATS_TEST_TMPDIR/daemon.log"
 	kill -0 "$other"
+}
+
+# ---- across a restart of the broker ---------------------------------------
+
+# restart_daemon - kill -9 this test's broker and start another on its state
+restart_daemon() {
+	local n
+	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log")
+	kill -9 "$DAEMON"
+	wait "$DAEMON" || true
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" \
+		2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "[ \$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log') -gt $n ]"
+}
+
+@test "fence restart: a library lease's own process still goes home alive at its release after the broker is killed -9" {
+	gpus 4
+	start_daemon
+	cat >"$SHARED/lib.py" <<EOF
+import os, sys, time
+sys.path.insert(0, "$GM_ROOT/python")
+import gpuman
+open("$SHARED/pids/py", "w").write(str(os.getpid()))  # for teardown
+lease = gpuman.select(only="2")
+os.system("$TRY $SHARED/out/lib leased $NODES")
+while not os.path.exists("$SHARED/out/go"):
+    time.sleep(0.05)
+lease.release()
+os.system("$TRY $SHARED/out/lib after $NODES")
+EOF
+	chmod 644 "$SHARED/lib.py"
+	local pre=()
+	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
+		pre=(LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
+	fi
+	as_user alice env "${pre[@]}" GPUMAN_LIB="$GM_BUILD/libgpuman.so" python3 "$SHARED/lib.py" &
+	local py=$!
+	wait_for "grep -qs '^leased ' '$SHARED/out/lib'"
+	check "$SHARED/out/lib" leased
+	restart_daemon
+	grep -q "restored 1 lease" "$BATS_TEST_TMPDIR/daemon.log"
+	grep -q "fence: 1 supervisor of restored leases to move home at their end" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	touch "$SHARED/out/go"
+	wait "$py" # alive to the end: moved home, not killed with the cgroup
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
+@test "fence restart: what a job left in its cgroup is ended by the next broker when the job ended while none ran" {
+	gpus 4
+	start_daemon
+	# the job leaves a process that closed every descriptor and left its
+	# session, and ends once told, while the broker is down
+	cat >"$SHARED/leave.sh" <<EOF
+#!/bin/sh
+python3 -c 'import os, time
+os.closerange(3, 4096); os.setsid()
+open("$SHARED/pids/left", "w").write(str(os.getpid()))
+time.sleep(300)' </dev/null >/dev/null 2>&1 &
+echo \$\$ >"$SHARED/pids/job"
+while [ ! -e "$SHARED/out/go" ]; do sleep 0.05; done
+EOF
+	chmod 755 "$SHARED/leave.sh"
+	as_user alice gpuman run --only 2 -- "$SHARED/leave.sh" &
+	local sup=$!
+	wait_for "[ -s '$SHARED/pids/left' ]"
+	left=$(cat "$SHARED/pids/left")
+	# the broker and the job's supervisor (gpuman run, a subreaper that
+	# would end what the job left) die; then the job ends
+	kill -9 "$DAEMON" "$(pgrep -f "^gpuman run --only 2 -- $SHARED/leave.sh")"
+	wait "$DAEMON" "$sup" || true
+	touch "$SHARED/out/go"
+	wait_for "! kill -0 $(cat "$SHARED/pids/job") 2>/dev/null"
+	kill -0 "$left" # no broker: nothing ended it yet
+	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log")
+	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "[ \$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log') -gt $n ]"
+	grep -q "1 cgroup of leases that ended meanwhile ended" "$BATS_TEST_TMPDIR/daemon.log" ||
+		{ cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+	wait_for "! kill -0 $left 2>/dev/null"
+	wait_for "[ \$(cgroups_left) = 0 ]"
+}
+
+# ---- where systemd is PID 1: the job's cgroup is a transient scope -------
+
+# slice_dir NAME - the folder of slice NAME.slice (systemd.slice(5): each
+# dash opens a slice inside the one before)
+slice_dir() {
+	local IFS=- part stem= dir=
+	for part in $1; do
+		stem=$stem${stem:+-}$part
+		dir=$dir${dir:+/}$stem.slice
+	done
+	echo "$dir"
+}
+
+# standin MOUNT - systemd's manager as these machines lack it: a private bus
+# daemon and helpers/systemd-standin.py on it, which records each call and
+# does what systemd does for a scope (its cgroup under MOUNT, the PIDs moved
+# there); gpuman is pointed at that bus (GPUMAN_SYSTEMD_BUS)
+standin() {
+	command -v dbus-daemon >/dev/null || skip "no dbus-daemon (Debian: dbus-daemon)"
+	/usr/bin/python3 -c 'import dbus, gi' 2>/dev/null || skip "no python3-dbus, python3-gi"
+	dbus-daemon --session --nofork --nopidfile --address="unix:path=$SHARED/bus" 3>&- &
+	echo $! >"$SHARED/pids/dbus"
+	wait_for "[ -S '$SHARED/bus' ]"
+	DBUS_SESSION_BUS_ADDRESS="unix:path=$SHARED/bus" /usr/bin/python3 \
+		"$BATS_TEST_DIRNAME/helpers/systemd-standin.py" "$SHARED/calls" "$1" "$SHARED/ready" \
+		2>>"$BATS_TEST_TMPDIR/standin.log" 3>&- &
+	echo $! >"$SHARED/pids/standin"
+	wait_for "[ -e '$SHARED/ready' ]" || { cat "$BATS_TEST_TMPDIR/standin.log"; return 1; }
+	export GPUMAN_SYSTEMD_BUS="unix:path=$SHARED/bus"
+}
+
+scoped_run() { # scoped_run MECHANISM MOUNT CONTROLLER-LINE-PATTERN
+	local slice=$GPUMAN_FENCE_CGROUP.slice sdir unit id pid
+	sdir=$2/$(slice_dir "$GPUMAN_FENCE_CGROUP")
+	gpus 4
+	standin "$2"
+	start_daemon GPUMAN_FENCE="$1"
+	grep -q "placement enforced by the kernel: .*each job in a systemd scope of $slice under '$sdir'" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	job_script
+	as_user alice gpuman run --only 2 -- sh -c 'echo $$ >"$0.pid"; grep "$1" /proc/self/cgroup >"$0"
+		"$2" "$3"; sleep 0.3' "$SHARED/out/where" "$3" "$SHARED/job.sh" "$SHARED/out/run" &
+	local job=$!
+	wait_for "[ -s '$SHARED/out/where' ]"
+	id=$(gpuman status --json | jq -r '.leases[0].id')
+	unit=$GPUMAN_FENCE_CGROUP-$id.scope
+	pid=$(cat "$SHARED/out/where.pid")
+	wait "$job"
+	# the job ran in the cgroup "job" of its scope, fenced as before
+	check "$SHARED/out/run" self fork double setsid
+	[[ "$(cat "$SHARED/out/where")" == *":/${sdir#"$2"/}/$unit/job" ]]
+	# what gpuman asked of systemd: Subscribe (its JobRemoved), then the
+	# scope, with each property's D-Bus type
+	run -0 jq -sc '.[] | .method' "$SHARED/calls"
+	[ "$output" = "$(printf '"Subscribe"\n"StartTransientUnit"')" ]
+	run -0 jq -c 'select(.method == "StartTransientUnit") | [.name, .mode, .aux]' "$SHARED/calls"
+	[ "$output" = "[\"$unit\",\"fail\",0]" ]
+	run -0 jq -c 'select(.method == "StartTransientUnit") | .properties[] | .[0:2]' "$SHARED/calls"
+	[ "$output" = "$(printf '%s\n' '["Description","s"]' '["Slice","s"]' '["Delegate","b"]' \
+		'["CollectMode","s"]' '["PIDs","au"]')" ] || { echo "$output"; false; }
+	run -0 jq -c 'select(.method == "StartTransientUnit") | .properties | map({(.[0]): .[2]}) | add' \
+		"$SHARED/calls"
+	[ "$(jqr .Slice)" = "$slice" ]
+	[ "$(jqr .Delegate)" = true ]
+	[ "$(jqr .CollectMode)" = inactive-or-failed ]
+	[ "$(jqr -c .PIDs)" = "[$pid]" ]
+	[[ "$(jqr .Description)" == "gpuman lease $id of gmtest-alice: sh -c "* ]]
+	# at the lease's end its cgroup is gone and nothing is left in the
+	# scope, which systemd then stops (the stand-in leaves it: not systemd)
+	wait_for "[ ! -e '$sdir/$unit/job' ]"
+	[ -z "$(cat "$sdir/$unit/cgroup.procs")" ]
+}
+
+@test "fence scope v2: where systemd runs, a job's cgroup is a transient scope systemd delegates (asked of a stand-in on a private bus), the job fenced in it" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy at /sys/fs/cgroup/unified"
+	scoped_run v2 /sys/fs/cgroup/unified '^0::'
+}
+
+@test "fence scope v1: the same with the devices controller" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	scoped_run v1 /sys/fs/cgroup/devices ':devices:'
+}
+
+@test "fence scope: a systemd that does not answer refuses the job, which never runs unfenced" {
+	gpus 4
+	start_daemon GPUMAN_SYSTEMD_BUS="unix:path=$SHARED/no-bus"
+	run -1 as_user alice gpuman run --only 2 -- touch "$SHARED/out/ran"
+	[[ "$output" == *"cannot place pid "*": cannot reach systemd on unix:path=$SHARED/no-bus: "* ]] ||
+		{ echo "$output"; false; }
+	[ ! -e "$SHARED/out/ran" ]
+	wait_for "[ \"\$(gpuman status --json | jq '.leases | length')\" = 0 ]"
+}
+
+@test "fence scope: a broker where libsystemd cannot be loaded starts, fences in plain folders, and says why" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy at /sys/fs/cgroup/unified"
+	lib=$(ldconfig -p | awk '/libsystemd\.so\.0 .*x86-64/ { print $NF; exit }')
+	[ -n "$lib" ] || lib=$(ldconfig -p | awk '/libsystemd\.so\.0 / { print $NF; exit }')
+	[ -n "$lib" ] || skip "no libsystemd.so.0 here to hide"
+	gpus 4
+	# the broker's own mount namespace, where the library is an empty file
+	GPUMAN_SYSTEMD_BUS="unix:path=$SHARED/bus" GPUMAN_FENCE=v2 unshare -m sh -c \
+		'mount --bind /dev/null "$0" && exec gpuman daemon --socket "$1" --state "$2"' \
+		"$lib" "$GPUMAN_BROKER" "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
+	DAEMON=$!
+	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
+	grep -q "jobs' cgroups under '.*'; systemd runs, but cannot load libsystemd.so.0: " \
+		"$BATS_TEST_TMPDIR/daemon.log" || { cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+	job_script
+	run -0 as_user alice gpuman run --only 2 -- "$SHARED/job.sh" "$SHARED/out/run"
+	check "$SHARED/out/run" self fork double setsid
 }
 
 session_test() { # the sessions test, under mechanism $1

@@ -171,12 +171,31 @@ static void test_program_size(void **state)
 	fence_rule_release(&r);
 }
 
+/* systemd.slice(5): each dash opens a slice inside the one before. */
+static void test_slice_path(void **state)
+{
+	char out[256];
+
+	(void)state;
+	assert_int_equal(fence_slice_path("gpuman.slice", out, sizeof out), 0);
+	assert_string_equal(out, "gpuman.slice");
+	assert_int_equal(fence_slice_path("gpuman-test-ab9.slice", out, sizeof out), 0);
+	assert_string_equal(out, "gpuman.slice/gpuman-test.slice/gpuman-test-ab9.slice");
+	/* no valid slice: gpuman falls back to its own */
+	assert_int_equal(fence_slice_path("-a.slice", out, sizeof out), -1);
+	assert_int_equal(fence_slice_path("a--b.slice", out, sizeof out), -1);
+	assert_int_equal(fence_slice_path("a/b.slice", out, sizeof out), -1);
+	assert_int_equal(fence_slice_path("a.scope", out, sizeof out), -1);
+	assert_int_equal(fence_slice_path("a-b-c-d.slice", out, 20), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_gpu_lease_refuses_the_other_gpus_only),
 	    cmocka_unit_test(test_mig_lease_gets_its_slice_caps_only),
 	    cmocka_unit_test(test_program_size),
+	    cmocka_unit_test(test_slice_path),
 	};
 
 	return cmocka_run_group_tests_name("fence", tests, NULL, NULL);
