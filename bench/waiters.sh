@@ -24,7 +24,7 @@
 #             another user's job to the start of the next queued job, and
 #             of batch's next task, by the jobs' records.
 #
-# WAITERS_LINES changes the lines' lengths ("50 200 500"), WAITERS_RUNS the
+# WAITERS_LINES changes the lines' lengths ("50 200 500"; "none": no burst), WAITERS_RUNS the
 # idle line's 500, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
 # "registry" runs one only.  WAITERS_LATENCY=1 gives the simulated GPUs
 # the H200 latency profile (examples/h200-latency.json's "latency":
@@ -110,6 +110,7 @@ echo "waiters.sh: load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc
 # ---- burst ------------------------------------------------------------------
 runs=${WAITERS_RUNS:-500} queued=${WAITERS_QUEUED:-40} secs=0.05
 lines=${WAITERS_LINES:-50 200 500} transports=${WAITERS_TRANSPORTS:-broker registry}
+[ "$lines" != none ] || lines= # only the idle and hand-off parts
 : >"$work/summary"
 burst() { # burst TRANSPORT N
 	[ "$1" = broker ] || export GPUMAN_BROKER=off
@@ -250,7 +251,8 @@ done
 n=0
 while [ "$n" -lt $runs ]; do
 	sleep 0.2
-	n=$(gpuman status --json | jq '.waiters | length')
+	# status lists 256 waiters one by one and the rest as counts per user
+	n=$(gpuman status --json | jq '(.waiters | length) + ([.waiters_more[]?.count] | add // 0)')
 done
 sleep 1
 c0=$(cpu_ticks $pids)
