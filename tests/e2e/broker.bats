@@ -122,6 +122,35 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	run -0 gpuman run -- true
 }
 
+@test "broker: a waiter sleeps until a message or a signal, and a signal gives up at once" {
+	gpus 1
+	start_daemon
+	bg holder - gpuman run -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	gpuman run --wait -- true 2>"$BATS_TEST_TMPDIR/err" &
+	waiter=$!
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	# idle: no timer wakes it (it looked every 2 s before: 2-3 polls in 5 s)
+	if command -v strace >/dev/null; then
+		timeout 5 strace -p "$waiter" -e trace=poll,ppoll -o "$BATS_TEST_TMPDIR/calls" || true
+		[ "$(grep -c 'poll(' "$BATS_TEST_TMPDIR/calls")" -le 1 ]
+	fi
+	for sig in INT TERM; do
+		sent=$(date +%s%N)
+		kill -$sig "$waiter"
+		wait "$waiter" || true
+		took=$((($(date +%s%N) - sent) / 1000000))
+		echo "# SIG$sig: the waiter gave up in $took ms" >&3
+		[ "$took" -lt 1000 ]
+		wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 0 ]'
+		gpuman run --wait -- true 2>"$BATS_TEST_TMPDIR/err" &
+		waiter=$!
+		wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	done
+	kill -INT "$waiter"
+	wait "$waiter" || true
+}
+
 @test "broker: kill -9 of the daemon and a restart keep the live leases, and end them with their jobs" {
 	gpus 2
 	start_daemon
