@@ -300,7 +300,10 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 		struct registry_scope scope = {mine, a->snap, 0, past, 0};
 		int exact = 0;
 
-		rc = registry_read_scoped(reg, &a->view, &scope, err, len);
+		/* gm_pick under the broker reads the broker's view, whole. */
+		rc = reg->transport == &transport_files
+		         ? registry_read_scoped(reg, &a->view, &scope, err, len)
+		         : reg->transport->read(reg, &a->view, NULL, err, len);
 		if (rc != GM_OK)
 			return rc;
 		rc = attempt_decide(reg, req, mine, a, &exact);
