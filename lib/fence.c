@@ -832,7 +832,7 @@ static void choose_scopes(struct fence *f)
 	snprintf(f->scope_root, sizeof f->scope_root, "%s/%s", f->mount, rel);
 	if (fence_systemd_load(err, sizeof err) < 0) {
 		snprintf(f->scope_why, sizeof f->scope_why,
-		         "systemd runs, but %s: jobs' cgroups are folders under '%.60s'", err,
+		         "systemd runs, but %.80s: jobs' cgroups are folders under '%.60s'", err,
 		         f->root);
 		return;
 	}
