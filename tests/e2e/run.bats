@@ -164,17 +164,21 @@ BURST=${GM_BURST:-200}
             {"name":"g","memory_total_mib":8000}, {"name":"g","memory_total_mib":8000} ] }
 JSON
 	order=$BATS_TEST_TMPDIR/order
-	# all four GPUs busy, freeing one at a time
+	# all four GPUs busy; each holder lets go when told (timed holders ended
+	# before the fourth was granted on a loaded machine)
 	for i in 1 2 3 4; do
-		gpuman run -- sleep "0.$((i + 3))" &
+		gpuman run -- sh -c 'while [ ! -e "$1" ]; do sleep 0.02; done' sh "$BATS_TEST_TMPDIR/go$i" &
 	done
 	wait_for 'test "$(leases)" = 4'
 	gpuman run -n 4 --wait -- sh -c 'echo big >> "$1"' sh "$order" &
 	wait_for 'test "$(gpuman status --json | jq ".waiters | length")" = 1'
-	# a stream of small requests, each of which would fit the first freed GPU
+	# a stream of small requests, each in line before a GPU is freed for it
 	for i in $(seq 8); do
 		gpuman run --wait -- sh -c 'echo small >> "$1"' sh "$order" &
-		sleep 0.1
+		if [ "$i" -le 4 ]; then
+			wait_for "test \"\$(gpuman status --json | jq '.waiters | length')\" = $((i + 1))"
+			touch "$BATS_TEST_TMPDIR/go$i"
+		fi
 	done
 	wait
 	[ "$(head -1 "$order")" = big ]
