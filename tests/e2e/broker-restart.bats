@@ -84,7 +84,16 @@ until_gone() {
 		[ $((i % 2)) = 0 ] && user=bob
 		bg "w$i" "$user" gpuman run --wait -- sh -c "echo $i >>'$SHARED/order';
 			exec gpuman-simload --mem 1G --util 50 --seconds 0.1 --record '$SHARED/rec'"
-		wait_for "[ \"\$(waiting)\" = $i ]"
+		# CI once saw the 23rd not in line after 10 s, beside the ASan suite:
+		# say what the broker and the waiter were doing if it happens again
+		SECONDS=0
+		wait_for "[ \"\$(waiting)\" = $i ]" 30 || {
+			echo "waiter $i (pid $(cat "$SHARED/pids/w$i")) not in line after 30 s; $(waiting) are"
+			ps -o pid,stat,wchan:20,etime,args -p "$(cat "$SHARED/pids/w$i")" "$DAEMON" || true
+			cat "$BATS_TEST_TMPDIR/daemon.log"
+			false
+		}
+		[ "$SECONDS" -lt 5 ] || echo "# waiter $i was in line after $SECONDS s" >&3
 	done
 	# a crash with the whole line waiting
 	kill -9 "$DAEMON"

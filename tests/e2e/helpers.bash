@@ -68,9 +68,10 @@ four_gpus() {
 JSON
 }
 
-# wait_for 'CONDITION' - evaluate the shell condition until true (10 s at most)
+# wait_for 'CONDITION' [SECONDS] - evaluate the shell condition until true
+# (10 s at most, or SECONDS)
 wait_for() {
-	for _ in $(seq 200); do
+	for _ in $(seq $((${2:-10} * 20))); do
 		eval "$1" && return 0
 		sleep 0.05
 	done
