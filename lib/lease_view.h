@@ -19,6 +19,9 @@ struct lease_info {
 	char user[33];
 	int pid;     /* the holder (gpuman run, or the API caller) */
 	int job_pid; /* the job whose processes use the GPUs */
+	/* Their start times (proctree_start; 0: not known): a pid reused by
+	 * another process is not the holder. */
+	unsigned long long pid_start, job_start;
 	char command[256];
 	int64_t start_ms;
 	int exclusive;
@@ -45,6 +48,7 @@ struct waiter_info {
 	unsigned uid;
 	char user[33];
 	int pid;
+	unsigned long long pid_start; /* proctree_start; 0: not known */
 	char command[256];
 	int64_t since_ms;
 	char summary[128]; /* "2 GPUs exclusive", "1 GPU, 8 GiB share" */

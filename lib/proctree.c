@@ -18,16 +18,24 @@ static int entry_cmp(const void *a, const void *b)
 
 const char *proctree_stat(int pid, char *buf, size_t len)
 {
-	char path[64], *close_paren;
-	ssize_t got;
+	char path[64];
+	const char *p;
 	int fd;
 
 	snprintf(path, sizeof path, "/proc/%d/stat", pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return NULL;
-	got = read(fd, buf, len - 1);
+	p = proctree_stat_fd(fd, buf, len);
 	close(fd);
+	return p;
+}
+
+const char *proctree_stat_fd(int fd, char *buf, size_t len)
+{
+	ssize_t got = pread(fd, buf, len - 1, 0);
+	char *close_paren;
+
 	if (got <= 0)
 		return NULL;
 	buf[got] = '\0';
@@ -35,6 +43,22 @@ const char *proctree_stat(int pid, char *buf, size_t len)
 	 * fields after it follow the last ')'. */
 	close_paren = strrchr(buf, ')');
 	return close_paren && close_paren[1] == ' ' ? close_paren + 2 : NULL;
+}
+
+unsigned long long proctree_start_of(const char *p)
+{
+	/* p is at the state, field 3; the start time is field 22 */
+	for (int field = 3; p && field < 22; field++)
+		if ((p = strchr(p, ' ')))
+			p++;
+	return p ? strtoull(p, NULL, 10) : 0;
+}
+
+unsigned long long proctree_start(int pid)
+{
+	char buf[1024];
+
+	return proctree_start_of(proctree_stat(pid, buf, sizeof buf));
 }
 
 int proctree_parent(int pid)

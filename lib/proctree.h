@@ -23,6 +23,15 @@ struct proctree {
  * read (gone, or not ours to read).  The one parser of that line, whose
  * command name may hold anything, ')' and spaces too. */
 const char *proctree_stat(int pid, char *buf, size_t len);
+/* The same from a /proc/PID/stat kept open: it reads that process's, even
+ * once the pid is given to another (then the read fails: NULL). */
+const char *proctree_stat_fd(int fd, char *buf, size_t len);
+/* The start time of pid (clock ticks since boot, field 22 of
+ * /proc/PID/stat): with the pid it names one process, even after the pid
+ * is reused.  0 if it cannot be read. */
+unsigned long long proctree_start(int pid);
+/* The start time in stat_fields, what proctree_stat returned. */
+unsigned long long proctree_start_of(const char *stat_fields);
 /* The parent of pid, from /proc/PID/stat; -1 if it cannot be read (gone,
  * or not ours to read).  Needs nothing else of the library: the runner
  * links it alone. */

@@ -207,6 +207,10 @@ int record_lease_parse(json_t *o, struct lease_info *li)
 	copy_str(li->user, sizeof li->user, o, "user");
 	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
 	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	/* written by the transports beside the record (lease files, the
+	 * broker's state), not shown to users */
+	li->pid_start = (unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
+	li->job_start = (unsigned long long)json_integer_value(json_object_get(o, "job_start"));
 	copy_str(li->command, sizeof li->command, o, "command");
 	li->start_ms = json_integer_value(json_object_get(o, "start_ms"));
 	li->exclusive = !strcmp(json_string_value(json_object_get(o, "kind")) ?: "", "exclusive");
@@ -263,6 +267,8 @@ json_t *record_waiter_json(const struct waiter_info *wi)
 	json_object_set_new(o, "uid", json_integer(wi->uid));
 	set_some(o, "user", wi->user);
 	json_object_set_new(o, "pid", json_integer(wi->pid));
+	if (wi->pid_start)
+		json_object_set_new(o, "pid_start", json_integer((json_int_t)wi->pid_start));
 	json_object_set_new(o, "command", json_string(wi->command));
 	json_object_set_new(o, "since_ms", json_integer(wi->since_ms));
 	json_object_set_new(o, "summary", json_string(wi->summary));
@@ -296,6 +302,7 @@ int record_waiter_parse(json_t *o, struct waiter_info *wi)
 	wi->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
 	copy_str(wi->user, sizeof wi->user, o, "user");
 	wi->pid = (int)json_integer_value(json_object_get(o, "pid"));
+	wi->pid_start = (unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
 	copy_str(wi->command, sizeof wi->command, o, "command");
 	wi->since_ms = json_integer_value(json_object_get(o, "since_ms"));
 	copy_str(wi->summary, sizeof wi->summary, o, "summary");

@@ -208,6 +208,7 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 		cmd = self_command();
 	wi.uid = (unsigned)geteuid();
 	wi.pid = getpid();
+	wi.pid_start = proctree_start(wi.pid);
 	str_copy(wi.command, sizeof wi.command,
 	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
 	wi.since_ms = now_ms();
@@ -265,6 +266,8 @@ static int lease_before_rename(void *data, int fd)
 		return -1;
 	}
 	json_object_set_new(sc->doc, "job_pid", json_integer(sc->job_pid));
+	sc->lease->rec.job_start = proctree_start(sc->job_pid);
+	json_object_set_new(sc->doc, "job_start", json_integer((json_int_t)sc->lease->rec.job_start));
 	text = json_dumps(sc->doc, JSON_COMPACT);
 	if (!text) {
 		errno = ENOMEM;
@@ -344,6 +347,7 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	li->uid = (unsigned)geteuid();
 	registry_user_name(li->uid, li->user, sizeof li->user);
 	li->pid = getpid();
+	li->pid_start = proctree_start(li->pid);
 	str_copy(li->command, sizeof li->command,
 	         opts && opts->command ? opts->command : (cmd ? cmd : "?"));
 	li->start_ms = now_ms();
@@ -353,6 +357,7 @@ enum gm_err registry_publish_lease(struct registry *reg, struct attempt *a,
 	if (!doc)
 		goto failed;
 	json_object_set_new(doc, "pidns", json_integer(registry_own_pidns()));
+	json_object_set_new(doc, "pid_start", json_integer((json_int_t)li->pid_start));
 	sc.doc = doc;
 	snprintf(name, sizeof name, "%s%s",
 	         opts && opts->reserve_ms > 0 ? RESV_PREFIX : LEASE_PREFIX, li->id);

@@ -163,20 +163,24 @@ static int uid_in_status(int pid, unsigned uid)
 static _Thread_local struct {
 	int pid;
 	unsigned uid;
+	unsigned long long start;
 	int64_t at_ms;
 } holder_cache[256];
 
 /*
- * What the kernel says of process pid, which must belong to uid.  A file's
+ * What the kernel says of process pid, which must belong to uid and, when
+ * start is not 0, have started then (proctree_start): a pid the kernel gave
+ * again to another process of the same user is not the holder.  A file's
  * lock proves only that somebody holds it (anyone who can read a file can
  * flock it); that its writer still lives is proved by the process itself.
  */
-static enum holder holder_state(int pid, unsigned uid, json_int_t pidns)
+static enum holder holder_state(int pid, unsigned uid, unsigned long long start,
+                                json_int_t pidns)
 {
-	char path[64], buf[512], *p;
+	char path[64], buf[512];
+	const char *p;
 	struct stat st;
-	ssize_t n;
-	int fd, state = 0, slot = pid & 255;
+	int state = 0, slot = pid & 255;
 	int64_t now;
 
 	if (pid <= 0)
@@ -188,6 +192,7 @@ static enum holder holder_state(int pid, unsigned uid, json_int_t pidns)
 		return HOLDER_GONE;
 	now = monotonic_ms();
 	if (holder_cache[slot].pid == pid && holder_cache[slot].uid == uid &&
+	    (!start || holder_cache[slot].start == start) &&
 	    now - holder_cache[slot].at_ms < HOLDER_CACHE_MS)
 		return HOLDER_RUNNING;
 	/* The owner of /proc/PID is the process's effective uid (root for one
@@ -199,24 +204,18 @@ static enum holder holder_state(int pid, unsigned uid, json_int_t pidns)
 		                                                             : HOLDER_UNKNOWN;
 	if (st.st_uid != uid && !(st.st_uid == 0 && uid_in_status(pid, uid)))
 		return HOLDER_GONE;
-	snprintf(path, sizeof path, "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return HOLDER_UNKNOWN;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return HOLDER_GONE;
-	buf[n] = '\0';
-	/* "pid (comm) S ...": the command may hold anything, ')' too */
-	if ((p = strrchr(buf, ')')) && p[1] == ' ')
-		state = p[2];
-	if (!state || state == 'Z' || state == 'X' || state == 'x')
+	p = proctree_stat(pid, buf, sizeof buf);
+	if (!p)
+		return kill(pid, 0) < 0 && errno == ESRCH ? HOLDER_GONE : HOLDER_UNKNOWN;
+	state = p[0];
+	if (!state || state == 'Z' || state == 'X' || state == 'x' ||
+	    (start && proctree_start_of(p) != start))
 		return HOLDER_GONE;
 	if (state == 'T' || state == 't')
 		return HOLDER_STOPPED;
 	holder_cache[slot].pid = pid;
 	holder_cache[slot].uid = uid;
+	holder_cache[slot].start = start;
 	holder_cache[slot].at_ms = now;
 	return HOLDER_RUNNING;
 }
@@ -264,6 +263,8 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	memset(li, 0, sizeof *li);
 	li->pid = (int)json_integer_value(json_object_get(o, "pid"));
 	li->job_pid = (int)json_integer_value(json_object_get(o, "job_pid"));
+	li->pid_start = (unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
+	li->job_start = (unsigned long long)json_integer_value(json_object_get(o, "job_start"));
 	li->reservation = json_is_true(json_object_get(o, "reservation"));
 	li->expires_ms = json_integer_value(json_object_get(o, "expires_ms"));
 	/* Alive while its holder or its job lives (the job keeps the lease's
@@ -272,8 +273,9 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	 * reservation lives by its file alone (parse_reservation). */
 	if (!uid_matches(o, st) || li->reservation != resv ||
 	    (resv && !json_object_get(o, "uid")) ||
-	    (!li->reservation && holder_state(li->pid, st->st_uid, file_pidns(o)) == HOLDER_GONE &&
-	     holder_state(li->job_pid, st->st_uid, file_pidns(o)) == HOLDER_GONE)) {
+	    (!li->reservation &&
+	     holder_state(li->pid, st->st_uid, li->pid_start, file_pidns(o)) == HOLDER_GONE &&
+	     holder_state(li->job_pid, st->st_uid, li->job_start, file_pidns(o)) == HOLDER_GONE)) {
 		json_decref(o);
 		return 1;
 	}
@@ -371,7 +373,7 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 	}
 	/* A stopped waiter would hold its GPUs back from everyone behind it
 	 * while taking none: it keeps its place, and counts again once it runs. */
-	h = holder_state(wi->pid, st->st_uid, file_pidns(o));
+	h = holder_state(wi->pid, st->st_uid, wi->pid_start, file_pidns(o));
 	if (rc > 0 || !uid_matches(o, st) || h == HOLDER_GONE || h == HOLDER_STOPPED ||
 	    !ticket_time_honest(name, st) || (!wi->req && waiter_request_old(wi) < 0)) {
 		record_waiter_release(wi);
@@ -838,7 +840,7 @@ enum gm_err registry_files_read(struct registry *reg, struct registry_view *view
  * running -- neither gone nor stopped? */
 int registry_holder_runs(int pid, unsigned uid)
 {
-	enum holder h = holder_state(pid, uid, registry_own_pidns());
+	enum holder h = holder_state(pid, uid, 0, registry_own_pidns());
 
 	return h != HOLDER_GONE && h != HOLDER_STOPPED;
 }

@@ -155,6 +155,9 @@ static void behind_stop(struct waiting *w)
 		}
 		w->behind_pid[k] = -1;
 		w->behind[k][0] = '\0';
+		if (w->behind_stat[k] >= 0)
+			close(w->behind_stat[k]);
+		w->behind_stat[k] = -1;
 	}
 	if (w->behind_fd >= 0)
 		close(w->behind_fd);
@@ -199,6 +202,8 @@ static int behind_start(struct waiting *w, size_t k, size_t i, int wfd)
 	str_copy(w->behind[k], sizeof w->behind[k], w->ah.names[i]);
 	w->behind_holder[k] = w->ah.pids[i];
 	w->behind_uid[k] = w->ah.uids[i];
+	snprintf(path, sizeof path, "/proc/%d/stat", w->ah.pids[i]);
+	w->behind_stat[k] = open(path, O_RDONLY | O_CLOEXEC);
 	return 0;
 }
 
@@ -206,9 +211,20 @@ static int behind_start(struct waiting *w, size_t k, size_t i, int wfd)
  * back without leaving (an admin's cap on its user could). */
 static int behind_holds(const struct waiting *w, size_t k)
 {
-	return w->behind_pid[k] <= 0 ||
-	       (registry_holder_runs(w->behind_holder[k], w->behind_uid[k]) &&
-	        !config_max_gpus(&w->reg->cfg, w->behind_uid[k], NULL, 0));
+	char buf[512];
+	const char *p;
+	int runs;
+
+	if (w->behind_pid[k] <= 0)
+		return 1;
+	if (w->behind_stat[k] >= 0) {
+		/* that process's, read again: gone, the read fails */
+		p = proctree_stat_fd(w->behind_stat[k], buf, sizeof buf);
+		runs = p && !strchr("TtZXx", p[0]);
+	} else {
+		runs = registry_holder_runs(w->behind_holder[k], w->behind_uid[k]);
+	}
+	return runs && !config_max_gpus(&w->reg->cfg, w->behind_uid[k], NULL, 0);
 }
 
 /*

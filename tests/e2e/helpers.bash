@@ -112,3 +112,25 @@ as_user() {
 	setpriv --reuid="$u" --regid="$u" --clear-groups \
 		env -u XDG_CONFIG_HOME HOME=/tmp PATH="$PATH" "$@"
 }
+
+# take_pid PID USER NAME - the kernel gives PID again, to a process of
+# gmtest-USER's (sleep 300), its pid in $SHARED/pids/NAME (the trust suites'
+# teardowns kill those).  ns_last_pid is root's lever; a fork elsewhere on
+# the machine may take the pid first, so try again.
+take_pid() {
+	local pid=$1 user=gmtest-$2 i
+	wait_for "! kill -0 $pid 2>/dev/null"
+	for i in $(seq 100); do
+		echo $((pid - 1)) >/proc/sys/kernel/ns_last_pid
+		setpriv --reuid="$user" --regid="$user" --clear-groups sleep 300 &
+		BG_PIDS="${BG_PIDS:-} $!"
+		if [ "$!" = "$pid" ]; then
+			echo "$pid" >"$SHARED/pids/$3"
+			return 0
+		fi
+		kill -9 "$!"
+		wait "$!" 2>/dev/null || true
+	done
+	echo "could not have pid $pid given again" >&2
+	return 1
+}

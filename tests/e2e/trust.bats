@@ -184,6 +184,39 @@ ticket_name() {
 	[[ "$output" == *"gmtest-mallory"* ]]
 }
 
+@test "pid reuse around a holder: a dead lease whose pids the kernel gave again to its user's processes, locked by another user, counts for nothing" {
+	shared
+	bg alice job gpuman run -- sleep 300
+	wait_for '[ "$(leases)" = 1 ]'
+	lease=$(echo "$STATE"/lease.*)
+	holder=$(jq .pid "$lease")
+	job=$(jq .job_pid "$lease")
+	[ "$holder" != "$job" ]
+	kill_tree job
+	# both pids go to new processes of alice's, and mallory holds the
+	# file's lock: owner, pid and lock all look as they did
+	take_pid "$holder" alice h2
+	take_pid "$job" alice j2
+	[ "$(stat -c %U /proc/"$holder")" = gmtest-alice ]
+	hold mallory revive "$lease"
+	run -0 as_user bob gpuman status --json
+	[ "$(jqr '.leases | length')" = 0 ]
+	run -0 as_user bob gpuman run -- true
+	# the same for a ticket: alice waits behind bob, dies, and her pid is
+	# given again; bob's next request is not held behind the dead ticket
+	bg bob bjob gpuman run -- sleep 300
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	bg alice waiter gpuman run --wait -- true
+	wait_for '[ "$(tickets)" = 1 ]'
+	ticket=$(echo "$STATE"/wait.*)
+	waiter=$(jq .pid "$ticket")
+	kill_tree waiter
+	take_pid "$waiter" alice w2
+	hold mallory revive2 "$ticket"
+	run -0 as_user bob gpuman status --json
+	[ "$(jqr '.waiters | length')" = 0 ]
+}
+
 # The registry lock is the state directory itself: anyone can flock it, so
 # a waiter waits as long as the holder gets on with it and gives up,
 # naming the holder, only when the holder is stuck or the wait is over.

@@ -7,11 +7,13 @@ pid_of() {
 	cat "$SHARED/pids/$1"
 }
 
-# kill_tree NAME - kill -9 the process and its children at once
+# kill_tree NAME - kill -9 the process and its children at once: the
+# parent first, or it may see its child die and clean up
 kill_tree() {
-	local pid
+	local pid kids
 	pid=$(pid_of "$1")
-	kill -9 $(ps --ppid "$pid" -o pid=) "$pid" 2>/dev/null || return 0
+	kids=$(ps --ppid "$pid" -o pid=) || true
+	kill -9 "$pid" $kids 2>/dev/null || return 0
 	wait_for "! kill -0 $pid 2>/dev/null || grep -q '^State:.Z' /proc/$pid/status"
 }
 
