@@ -20,7 +20,7 @@ setup() {
 	echo '{ "gpus": [ { "name": "g1", "memory_total_mib": 16000 } ] }' >"$SHARED/gpus.json"
 	chmod 644 "$SHARED/gpus.json"
 	export GPUMAN_SIM=$SHARED/gpus.json
-	DAEMON=
+	DAEMON= FULL=
 }
 
 teardown() {
@@ -29,6 +29,7 @@ teardown() {
 	done
 	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	wait 2>/dev/null || true
+	[ -z "${FULL:-}" ] || umount "$FULL" 2>/dev/null || true
 	rm -rf "$SHARED"
 }
 
@@ -190,6 +191,37 @@ reserve() { as_user "$1" gpuman reserve --for 10m --mem 1M --json | jq -r .id; }
 	run -0 gpuman status --json
 	[ "$(jqr '[.leases[].id] | join(" ")')" = "$r2" ]
 	[ "$(jqr '.waiters | length')" = 1 ]
+}
+
+@test "broker journal: a full disk is said once, loses nothing in memory, and the file is written whole once there is room" {
+	gm_user alice
+	FULL=$BATS_TEST_TMPDIR/full
+	mkdir -p "$FULL"
+	mount -t tmpfs -o size=256k,mode=0755 tmpfs "$FULL" || skip "cannot mount a tmpfs here"
+	STATE=$FULL/leases.json
+	start_daemon
+	r1=$(reserve alice)
+	# no room left: the next appends fail (the file's last page fills)
+	dd if=/dev/zero of="$FULL/filler" bs=4k 2>/dev/null || true
+	for i in $(seq 2 12); do
+		reserve alice >>"$SHARED/ids"
+	done
+	cat "$BATS_TEST_TMPDIR/daemon.log"
+	[ "$(grep -c "cannot write the state file '$STATE': No space left on device (leases would not survive a restart)" "$BATS_TEST_TMPDIR/daemon.log")" = 1 ]
+	# the file holds no torn line meanwhile
+	state >/dev/null
+	# room again: within a second the file is written whole from memory
+	rm "$FULL/filler"
+	wait_for 'grep -q "the state file .$STATE. is written again" "$BATS_TEST_TMPDIR/daemon.log"'
+	[ "$(state | jq '.leases | length')" = 12 ]
+	crash
+	start_daemon
+	grep -q "restored 12 leases" "$BATS_TEST_TMPDIR/daemon.log"
+	run -0 gpuman status --json
+	[ "$(jqr '[.leases[].id] | sort | join(" ")')" = "$( (echo "$r1"; cat "$SHARED/ids") | sort | tr '\n' ' ' | sed 's/ $//')" ]
+	kill "$DAEMON"
+	wait "$DAEMON"
+	DAEMON=
 }
 
 # grant_bytes - bytes the broker writes per grant (a lease and its end),
