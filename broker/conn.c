@@ -163,7 +163,7 @@ void daemon_line_remove(struct daemon *d, struct conn *c)
 	c->lprev = c->lnext = NULL;
 	d->line_len--;
 	d->dirty = 1;
-	d->changed |= c->wait; /* its place leaves the state file */
+	daemon_state_unplace(d, c); /* its place leaves the state file */
 }
 
 void conn_free(struct conn *c)
@@ -447,9 +447,7 @@ static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	c->lease->job_pid = pid;
 	c->lease->job_start = daemon_proc_start(pid);
-	free(c->lease->record); /* its state-file line changed */
-	c->lease->record = NULL;
-	d->changed = 1;
+	daemon_state_lease(d, c->lease); /* its state-file record changed */
 	d->gen++;
 }
 

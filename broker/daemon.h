@@ -1,8 +1,9 @@
 /*
- * daemon.h - private to `gpuman daemon`, the lease broker (main.c:
- * its start-up, state file and small helpers; conn.c: connections and
- * requests; place.c: the limits and the line): its connections, its
- * leases, the daemon itself and the functions its files share.
+ * daemon.h - private to `gpuman daemon`, the lease broker (main.c: its
+ * start-up and small helpers; state.c: its state file; conn.c:
+ * connections and requests; place.c: the limits and the line): its
+ * connections, its leases, the daemon itself and the functions its files
+ * share.
  */
 #ifndef GM_BROKER_DAEMON_H
 #define GM_BROKER_DAEMON_H
@@ -132,6 +133,8 @@ struct conn {
 	int ghost;
 	char *place_record; /* its state file entry, made once */
 	size_t place_record_len;
+	size_t joined_at; /* > 0: its place is to be written (state.c) */
+	int on_file;      /* its place is in the state file */
 	/* Closed: freed at the end of the loop turn, as an event of the same
 	 * turn may still name it. */
 	int dead;
@@ -167,6 +170,20 @@ struct blease {
 	size_t record_len;
 };
 
+/* The state file, a journal (state.c): open to append to, its snapshot's
+ * and its changes' sizes, and this turn's changes. */
+struct state_file {
+	int fd; /* -1: the next write is a snapshot */
+	size_t snapshot_bytes, appended_bytes;
+	char *pend; /* this turn's change lines */
+	size_t pend_len, pend_cap;
+	struct conn **joined; /* waiters who joined the line this turn */
+	size_t joined_count, joined_cap;
+	int lost;         /* a change could not be kept in pend: write a snapshot */
+	int failing;      /* the last write failed (said once) */
+	int64_t retry_ms; /* monotonic: when it is tried again */
+};
+
 /* max_gpu_hours: what a user's ended leases held today (hours.c). */
 struct hours_use {
 	unsigned uid;
@@ -181,6 +198,7 @@ struct daemon {
 		int fd;
 	} listener;
 	const char *state_path;
+	struct state_file state;
 	struct gm_snapshot *snap;
 	int64_t snap_at; /* monotonic ms */
 	struct conn *conns;
@@ -260,9 +278,28 @@ void daemon_refuse(struct daemon *d, struct conn *c, enum gm_err code, const cha
 
 json_t *daemon_lease_json(const struct blease *l, int secret);
 
-/* Write every lease to the state file (a new file renamed into place, so a
- * broker killed mid-write leaves the previous one). */
+/* ---- state.c: the state file, a journal of the changes ----------------- */
+
+/* This turn's changes to the state file: one append and one fdatasync (or,
+ * now and then, a new snapshot of everything).  Call before a reply that
+ * must be on record (a grant) and at the end of each turn that changed. */
 void daemon_persist(struct daemon *d);
+/* Changes, written by the next daemon_persist: l granted (or its record
+ * changed: it is made again), l ended, c joined or left the line, a
+ * user's ledger entry changed (entry's reference is taken). */
+void daemon_state_lease(struct daemon *d, struct blease *l);
+void daemon_state_lease_end(struct daemon *d, const struct blease *l);
+void daemon_state_place(struct daemon *d, struct conn *c);
+void daemon_state_unplace(struct daemon *d, struct conn *c);
+void daemon_state_hours(struct daemon *d, json_t *entry);
+/* A write failed: when it is tried again (monotonic ms; due: marks d
+ * changed), or -1. */
+int64_t daemon_state_due(struct daemon *d);
+void daemon_state_close(struct daemon *d);
+/* The file folded into one document (a snapshot's shape), the caller's;
+ * NULL with *refuse 0 when there is none, with *refuse 1 (said) when it
+ * cannot be read. */
+json_t *daemon_state_load(struct daemon *d, int *refuse);
 
 void daemon_lease_free(struct blease *l);
 

@@ -62,6 +62,13 @@ static struct hours_use *entry(struct daemon *d, unsigned uid, int64_t day, int 
 	return &d->hours[d->hours_count++];
 }
 
+/* An entry's one record, in the state file's snapshot and its changes. */
+static json_t *entry_json(const struct hours_use *h)
+{
+	return json_pack("{s:i, s:I, s:I}", "uid", (int)h->uid, "day_ms", (json_int_t)h->day_ms,
+	                 "used_ms", (json_int_t)h->used_ms);
+}
+
 void daemon_hours_charge(struct daemon *d, const struct blease *l)
 {
 	int64_t now = now_ms(), day = daemon_day_start(now), used = held_since(l, day, now);
@@ -70,7 +77,7 @@ void daemon_hours_charge(struct daemon *d, const struct blease *l)
 	if (used <= 0 || !(h = entry(d, l->uid, day, 1)))
 		return;
 	h->used_ms += used;
-	d->changed = 1;
+	daemon_state_hours(d, entry_json(h)); /* this user's entry alone */
 }
 
 int64_t daemon_hours_used(struct daemon *d, unsigned uid)
@@ -91,9 +98,7 @@ json_t *daemon_hours_json(const struct daemon *d)
 	json_t *arr = json_array();
 
 	for (size_t i = 0; i < d->hours_count; i++)
-		json_array_append_new(arr, json_pack("{s:i, s:I, s:I}", "uid", (int)d->hours[i].uid,
-		                                     "day_ms", (json_int_t)d->hours[i].day_ms,
-		                                     "used_ms", (json_int_t)d->hours[i].used_ms));
+		json_array_append_new(arr, entry_json(&d->hours[i]));
 	return arr;
 }
 

@@ -11,9 +11,9 @@
  * waiter costs a socket and nothing else; a release hands its GPUs to the
  * next in line in the same loop turn.
  *
- * Leases are written to a state file owned by root after every change; a
- * broker that is killed and started again keeps the leases whose job (or,
- * without one, holder) still lives, watching it with a pidfd, and accepts
+ * Leases are written to a state file owned by root after every change (a
+ * journal, state.c); a broker that is killed and started again keeps the
+ * leases whose job (or, without one, holder) still lives, watching it with a pidfd, and accepts
  * their release from a new connection with the lease's token.
  *
  * A reservation (gpuman reserve) is a lease that no connection holds: it
@@ -25,9 +25,9 @@
  * reservation longer than max_reserve is refused.  The file is read again
  * when it changes.
  *
- * This file: start-up, the state file and small helpers; conn.c the
- * connections and their requests; place.c the admin's limits and
- * serving the line; daemon.h what they share.
+ * This file: start-up, restoring the state file and small helpers; state.c
+ * the state file; conn.c the connections and their requests; place.c the
+ * admin's limits and serving the line; daemon.h what they share.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -223,21 +223,6 @@ void daemon_random_hex(char *buf, size_t bytes)
 		sprintf(buf + 2 * i, "%02x", r[i]);
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int pidfd_open_(int pid)
 {
 	return (int)syscall(SYS_pidfd_open, pid, 0);
@@ -273,89 +258,6 @@ json_t *daemon_lease_json(const struct blease *l, int secret)
 		json_object_set_new(o, "job_start", json_integer((json_int_t)l->job_start));
 	}
 	return o;
-}
-
-/* A lease's line in the state file, made once: the file is the records
- * joined, so writing it costs a copy of its bytes, not a JSON encoding of
- * every lease on every change. */
-static const char *lease_record(struct blease *l)
-{
-	if (!l->record) {
-		json_t *o = daemon_lease_json(l, 1);
-
-		l->record = json_dumps(o, JSON_COMPACT);
-		l->record_len = l->record ? strlen(l->record) : 0;
-		json_decref(o);
-	}
-	return l->record;
-}
-
-/* Write every lease and waiter to the state file (a new file, synced,
- * renamed into place: a broker killed mid-write, or a machine that loses
- * power, leaves the previous one).  Each record is made once (lease_record,
- * daemon_place_record): a change costs copying the records, not encoding
- * every lease and waiter again. */
-void daemon_persist(struct daemon *d)
-{
-	char tmp[PATH_MAX + 8];
-	json_t *doc = json_object();
-	char *hours, *text = NULL;
-	size_t len = 0, cap;
-	int fd, ok = 0, first;
-
-	d->changed = 0;
-	json_object_set_new(doc, "gpu_hours", daemon_hours_json(d));
-	hours = json_dumps(doc, JSON_COMPACT);
-	json_decref(doc);
-	cap = 64 + (hours ? strlen(hours) : 0);
-	for (struct blease *l = d->leases; l; l = l->next)
-		cap += (lease_record(l) ? l->record_len : 0) + 1;
-	for (struct conn *c = d->line_head; c; c = c->lnext)
-		cap += (daemon_place_record(c) ? c->place_record_len : 0) + 1;
-	text = hours ? malloc(cap) : NULL;
-	if (text) {
-		/* {"gpu_hours":[...],"leases":[l1,...],"waiters":[w1,...]} */
-		len = strlen(hours) - 1;
-		memcpy(text, hours, len);
-		len += (size_t)sprintf(text + len, ",\"leases\":[");
-		first = 1;
-		for (struct blease *l = d->leases; l; l = l->next) {
-			if (!l->record)
-				continue;
-			if (!first)
-				text[len++] = ',';
-			first = 0;
-			memcpy(text + len, l->record, l->record_len);
-			len += l->record_len;
-		}
-		/* The line's places (restart.c), in line order. */
-		len += (size_t)sprintf(text + len, "],\"waiters\":[");
-		first = 1;
-		for (struct conn *c = d->line_head; c; c = c->lnext) {
-			if (!c->place_record)
-				continue;
-			if (!first)
-				text[len++] = ',';
-			first = 0;
-			memcpy(text + len, c->place_record, c->place_record_len);
-			len += c->place_record_len;
-		}
-		len += (size_t)sprintf(text + len, "]}");
-	}
-	snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
-	unlink(tmp);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (text && fd >= 0 && write_all(fd, text, len) == 0 && fdatasync(fd) == 0 &&
-	    rename(tmp, d->state_path) == 0)
-		ok = 1;
-	if (!ok)
-		daemon_say(
-		    "cannot write the state file '%s': %s (leases would not survive a restart)",
-		    d->state_path, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	free(text);
-	free(hours);
 }
 
 void daemon_lease_free(struct blease *l)
@@ -395,7 +297,8 @@ void daemon_lease_end(struct daemon *d, struct blease *l)
 	d->reservation_count -= l->reservation ? 1 : 0;
 	d->gen++;
 	d->lease_count--;
-	d->dirty = d->changed = 1;
+	d->dirty = 1;
+	daemon_state_lease_end(d, l);
 	l->ended = 1;
 	l->grave = d->ended_leases;
 	d->ended_leases = l;
@@ -409,7 +312,7 @@ void daemon_lease_add(struct daemon *d, struct blease *l)
 		d->leases->prev = l;
 	d->leases = l;
 	d->lease_count++;
-	d->changed = 1;
+	daemon_state_lease(d, l);
 	{
 		struct user_slot *u = daemon_user(d, l->uid);
 
@@ -457,14 +360,15 @@ static int check_state_dir(const char *path)
 }
 
 /* Leases of the broker that ran before: kept while the process they were
- * tied to lives. */
-static void restore(struct daemon *d)
+ * tied to lives.  -1: its state file cannot be read (said). */
+static int restore(struct daemon *d)
 {
-	json_t *doc = json_load_file(d->state_path, 0, NULL), *arr, *o;
+	int refuse;
+	json_t *doc = daemon_state_load(d, &refuse), *arr, *o;
 	size_t i, kept = 0, ended = 0;
 
 	if (!doc)
-		return;
+		return refuse ? -1 : 0;
 	daemon_hours_restore(d, json_object_get(doc, "gpu_hours"));
 	arr = json_object_get(doc, "leases");
 	json_array_foreach(arr, i, o)
@@ -536,7 +440,8 @@ static void restore(struct daemon *d)
 		           kept, kept == 1 ? "" : "s", ended);
 	daemon_places_restore(d, json_object_get(doc, "waiters"));
 	json_decref(doc);
-	daemon_persist(d);
+	daemon_persist(d); /* a snapshot: the first write always is */
+	return 0;
 }
 
 /* The default socket's directory: root's, and writable by root alone, as
@@ -682,6 +587,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
 	d->epfd = -1;
 	d->listener.fd = -1;
+	d->state.fd = -1;
 	d->listener.kind = EV_LISTEN;
 	d->state_path = args.state_path;
 	memset(&sa, 0, sizeof sa);
@@ -712,7 +618,8 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 	/* The fence's cgroup moves, on a thread of their own. */
 	if (daemon_worker_start(d) < 0)
 		goto done;
-	restore(d);
+	if (restore(d) < 0)
+		goto done;
 	daemon_fence_restore(d);
 	d->listener.fd = listen_on(args.socket_path, d->bound_path, sizeof d->bound_path);
 	if (d->listener.fd < 0)
@@ -731,7 +638,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 		struct epoll_event evs[256];
 		int64_t now = monotonic_ms(), next_silent = daemon_drop_silent(d), until = -1;
 		int64_t next_expiry = daemon_expire(d), next_reading = daemon_reader_due(d);
-		int64_t next_place = daemon_places_due(d);
+		int64_t next_place = daemon_places_due(d), next_write = daemon_state_due(d);
 		int timeout = -1, n, recheck = 0;
 
 		if (d->line_head)
@@ -742,6 +649,8 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 			until = next_reading;
 		if (next_place >= 0 && (until < 0 || next_place < until))
 			until = next_place;
+		if (next_write >= 0 && (until < 0 || next_write < until))
+			until = next_write;
 		/* Wall clock to monotonic: a reservation ends on the loop's timer. */
 		if (next_expiry >= 0 && (until < 0 || now + (next_expiry - now_ms()) < until))
 			until = now + (next_expiry - now_ms());
@@ -836,6 +745,7 @@ done:
 	if (d->cfg_read)
 		config_release(&d->cfg);
 	free(d->hours);
+	daemon_state_close(d);
 	free(d);
 	return status;
 }

@@ -4,7 +4,8 @@
  *
  * Each waiter is given a place token in its "queued" reply, and its line
  * entry (arrival seq and time, uid, pid and the pid's start time, the
- * token and the request) goes to the state file beside the leases.  A
+ * token and the request) goes to the state file beside the leases (a
+ * record made once: daemon_place_record; state.c writes it).  A
  * broker that starts puts the entries of the one before it back in the
  * line, in their old order, as places that no connection holds yet: they
  * hold back the GPUs they could use (the rules treat them as any waiter
@@ -93,7 +94,8 @@ static void line_insert(struct daemon *d, struct conn *c, struct conn *next)
 		d->line_tail = c;
 	d->line_len++;
 	d->gen++;
-	d->dirty = d->changed = 1;
+	d->dirty = 1;
+	daemon_state_place(d, c);
 }
 
 void daemon_places_restore(struct daemon *d, json_t *arr)

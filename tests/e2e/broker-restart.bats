@@ -54,7 +54,9 @@ bg() {
 
 status_of() { wait "$(cat "$SHARED/pids/$1.job")"; }
 
-places() { jq '.waiters | length' "$STATE" 2>/dev/null || echo 0; }
+# state - the state file as the broker reads it back (a journal, folded)
+state() { jq -s -f "$BATS_TEST_DIRNAME/helpers/state.jq" "$STATE" 2>/dev/null; }
+places() { state | jq '.waiters | length' 2>/dev/null || echo 0; }
 waiting() { gpuman status --json | jq '.waiters | length'; }
 
 # until_gone N SECONDS - until the waiters w1..wN have all ended
@@ -77,7 +79,7 @@ until_gone() {
 	# alice holds the one GPU until told; her job records where it ran
 	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done;
 		exec gpuman-simload --mem 1G --util 50 --seconds 0.5 --record '$SHARED/rec'"
-	wait_for '[ "$(jq ".leases | length" "$STATE" 2>/dev/null)" = 1 ]'
+	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
 	# 50 waiters, alice and bob in turn, each in line before the next asks
 	for i in $(seq 50); do
 		user=alice
@@ -132,11 +134,11 @@ until_gone() {
 	gm_user bob
 	start_daemon
 	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done"
-	wait_for '[ "$(jq ".leases | length" "$STATE" 2>/dev/null)" = 1 ]'
+	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
 	bg a alice gpuman run --wait -- sh -c "echo a >>'$SHARED/order'"
 	wait_for '[ "$(places)" = 1 ]'
-	token=$(jq -r '.waiters[0].place' "$STATE")
-	request=$(jq -c '.waiters[0].request' "$STATE")
+	token=$(state | jq -r '.waiters[0].place')
+	request=$(state | jq -c '.waiters[0].request')
 	[ "${#token}" = 32 ]
 	# alice's client cannot come back while bob tries her token
 	kill -STOP "$(cat "$SHARED/pids/a")"
@@ -159,10 +161,10 @@ until_gone() {
 		"$(cat "$SHARED/pids/a"),$(cat "$SHARED/pids/b"),$(cat "$SHARED/pids/f")" ]
 	[ "$(jqr '[.waiters[].user] | join(",")')" = gmtest-alice,gmtest-bob,gmtest-alice ]
 	# bob and the forger were given places of their own
-	[ "$(jq -r '.waiters[0].place' "$STATE")" = "$token" ]
-	[ "$(jq -r '.waiters[1].uid' "$STATE")" = "$(id -u gmtest-bob)" ]
-	[ "$(jq -r '.waiters[1].place' "$STATE")" != "$token" ]
-	[ "$(jq -r '.waiters[2].place' "$STATE")" != 0123456789abcdef0123456789abcdef ]
+	[ "$(state | jq -r '.waiters[0].place')" = "$token" ]
+	[ "$(state | jq -r '.waiters[1].uid')" = "$(id -u gmtest-bob)" ]
+	[ "$(state | jq -r '.waiters[1].place')" != "$token" ]
+	[ "$(state | jq -r '.waiters[2].place')" != 0123456789abcdef0123456789abcdef ]
 	# alice comes back and is served first (bob, served before her, would
 	# hold the GPU for 30 s)
 	kill -CONT "$(cat "$SHARED/pids/a")"
@@ -177,7 +179,7 @@ until_gone() {
 	gm_user alice
 	start_daemon
 	bg holder alice gpuman run -- sh -c "while [ -d '$SHARED' ]; do sleep 0.1; done"
-	wait_for '[ "$(jq ".leases | length" "$STATE" 2>/dev/null)" = 1 ]'
+	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
 	bg a alice gpuman run --wait -- true
 	wait_for '[ "$(places)" = 1 ]'
 	bg b alice gpuman run --wait -- true

@@ -188,7 +188,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	wait_for '[ "$(leases .user)" = gmtest-alice ]'
 	id=$(leases .id)
 	# the token is alice's secret; mallory guesses, then even uses the right one
-	token=$(jq -r '.leases[0].token' "$STATE")
+	token=$(jq -s -r -f "$BATS_TEST_DIRNAME/helpers/state.jq" "$STATE" | jq -r '.leases[0].token')
 	[ -n "$token" ] && [ "$token" != null ]
 	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
 		"{\"v\":1,\"op\":\"release\",\"id\":\"$id\",\"token\":\"0000\"}"
@@ -350,7 +350,8 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(jqr '[.leases[] | "\(.kind) \(.gpus[0].index)"] | unique | join(",")')" = "exclusive 0" ]
 	[ "$(jqr '[.leases[].user] | sort | join(",")')" = gmtest-alice,gmtest-bob ]
 	# and so does the state file, for a restarted broker
-	[ "$(jq -r '[.leases[].gpus[0].mig_uuid] | sort | join(" ")' "$STATE")" = "$s1c $s1d" ]
+	[ "$(jq -s -f "$BATS_TEST_DIRNAME/helpers/state.jq" "$STATE" |
+		jq -r '[.leases[].gpus[0].mig_uuid] | sort | join(" ")')" = "$s1c $s1d" ]
 	# no third 1g.10gb slice now: 75, naming who holds each
 	run -75 as_user bob gpuman run --mig 1g.10gb -- true
 	[[ "$output" == *"1g.10gb MIG-1c000000 leased by gmtest-"*"1g.10gb MIG-1d000000 leased by gmtest-"* ]]
