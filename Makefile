@@ -257,7 +257,7 @@ check: check-deps all $(UNIT_BIN) man clients
 # still collide), and each sanitized waiter kept up to 256 MiB of freed
 # memory in ASan's quarantine while it re-read the line every second: 200 of
 # them exhausted this 24 GiB machine.
-ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16 GM_BURST=40
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16 GM_BURST=40 GM_ROUNDS=5
 asan: check-deps
 	@$(ASAN_ENV) $(MAKE) --no-print-directory BUILD=build-asan \
 		CFLAGS="-O1 -g -fno-omit-frame-pointer" \

@@ -446,7 +446,7 @@ static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 	if (!c->lease || uid < 0 || (c->uid != 0 && (unsigned)uid != c->uid))
 		return;
 	c->lease->job_pid = pid;
-	c->lease->job_start = daemon_proc_start(pid);
+	c->lease->job_start = proctree_start(pid);
 	daemon_state_lease(d, c->lease); /* its state-file record changed */
 	d->gen++;
 }

@@ -250,11 +250,6 @@ void daemon_conn_limits(struct daemon *d);
 
 void shared_text_put(struct shared_text *t);
 
-/* The start time of a process (clock ticks since boot, field 22 of
- * /proc/PID/stat): with the pid, it names one process even after the pid
- * is reused.  0 when it does not exist. */
-uint64_t daemon_proc_start(int pid);
-
 /* The real uid of a process, or -1. */
 long daemon_proc_uid(int pid);
 

@@ -413,7 +413,7 @@ static void place_done(struct daemon *d, struct work *w)
 	} else {
 		struct pollfd p = {j->pidfd, POLLIN, 0};
 
-		if (poll(&p, 1, 0) != 0 || daemon_proc_start(j->pid) != j->start) {
+		if (poll(&p, 1, 0) != 0 || proctree_start(j->pid) != j->start) {
 			snprintf(why, sizeof why, "pid %d ended while it was placed", j->asked);
 		} else if (j->k) {
 			/* In its lease's cgroup now: home again when that ends,
@@ -486,7 +486,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	/* Held from the check to the move: the pid cannot be reused by
 	 * another process meanwhile without our seeing that it ended. */
 	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-	j->start = daemon_proc_start(pid);
+	j->start = proctree_start(pid);
 	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
 		snprintf(why, sizeof why, "pid %d is not a process of yours", j->asked);
 		goto refused;
@@ -633,7 +633,7 @@ static void keepers_home(const char *id)
 			pp = &k->next;
 			continue;
 		}
-		if (daemon_proc_start(k->pid) == k->start &&
+		if (proctree_start(k->pid) == k->start &&
 		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
 		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0) {
 			/* Home was another lease's cgroup, ended meanwhile: the
@@ -706,7 +706,7 @@ void daemon_fence_restore(struct daemon *d)
 		k->pid = (int)json_integer_value(json_object_get(v, "pid"));
 		k->start = (uint64_t)json_integer_value(json_object_get(v, "start"));
 		str_copy(k->origin, sizeof k->origin, origin);
-		if (k->pid <= 1 || !k->start || daemon_proc_start(k->pid) != k->start) {
+		if (k->pid <= 1 || !k->start || proctree_start(k->pid) != k->start) {
 			free(k); /* ended meanwhile: nothing to move */
 			continue;
 		}
@@ -810,13 +810,13 @@ void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	start = daemon_proc_start(pid);
+	start = proctree_start(pid);
 	snprintf(id, sizeof id, "session-%u-%d", (unsigned)uid, pid);
 	if (pidfd < 0 || !start ||
 	    rule_for(d, NULL, (unsigned)uid, NULL, &rule, &all, err, sizeof err) < 0 ||
 	    fence.ops->update(&fence, id, &rule, &all, err, sizeof err) < 0 ||
 	    fence.ops->enter(&fence, id, pid, err, sizeof err) < 0 ||
-	    daemon_proc_start(pid) != start) {
+	    proctree_start(pid) != start) {
 		snprintf(why, sizeof why, "cannot fence login session %d of uid %u: %s", pid,
 		         (unsigned)uid, err[0] ? err : "it ended");
 		daemon_say("%s", why);

@@ -152,21 +152,6 @@ void shared_text_put(struct shared_text *t)
 		free(t);
 }
 
-/* The start time of a process (clock ticks since boot, field 22 of
- * /proc/PID/stat): with the pid, it names one process even after the pid
- * is reused.  0 when it does not exist. */
-uint64_t daemon_proc_start(int pid)
-{
-	char buf[1024];
-	const char *p = proctree_stat(pid, buf, sizeof buf);
-
-	/* p is at the state, field 3; the start time is field 22 */
-	for (int field = 3; p && field < 22; field++)
-		if ((p = strchr(p, ' ')))
-			p++;
-	return p ? strtoull(p, NULL, 10) : 0;
-}
-
 /* The real uid of a process, or -1. */
 long daemon_proc_uid(int pid)
 {
@@ -417,10 +402,10 @@ static int restore(struct daemon *d)
 		/* The job, if it was started; else whoever asked. */
 		watch = l->job_pid ? l->job_pid : l->pid;
 		start = l->job_pid ? l->job_start : l->pid_start;
-		if (watch > 0 && start && daemon_proc_start(watch) == start)
+		if (watch > 0 && start && proctree_start(watch) == start)
 			l->pidfd = pidfd_open_(watch);
 		/* Opened after the check: the process may have ended between. */
-		if (l->pidfd < 0 || daemon_proc_start(watch) != start) {
+		if (l->pidfd < 0 || proctree_start(watch) != start) {
 			if (l->pidfd >= 0)
 				close(l->pidfd);
 			daemon_lease_free(l);

@@ -132,7 +132,7 @@ void daemon_places_restore(struct daemon *d, json_t *arr)
 		/* Its process is gone (or the pid is another's now): nobody will
 		 * come back for it. */
 		if (!token || strlen(token) != 32 || !g->req || g->pid <= 0 || !g->pid_start ||
-		    daemon_proc_start(g->pid) != g->pid_start || !snap ||
+		    proctree_start(g->pid) != g->pid_start || !snap ||
 		    (usable && !json_is_object(usable)) ||
 		    (usable_migs && !json_is_object(usable_migs))) {
 			conn_free(g);
@@ -167,7 +167,7 @@ int daemon_place_take(struct daemon *d, struct conn *c, const char *token)
 {
 	struct conn *g = NULL, *next;
 
-	c->pid_start = daemon_proc_start(c->pid);
+	c->pid_start = proctree_start(c->pid);
 	/* Only a restored place (a ghost) is ever taken, and only by its
 	 * token: without one, g stays NULL, however like the line's head the
 	 * caller looks (one process's many connections share uid and pid). */

@@ -267,7 +267,8 @@ static int lease_before_rename(void *data, int fd)
 	}
 	json_object_set_new(sc->doc, "job_pid", json_integer(sc->job_pid));
 	sc->lease->rec.job_start = proctree_start(sc->job_pid);
-	json_object_set_new(sc->doc, "job_start", json_integer((json_int_t)sc->lease->rec.job_start));
+	json_object_set_new(sc->doc, "job_start",
+	                    json_integer((json_int_t)sc->lease->rec.job_start));
 	text = json_dumps(sc->doc, JSON_COMPACT);
 	if (!text) {
 		errno = ENOMEM;

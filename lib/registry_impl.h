@@ -80,8 +80,8 @@ struct waiting {
 };
 #define WAITING_INIT(cancel, reg, mine)                                                            \
 	{                                                                                          \
-		(cancel), (reg), (mine), {0}, -1, 0, {-1, -1}, {"", ""}, {0, 0}, {0, 0},           \
-		    {-1, -1}, -1                                                                   \
+		(cancel), (reg), (mine), {0}, -1, 0, {-1, -1}, {"", ""}, {0, 0}, {0, 0}, {-1, -1}, \
+		    -1                                                                             \
 	}
 
 /* Free what a waiter holds between attempts: its inotify, its child. */

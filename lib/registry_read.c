@@ -174,8 +174,7 @@ static _Thread_local struct {
  * lock proves only that somebody holds it (anyone who can read a file can
  * flock it); that its writer still lives is proved by the process itself.
  */
-static enum holder holder_state(int pid, unsigned uid, unsigned long long start,
-                                json_int_t pidns)
+static enum holder holder_state(int pid, unsigned uid, unsigned long long start, json_int_t pidns)
 {
 	char path[64], buf[512];
 	const char *p;

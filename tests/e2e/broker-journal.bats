@@ -8,15 +8,11 @@
 # state file, real users (gmtest-alice and gmtest-bob; root only).
 
 load helpers
+load helpers/broker
 
 setup() {
 	gm_setup
-	SHARED=$(mktemp -d /tmp/gpuman-journal.XXXXXX)
-	chmod 1777 "$SHARED"
-	mkdir -m 1777 "$SHARED/sim" "$SHARED/pids"
-	install -m 666 /dev/null "$SHARED/sim/lock"
-	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
-	STATE=$BATS_TEST_TMPDIR/broker/leases.json
+	broker_setup journal
 	echo '{ "gpus": [ { "name": "g1", "memory_total_mib": 16000 } ] }' >"$SHARED/gpus.json"
 	chmod 644 "$SHARED/gpus.json"
 	export GPUMAN_SIM=$SHARED/gpus.json
@@ -24,22 +20,8 @@ setup() {
 }
 
 teardown() {
-	for f in "$SHARED"/pids/*; do
-		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-	done
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
-	wait 2>/dev/null || true
+	broker_teardown
 	[ -z "${FULL:-}" ] || umount "$FULL" 2>/dev/null || true
-	rm -rf "$SHARED"
-}
-
-# start_daemon - a broker of this test; returns once it serves
-start_daemon() {
-	local n
-	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log" 2>/dev/null || true)
-	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
-	DAEMON=$!
-	wait_for "[ \"\$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log' 2>/dev/null)\" -gt ${n:-0} ]"
 }
 
 crash() {

@@ -6,25 +6,16 @@
 # about other users' processes is what the caller's own /proc shows.
 
 load helpers
+load helpers/broker
 
 setup() {
 	gm_setup
-	SHARED=$(mktemp -d /tmp/gpuman-bnvml.XXXXXX)
-	chmod 1777 "$SHARED"
-	mkdir -m 1777 "$SHARED/sim" "$SHARED/pids"
-	install -m 666 /dev/null "$SHARED/sim/lock"
-	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
-	STATE=$BATS_TEST_TMPDIR/broker/leases.json
+	broker_setup bnvml
 }
 
 teardown() {
-	for f in "$SHARED"/pids/*; do
-		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-	done
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	[ -z "${NS_PID:-}" ] || kill -9 "$NS_PID" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$SHARED"
+	broker_teardown
 }
 
 # machine JSON-OF-GPUS [LATENCY] - a scenario every user can read
@@ -35,18 +26,6 @@ machine() {
 }
 
 gpu() { echo "{\"name\":\"g\",\"memory_total_mib\":16000${1:+,$1}}"; }
-
-start_daemon() {
-	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
-	DAEMON=$!
-	for _ in $(seq 400); do
-		grep -q serving "$BATS_TEST_TMPDIR/daemon.log" 2>/dev/null && return 0
-		kill -0 "$DAEMON" 2>/dev/null || break
-		sleep 0.05
-	done
-	cat "$BATS_TEST_TMPDIR/daemon.log" >&2
-	return 1
-}
 
 bg() { # bg NAME USER CMD... - as broker.bats's bg
 	local name=$1 user=$2; shift 2

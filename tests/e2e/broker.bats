@@ -5,25 +5,16 @@
 # elsewhere) and judge by the jobs' own --record lines, not gpuman's word.
 
 load helpers
+load helpers/broker
 
 setup() {
 	gm_setup
-	SHARED=$(mktemp -d /tmp/gpuman-broker.XXXXXX)
-	chmod 1777 "$SHARED"
-	mkdir -m 1777 "$SHARED/sim" "$SHARED/pids"
-	install -m 666 /dev/null "$SHARED/sim/lock"
+	broker_setup broker
 	install -m 666 /dev/null "$SHARED/rec"
-	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
-	STATE=$BATS_TEST_TMPDIR/broker/leases.json
 }
 
 teardown() {
-	for f in "$SHARED"/pids/*; do
-		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-	done
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$SHARED"
+	broker_teardown
 }
 
 gpus() { # gpus N - a machine of N empty GPUs that every user can read
@@ -34,16 +25,6 @@ gpus() { # gpus N - a machine of N empty GPUs that every user can read
 	echo "{ \"gpus\": [ $list ] }" >"$SHARED/gpus.json"
 	chmod 644 "$SHARED/gpus.json"
 	export GPUMAN_SIM=$SHARED/gpus.json
-}
-
-# start_daemon - a broker of this test; returns once it serves (a killed
-# one's socket file is still there: wait for the new one's word).
-start_daemon() {
-	local n
-	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log" 2>/dev/null || true)
-	gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
-	DAEMON=$!
-	wait_for "[ \"\$(grep -c serving '$BATS_TEST_TMPDIR/daemon.log' 2>/dev/null)\" -gt ${n:-0} ]"
 }
 
 # bg NAME USER CMD... - run CMD as gmtest-USER (or as this user for "-") in

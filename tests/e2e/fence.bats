@@ -9,6 +9,7 @@
 # program) and v1 (the devices controller), are forced in turn.
 
 load helpers
+load helpers/broker # start_daemon
 
 TRY="$BATS_TEST_DIRNAME/helpers/try-open.py"
 
@@ -41,6 +42,7 @@ teardown() {
 	done
 	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	wait 2>/dev/null || true
+	broker_fence_clean
 	umount "$SHARED/dev" 2>/dev/null || true
 	# what the systemd stand-in made: the test's scopes, then its slices
 	local m s
@@ -64,16 +66,9 @@ gpus() { # gpus N - N GPUs, GPU i's device node /dev/nvidia<i>
 	export GPUMAN_SIM=$SHARED/gpus.json
 }
 
-# start_daemon [VAR=VALUE...] - this test's broker, as root
-start_daemon() {
-	env "$@" gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" \
-		2>>"$BATS_TEST_TMPDIR/daemon.log" &
-	DAEMON=$!
-	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
-}
-
 # The cgroups of leases that are still there (the suite's own folder:
-# helpers.bash).
+# helpers.bash).  One goes once its job's last process has ended: beside
+# the other suite of make check that took over 10 s, so the tests wait 30.
 cgroups_left() {
 	ls "/sys/fs/cgroup/unified/$GPUMAN_FENCE_CGROUP" "/sys/fs/cgroup/devices/$GPUMAN_FENCE_CGROUP" 2>/dev/null |
 		grep -c '^[0-9]*-[0-9]*-[0-9a-f]*$' || true
@@ -114,7 +109,7 @@ fenced_run() { # the run test, under mechanism $1
 	# before the fence, and outside it, the same user opens every GPU
 	as_user alice "$TRY" "$SHARED/out/free" free $NODES
 	grep -qx "free nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/free"
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
 @test "fence v2: a job leased GPU 2 opens GPU 2 but not GPU 3, nor does anything it forks, double-forks or setsids" {
@@ -151,7 +146,7 @@ fenced_run() { # the run test, under mechanism $1
 		gpuman submit --only 2 -- "$TRY" "$SHARED/out/queue" queued $NODES 3>&-
 	wait_for "[ -s '$SHARED/out/queue' ]"
 	check "$SHARED/out/queue" queued
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
 @test "fence: when the lease ends nothing of the job is left, even with its supervisor killed -9" {
@@ -176,7 +171,7 @@ EOF
 	# the supervisor dies; the job goes on with its lease, then ends
 	kill -9 "$sup"
 	wait_for "! kill -0 $left 2>/dev/null"
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 	run -0 gpuman status --json
 	[ "$(jqr '.leases | length')" = 0 ]
 }
@@ -270,7 +265,7 @@ EOF
 	rc=0
 	wait "$shell" || rc=$?
 	[ "$rc" = 137 ] # the shell's status: SIGKILL
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
 @test "fence: a shell that evals gpuman reserve's lines opens only the reserved GPUs, as does all it starts; at the reservation's end it goes on, and what it started does not" {
@@ -297,7 +292,7 @@ EOF
 	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/eval"
 	# what it started under the reservation ended with it
 	wait_for "! kill -0 $(cat "$SHARED/pids/bg") 2>/dev/null"
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 	# --json is for programs, not for eval: nobody is placed
 	run -0 as_user alice sh -c 'gpuman reserve --for 10m --only 2 --json >/dev/null; cat /proc/self/cgroup'
 	[[ "$output" != *"$GPUMAN_FENCE_CGROUP"* ]]
@@ -371,7 +366,7 @@ EOF
 	touch "$SHARED/out/go"
 	wait "$py" # alive to the end: moved home, not killed with the cgroup
 	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
 @test "fence restart: what a job left in its cgroup is ended by the next broker when the job ended while none ran" {
@@ -407,7 +402,7 @@ EOF
 	grep -q "1 cgroup of leases that ended meanwhile ended" "$BATS_TEST_TMPDIR/daemon.log" ||
 		{ cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
 	wait_for "! kill -0 $left 2>/dev/null"
-	wait_for "[ \$(cgroups_left) = 0 ]"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
 # ---- where systemd is PID 1: the job's cgroup is a transient scope -------

@@ -22,9 +22,10 @@ gm_setup() {
 	# daemon) serves /run/gpuman/gpuman.sock; broker.bats starts its own.
 	export GPUMAN_BROKER=off
 	# A root broker a test starts fences its jobs: in a cgroup folder of
-	# this suite's own, so that the suites make check runs side by side
-	# (plain and ASan) never sweep or count each other's.
-	export GPUMAN_FENCE_CGROUP="gpuman-test-${BATS_RUN_TMPDIR##*/}"
+	# this test's own, so that the suites make check runs side by side
+	# (plain and ASan) never sweep or count each other's, nor a test the
+	# cgroup of a job an earlier test's broker kept when it was stopped.
+	export GPUMAN_FENCE_CGROUP="gpuman-test-${BATS_RUN_TMPDIR##*/}-${BATS_SUITE_TEST_NUMBER:-0}"
 	mkdir -p "$GPUMAN_SIM_STATE"
 }
 

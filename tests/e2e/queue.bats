@@ -120,7 +120,7 @@ EOF
 	[ "$(tail -1 marks.txt)" = again ]
 }
 
-@test "kill -9 of the dispatcher at random moments, 20 times, during a 300-job queue: every job ends exactly once" {
+@test "kill -9 of the dispatcher at random moments, round after round of a queue (300 jobs): every job ends exactly once" {
 	gpus 8
 	# Twenty rounds: queue 15 jobs (a submit starts a dispatcher if none
 	# runs), then kill the dispatcher at a random moment while they are
@@ -128,8 +128,12 @@ EOF
 	# runs long enough that there is always a dispatcher to kill (0.3 s
 	# was not, once, under a load average of 19: finding the dispatcher
 	# takes several processes).
+	# GM_ROUNDS: fewer under ASan (tests/run-all), where the 20 rounds
+	# took six minutes of make check; the paths are the same each round.
+	rounds=${GM_ROUNDS:-20}
+	jobs=$((rounds * 15))
 	kills=0
-	for round in $(seq 20); do
+	for round in $(seq "$rounds"); do
 		for i in $(seq 15); do
 			secs=0.05
 			[ "$i" != 15 ] || secs=1
@@ -145,17 +149,17 @@ EOF
 	# Most rounds find their dispatcher to kill; under ASan beside another
 	# suite one in twenty or so has none (found in CI, not yet explained:
 	# it is not the last job's length).  What is tested is what follows.
-	echo "# dispatchers killed: $kills of 20" >&3
-	[ "$kills" -ge 15 ]
+	echo "# dispatchers killed: $kills of $rounds" >&3
+	[ "$((kills * 4))" -ge "$((rounds * 3))" ]
 	# wait starts a dispatcher again, as often as needed
-	run -0 gpuman wait $(seq 300)
+	run -0 gpuman wait $(seq "$jobs")
 	# each job ran exactly once: its own marker says so ...
-	[ "$(wc -l <marks.txt)" = 300 ]
-	[ "$(sort -n marks.txt | uniq | wc -l)" = 300 ]
+	[ "$(wc -l <marks.txt)" = "$jobs" ]
+	[ "$(sort -n marks.txt | uniq | wc -l)" = "$jobs" ]
 	# ... and the queue recorded each exactly once, as done, first attempt
 	run -0 gpuman queue --all --json
-	[ "$(jqr 'length')" = 300 ]
-	[ "$(jqr '[.[] | select(.state == "done" and .exit_status == 0 and .attempts == 1)] | length')" = 300 ]
+	[ "$(jqr 'length')" = "$jobs" ]
+	[ "$(jqr '[.[] | select(.state == "done" and .exit_status == 0 and .attempts == 1)] | length')" = "$jobs" ]
 	[ -z "$(ls "$GPUMAN_STATE_DIR" | grep '^lease\.' || true)" ]
 }
 

@@ -7,20 +7,18 @@
 # latencies are printed (# lines) for the trust model's page.
 
 load helpers
+load helpers/broker
 
 VICTIM_MS=${VICTIM_MS:-1000}
+# the priority contrib/gpuman.service gives the broker
+BROKER_NICE=${BROKER_NICE:--10}
 E2E_MS=${E2E_MS:-3000}
 
 setup() {
 	gm_setup
 	gm_user alice
 	gm_user mallory
-	SHARED=$(mktemp -d /tmp/gpuman-stall.XXXXXX)
-	chmod 1777 "$SHARED"
-	mkdir -m 1777 "$SHARED/sim" "$SHARED/pids"
-	install -m 666 /dev/null "$SHARED/sim/lock"
-	export GPUMAN_SIM_STATE=$SHARED/sim GPUMAN_BROKER=$SHARED/gpuman.sock
-	STATE=$BATS_TEST_TMPDIR/broker/leases.json
+	broker_setup stall
 	echo '{ "gpus": [ {"name":"g1","memory_total_mib":16000}, {"name":"g2","memory_total_mib":16000} ] }' \
 		>"$SHARED/gpus.json"
 	chmod 644 "$SHARED/gpus.json"
@@ -29,12 +27,7 @@ setup() {
 }
 
 teardown() {
-	for f in "$SHARED"/pids/*; do
-		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-	done
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$SHARED"
+	broker_teardown
 }
 
 # wait_long CMD SECONDS - until CMD succeeds
@@ -44,13 +37,6 @@ wait_long() {
 		[ "$SECONDS" -lt "$end" ] || return 1
 		sleep 0.1
 	done
-}
-
-# start_daemon - the broker at the priority contrib/gpuman.service gives it
-start_daemon() {
-	nice -n "${BROKER_NICE:--10}" gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" 2>>"$BATS_TEST_TMPDIR/daemon.log" &
-	DAEMON=$!
-	wait_for "grep -q serving '$BATS_TEST_TMPDIR/daemon.log'"
 }
 
 # bg NAME USER CMD... - CMD as gmtest-USER in the background, its pid in
