@@ -25,7 +25,8 @@
 #             of batch's next task, by the jobs' records.
 #
 # WAITERS_LINES changes the lines' lengths ("50 200 500"; "none": no burst), WAITERS_RUNS the
-# idle line's 500, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
+# idle line's 500, WAITERS_SETTLE the 5 s it is left to settle before it
+# is measured, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
 # "registry" runs one only.  WAITERS_LATENCY=1 gives the simulated GPUs
 # the H200 latency profile (examples/h200-latency.json's "latency":
 # nvmlInit 24 ms measured, per-call costs guessed).  Run as root, the
@@ -254,7 +255,9 @@ while [ "$n" -lt $runs ]; do
 	# status lists 256 waiters one by one and the rest as counts per user
 	n=$(gpuman status --json | jq '(.waiters | length) + ([.waiters_more[]?.count] | add // 0)')
 done
-sleep 1
+# the last to join are still starting (each forks the two children that
+# wait on the tickets ahead): idle is measured from WAITERS_SETTLE s on
+sleep "$settle"
 c0=$(cpu_ticks $pids)
 d0=$(cpu_ticks $daemon)
 [ "$1" = broker ] || d0=0
@@ -268,8 +271,8 @@ t0=$(ms)
 kill $holders 2>/dev/null || true
 wait $pids || true
 t1=$(ms)
-awk -v t="$1" -v c=$((c1 - c0)) -v d=$((d1 - d0)) -v hz="$hz" -v n=$runs -v rss="$rss" -v drain=$((t1 - t0)) 'BEGIN {
-	printf "idle (%s): %d waiters behind 8 long jobs, 10 s\n", t, n
+awk -v t="$1" -v settle="$settle" -v c=$((c1 - c0)) -v d=$((d1 - d0)) -v hz="$hz" -v n=$runs -v rss="$rss" -v drain=$((t1 - t0)) 'BEGIN {
+	printf "idle (%s): %d waiters behind 8 long jobs, 10 s from %d s after the last joined\n", t, n, settle
 	printf "  waiters: %.0f ms CPU in all = %.3f %% of one core (target < 1 %%)\n", c * 1000 / hz, c * 100 / hz / 10
 	if (t == "broker") printf "  broker:  %.0f ms CPU = %.3f %% of one core, %.1f MiB resident\n", d * 1000 / hz, d * 100 / hz / 10, rss / 1024
 	printf "  8 GPUs freed at once: the %d waiters (gpuman run -- true) done in %.2f s, %.1f ms each\n", n, drain / 1000, drain / n
@@ -278,6 +281,7 @@ unset GPUMAN_BROKER
 export GPUMAN_BROKER="$work/gpuman.sock"
 }
 runs=${WAITERS_RUNS:-500}
+settle=${WAITERS_SETTLE:-5}
 for t in $transports; do
 	idle "$t"
 done

@@ -73,15 +73,15 @@ struct waiting {
 	int behind_holder[2]; /* those tickets' holders and their users */
 	unsigned behind_uid[2];
 	/* The holders' /proc/PID/stat, kept open: a look at whether one has
-	 * stopped is one read (500 waiters look every RECHECK_PAIR_MS); -1:
-	 * none. */
+	 * stopped is one read; -1: none. */
 	int behind_stat[2];
-	int behind_fd; /* the pipe's read end, -1: none */
+	int behind_fd;   /* the pipe's read end, -1: none */
+	int64_t pair_ms; /* when to look at a pair next (registry_wait.c) */
 };
 #define WAITING_INIT(cancel, reg, mine)                                                            \
 	{                                                                                          \
 		(cancel), (reg), (mine), {0}, -1, 0, {-1, -1}, {"", ""}, {0, 0}, {0, 0}, {-1, -1}, \
-		    -1                                                                             \
+		    -1, 0                                                                          \
 	}
 
 /* Free what a waiter holds between attempts: its inotify, its child. */

@@ -231,9 +231,14 @@ static int behind_holds(const struct waiting *w, size_t k)
  * A waiter blocked by two waiters ahead that each hold back all its GPUs
  * looks at them this seldom: either may stop (Ctrl-Z), and then holds
  * nothing back, but the other still does and wakes us when it leaves --
- * only both stopped keep us waiting for nothing, this long at most.
+ * only both stopped keep us waiting for nothing.  Each look that finds
+ * them as they were doubles the time to the next, up to
+ * RECHECK_PAIR_MAX_MS: on this 2-core VM a wake costs a process about
+ * 0.3-1 ms whatever it does, and 500 waiters looking every 10 s took 5 %
+ * of a core.  A pair stopped long keeps us waiting this long at most.
  */
 #define RECHECK_PAIR_MS 10000
+#define RECHECK_PAIR_MAX_MS 120000
 
 /*
  * Earlier waiters hold every GPU we could use: sleep, by children blocked
@@ -247,8 +252,9 @@ static int behind_holds(const struct waiting *w, size_t k)
  * get anything, and they are served in line order, so only the two
  * waiters behind the head of the line wake when it moves.  Where each of
  * the two holds back all our GPUs, a stop of one changes nothing until the
- * other leaves: they are looked at every RECHECK_PAIR_MS.  Otherwise the
- * nearest is looked at every RECHECK_MS: stopped, it holds nothing back.
+ * other leaves: they are looked at after RECHECK_PAIR_MS, then less often.
+ * Otherwise the nearest is looked at every RECHECK_MS: stopped, it holds
+ * nothing back.
  *
  * Returns 1 when the line ahead may have changed (look again), 0 after a
  * look that found nothing changed, or when cancelled or past the deadline
@@ -291,7 +297,9 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 		}
 	if (p[1] >= 0)
 		close(p[1]);
-	until = now + (pair ? RECHECK_PAIR_MS : RECHECK_MS);
+	if (w->pair_ms < RECHECK_PAIR_MS)
+		w->pair_ms = RECHECK_PAIR_MS;
+	until = now + (pair ? w->pair_ms : RECHECK_MS);
 	if (deadline >= 0 && deadline < until)
 		until = deadline;
 	while (now < until && !registry_cancelled(w, opts)) {
@@ -300,6 +308,7 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 
 		if (n > 0 && pfd[0].revents) {
 			behind_stop(w);
+			w->pair_ms = RECHECK_PAIR_MS;
 			return 1;
 		}
 		if (n < 0 && errno != EINTR)
@@ -308,7 +317,14 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 	}
 	if (registry_cancelled(w, opts) || (deadline >= 0 && now >= deadline))
 		return 0;
-	return !behind_holds(w, 0) || !behind_holds(w, 1);
+	if (!behind_holds(w, 0) || !behind_holds(w, 1)) {
+		w->pair_ms = RECHECK_PAIR_MS;
+		return 1;
+	}
+	if (pair)
+		w->pair_ms =
+		    w->pair_ms * 2 < RECHECK_PAIR_MAX_MS ? w->pair_ms * 2 : RECHECK_PAIR_MAX_MS;
+	return 0;
 no_child:
 	/* Gone already, or no child to be had: look again shortly. */
 	{
