@@ -120,7 +120,7 @@ EOF
 	[ "$(tail -1 marks.txt)" = again ]
 }
 
-@test "kill -9 of the dispatcher at random moments, round after round of a queue (300 jobs): every job ends exactly once" {
+@test "kill -9 of the dispatcher at random moments, round after round of 15 queued jobs: every job ends exactly once" {
 	gpus 8
 	# Twenty rounds: queue 15 jobs (a submit starts a dispatcher if none
 	# runs), then kill the dispatcher at a random moment while they are
