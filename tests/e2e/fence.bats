@@ -9,7 +9,7 @@
 # program) and v1 (the devices controller), are forced in turn.
 
 load helpers
-load helpers/broker # start_daemon
+load helpers/broker # start_daemon, broker_stop
 
 TRY="$BATS_TEST_DIRNAME/helpers/try-open.py"
 
@@ -37,12 +37,7 @@ setup() {
 
 teardown() {
 	[ -n "${SHARED:-}" ] || return 0
-	for f in "$SHARED"/pids/*; do
-		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
-	done
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
-	wait 2>/dev/null || true
-	broker_fence_clean
+	broker_stop
 	umount "$SHARED/dev" 2>/dev/null || true
 	# what the systemd stand-in made: the test's scopes, then its slices
 	local m s

@@ -15,9 +15,15 @@ broker_setup() {
 	DAEMON=
 }
 
-# broker_teardown - kill the users' processes in $SHARED/pids and the
-# broker, the jobs it kept fenced, and remove $SHARED
+# broker_teardown - broker_stop, and remove $SHARED
 broker_teardown() {
+	broker_stop
+	rm -rf "$SHARED"
+}
+
+# broker_stop - kill the users' processes in $SHARED/pids, the broker and
+# the jobs it kept fenced
+broker_stop() {
 	local f
 	for f in "$SHARED"/pids/*; do
 		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
@@ -25,7 +31,6 @@ broker_teardown() {
 	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
 	wait 2>/dev/null || true
 	broker_fence_clean
-	rm -rf "$SHARED"
 }
 
 # broker_fence_clean - end what is left in this test's fence folder
