@@ -25,20 +25,25 @@
 #include "snapshot_types.h"
 #include "util.h"
 
-/* A rule longer than this is a machine we do not understand. */
-#define FENCE_MAX_DEVS 4096
 /* How long ending a lease may wait for its killed processes to be gone. */
 #define END_PATIENCE_MS 2000
 
 /* ---- the machine ---------------------------------------------------------- */
 
+static int has_minor(const struct fence_machine *m, unsigned minor)
+{
+	for (size_t i = 0; i < m->gpu_count; i++)
+		if (m->gpu_minors[i] == minor)
+			return 1;
+	return 0;
+}
+
 static int add_minor(struct fence_machine *m, unsigned minor)
 {
 	unsigned *grown;
 
-	for (size_t i = 0; i < m->gpu_count; i++)
-		if (m->gpu_minors[i] == minor)
-			return 0;
+	if (has_minor(m, minor))
+		return 0;
 	grown = realloc(m->gpu_minors, (m->gpu_count + 1) * sizeof *grown);
 	if (!grown)
 		return -1;
@@ -219,8 +224,11 @@ int fence_rule_build(struct fence_rule *r, const struct fence_machine *m,
 		if (!holds_node(g, m->gpu_minors[i]))
 			r->devs[n++] =
 			    (struct fence_dev){'c', FENCE_NVIDIA_MAJOR, m->gpu_minors[i]};
+	/* The driver lists capabilities for every GPU it could have (about
+	 * 4,000 on an H200 with one GPU): those of GPUs this machine lacks
+	 * open nothing without their GPU's node, and only lengthen the rule. */
 	for (size_t i = 0; m->caps_major && i < m->cap_count; i++)
-		if (!holds_cap(g, &m->caps[i]))
+		if (has_minor(m, m->caps[i].gpu) && !holds_cap(g, &m->caps[i]))
 			r->devs[n++] = (struct fence_dev){'c', m->caps_major, m->caps[i].minor};
 	qsort(r->devs, n, sizeof *r->devs, dev_cmp);
 	for (size_t i = 0; i < n; i++)
@@ -267,14 +275,28 @@ size_t fence_bpf_program(const struct fence_rule *r, struct bpf_insn *out, size_
 	EMIT(insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff));
 	EMIT(insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_3, BPF_REG_1, 4, 0));
 	EMIT(insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_4, BPF_REG_1, 8, 0));
-	for (size_t i = 0; i < r->count; i++) {
+	/* One test per run of consecutive minors (r is sorted): the kernel's
+	 * verifier takes time by the instruction, and a machine's refused
+	 * capabilities come in long runs. */
+	for (size_t i = 0, j; i < r->count; i = j + 1) {
 		const struct fence_dev *d = &r->devs[i];
 		int32_t type = d->type == 'b' ? BPF_DEVCG_DEV_BLOCK : BPF_DEVCG_DEV_CHAR;
+		unsigned last = d->minor;
 
-		/* This device: refuse (return 0); else on to the next. */
-		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, 4, type));
-		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 3, (int32_t)d->major));
-		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_4, 0, 2, (int32_t)d->minor));
+		for (j = i; j + 1 < r->count && r->devs[j + 1].type == d->type &&
+		            r->devs[j + 1].major == d->major && r->devs[j + 1].minor == last + 1;
+		     j++)
+			last++;
+		/* These devices: refuse (return 0); else on to the next. */
+		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, last > d->minor ? 5 : 4, type));
+		EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, last > d->minor ? 4 : 3,
+		          (int32_t)d->major));
+		if (last > d->minor) {
+			EMIT(insn(BPF_JMP | BPF_JLT | BPF_K, BPF_REG_4, 0, 3, (int32_t)d->minor));
+			EMIT(insn(BPF_JMP | BPF_JGT | BPF_K, BPF_REG_4, 0, 2, (int32_t)last));
+		} else {
+			EMIT(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_4, 0, 2, (int32_t)d->minor));
+		}
 		EMIT(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
 		EMIT(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
 	}

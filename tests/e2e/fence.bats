@@ -219,6 +219,42 @@ EOF
 	[[ "$line" == *"cap$other=EPERM cap$((other + 1))=EPERM"* ]]
 }
 
+# The driver lists the capabilities of every GPU it could have, 32 of
+# them: 4,320 nodes on a real H200 that has one GPU.  One test per node
+# made the kernel's verifier take 90 ms a grant there; the program tests
+# runs of minors, and only this machine's GPUs' capabilities.
+@test "fence: with the driver's full list of MIG capabilities a job's device program stays small and still refuses the other GPUs' slices" {
+	[ -d /sys/fs/cgroup/unified ] || grep -q cgroup2 /proc/mounts || skip "no cgroup v2 hierarchy"
+	command -v bpftool >/dev/null || skip "no bpftool to read the job's program (make check installs it)"
+	mkdir -p "$SHARED/proc/driver/nvidia-caps"
+	printf 'Character devices:\n  1 mem\n195 nvidia\n238 nvidia-caps\n\nBlock devices:\n  7 loop\n' \
+		>"$SHARED/proc/devices"
+	awk 'BEGIN { print "config 1"; print "monitor 2"; m = 3
+		for (g = 0; g < 32; g++) for (gi = 0; gi < 15; gi++) {
+			printf "gpu%d/gi%d/access %d\n", g, gi, m++
+			for (ci = 0; ci < 8; ci++) printf "gpu%d/gi%d/ci%d/access %d\n", g, gi, ci, m++ } }' \
+		>"$SHARED/proc/driver/nvidia-caps/mig-minors"
+	# GPU 2's first slice's node, GPU 3's, and GPU 9's (a GPU this machine lacks)
+	for m in $((3 + 2 * 135)) $((3 + 3 * 135)) $((3 + 9 * 135)); do mknod -m 666 "$D/cap$m" c 238 "$m"; done
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2 GPUMAN_PROC_DIR="$SHARED/proc"
+	as_user alice gpuman run --only 2 -- sh -c \
+		"cat /proc/self/cgroup >'$SHARED/out/cg'; \"$TRY\" '$SHARED/out/caps' caps $D/nvidia2 $D/nvidia3 $D/cap273 $D/cap408 $D/cap1218; while [ ! -e '$SHARED/out/go' ]; do sleep 0.05; done" 3>&- &
+	job=$!
+	wait_for "[ -s '$SHARED/out/caps' ]" 30 || { ls -la "$SHARED/out"; cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+	cg=/sys/fs/cgroup/unified$(sed -n 's/^0:://p' "$SHARED/out/cg")
+	[ -d "$cg" ] || cg=/sys/fs/cgroup$(sed -n 's/^0:://p' "$SHARED/out/cg")
+	id=$(bpftool -j cgroup show "$cg" | jq '.[] | select(.attach_type == "cgroup_device") | .id')
+	bytes=$(bpftool -j prog show id "$id" | jq .bytes_xlated)
+	touch "$SHARED/out/go"
+	wait "$job"
+	echo "program: $bytes bytes; $(cat "$SHARED/out/caps")"
+	# 3 other GPUs and 3 capabilities' runs: 14 tests at most, 8 bytes an
+	# instruction (a test per node: over 3,000 instructions)
+	[ "$bytes" -le 800 ]
+	[ "$(cat "$SHARED/out/caps")" = "caps nvidia2=ENXIO nvidia3=EPERM cap273=ENXIO cap408=EPERM cap1218=ENXIO" ]
+}
+
 @test "fence: a broker without cgroup access works as before, and status says placement is advisory" {
 	gpus 4
 	mkdir -m 700 "$SHARED/alice-state"

@@ -41,6 +41,14 @@ static int64_t run(const struct bpf_insn *prog, size_t n, char type, unsigned ma
 			if (reg[i->dst_reg] != (uint64_t)(int64_t)i->imm)
 				pc += (size_t)i->off;
 			break;
+		case BPF_JMP | BPF_JLT | BPF_K:
+			if (reg[i->dst_reg] < (uint64_t)(int64_t)i->imm)
+				pc += (size_t)i->off;
+			break;
+		case BPF_JMP | BPF_JGT | BPF_K:
+			if (reg[i->dst_reg] > (uint64_t)(int64_t)i->imm)
+				pc += (size_t)i->off;
+			break;
 		case BPF_JMP | BPF_EXIT:
 			return (int64_t)reg[0];
 		default:
@@ -160,15 +168,75 @@ static void test_program_size(void **state)
 	struct fence_rule r = FENCE_RULE_INIT;
 
 	(void)state;
-	/* a few instructions: 4 to read the access, 5 a device, 2 to allow */
+	/* a few instructions: 4 to read the access, 5 a device, 6 a run of
+	 * consecutive ones, 2 to allow */
 	assert_int_equal(fence_bpf_program(&r, NULL, 0), 6);
 	assert_true(allowed(&r, 'c', 195, 0));
-	r.devs = calloc(3, sizeof *r.devs);
-	r.count = 3;
+	r.devs = calloc(5, sizeof *r.devs);
+	r.count = 5;
 	for (unsigned i = 0; i < 3; i++)
 		r.devs[i] = (struct fence_dev){'c', 195, i};
-	assert_int_equal(fence_bpf_program(&r, NULL, 0), 6 + 15);
+	r.devs[3] = (struct fence_dev){'c', 195, 5};
+	r.devs[4] = (struct fence_dev){'c', 196, 6}; /* the next minor, another major */
+	assert_int_equal(fence_bpf_program(&r, NULL, 0), 6 + 6 + 5 + 5);
+	for (unsigned minor = 0; minor < 9; minor++) {
+		assert_int_equal(allowed(&r, 'c', 195, minor), minor > 2 && minor != 5);
+		assert_int_equal(allowed(&r, 'c', 196, minor), minor != 6);
+		assert_true(allowed(&r, 'b', 195, minor));
+	}
 	fence_rule_release(&r);
+}
+
+/* The driver's mig-minors lists every GPU it could have: on a real H200
+ * with one GPU, 4,185 capabilities.  One per instruction block, the
+ * kernel's verifier took 90 ms a grant; the rule keeps the machine's own
+ * GPUs' and the program tests runs of them. */
+static void test_real_mig_minors(void **state)
+{
+	struct fence_machine m = FENCE_MACHINE_INIT;
+	struct fence_rule r = FENCE_RULE_INIT;
+	unsigned mine[] = {3};
+	struct fence_grant g = {1, mine, 0, NULL};
+	char *text = calloc(32 * 136, 40), *p = text;
+	unsigned minor = 3, first[33];
+	size_t n;
+
+	(void)state;
+	assert_non_null(text);
+	p += sprintf(p, "config 1\nmonitor 2\n");
+	for (unsigned gpu = 0; gpu < 32; gpu++) {
+		first[gpu] = minor;
+		for (unsigned gi = 0; gi < 15; gi++) {
+			p += sprintf(p, "gpu%u/gi%u/access %u\n", gpu, gi, minor++);
+			for (unsigned ci = 0; ci < 8; ci++)
+				p +=
+				    sprintf(p, "gpu%u/gi%u/ci%u/access %u\n", gpu, gi, ci, minor++);
+		}
+	}
+	first[32] = minor;
+	m.caps_major = 237;
+	assert_int_equal(fence_caps_parse(&m, text), 0);
+	assert_int_equal(m.cap_count, 32 * 135);
+	m.gpu_minors = malloc(8 * sizeof *m.gpu_minors);
+	for (unsigned i = 0; i < 8; i++)
+		m.gpu_minors[i] = i;
+	m.gpu_count = 8;
+	assert_int_equal(fence_rule_build(&r, &m, &g), 0);
+	assert_int_equal(r.count, 7 + 7 * 135);
+	n = fence_bpf_program(&r, NULL, 0);
+	assert_true(n <= 6 + 4 * 6); /* GPUs 0-2, 4-7, their caps before and after GPU 3's */
+	for (unsigned x = 0; x < minor + 8; x++) {
+		/* the other GPUs' capabilities refused; GPU 3's and those of
+		 * GPUs the machine lacks open as before */
+		int other = x >= first[0] && x < first[8] && !(x >= first[3] && x < first[4]);
+
+		assert_int_equal(allowed(&r, 'c', 237, x), !other);
+	}
+	for (unsigned x = 0; x < 10; x++)
+		assert_int_equal(allowed(&r, 'c', 195, x), x == 3 || x > 7);
+	free(text);
+	fence_rule_release(&r);
+	fence_machine_release(&m);
 }
 
 /* systemd.slice(5): each dash opens a slice inside the one before. */
@@ -195,6 +263,7 @@ int main(void)
 	    cmocka_unit_test(test_gpu_lease_refuses_the_other_gpus_only),
 	    cmocka_unit_test(test_mig_lease_gets_its_slice_caps_only),
 	    cmocka_unit_test(test_program_size),
+	    cmocka_unit_test(test_real_mig_minors),
 	    cmocka_unit_test(test_slice_path),
 	};
 
