@@ -3,10 +3,10 @@
 # `status` cost through the lease broker, which holds NVML open, against
 # `pick` without it, which opens NVML (and pays the driver's start-up) in
 # every command.  Both run on the simulator WITH the latency profile of the
-# lent H200 (examples/h200-latency.json: nvmlInit 24 ms measured there; its
-# per-call costs are guesses until check.sh measures them on a GPU): these
-# are simulator figures, compared only with each other, never with a real
-# driver's (tests/real-gpu/check.sh measures those).
+# lent H200 (examples/h200-latency.json: the driver's start-up, 24 ms, and
+# its per-call costs, measured there by check.sh): these are simulator
+# figures, compared only with each other, never with a real driver's
+# (tests/real-gpu/check.sh measures those).
 # Targets (issue 20): pick through the broker <= 1.5 ms median and >= 15x
 # faster than without; status through it <= 3 ms; the broker's CPU < 1 % of
 # a core at one status a second for each of 20 users.

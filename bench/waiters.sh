@@ -29,7 +29,7 @@
 # is measured, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
 # "registry" runs one only.  WAITERS_LATENCY=1 gives the simulated GPUs
 # the H200 latency profile (examples/h200-latency.json's "latency":
-# nvmlInit 24 ms measured, per-call costs guessed).  Run as root, the
+# the driver's start-up and per-call costs, measured).  Run as root, the
 # broker fences each job in a cgroup (gpuman-trust(7)): each job then starts
 # one kernel grace period later; WAITERS_FENCE=off measures without, and the
 # broker's placement line is printed either way.  Prints the load average:

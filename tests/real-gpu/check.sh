@@ -21,7 +21,11 @@
 #      system's broker stopped, as a broker holding NVML keeps the driver
 #      warm for everybody); its snapshot against nvidia-smi as in step 1;
 #      and the driver's per-call costs (nvmllatency.c) for the simulator's
-#      profile, examples/h200-latency.json.
+#      profile, examples/h200-latency.json; `gpuman run -- true` and
+#      Python's snapshot() with and without it.
+#   8. the kernel's fence on the real driver: a job of the broker's lease is
+#      in a cgroup of its own with a device filter, and PyTorch and JAX,
+#      clients we did not write, still reach their leased GPU through it.
 # Run from the source tree on the GPU machine: sh tests/real-gpu/check.sh
 # Needs: the NVIDIA driver, cc, nvcc for the CUDA twin (step 3 is skipped,
 # saying so, without it).  Prints "ok"/"FAIL" lines; exit 1 if any failed.
@@ -222,9 +226,39 @@ q=$build/real-gpu/nvmlquery
 set -- $("$build/bench/runtime" 100 "$gm" pick); g=$1
 set -- $("$build/bench/runtime" 30 nvidia-smi --query-gpu=index,memory.free,utilization.gpu --format=csv); s=$1
 set -- $("$build/bench/runtime" 100 "$q"); c=$1
+set -- $("$build/bench/runtime" 30 "$gm" run -- true); r=$1
 awk -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
 	printf "time gpuman pick %.2f ms; nvidia-smi --query-gpu %.2f ms (gpuman takes %.2fx its time); bare C NVML query %.2f ms (gpuman %.2fx of it)\n",
 		g / 1000, s / 1000, g / s, c / 1000, g / c }'
+# pysnap - Python's snapshot(): the first call (which opens NVML or finds
+# the broker) and the median of the next 20, in one process
+pysnap() {
+	PYTHONPATH="$root/python" python3 -c '
+import gpuman, statistics, time
+t = time.perf_counter(); gpuman.snapshot(); first = time.perf_counter() - t
+rest = []
+for _ in range(20):
+    t = time.perf_counter(); gpuman.snapshot(); rest.append(time.perf_counter() - t)
+print("%.2f %.2f" % (first * 1e3, statistics.median(rest) * 1e3))'
+}
+py=$(pysnap) || bad "python snapshot() without a broker"
+
+# 8. the kernel's fence on the real driver (called with our broker running)
+fence_check() {
+	"$gm" status >"$report/status-broker.txt" 2>&1
+	grep -i "placement" "$report/status-broker.txt" | head -2 | sed 's/^/     /'
+	grep -i "placement enforced\|fence" "$tmp/bk/log" | head -2 | sed 's/^/     /'
+	if ! grep -qi "placement enforced by the kernel" "$tmp/bk/log"; then
+		echo "skip the broker cannot fence here (its log above): the fenced jobs were not run"
+		return
+	fi
+	"$gm" run -- sh -c 'cat /proc/self/cgroup; exec python3 "$0"' "$root/tests/real-gpu/fenced.py" \
+		>"$report/fenced.txt" 2>&1
+	frc=$?
+	sed 's/^/     /' "$report/fenced.txt"
+	[ "$frc" = 0 ] && ok "fenced job: in its own cgroup, and PyTorch and JAX reach the leased GPU" ||
+		bad "fenced job exit $frc (see fenced.txt)"
+}
 
 # 7. one NVML session per machine: a broker of our own holds the driver
 mkdir -m 1777 "$tmp/bk"
@@ -238,6 +272,12 @@ if grep -q serving "$tmp/bk/log"; then
 	awk -v bp="$bp" -v bs="$bs" -v g="$g" -v s="$s" -v c="$c" 'BEGIN {
 		printf "time through the broker: pick %.2f ms, status %.2f ms; pick without it %.2f ms (%.1fx); nvidia-smi --query-gpu %.2f ms: pick %.1fx faster (target >= 10x), status %.1fx; bare C NVML query %.2f ms: pick %.1fx faster\n",
 			bp / 1000, bs / 1000, g / 1000, g / bp, s / 1000, s / bp, s / bs, c / 1000, c / bp }'
+	set -- $("$build/bench/runtime" 30 "$gm" run -- true); br=$1
+	bpy=$(pysnap) || bad "python snapshot() through the broker"
+	awk -v r="$r" -v br="$br" -v py="$py" -v bpy="$bpy" 'BEGIN {
+		split(py, a, " "); split(bpy, b, " ")
+		printf "time gpuman run -- true: %.2f ms through the broker, %.2f ms without it (%.1fx); python snapshot(): first call %.2f ms and then %.2f ms through the broker, %.2f ms and %.2f ms without it\n",
+			br / 1000, r / 1000, r / br, b[1], b[2], a[1], a[2] }'
 	"$gm" status --json >"$tmp/gm-broker.json" || bad "status --json through the broker"
 	smi_csv "$tmp/smi-broker.csv"
 	[ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["reading"]["by"])' "$tmp/gm-broker.json" 2>/dev/null)" = broker ] &&
@@ -245,6 +285,7 @@ if grep -q serving "$tmp/bk/log"; then
 	echo "the broker's snapshot against nvidia-smi:"
 	compare_smi "$tmp/gm-broker.json" "$tmp/smi-broker.csv"
 	cp "$tmp/gm-broker.json" "$report/" 2>/dev/null
+	fence_check
 	export GPUMAN_BROKER=off
 else
 	bad "gpuman daemon did not start: $(tail -1 "$tmp/bk/log")"
@@ -255,7 +296,7 @@ broker_pid=
 l=$build/real-gpu/nvmllatency
 [ -x "$l" ] || { mkdir -p "$tmp/q" && l=$tmp/q/nvmllatency && cc -O2 -o "$l" "$root/tests/real-gpu/nvmllatency.c" -ldl; }
 if lat=$("$l"); then
-	echo "per-call costs for examples/h200-latency.json (measured; replace its guesses): $lat"
+	echo "the driver's per-call costs (examples/h200-latency.json holds those of 2026-11-28): $lat"
 	echo "$lat" >"$report/latency.json"
 else
 	bad "nvmllatency"

@@ -42,6 +42,10 @@ int main(void)
 	int (*memory)(void *, unsigned long long *), (*util)(void *, unsigned *);
 	int (*procs)(void *, unsigned *, void *), (*temp)(void *, int, unsigned *);
 	int (*putil)(void *, void *, unsigned *, unsigned long long);
+	/* room for 64 of the largest entry either list has (the driver's
+	 * process info is at most 32 bytes, a utilization sample 32), so the
+	 * timed call is the one gpuman makes: with a buffer, not a count only */
+	static unsigned long long list[64 * 8];
 	unsigned long long buf[8];
 	unsigned u[2], n;
 	double t0, init_ms, mem_ms, util_ms, procs_ms, putil_ms, query_ms;
@@ -72,8 +76,8 @@ int main(void)
 	out = median()
 	TIME(mem_ms, memory(dev, buf));
 	TIME(util_ms, util(dev, u));
-	TIME(procs_ms, (n = 0, procs(dev, &n, NULL)));
-	TIME(putil_ms, (n = 0, putil(dev, NULL, &n, 0)));
+	TIME(procs_ms, (n = 64, procs(dev, &n, list)));
+	TIME(putil_ms, (n = 64, putil(dev, list, &n, 0)));
 	TIME(query_ms, temp(dev, 0, u));
 	printf("\"latency\": { \"init_ms\": %.1f, \"memory_ms\": %.3f, \"utilization_ms\": %.3f, "
 	       "\"processes_ms\": %.3f, \"process_utilization_ms\": %.3f, \"query_ms\": %.3f }\n",
