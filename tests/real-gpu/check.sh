@@ -275,9 +275,11 @@ if grep -q serving "$tmp/bk/log"; then
 	set -- $("$build/bench/runtime" 30 "$gm" run -- true); br=$1
 	bpy=$(pysnap) || bad "python snapshot() through the broker"
 	awk -v r="$r" -v br="$br" -v py="$py" -v bpy="$bpy" 'BEGIN {
-		split(py, a, " "); split(bpy, b, " ")
-		printf "time gpuman run -- true: %.2f ms through the broker, %.2f ms without it (%.1fx); python snapshot(): first call %.2f ms and then %.2f ms through the broker, %.2f ms and %.2f ms without it\n",
-			br / 1000, r / 1000, r / br, b[1], b[2], a[1], a[2] }'
+		printf "time gpuman run -- true: %.2f ms through the broker, %.2f ms without it (%.1fx)\n", br / 1000, r / 1000, r / br
+		# a snapshot() that failed (FAIL above) has no figure
+		if (split(py, a, " ") == 2 && split(bpy, b, " ") == 2)
+			printf "time python snapshot(): first call %.2f ms and then %.2f ms through the broker, %.2f ms and %.2f ms without it\n",
+				b[1], b[2], a[1], a[2] }'
 	"$gm" status --json >"$tmp/gm-broker.json" || bad "status --json through the broker"
 	smi_csv "$tmp/smi-broker.csv"
 	[ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["reading"]["by"])' "$tmp/gm-broker.json" 2>/dev/null)" = broker ] &&
