@@ -325,16 +325,24 @@ done:
 }
 
 /* The lease a fence request names: the connection's own, or (on a new
- * connection) a reservation of its user's by id, for a reserved shell. */
+ * connection) by id a reservation of its user's, for a reserved shell, or
+ * a lease the asking process itself was granted by the broker before this
+ * one: a restart between the grant and the placing of its job (the lease
+ * was restored for that process, the connection it came on is gone). */
 static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
 {
 	const char *id = json_string_value(json_object_get(msg, "id"));
 
 	if (c->lease)
 		return c->lease;
-	for (struct blease *l = d->leases; id && l; l = l->next)
-		if (l->reservation && !strcmp(l->id, id) && (l->uid == c->uid || c->uid == 0))
+	for (struct blease *l = d->leases; id && l; l = l->next) {
+		if (l->ended || strcmp(l->id, id))
+			continue;
+		if (l->reservation ? l->uid == c->uid || c->uid == 0
+		                   : l->uid == c->uid && l->pid == c->pid && !l->job_pid &&
+		                         l->pid_start && proctree_start(c->pid) == l->pid_start)
 			return l;
+	}
 	return NULL;
 }
 

@@ -18,7 +18,9 @@
 /* Placing a process is a few system calls; a broker this slow is stuck. */
 #define FENCE_PATIENCE_MS 10000
 
-/* Send msg ({"op":"fence",...} for pid) on fd and read the answer. */
+/* Send msg ({"op":"fence",...} for pid) on fd and read the answer: 1
+ * placed, 0 no mechanism, -1 refused, -2 the broker went before it
+ * answered. */
 static int ask(int fd, json_t *msg, int pid, char *err, size_t len)
 {
 	struct broker_buf *buf = calloc(1, sizeof *buf);
@@ -33,6 +35,7 @@ static int ask(int fd, json_t *msg, int pid, char *err, size_t len)
 	}
 	if (broker_send(fd, msg) < 0) {
 		gm_fail(GM_ERR_STATE, err, len, "lease broker: %s", strerror(errno));
+		rc = -2;
 		goto done;
 	}
 	while ((got = broker_take_line(buf, &reply)) == 0) {
@@ -55,6 +58,7 @@ static int ask(int fd, json_t *msg, int pid, char *err, size_t len)
 	if (!op) {
 		gm_fail(GM_ERR_STATE, err, len,
 		        "the lease broker did not answer the request to place pid %d", pid);
+		rc = got == 0 ? -2 : -1;
 	} else if (!strcmp(op, "fenced") && json_is_true(json_object_get(reply, "enforced"))) {
 		rc = 1;
 	} else if (!strcmp(op, "fenced")) {
@@ -89,7 +93,12 @@ int broker_fence(const struct gm_lease *lease, int pid, int keep, char *err, siz
 		json_object_set_new(msg, "keep", json_true());
 	rc = ask(lease->fd, msg, pid, err, len);
 	json_decref(msg);
-	return rc;
+	/* The broker stopped between the grant and now (a restart): the next
+	 * one restored the lease for this process, and places the job when
+	 * asked on a new connection, by the lease's id. */
+	if (rc == -2 && lease->broker)
+		rc = broker_fence_reservation(lease->broker, lease->rec.id, pid, keep, err, len);
+	return rc < 0 ? -1 : rc;
 }
 
 int broker_fence_session(const char *path, unsigned uid, int pid, char *err, size_t len)
@@ -105,7 +114,7 @@ int broker_fence_session(const char *path, unsigned uid, int pid, char *err, siz
 		close(fd);
 	}
 	json_decref(msg);
-	return rc;
+	return rc < 0 ? -1 : rc;
 }
 
 int broker_fence_reservation(const char *path, const char *id, int pid, int keep, char *err,
@@ -122,5 +131,5 @@ int broker_fence_reservation(const char *path, const char *id, int pid, int keep
 		close(fd);
 	}
 	json_decref(msg);
-	return rc;
+	return rc < 0 ? -1 : rc;
 }

@@ -110,6 +110,35 @@ until_gone() {
 	! grep -q "dropped the place" "$BATS_TEST_TMPDIR/daemon.log"
 }
 
+# CI saw this window: a waiter granted its GPU just before a clean stop
+# asked the broker to place its job after it, on the connection the stop
+# had closed, and failed ("lease broker: Broken pipe").
+@test "broker restart: a stop between a grant and the placing of its job: the job still runs, fenced, under the restored lease" {
+	gm_user alice
+	gm_user bob
+	start_daemon
+	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done"
+	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
+	bg w1 bob gpuman run --wait -- sh -c "cat /proc/self/cgroup >'$SHARED/cg'; echo ran >>'$SHARED/order'"
+	wait_for '[ "$(waiting)" = 1 ]'
+	# the waiter stops; its grant waits in its socket while the broker goes
+	kill -STOP "$(cat "$SHARED/pids/w1")"
+	touch "$SHARED/go"
+	wait_for '[ "$(state | jq -r "[.leases[].user] | join(\" \")" 2>/dev/null)" = gmtest-bob ]'
+	kill -TERM "$DAEMON"
+	wait "$DAEMON"
+	start_daemon
+	grep -q "restored 1 lease" "$BATS_TEST_TMPDIR/daemon.log"
+	kill -CONT "$(cat "$SHARED/pids/w1")"
+	status_of w1
+	[ "$(cat "$SHARED/order")" = ran ]
+	if grep -q "placement enforced by the kernel" "$BATS_TEST_TMPDIR/daemon.log"; then
+		grep -q "/$GPUMAN_FENCE_CGROUP/" "$SHARED/cg"
+	fi
+	status_of holder
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 0 ]'
+}
+
 @test "broker restart: another user's place token (and a forged one) buys a place at the back, not the place" {
 	gm_user alice
 	gm_user bob
