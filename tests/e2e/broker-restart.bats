@@ -35,6 +35,12 @@ bg() {
 
 status_of() { wait "$(cat "$SHARED/pids/$1.job")"; }
 
+# hold_the_gpu - alice's job holds the one GPU until $SHARED/go exists
+hold_the_gpu() {
+	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done"
+	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
+}
+
 # state - the state file as the broker reads it back (a journal, folded)
 state() { jq -s -f "$BATS_TEST_DIRNAME/helpers/state.jq" "$STATE" 2>/dev/null; }
 places() { state | jq '.waiters | length' 2>/dev/null || echo 0; }
@@ -117,8 +123,7 @@ until_gone() {
 	gm_user alice
 	gm_user bob
 	start_daemon
-	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done"
-	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
+	hold_the_gpu
 	bg w1 bob gpuman run --wait -- sh -c "cat /proc/self/cgroup >'$SHARED/cg'; echo ran >>'$SHARED/order'"
 	wait_for '[ "$(waiting)" = 1 ]'
 	# the waiter stops; its grant waits in its socket while the broker goes
@@ -143,8 +148,7 @@ until_gone() {
 	gm_user alice
 	gm_user bob
 	start_daemon
-	bg holder alice gpuman run -- sh -c "while [ ! -e '$SHARED/go' ] && [ -d '$SHARED' ]; do sleep 0.1; done"
-	wait_for '[ "$(state | jq ".leases | length" 2>/dev/null)" = 1 ]'
+	hold_the_gpu
 	bg a alice gpuman run --wait -- sh -c "echo a >>'$SHARED/order'"
 	wait_for '[ "$(places)" = 1 ]'
 	token=$(state | jq -r '.waiters[0].place')
