@@ -54,7 +54,9 @@ sweep() {
 }
 
 # The tasks' own records: each task once, no two at a time on one GPU,
-# both nodes used, the A100s (GPU 0, 1) took more than the T4s (2, 3).
+# both nodes used, the A100s (GPU 0, 1) took more than the T4s (2, 3);
+# with "even" as $2, at least as many (24 tasks are three rounds of 8:
+# srun's start-up on a busy machine can even out a 0.5 s lead, as CI saw)
 check_sweep() {
 	[ "$(sort -n ran | uniq | wc -l)" -eq "$1" ]
 	[ "$(wc -l <ran)" -eq "$1" ]
@@ -65,7 +67,7 @@ check_sweep() {
 	fast=$(grep -c -- '-00000000000[01]$' <<<"$uuids")
 	slow=$(grep -c -- '-00000000000[23]$' <<<"$uuids")
 	echo "A100 $fast tasks, T4 $slow tasks" >&3
-	[ "$fast" -gt "$slow" ]
+	if [ "${2:-}" = even ]; then [ "$fast" -ge "$slow" ]; else [ "$fast" -gt "$slow" ]; fi
 }
 
 @test "slurm batch: 40 tasks over 2 nodes x 4 mixed GPUs, each once, never two on a GPU, fast GPUs take more" {
@@ -97,7 +99,7 @@ check_sweep() {
 	cat out.txt
 	grep -q "24 tasks: 24 done" out.txt
 	grep -q "Slurm job" out.txt
-	check_sweep 24
+	check_sweep 24 even
 }
 
 @test "slurm batch: a task out of memory on a T4 is requeued onto an A100" {
@@ -266,7 +268,7 @@ for n, g in sqlite3.connect(sys.argv[1]).execute(
 	[[ "$output" == *"salloc --no-shell --nodes=2 --nodelist=n1,n2 --partition=gpu --gres=gpu:a100:2,gpu:t4:2 "* ]]
 	[[ "$output" != *"--gres=gpu:1 "* ]]
 	[[ "$output" == *"24 tasks: 24 done"* ]]
-	check_sweep 24
+	check_sweep 24 even
 	# a small sweep takes no more than it can use: 3 tasks, 3 GPUs of one node
 	rm -f ran rec
 	sweep 3 small.txt
