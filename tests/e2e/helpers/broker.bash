@@ -15,22 +15,60 @@ broker_setup() {
 	DAEMON=
 }
 
-# broker_teardown - broker_stop, and remove $SHARED
+# broker_teardown - broker_stop, and remove $SHARED; fails as broker_stop
 broker_teardown() {
-	broker_stop
+	local rc=0
+	broker_stop || rc=1
 	rm -rf "$SHARED"
+	return $rc
 }
 
 # broker_stop - kill the users' processes in $SHARED/pids, the broker and
-# the jobs it kept fenced
+# the jobs it kept fenced; fails, showing the broker's log, if the broker
+# did not end with status 0 within 30 s of its SIGTERM
 broker_stop() {
-	local f
+	local f rc=0
 	for f in "$SHARED"/pids/*; do
 		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
 	done
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
+	# a broker the test killed itself is not judged here
+	if [ -n "${DAEMON:-}" ] && pid_runs "$DAEMON" && kill "$DAEMON" 2>/dev/null; then
+		daemon_end "$DAEMON" || rc=1
+	fi
 	wait 2>/dev/null || true
 	broker_fence_clean
+	return $rc
+}
+
+# pid_runs PID - PID runs (a zombie, dead but not yet waited for, does not)
+pid_runs() {
+	local st
+	st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "${st%% *}" != Z ]
+}
+
+# daemon_end PID - the broker PID, sent SIGTERM, ends with status 0 within
+# 30 s; under ASan (GM_DAEMON_ASAN_OPTIONS, tests/run-all) its exit is also
+# a leak check: its leaks grow for as long as it serves, where a short
+# command's vanish with it, so it is the one process whose leaks are sought
+daemon_end() {
+	local _ rc
+	for _ in $(seq 300); do
+		pid_runs "$1" || break
+		sleep 0.1
+	done
+	if pid_runs "$1"; then
+		echo "# the broker $1 is still there 30 s after its SIGTERM" >&3
+		kill -9 "$1" 2>/dev/null
+		rc=137
+	else
+		wait "$1" 2>/dev/null
+		rc=$?
+	fi
+	[ "$rc" -eq 0 ] && return 0
+	echo "# the broker $1 ended with status $rc; its log:" >&3
+	tail -n 40 "$BATS_TEST_TMPDIR/daemon.log" | sed 's/^/#   /' >&3
+	return 1
 }
 
 # broker_fence_clean - end what is left in this test's fence folder
@@ -58,7 +96,8 @@ broker_fence_clean() {
 start_daemon() {
 	local n m _
 	n=$(grep -c serving "$BATS_TEST_TMPDIR/daemon.log" 2>/dev/null || true)
-	env "$@" nice -n "${BROKER_NICE:-0}" gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" \
+	env ${GM_DAEMON_ASAN_OPTIONS:+ASAN_OPTIONS=$GM_DAEMON_ASAN_OPTIONS} "$@" \
+		nice -n "${BROKER_NICE:-0}" gpuman daemon --socket "$GPUMAN_BROKER" --state "$STATE" \
 		2>>"$BATS_TEST_TMPDIR/daemon.log" &
 	DAEMON=$!
 	for _ in $(seq 400); do
