@@ -300,6 +300,10 @@ void daemon_lease_free(struct blease *l);
 
 void daemon_lease_end(struct daemon *d, struct blease *l);
 
+/* A lease without a connection (restored) ends when the process of pidfd
+ * does: watch that one from now on, instead of any before it. */
+void daemon_lease_watch(struct daemon *d, struct blease *l, int pidfd);
+
 /* ---- hours.c: max_gpu_hours -------------------------------------- */
 
 int64_t daemon_day_start(int64_t at_ms); /* local midnight before at_ms */

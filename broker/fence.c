@@ -375,6 +375,7 @@ struct place_job {
 	int pid, asked, pidfd;
 	uint64_t start;
 	struct keeper *k; /* a supervisor to move home at the end, or NULL */
+	int adopt;        /* the job of a restored lease: watched once placed */
 	struct fence_rule rule;
 	char description[360]; /* the systemd scope's (fence.scopes) */
 	int rc, made;
@@ -399,6 +400,27 @@ static void place_run(struct work *w)
 	if (fence.ops->enter(&fence, w->key, j->pid, j->err, sizeof j->err) < 0)
 		return;
 	j->rc = 0;
+}
+
+/*
+ * A restored lease's job, placed on a connection of its own (a restart
+ * between the grant and this; named_lease): its "job" message went to the
+ * broker before, so it is taken from the placing, and the lease lives as
+ * long as the job from now on -- as a lease whose job was told does -- not
+ * only as long as its gpuman run.
+ */
+static void adopt_job(struct daemon *d, struct place_job *j)
+{
+	for (struct blease *l = d->leases; l; l = l->next)
+		if (!l->ended && !l->conn && !strcmp(l->id, j->w.key)) {
+			daemon_lease_watch(d, l, j->pidfd);
+			j->pidfd = -1; /* the lease's now */
+			l->job_pid = j->pid;
+			l->job_start = j->start;
+			daemon_state_lease(d, l);
+			d->gen++;
+			return;
+		}
 }
 
 static void place_done(struct daemon *d, struct work *w)
@@ -429,6 +451,8 @@ static void place_done(struct daemon *d, struct work *w)
 			j->k->next = keepers;
 			keepers = j->k;
 			j->k = NULL;
+		} else if (j->adopt) {
+			adopt_job(d, j);
 		}
 	}
 	if (j->made) {
@@ -505,6 +529,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		fenced(d, c, 0, j->err);
 		goto free;
 	}
+	j->adopt = !c->lease && !l->reservation && !keep;
 	if (keep && (j->k = calloc(1, sizeof *j->k))) {
 		struct keeper *k = j->k;
 

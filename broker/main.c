@@ -254,6 +254,18 @@ void daemon_lease_free(struct blease *l)
 	free(l);
 }
 
+void daemon_lease_watch(struct daemon *d, struct blease *l, int pidfd)
+{
+	struct epoll_event ev = {EPOLLIN, {.ptr = l}};
+
+	if (l->pidfd >= 0 && l->pidfd != pidfd) {
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->pidfd, NULL);
+		close(l->pidfd);
+	}
+	l->pidfd = pidfd;
+	epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->pidfd, &ev);
+}
+
 void daemon_lease_end(struct daemon *d, struct blease *l)
 {
 	daemon_fence_end(d, l); /* nothing of its job outlives it */
@@ -412,11 +424,7 @@ static int restore(struct daemon *d)
 			ended++;
 			continue;
 		}
-		{
-			struct epoll_event ev = {EPOLLIN, {.ptr = l}};
-
-			epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->pidfd, &ev);
-		}
+		daemon_lease_watch(d, l, l->pidfd);
 		daemon_lease_add(d, l);
 		kept++;
 	}

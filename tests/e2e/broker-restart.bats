@@ -119,12 +119,13 @@ until_gone() {
 # CI saw this window: a waiter granted its GPU just before a clean stop
 # asked the broker to place its job after it, on the connection the stop
 # had closed, and failed ("lease broker: Broken pipe").
-@test "broker restart: a stop between a grant and the placing of its job: the job still runs, fenced, under the restored lease" {
+@test "broker restart: a stop between a grant and the placing of its job: the job still runs, fenced, under the restored lease, for as long as it runs" {
 	gm_user alice
 	gm_user bob
 	start_daemon
 	hold_the_gpu
-	bg w1 bob gpuman run --wait -- sh -c "cat /proc/self/cgroup >'$SHARED/cg'; echo ran >>'$SHARED/order'"
+	bg w1 bob gpuman run --wait -- sh -c "cat /proc/self/cgroup >'$SHARED/cg'; echo \$\$ >'$SHARED/job'
+		while [ ! -e '$SHARED/stop' ] && [ -d '$SHARED' ]; do sleep 0.05; done; echo ran >>'$SHARED/order'"
 	wait_for '[ "$(waiting)" = 1 ]'
 	# the waiter stops; its grant waits in its socket while the broker goes
 	kill -STOP "$(cat "$SHARED/pids/w1")"
@@ -135,13 +136,23 @@ until_gone() {
 	start_daemon
 	grep -q "restored 1 lease" "$BATS_TEST_TMPDIR/daemon.log"
 	kill -CONT "$(cat "$SHARED/pids/w1")"
-	status_of w1
-	[ "$(cat "$SHARED/order")" = ran ]
+	wait_for "[ -s '$SHARED/job' ]"
 	if grep -q "placement enforced by the kernel" "$BATS_TEST_TMPDIR/daemon.log"; then
 		grep -q "/$GPUMAN_FENCE_CGROUP/" "$SHARED/cg"
 	fi
 	status_of holder
+	# the lease lives as long as its job, as one whose job was told does:
+	# its gpuman run killed, the job goes on and the GPU stays bob's
+	[ "$(gpuman status --json | jq ".leases[0].job_pid")" = "$(cat "$SHARED/job")" ]
+	kill -9 "$(cat "$SHARED/pids/w1")"
+	sleep 0.5
+	kill -0 "$(cat "$SHARED/job")"
+	run -75 as_user alice gpuman run -- true
+	[[ "$output" == *"leased exclusively by gmtest-bob"* ]]
+	# and ends with it
+	touch "$SHARED/stop"
 	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 0 ]'
+	[ "$(cat "$SHARED/order")" = ran ]
 }
 
 @test "broker restart: another user's place token (and a forged one) buys a place at the back, not the place" {
