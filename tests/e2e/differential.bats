@@ -21,7 +21,7 @@ setup() {
 teardown() {
 	local p
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-	[ -z "$DAEMON" ] || kill "$DAEMON" 2>/dev/null || true
+	[ -z "$DAEMON" ] || kill_ours -TERM "$DAEMON"
 	wait 2>/dev/null || true
 	rm -rf "$SHARED"
 }

@@ -26,7 +26,7 @@ setup() {
 
 teardown() {
 	[ -z "$WAITER" ] || kill "$WAITER" 2>/dev/null || true
-	[ -z "$DAEMON" ] || kill "$DAEMON" 2>/dev/null || true
+	[ -z "$DAEMON" ] || kill_ours -TERM "$DAEMON"
 	wait 2>/dev/null || true
 	rm -rf "$SHARED"
 }

@@ -69,6 +69,25 @@ four_gpus() {
 JSON
 }
 
+# ours PID - PID still runs for this test: its environment carries this
+# test's GPUMAN_FENCE_CGROUP (gm_setup).  A teardown kills a pid it noted
+# only if it is ours: the process may have ended and the kernel given its
+# pid to a process of a test beside this one (make check runs several at
+# once, and take_pid rewinds the kernel's pid counter).
+ours() {
+	tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qxF "GPUMAN_FENCE_CGROUP=$GPUMAN_FENCE_CGROUP"
+}
+
+# kill_ours [-SIGNAL] PID... - kill the PIDs that are ours (default SIGKILL)
+kill_ours() {
+	local sig=-9 p
+	case ${1:-} in -*) sig=$1; shift ;; esac
+	for p in "$@"; do
+		ours "$p" && kill "$sig" "$p" 2>/dev/null
+	done
+	return 0
+}
+
 # wait_for 'CONDITION' [SECONDS] - evaluate the shell condition until true
 # (10 s at most, or SECONDS)
 wait_for() {

@@ -21,7 +21,7 @@ teardown() {
 	for f in "${SHARED:-/nonexistent}"/pids/*; do
 		[ -f "$f" ] && kill_tree "${f##*/}"
 	done
-	for p in ${BG_PIDS:-} ${NS_PID:-}; do kill -9 "$p" 2>/dev/null || true; done
+	kill_ours ${BG_PIDS:-} ${NS_PID:-}
 	wait 2>/dev/null || true
 	[ -z "${SHARED:-}" ] || rm -rf "$SHARED"
 }

@@ -18,7 +18,7 @@ setup() {
 
 teardown() {
 	[ -z "${holder:-}" ] || kill "$holder" 2>/dev/null || true
-	[ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
+	[ -z "${DAEMON:-}" ] || kill_ours -TERM "$DAEMON"
 	queue_teardown
 	pkill -9 -f "$BATS_TEST_TMPDIR/child.sh" || true
 }

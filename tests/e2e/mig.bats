@@ -17,7 +17,7 @@ setup() {
 }
 
 teardown() {
-	for p in ${BG_PIDS:-}; do kill "$p" 2>/dev/null || true; done
+	kill_ours -TERM ${BG_PIDS:-}
 	wait 2>/dev/null || true
 }
 

@@ -25,7 +25,7 @@ setup() {
 }
 
 teardown() {
-	[ -z "$DAEMON" ] || kill "$DAEMON" 2>/dev/null || true
+	[ -z "$DAEMON" ] || kill_ours -TERM "$DAEMON"
 	wait 2>/dev/null || true
 	rm -rf "$SHARED"
 }

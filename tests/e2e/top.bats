@@ -12,7 +12,7 @@ setup() {
 
 teardown() {
 	tmux -L "$TMUX_SOCK" kill-server 2>/dev/null || true
-	for p in ${BG_PIDS:-}; do kill "$p" 2>/dev/null || true; done
+	kill_ours -TERM ${BG_PIDS:-}
 	wait 2>/dev/null || true
 }
 

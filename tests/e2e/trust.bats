@@ -22,7 +22,7 @@ teardown() {
 	# alice's queue: its dispatcher and job
 	[ ! -d "${SHARED:-/nonexistent}/aliceq" ] ||
 		as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman cancel 1 >/dev/null 2>&1 || true
-	for p in ${BG_PIDS:-}; do kill -9 "$p" 2>/dev/null || true; done
+	kill_ours ${BG_PIDS:-}
 	wait 2>/dev/null || true
 	[ -z "${SHARED:-}" ] || rm -rf "$SHARED"
 }

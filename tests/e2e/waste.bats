@@ -23,9 +23,9 @@ JSON
 teardown() {
 	# alice's gpuman (as_user runs in a subshell: $! is not her process)
 	for f in "${SHARED:-/nonexistent}"/pids/*; do
-		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+		[ -f "$f" ] && kill_ours -TERM "$(cat "$f")"
 	done
-	for p in ${BG_PIDS:-}; do kill "$p" 2>/dev/null || true; done
+	kill_ours -TERM ${BG_PIDS:-}
 	wait 2>/dev/null || true
 	[ -z "${SHARED:-}" ] || rm -rf "$SHARED"
 }

@@ -29,10 +29,10 @@ broker_teardown() {
 broker_stop() {
 	local f rc=0
 	for f in "$SHARED"/pids/*; do
-		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+		[ -f "$f" ] && kill_ours "$(cat "$f")"
 	done
 	# a broker the test killed itself is not judged here
-	if [ -n "${DAEMON:-}" ] && pid_runs "$DAEMON" && kill "$DAEMON" 2>/dev/null; then
+	if [ -n "${DAEMON:-}" ] && pid_runs "$DAEMON" && ours "$DAEMON" && kill "$DAEMON" 2>/dev/null; then
 		daemon_end "$DAEMON" || rc=1
 	fi
 	wait 2>/dev/null || true

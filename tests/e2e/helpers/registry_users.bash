@@ -12,6 +12,7 @@ pid_of() {
 kill_tree() {
 	local pid kids
 	pid=$(pid_of "$1")
+	ours "$pid" || return 0 # gone, and maybe given to another test's process
 	kids=$(ps --ppid "$pid" -o pid=) || true
 	kill -9 "$pid" $kids 2>/dev/null || return 0
 	wait_for "! kill -0 $pid 2>/dev/null || grep -q '^State:.Z' /proc/$pid/status"
