@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -664,9 +665,12 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 				daemon_worker_ready(d);
 			} else if (*kind == EV_PIDFD) {
 				struct blease *l = (struct blease *)kind;
+				struct pollfd p = {l->pidfd, POLLIN, 0};
 
-				/* A restored lease's process ended. */
-				if (!l->ended)
+				/* A restored lease's process ended: the one it
+				 * watches now (this batch may still hold the end of
+				 * one it watched before: daemon_lease_watch). */
+				if (!l->ended && l->pidfd >= 0 && poll(&p, 1, 0) > 0)
 					daemon_lease_end(d, l);
 			} else {
 				struct conn *c = (struct conn *)kind;
