@@ -173,7 +173,8 @@ struct blease {
 /* The state file, a journal (state.c): open to append to, its snapshot's
  * and its changes' sizes, and this turn's changes. */
 struct state_file {
-	int fd; /* -1: the next write is a snapshot */
+	int fd;      /* -1: the next write is a snapshot */
+	int lock_fd; /* STATE.lock, held while this broker runs; -1 none */
 	size_t snapshot_bytes, appended_bytes;
 	char *pend; /* this turn's change lines */
 	size_t pend_len, pend_cap;
@@ -231,8 +232,11 @@ struct daemon {
 	uint64_t gen, view_gen, view_builds;
 	int64_t view_at; /* monotonic */
 	struct shared_text *view;
-	/* the socket this broker bound, removed when it stops; "" none */
+	/* the socket this broker bound, removed when it stops if the path
+	 * still names it (by inode); "" none */
 	char bound_path[108];
+	dev_t bound_dev;
+	ino_t bound_ino;
 };
 
 void daemon_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -290,6 +294,7 @@ void daemon_state_hours(struct daemon *d, json_t *entry);
 /* A write failed: when it is tried again (monotonic ms; due: marks d
  * changed), or -1. */
 int64_t daemon_state_due(struct daemon *d);
+int daemon_state_lock(struct daemon *d);
 void daemon_state_close(struct daemon *d);
 /* The file folded into one document (a snapshot's shape), the caller's;
  * NULL with *refuse 0 when there is none, with *refuse 1 (said) when it

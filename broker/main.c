@@ -463,8 +463,8 @@ static int check_socket_dir(void)
 }
 
 /* systemd's socket activation, else our own socket at path (which
- * bound_path then names, to be removed as the broker stops). */
-static int listen_on(const char *path, char *bound_path, size_t bound_len)
+ * d->bound_path then names, to be removed as the broker stops). */
+static int listen_on(struct daemon *d, const char *path)
 {
 	mode_t mask;
 	int bound;
@@ -518,19 +518,24 @@ static int listen_on(const char *path, char *bound_path, size_t bound_len)
 			close(fd);
 		return -1;
 	}
-	str_copy(bound_path, bound_len, path);
+	str_copy(d->bound_path, sizeof d->bound_path, path);
+	if (lstat(path, &st) == 0)
+		d->bound_ino = st.st_ino, d->bound_dev = st.st_dev;
 	return fd;
 }
 
 /* A broker that stops removes the socket it made: a client then finds no
  * socket rather than one nobody serves (and for this machine's default
  * path, broker_connect says what to do). */
-static void unbind(const char *path)
+static void unbind(const struct daemon *d)
 {
+	const char *path = d->bound_path;
 	struct stat st;
 
-	/* listen_on made it, and no second broker starts while we serve */
-	if (path[0] && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+	/* Only the one listen_on made: someone may have removed it meanwhile
+	 * and another broker bound the path since, whose socket it is now. */
+	if (path[0] && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == d->bound_ino &&
+	    st.st_dev == d->bound_dev)
 		unlink(path);
 }
 
@@ -582,6 +587,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 	d->epfd = -1;
 	d->listener.fd = -1;
 	d->state.fd = -1;
+	d->state.lock_fd = -1;
 	d->listener.kind = EV_LISTEN;
 	d->state_path = args.state_path;
 	memset(&sa, 0, sizeof sa);
@@ -598,7 +604,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	daemon_conn_limits(d);
-	if (check_state_dir(d->state_path) < 0)
+	if (check_state_dir(d->state_path) < 0 || daemon_state_lock(d) < 0)
 		goto done;
 	if (daemon_config_fresh(d) < 0)
 		goto done;
@@ -615,7 +621,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 	if (restore(d) < 0)
 		goto done;
 	daemon_fence_restore(d);
-	d->listener.fd = listen_on(args.socket_path, d->bound_path, sizeof d->bound_path);
+	d->listener.fd = listen_on(d, args.socket_path);
 	if (d->listener.fd < 0)
 		goto done;
 	{
@@ -730,7 +736,7 @@ done:
 		daemon_lease_free(l);
 	}
 	if (d->listener.fd >= 0) {
-		unbind(d->bound_path);
+		unbind(d);
 		close(d->listener.fd);
 	}
 	shared_text_put(d->view);

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
@@ -368,6 +369,43 @@ int64_t daemon_state_due(struct daemon *d)
 	return now;
 }
 
+/* One broker per state file.  A second one, started by hand beside the
+ * service (or on a socket of its own), would restore, rewrite and serve the
+ * first one's leases: two authorities, and a GPU granted twice.  The lock
+ * is flock(2) on STATE.lock, which the kernel drops when its holder dies
+ * however it dies, so a crash never leaves it behind; the holder's pid is
+ * written in it for the message.  -1: held by another broker (said). */
+int daemon_state_lock(struct daemon *d)
+{
+	char path[PATH_MAX], pid[24] = "";
+	int fd, n;
+
+	if (snprintf(path, sizeof path, "%s.lock", d->state_path) >= (int)sizeof path) {
+		daemon_say("the state file's path '%s' is too long", d->state_path);
+		return -1;
+	}
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		daemon_say("cannot open '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		n = (int)pread(fd, pid, sizeof pid - 1, 0);
+		pid[n > 0 ? strcspn(pid, "\n") : 0] = '\0';
+		daemon_say("another broker%s%s%s keeps its leases in '%s': stop it first "
+		           "(systemctl stop gpuman), or give this one a --state of its own",
+		           pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", d->state_path);
+		close(fd);
+		return -1;
+	}
+	n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		daemon_say("cannot write '%s': %s (the lock holds all the same)", path,
+		           strerror(errno));
+	d->state.lock_fd = fd;
+	return 0;
+}
+
 void daemon_state_close(struct daemon *d)
 {
 	struct state_file *s = &d->state;
@@ -375,6 +413,9 @@ void daemon_state_close(struct daemon *d)
 	if (s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	s->lock_fd = -1;
 	free(s->pend);
 	free(s->joined);
 	s->pend = NULL;

@@ -297,6 +297,39 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[[ "$output" == *"served by uid $(id -u gmtest-mallory), not by root; refusing it"* ]]
 }
 
+@test "broker: a second broker on the same state file or socket is refused; the first keeps its leases and its socket" {
+	gpus 1
+	start_daemon
+	bg holder - gpuman run -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	before=$(cat "$STATE")
+	# the same state on a socket of its own: two authorities over one set
+	# of leases would grant the held GPU again
+	run -1 timeout 20 gpuman daemon --socket "$SHARED/two.sock" --state "$STATE"
+	[[ "$output" == *"another broker (pid $DAEMON) keeps its leases in '$STATE': stop it first"* ]]
+	[ ! -e "$SHARED/two.sock" ]
+	[ "$(cat "$STATE")" = "$before" ]
+	# the same socket with a state of its own
+	mkdir -m 700 "$BATS_TEST_TMPDIR/b2"
+	run -1 timeout 20 gpuman daemon --socket "$GPUMAN_BROKER" --state "$BATS_TEST_TMPDIR/b2/leases.json"
+	[[ "$output" == *"another broker already serves '$GPUMAN_BROKER'"* ]]
+	[ "$(leases .id | tr , '\n' | grep -c .)" = 1 ]
+	run -75 gpuman run -- true
+	# the socket removed by hand and a second broker bound in its place:
+	# the first, stopped, leaves the second's socket alone
+	rm "$GPUMAN_BROKER"
+	env ${GM_DAEMON_ASAN_OPTIONS:+ASAN_OPTIONS=$GM_DAEMON_ASAN_OPTIONS} gpuman daemon \
+		--socket "$GPUMAN_BROKER" --state "$BATS_TEST_TMPDIR/b2/leases.json" 2>"$BATS_TEST_TMPDIR/b2.log" &
+	second=$!
+	wait_for '[ -S "$GPUMAN_BROKER" ] && grep -q serving "$BATS_TEST_TMPDIR/b2.log"'
+	kill "$DAEMON"
+	daemon_end "$DAEMON"
+	[ -S "$GPUMAN_BROKER" ]
+	run -0 gpuman status --json
+	[ "$(jq '.leases | length' <<<"$output")" = 0 ]
+	DAEMON=$second
+}
+
 @test "broker: nobody serving GPUMAN_BROKER is an error, never a silent fall-back" {
 	gpus 1
 	export GPUMAN_BROKER=$SHARED/nobody.sock
