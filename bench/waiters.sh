@@ -98,7 +98,7 @@ as_other() {
 	fi
 }
 ms() { echo $(($(date +%s%N) / 1000000)); }
-cpu_ticks() { # summed utime+stime of the pids given and their children, in clock ticks
+cpu_ticks() { # summed utime+stime of the pids given (all their threads) and their children, in clock ticks
 	for p in "$@"; do
 		for c in $p $(cat /proc/$p/task/*/children 2>/dev/null); do
 			[ -r "/proc/$c/stat" ] && sed 's/.*) //' "/proc/$c/stat" | awk '{print $12 + $13}'
@@ -255,8 +255,9 @@ while [ "$n" -lt $runs ]; do
 	# status lists 256 waiters one by one and the rest as counts per user
 	n=$(gpuman status --json | jq '(.waiters | length) + ([.waiters_more[]?.count] | add // 0)')
 done
-# the last to join are still starting (each forks the two children that
-# wait on the tickets ahead): idle is measured from WAITERS_SETTLE s on
+# the last to join are still starting (each reads the line and starts the
+# two threads that wait on the tickets ahead): idle is measured from
+# WAITERS_SETTLE s on
 sleep "$settle"
 c0=$(cpu_ticks $pids)
 d0=$(cpu_ticks $daemon)

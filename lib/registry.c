@@ -421,7 +421,6 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		}
 	}
 done:
-	/* Our child waiting behind another ticket shares our ticket's lock. */
 	registry_waiting_release(&w);
 	if (ticket_fd >= 0) {
 		char path[PATH_MAX + 130];

@@ -57,6 +57,8 @@ struct ahead {
 	size_t mine_count; /* my candidates (at most 64 tracked) */
 };
 
+struct locker;
+
 /* A waiter between attempts. */
 struct waiting {
 	int cancel_fd; /* readable once gm_cancel() was called; -1: none */
@@ -66,25 +68,25 @@ struct waiting {
 	int ifd;        /* inotify on the registry; -1 until we have room */
 	int no_inotify; /* the per-user inotify limit is reached: poll */
 	/* Waiting behind the waiters ahead that block us (at most two): a
-	 * child each, blocked in flock on its ticket, which writes to a pipe
-	 * when that waiter leaves the line. */
-	pid_t behind_pid[2];  /* -1: none */
-	char behind[2][128];  /* the tickets they wait on */
-	int behind_holder[2]; /* those tickets' holders and their users */
+	 * thread each (a locker), blocked in flock on its ticket, done when
+	 * that waiter leaves the line. */
+	struct locker *behind_lk[2]; /* NULL: none */
+	int behind_fd[2];            /* their opens of the tickets */
+	char behind[2][128];         /* the tickets they wait on */
+	int behind_holder[2];        /* those tickets' holders and their users */
 	unsigned behind_uid[2];
 	/* The holders' /proc/PID/stat, kept open: a look at whether one has
 	 * stopped is one read; -1: none. */
 	int behind_stat[2];
-	int behind_fd;   /* the pipe's read end, -1: none */
 	int64_t pair_ms; /* when to look at a pair next (registry_wait.c) */
 };
 #define WAITING_INIT(cancel, reg, mine)                                                            \
 	{                                                                                          \
-		(cancel), (reg), (mine), {0}, -1, 0, {-1, -1}, {"", ""}, {0, 0}, {0, 0}, {-1, -1}, \
-		    -1, 0                                                                          \
+		(cancel), (reg), (mine), {0}, -1, 0, {NULL, NULL}, {-1, -1}, {"", ""}, {0, 0},     \
+		    {0, 0}, {-1, -1}, 0                                                            \
 	}
 
-/* Free what a waiter holds between attempts: its inotify, its child. */
+/* Free what a waiter holds between attempts: its inotify, its lockers. */
 void registry_waiting_release(struct waiting *w);
 
 /* Names of the few users whose leases a reader meets, remembered: every
@@ -173,6 +175,19 @@ void registry_ahead_refresh(struct waiting *w);
  */
 enum gm_err registry_wait_for_change(struct waiting *w, int64_t deadline,
                                      const struct acquire_opts *opts);
+
+/*
+ * A thread blocked in flock(fd, how) (registry_lock.c); fd is its own
+ * open file description.  NULL: no thread could be made (fd is still the
+ * caller's).  Its eventfd becomes readable once it is done; locker_end
+ * then says how it went and frees it: 1 the lock is held through fd, 0
+ * flock failed (errno), -1 it still waited and now drops the lock (and fd)
+ * the moment it gets it.
+ */
+struct locker *locker_start(int fd, int how);
+int locker_efd(const struct locker *lk);
+int locker_done(const struct locker *lk);
+int locker_end(struct locker *lk);
 
 /* Release the registry lock, if held. */
 void registry_unlock(struct registry *reg);

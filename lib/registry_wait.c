@@ -16,10 +16,8 @@
 #include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/wait.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,23 +143,24 @@ void registry_ahead_refresh(struct waiting *w)
 	}
 }
 
-/* Stop waiting behind the tickets: the children go, with their pipe. */
+/* Stop waiting behind the tickets: a locker still waiting drops its
+ * shared lock the moment it gets it; one done drops it now. */
 static void behind_stop(struct waiting *w)
 {
 	for (size_t k = 0; k < 2; k++) {
-		if (w->behind_pid[k] > 0) {
-			kill(w->behind_pid[k], SIGKILL);
-			waitpid(w->behind_pid[k], NULL, 0);
+		if (w->behind_lk[k]) {
+			int fd = w->behind_fd[k];
+
+			if (locker_end(w->behind_lk[k]) >= 0)
+				close(fd);
 		}
-		w->behind_pid[k] = -1;
+		w->behind_lk[k] = NULL;
+		w->behind_fd[k] = -1;
 		w->behind[k][0] = '\0';
 		if (w->behind_stat[k] >= 0)
 			close(w->behind_stat[k]);
 		w->behind_stat[k] = -1;
 	}
-	if (w->behind_fd >= 0)
-		close(w->behind_fd);
-	w->behind_fd = -1;
 }
 
 void registry_waiting_release(struct waiting *w)
@@ -173,32 +172,25 @@ void registry_waiting_release(struct waiting *w)
 	registry_ahead_release(&w->ah);
 }
 
-/* Start a small child blocked on the lock of ticket i (of w->ah) that
- * writes to the pipe when the ticket's holder leaves the line (served,
- * gone or killed), as slot k: 0, or -1 when the ticket is gone already or
- * no child could be made. */
-static int behind_start(struct waiting *w, size_t k, size_t i, int wfd)
+/* Start a locker blocked on a shared lock of ticket i (of w->ah), done
+ * when the ticket's holder leaves the line (served, gone or killed: its
+ * exclusive lock goes with it), as slot k: 0, or -1 when the ticket is gone
+ * already or no thread could be made. */
+static int behind_start(struct waiting *w, size_t k, size_t i)
 {
 	char path[PATH_MAX + 130];
-	pid_t parent = getpid(), pid;
 	int fd;
 
 	snprintf(path, sizeof path, "%s/%s", w->reg->dir, w->ah.names[i]);
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1; /* already gone */
-	pid = fork();
-	if (pid == 0) {
-		/* Only system calls here: the parent may be multi-threaded. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() == parent && flock(fd, LOCK_SH) == 0 && write(wfd, "", 1) < 0)
-			_exit(1);
-		_exit(0);
-	}
-	close(fd);
-	if (pid < 0)
+	w->behind_lk[k] = locker_start(fd, LOCK_SH);
+	if (!w->behind_lk[k]) {
+		close(fd);
 		return -1;
-	w->behind_pid[k] = pid;
+	}
+	w->behind_fd[k] = fd;
 	str_copy(w->behind[k], sizeof w->behind[k], w->ah.names[i]);
 	w->behind_holder[k] = w->ah.pids[i];
 	w->behind_uid[k] = w->ah.uids[i];
@@ -215,7 +207,7 @@ static int behind_holds(const struct waiting *w, size_t k)
 	const char *p;
 	int runs;
 
-	if (w->behind_pid[k] <= 0)
+	if (!w->behind_lk[k])
 		return 1;
 	if (w->behind_stat[k] >= 0) {
 		/* that process's, read again: gone, the read fails */
@@ -241,11 +233,11 @@ static int behind_holds(const struct waiting *w, size_t k)
 #define RECHECK_PAIR_MAX_MS 120000
 
 /*
- * Earlier waiters hold every GPU we could use: sleep, by children blocked
- * on their tickets' locks (so that the wait can time out and be
- * interrupted), until one of them leaves.  The children are kept from one
+ * Earlier waiters hold every GPU we could use: sleep, by lockers (threads)
+ * blocked on their tickets' locks (so that the wait can time out and be
+ * interrupted), until one of them leaves.  The lockers are kept from one
  * call to the next while they wait on the same tickets, so an idle line
- * forks and reads nothing.
+ * starts and reads nothing.
  *
  * Whom: the nearest waiter that blocks us, and beyond it the nearest that
  * holds back all our GPUs by itself.  Both of them leave before we can
@@ -265,7 +257,7 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 	uint64_t all = w->ah.mine_count >= 64 ? ~0ull : (1ull << w->ah.mine_count) - 1;
 	int64_t now = monotonic_ms(), until;
 	size_t near = w->ah.count, far, want[2];
-	int p[2] = {-1, -1}, pair;
+	int pair;
 
 	while (near-- > 0 && !w->ah.blocks[near])
 		;
@@ -277,36 +269,31 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 	want[0] = near;
 	want[1] = far;
 	pair = far != (size_t)-1 && (w->ah.blocks[near] & all) == all;
-	/* Any change starts both afresh, on a new pipe that both hold. */
+	/* Any change starts both afresh. */
 	for (size_t k = 0; k < 2; k++)
 		if (want[k] == (size_t)-1
-		        ? w->behind_pid[k] > 0
-		        : w->behind_pid[k] <= 0 || strcmp(w->behind[k], w->ah.names[want[k]]))
+		        ? w->behind_lk[k] != NULL
+		        : !w->behind_lk[k] || strcmp(w->behind[k], w->ah.names[want[k]]))
 			behind_stop(w);
-	if (w->behind_fd < 0) {
-		if (pipe2(p, O_CLOEXEC) < 0)
-			goto no_child;
-		w->behind_fd = p[0];
-	}
 	for (size_t k = 0; k < 2; k++)
-		if (want[k] != (size_t)-1 && w->behind_pid[k] <= 0 &&
-		    behind_start(w, k, want[k], p[1]) < 0) {
-			close(p[1]);
+		if (want[k] != (size_t)-1 && !w->behind_lk[k] && behind_start(w, k, want[k]) < 0) {
 			behind_stop(w);
-			goto no_child;
+			goto no_locker;
 		}
-	if (p[1] >= 0)
-		close(p[1]);
 	if (w->pair_ms < RECHECK_PAIR_MS)
 		w->pair_ms = RECHECK_PAIR_MS;
 	until = now + (pair ? w->pair_ms : RECHECK_MS);
 	if (deadline >= 0 && deadline < until)
 		until = deadline;
 	while (now < until && !registry_cancelled(w, opts)) {
-		struct pollfd pfd[2] = {{w->behind_fd, POLLIN, 0}, {w->cancel_fd, POLLIN, 0}};
-		int n = poll(pfd, w->cancel_fd >= 0 ? 2 : 1, (int)(until - now));
+		/* Slots of no locker are ignored (fd -1), as poll() does. */
+		struct pollfd pfd[3] = {
+		    {w->behind_lk[0] ? locker_efd(w->behind_lk[0]) : -1, POLLIN, 0},
+		    {w->behind_lk[1] ? locker_efd(w->behind_lk[1]) : -1, POLLIN, 0},
+		    {w->cancel_fd, POLLIN, 0}};
+		int n = poll(pfd, 3, (int)(until - now));
 
-		if (n > 0 && pfd[0].revents) {
+		if (n > 0 && (pfd[0].revents || pfd[1].revents)) {
 			behind_stop(w);
 			w->pair_ms = RECHECK_PAIR_MS;
 			return 1;
@@ -325,8 +312,8 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 		w->pair_ms =
 		    w->pair_ms * 2 < RECHECK_PAIR_MAX_MS ? w->pair_ms * 2 : RECHECK_PAIR_MAX_MS;
 	return 0;
-no_child:
-	/* Gone already, or no child to be had: look again shortly. */
+no_locker:
+	/* Gone already, or no thread to be had: look again shortly. */
 	{
 		struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
 
