@@ -143,24 +143,24 @@ void registry_ahead_refresh(struct waiting *w)
 	}
 }
 
-/* Stop waiting behind the tickets: a locker still waiting drops its
- * shared lock the moment it gets it; one done drops it now. */
+/* Stop waiting behind ticket k: a locker still waiting drops its shared
+ * lock the moment it gets it; one done drops it now. */
+static void behind_drop(struct waiting *w, size_t k)
+{
+	if (w->behind_lk[k] && locker_end(w->behind_lk[k]) >= 0)
+		close(w->behind_fd[k]);
+	w->behind_lk[k] = NULL;
+	w->behind_fd[k] = -1;
+	w->behind[k][0] = '\0';
+	if (w->behind_stat[k] >= 0)
+		close(w->behind_stat[k]);
+	w->behind_stat[k] = -1;
+}
+
 static void behind_stop(struct waiting *w)
 {
-	for (size_t k = 0; k < 2; k++) {
-		if (w->behind_lk[k]) {
-			int fd = w->behind_fd[k];
-
-			if (locker_end(w->behind_lk[k]) >= 0)
-				close(fd);
-		}
-		w->behind_lk[k] = NULL;
-		w->behind_fd[k] = -1;
-		w->behind[k][0] = '\0';
-		if (w->behind_stat[k] >= 0)
-			close(w->behind_stat[k]);
-		w->behind_stat[k] = -1;
-	}
+	behind_drop(w, 0);
+	behind_drop(w, 1);
 }
 
 void registry_waiting_release(struct waiting *w)
@@ -269,12 +269,13 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 	want[0] = near;
 	want[1] = far;
 	pair = far != (size_t)-1 && (w->ah.blocks[near] & all) == all;
-	/* Any change starts both afresh. */
+	/* A slot whose ticket changed starts afresh; the other keeps its
+	 * locker. */
 	for (size_t k = 0; k < 2; k++)
 		if (want[k] == (size_t)-1
 		        ? w->behind_lk[k] != NULL
 		        : !w->behind_lk[k] || strcmp(w->behind[k], w->ah.names[want[k]]))
-			behind_stop(w);
+			behind_drop(w, k);
 	for (size_t k = 0; k < 2; k++)
 		if (want[k] != (size_t)-1 && !w->behind_lk[k] && behind_start(w, k, want[k]) < 0) {
 			behind_stop(w);
@@ -294,7 +295,9 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 		int n = poll(pfd, 3, (int)(until - now));
 
 		if (n > 0 && (pfd[0].revents || pfd[1].revents)) {
-			behind_stop(w);
+			for (size_t k = 0; k < 2; k++)
+				if (pfd[k].revents)
+					behind_drop(w, k);
 			w->pair_ms = RECHECK_PAIR_MS;
 			return 1;
 		}
