@@ -58,7 +58,8 @@ daemon_end() {
 		sleep 0.1
 	done
 	if pid_runs "$1"; then
-		echo "# the broker $1 is still there 30 s after its SIGTERM" >&3
+		echo "# the broker $1 is still there 30 s after its SIGTERM; where its threads are:" >&3
+		broker_threads "$1" >&3
 		kill -9 "$1" 2>/dev/null
 		rc=137
 	else
@@ -69,6 +70,21 @@ daemon_end() {
 	echo "# the broker $1 ended with status $rc; its log:" >&3
 	tail -n 40 "$BATS_TEST_TMPDIR/daemon.log" | sed 's/^/#   /' >&3
 	return 1
+}
+
+# broker_threads PID - each thread's state, kernel wait channel and
+# kernel stack (root), as comments: where a broker that does not stop is
+broker_threads() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "#   thread ${t##*/}: $(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f1)" \
+			"wchan $(cat "$t/wchan" 2>/dev/null)"
+		sed 's/^/#     /' "$t/stack" 2>/dev/null | head -12
+	done
+	if command -v gdb >/dev/null; then
+		timeout 20 gdb -p "$1" -batch -ex 'thread apply all bt 12' 2>/dev/null |
+			grep -E '^(Thread|#[0-9])' | sed 's/^/#   /'
+	fi
 }
 
 # broker_fence_clean - end what is left in this test's fence folder
