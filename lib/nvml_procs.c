@@ -218,6 +218,26 @@ static int merge_procs(struct proc_sink *sink, unsigned gpu, size_t first, size_
 	return 0;
 }
 
+/*
+ * A driver answers each call afresh, and the memory reading comes before the
+ * process lists: a process that takes its memory between the two calls is
+ * listed with it, yet the reading has it free.  Placement counts a lease's
+ * memory as used, not pending, once its job's process shows it, so such a
+ * torn reading would count it nowhere and let a third share onto a GPU with
+ * room for two.  What the listed processes hold is used, whatever the
+ * earlier reading said.
+ */
+static void settle_memory(uint64_t *used, uint64_t *free_mib, uint64_t held)
+{
+	uint64_t more;
+
+	if (held <= *used)
+		return;
+	more = held - *used;
+	*used = held;
+	*free_mib = *free_mib > more ? *free_mib - more : 0;
+}
+
 /* The process lists of one GPU: MPS clients compute through the MPS
  * server, so they are compute processes too.  A driver without the MPS
  * list (an older one) costs no call.  Returns an enum answer, or -1 (no
@@ -248,6 +268,14 @@ int nvml_query_procs(struct gpu_query *q, struct proc_sink *sink)
 		if (a == -1 || a == ANSWER_LOST)
 			return a;
 		sort_procs(snap, first); /* the next merge searches them */
+	}
+	if (q->gpu->valid & GM_HAS_MEMORY) {
+		uint64_t held = 0;
+
+		for (size_t k = first; k < snap->proc_count; k++)
+			if (snap->procs[k].has_mem)
+				held += snap->procs[k].used_mib;
+		settle_memory(&q->gpu->mem_used_mib, &q->gpu->mem_free_mib, held);
 	}
 	return ANSWER_OK;
 }
@@ -283,6 +311,16 @@ static int pid_cmp(const void *a, const void *b)
 	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/* Whether pid is in a raw list: a slice's MPS client that is also in its
+ * compute list holds one amount of memory. */
+static int listed(const struct raw_proc *raw, size_t n, unsigned pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (raw[i].pid == pid)
+			return 1;
+	return 0;
 }
 
 static void drop_migs(struct gm_snapshot *snap, size_t from)
@@ -372,6 +410,16 @@ static int query_mig(struct gpu_query *mq, struct proc_sink *sink, size_t first,
 			m->pids[k++] = m->pids[i];
 	m->pid_count = k;
 	m->valid |= GM_MIG_HAS_PROCESSES;
+	if (m->valid & GM_MIG_HAS_MEMORY) {
+		uint64_t held = 0;
+
+		for (l = 0; l < 2; l++)
+			for (k = 0; k < n[l]; k++)
+				if (raw[l][k].has_mem &&
+				    (l == 0 || !listed(raw[0], n[0], raw[1][k].pid)))
+					held += raw[l][k].used / MIB;
+		settle_memory(&m->mem_used_mib, &m->mem_free_mib, held);
+	}
 	a = ANSWER_OK;
 out:
 	free(raw[0]);

@@ -55,9 +55,12 @@ BURST=${GM_BURST:-200}
 	mkdir "$out"
 	for i in $(seq "$shares"); do
 		{
+			# (set -e holds in this subshell too: a bare failure would
+			# end it before its status is written)
+			rc=0
 			gpuman run --mem 6G --wait -- gpuman-simload --mem 6G --util 40 --seconds 1 \
-				--init-delay 0.1 --record "$rec" >"$out/$i" 2>&1
-			echo "$?" >"$out/$i.rc"
+				--init-delay 0.1 --record "$rec" >"$out/$i" 2>&1 || rc=$?
+			echo "$rc" >"$out/$i.rc"
 		} &
 	done
 	wait
@@ -208,6 +211,44 @@ JSON
 	# a share that fits beside it is granted at once
 	run -0 gpuman run --mem 4G -- true
 	wait
+}
+
+@test "a share whose job takes its memory while another request reads the GPUs is still counted" {
+	# NVML answers the memory and the process lists in calls of their own.
+	# B's job takes its memory after C's memory reading and before C's
+	# process lists, which C's scenario slows to 1 s each (the latency
+	# profile); A and B read the same simulated GPU at no cost.  C once saw
+	# B's memory in neither and was granted a third 6 GiB on 16000 MiB.
+	local gpu='{"name":"only","uuid":"GPU-70000000-0000-0000-0000-000000000000","memory_total_mib":16000}'
+	echo "{ \"gpus\": [ $gpu ] }" >"$BATS_TEST_TMPDIR/fast.json"
+	echo "{ \"latency\": {\"processes_ms\": 1000}, \"gpus\": [ $gpu ] }" >"$BATS_TEST_TMPDIR/slow.json"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/fast.json
+	rec=$BATS_TEST_TMPDIR/rec
+	gpuman run --mem 6G -- gpuman-simload --mem 6G --util 10 --seconds 60 >/dev/null 2>&1 &
+	a=$!
+	wait_for 'ls "$GPUMAN_SIM_STATE" | grep -q "\.live$"'
+	# B must take its memory inside C's window: after C starts, within the
+	# 1 s of C's first process list.  A machine too slow for that gets
+	# another try; C's outcome counts only from a try that hit the window.
+	for try in 1 2 3; do
+		gpuman run --mem 6G -- gpuman-simload --mem 6G --util 10 --seconds 60 \
+			--init-delay 0.6 --record "$rec.$try" >/dev/null 2>&1 &
+		b=$!
+		wait_for 'test "$(ls "$GPUMAN_STATE_DIR" | grep -c "^lease\.")" = 2'
+		t_c=$(date +%s%N)
+		GPUMAN_SIM=$BATS_TEST_TMPDIR/slow.json run gpuman run --mem 6G -- \
+			gpuman-simload --mem 6G --util 10 --seconds 1
+		kill "$b"
+		wait "$b" || true
+		b_start=$(awk '$1 == "start" { print $4 }' "$rec.$try")
+		echo "try $try: B took its memory $(( (b_start - t_c) / 1000000 )) ms after C started"
+		(( b_start > t_c + 200000000 && b_start < t_c + 1000000000 )) && break
+		[ "$try" != 3 ] || { echo "B never took its memory inside C's window"; false; }
+	done
+	[ "$status" = 75 ]
+	[[ "$output" == *"only 3712 MiB free"* ]]
+	kill "$a"
+	wait "$a" || true
 }
 
 @test "--idle skips GPUs with any process; exclusive-process mode with a process is never offered" {
