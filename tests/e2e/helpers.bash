@@ -136,21 +136,34 @@ as_user() {
 # take_pid PID USER NAME - the kernel gives PID again, to a process of
 # gmtest-USER's (sleep 300), its pid in $SHARED/pids/NAME (the trust suites'
 # teardowns kill those).  ns_last_pid is root's lever; a fork elsewhere on
-# the machine may take the pid first, so try again.
+# the machine may take the pid first, so try again.  make check runs the
+# suites side by side, two of them with this rewind: one at a time on the
+# machine (a lock), and the counter put back after it, or the forks of
+# everyone else would go on from PID and take pids just freed -- PID
+# itself, once, before this test came to take it.
 take_pid() {
-	local pid=$1 user=gmtest-$2 i
+	local pid=$1 user=gmtest-$2 i last got
 	wait_for "! kill -0 $pid 2>/dev/null"
+	exec 8>>"${TMPDIR:-/tmp}/gpuman-take-pid.lock"
+	flock 8
 	for i in $(seq 100); do
+		# taken by another process meanwhile: it may end soon
+		kill -0 "$pid" 2>/dev/null && ! wait_for "! kill -0 $pid 2>/dev/null" 3 && break
+		read -r last </proc/sys/kernel/ns_last_pid
 		echo $((pid - 1)) >/proc/sys/kernel/ns_last_pid
-		setpriv --reuid="$user" --regid="$user" --clear-groups sleep 300 &
-		BG_PIDS="${BG_PIDS:-} $!"
-		if [ "$!" = "$pid" ]; then
+		setpriv --reuid="$user" --regid="$user" --clear-groups sleep 300 8>&- &
+		got=$!
+		[ "$last" -le "$pid" ] || echo "$last" >/proc/sys/kernel/ns_last_pid
+		BG_PIDS="${BG_PIDS:-} $got"
+		if [ "$got" = "$pid" ]; then
 			echo "$pid" >"$SHARED/pids/$3"
+			exec 8>&-
 			return 0
 		fi
-		kill -9 "$!"
-		wait "$!" 2>/dev/null || true
+		kill -9 "$got"
+		wait "$got" 2>/dev/null || true
 	done
-	echo "could not have pid $pid given again" >&2
+	exec 8>&-
+	echo "could not have pid $pid given again; it is: $(ps -o user=,args= -p "$pid" || echo free)" >&2
 	return 1
 }
