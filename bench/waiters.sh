@@ -13,7 +13,8 @@
 #             8 GPUs (targets: broker <= 1.2x; registry <= 1.3x at 200,
 #             <= 1.5x at 500); the hand-off cost, the GPU time lost between
 #             one job's end and the next one's start; and the floor: the
-#             same jobs by xargs -P 8 with no leases.
+#             same jobs by xargs -P 8 with no leases.  For each, the
+#             machine's busy CPU, in core-seconds and per job.
 #   idle      500 waiters behind 8 long jobs, on each transport: their
 #             summed CPU (and the broker's) over 10 s (target < 1 % of one
 #             core); then the 8 GPUs freed at once, and how fast the line
@@ -106,6 +107,20 @@ cpu_ticks() { # summed utime+stime of the pids given (all their threads) and the
 	done | awk '{s += $1} END {print s + 0}'
 }
 
+# The whole machine's busy CPU, in clock ticks (user, nice, system, irq,
+# softirq): the burst keeps both cores busy, so its time is its CPU work
+# over the cores, and the CPU a job costs says what a ratio to the ideal
+# can be here at all.
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+# cpu_line T0_MS T1_MS TICKS0 TICKS1 JOBS - "CPU: ..." for a phase
+cpu_line() {
+	awk -v t0="$1" -v t1="$2" -v c0="$3" -v c1="$4" -v n="$5" -v hz="$(getconf CLK_TCK)" \
+	    -v cores="$(nproc)" 'BEGIN {
+		cpu = (c1 - c0) / hz; wall = (t1 - t0) / 1000
+		printf "  CPU: %.1f core-s in %.1f s (%.0f %% of the %d cores), %.1f ms a job\n", cpu, wall, 100 * cpu / wall / cores, cores, 1000 * cpu / n
+	}'
+}
+
 echo "waiters.sh: load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 
 # ---- burst ------------------------------------------------------------------
@@ -119,6 +134,7 @@ burst() { # burst TRANSPORT N
 	: >"$work/rec"
 	mkdir -m 1777 "$work/q$1$2"
 	as_other mkdir -m 700 "$work/q$1$2/bob"
+	c0=$(busy_ticks)
 	t0=$(ms)
 	i=0
 	while [ $i -lt $queued ]; do
@@ -139,6 +155,7 @@ burst() { # burst TRANSPORT N
 	wait $pids || true
 	GPUMAN_QUEUE_DIR="$work/q$1$2/bob" as_other gpuman wait $(seq $queued) >/dev/null 2>&1 || true
 	t3=$(ms)
+	c1=$(busy_ticks)
 	ran=$(grep -c '^end' "$work/rec" || true)
 	burst_ms=$(($(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec") - t0))
 	over=$(python3 "$root/tests/e2e/helpers/overlaps.py" "$work/rec" | awk '{print $4}')
@@ -153,6 +170,7 @@ burst() { # burst TRANSPORT N
 		printf "  total %.2f s, ideal %.2f s: %.2fx ideal\n", total / 1000, ideal / 1000, total / ideal
 		printf "  where: submitting %.2f s, launching the %d runs %.2f s, all done %.2f s after the first launch\n", (t1 - t0) / 1000, n - q, (t2 - t1) / 1000, (t3 - t0) / 1000
 	}'
+	cpu_line "$t0" "$t3" "$c0" "$c1" $((runs + queued))
 	# GPU time lost, by the jobs' records: before each GPU's first job,
 	# between a job's end and the next start on its GPU (the hand-off,
 	# with the next job's start-up), and after its last job.
@@ -195,11 +213,15 @@ PY
 floor() { # floor N
 	runs=$1
 	: >"$work/rec"
+	c0=$(busy_ticks)
 	t0=$(ms)
 	seq $((runs + queued)) | xargs -P 8 --process-slot-var=SLOT -n 1 sh -c \
 		'CUDA_VISIBLE_DEVICES=$SLOT exec gpuman-simload --mem 1G --util 50 --seconds '$secs' --record "$1" >/dev/null' \
 		sh "$work/rec"
+	t1=$(ms)
+	c1=$(busy_ticks)
 	last=$(awk '/^end/ {if ($4 > m) m = $4} END {printf "%.0f", m / 1000000}' "$work/rec")
+	cpu_line "$t0" "$t1" "$c0" "$c1" $((runs + queued)) >"$work/floor-cpu"
 	echo $((last - t0))
 }
 [ "${WAITERS_FENCE:-on}" = on ] || export GPUMAN_FENCE=off
@@ -214,6 +236,7 @@ for n in $lines; do
 	awk -v f="$f" -v n=$((n + queued)) -v s=$secs 'BEGIN {
 		printf "floor: the same %d jobs by xargs -P 8, no leases, a GPU per slot: %.2f s = %.2fx ideal\n", n, f / 1000, f / (n * s / 8 * 1000)
 	}'
+	cat "$work/floor-cpu"
 done
 # side by side: ratio to the ideal and to the floor, hand-off cost
 awk -v q=$queued -v s=$secs '
