@@ -115,6 +115,9 @@ static void release(struct gm_snapshot *snap)
 	free(snap->notes);
 	free(snap->gpus);
 	free(snap->procs);
+	for (i = 0; i < snap->mig_count; i++)
+		free(snap->migs[i].pids);
+	free(snap->migs);
 	memset(snap, 0, sizeof *snap);
 }
 
@@ -608,19 +611,25 @@ static void test_cache(void **state)
  * memory the reading still called free.  The snapshot counts it as used:
  * placement counts a share whose job shows its memory as used, not as
  * pending, so the torn reading would count it nowhere and overbook.  The
- * process lists cost 0.6 s each here (the latency profile); the entry appears
- * 0.25 s into the first of them, well after the memory reading.
+ * process lists cost 0.4 s each here (the latency profile); the entry appears
+ * 0.2 s into the first of them, well after the memory reading.
  */
-#define TORN_UUID "GPU-70000000-0000-0000-0000-000000000000"
+/* The entry of a process of ours holding 6144 MiB on the device of
+ * arg, published delay_ms from now as simload does (a .tmp renamed). */
+struct torn {
+	char dir[PATH_MAX + 32];
+	const char *uuid;
+	unsigned delay_ms;
+};
 
 static void *publish_later(void *arg)
 {
-	const char *dir = arg;
+	const struct torn *t = arg;
 	char tmp[PATH_MAX + 64], live[PATH_MAX + 64], stat[1024], *p;
 	unsigned long long start = 0;
 	FILE *f;
 
-	usleep(250000);
+	usleep(t->delay_ms * 1000);
 	f = fopen("/proc/self/stat", "r");
 	if (!f || !fgets(stat, sizeof stat, f))
 		abort();
@@ -631,37 +640,72 @@ static void *publish_later(void *arg)
 		p = strchr(p + 1, ' ');
 	if (!p || sscanf(p + 1, "%llu", &start) != 1)
 		abort();
-	snprintf(tmp, sizeof tmp, "%s/%d-%llu.tmp", dir, (int)getpid(), start);
-	snprintf(live, sizeof live, "%s/%d-%llu.live", dir, (int)getpid(), start);
+	snprintf(tmp, sizeof tmp, "%s/%d-%llu.tmp", t->dir, (int)getpid(), start);
+	snprintf(live, sizeof live, "%s/%d-%llu.live", t->dir, (int)getpid(), start);
 	f = fopen(tmp, "w");
-	if (!f || fprintf(f, TORN_UUID " 6144 40\n") < 0 || fclose(f) != 0 ||
+	if (!f || fprintf(f, "%s 6144 40\n", t->uuid) < 0 || fclose(f) != 0 ||
 	    rename(tmp, live) != 0)
 		abort();
 	return NULL;
 }
 
+/* A snapshot of scenario taken while the entry for uuid appears, delay_ms
+ * after it starts. */
+static void take_torn(const char *scenario, const char *uuid, unsigned delay_ms, struct nvml **nv,
+                      struct gm_snapshot *snap)
+{
+	struct torn t = {.uuid = uuid, .delay_ms = delay_ms};
+	pthread_t thread;
+
+	*nv = machine_ok(scenario, sim_lib);
+	snprintf(t.dir, sizeof t.dir, "%s/%u/state", tmp_dir, machines);
+	assert_int_equal(pthread_create(&thread, NULL, publish_later, &t), 0);
+	take(*nv, snap);
+	assert_int_equal(pthread_join(thread, NULL), 0);
+}
+
+#define TORN_LATENCY "\"latency\": { \"processes_ms\": 400 }"
+
 static void test_torn_reading(void **state)
 {
-	char dir[PATH_MAX + 32];
 	struct gm_snapshot snap;
 	const struct gm_proc *p;
 	struct nvml *nv;
-	pthread_t t;
 
 	(void)state;
-	nv = machine_ok("{ \"latency\": { \"processes_ms\": 600 }, \"gpus\": [ { \"name\": "
-	                "\"t\", \"uuid\": \"" TORN_UUID "\", \"memory_total_mib\": 16000 } ] }",
-	                sim_lib);
-	snprintf(dir, sizeof dir, "%s/%u/state", tmp_dir, machines);
-	assert_int_equal(pthread_create(&t, NULL, publish_later, dir), 0);
-	take(nv, &snap);
-	assert_int_equal(pthread_join(t, NULL), 0);
+	take_torn("{ " TORN_LATENCY ", \"gpus\": [ { \"name\": \"t\", \"uuid\": "
+	          "\"GPU-70000000-0000-0000-0000-000000000000\", \"memory_total_mib\": 16000 } ] }",
+	          "GPU-70000000-0000-0000-0000-000000000000", 200, &nv, &snap);
 	assert_int_equal(snap.gpu_count, 1);
 	p = find_proc(&snap, 0, (unsigned)getpid());
 	assert_non_null(p);
 	assert_int_equal(p->used_mib, 6144);
 	assert_int_equal(snap.gpus[0].mem_used_mib, 6144);
 	assert_int_equal(snap.gpus[0].mem_free_mib, 16000 - 6144);
+	release(&snap);
+	nvml_close(nv);
+}
+
+/* The same within a MIG slice: its memory and its process lists are
+ * calls of their own too.  The slice is read after its GPU's three
+ * process lists (1.2 s): its memory at 1.2 s, its first list at 1.6 s. */
+static void test_torn_reading_mig(void **state)
+{
+	struct gm_snapshot snap;
+	struct nvml *nv;
+
+	(void)state;
+	take_torn("{ " TORN_LATENCY ", \"gpus\": [ { \"name\": \"m\", \"uuid\": "
+	          "\"GPU-71000000-0000-0000-0000-000000000000\", \"memory_total_mib\": 40000, "
+	          "\"mig_mode\": 1, \"mig_devices\": [ { \"profile\": \"3g.20gb\", \"uuid\": "
+	          "\"MIG-71000000-0000-0000-0000-000000000001\", \"memory_total_mib\": 20000, "
+	          "\"gpu_instance_id\": 1, \"compute_instance_id\": 0 } ] } ] }",
+	          "MIG-71000000-0000-0000-0000-000000000001", 1400, &nv, &snap);
+	assert_int_equal(snap.mig_count, 1);
+	assert_true(snap.migs[0].valid & GM_MIG_HAS_MEMORY);
+	assert_int_equal(snap.migs[0].pid_count, 1);
+	assert_int_equal(snap.migs[0].mem_used_mib, 6144);
+	assert_int_equal(snap.migs[0].mem_free_mib, 20000 - 6144);
 	release(&snap);
 	nvml_close(nv);
 }
@@ -715,13 +759,21 @@ static int group_teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_values),        cmocka_unit_test(test_v1_fallbacks),
-	    cmocka_unit_test(test_old_library),   cmocka_unit_test(test_unsupported),
-	    cmocka_unit_test(test_clocks),        cmocka_unit_test(test_gpu_lost),
-	    cmocka_unit_test(test_no_permission), cmocka_unit_test(test_no_gpu),
-	    cmocka_unit_test(test_init_error),    cmocka_unit_test(test_bad_key),
-	    cmocka_unit_test(test_bad_path),      cmocka_unit_test(test_not_nvml),
-	    cmocka_unit_test(test_cache),         cmocka_unit_test(test_torn_reading),
+	    cmocka_unit_test(test_values),
+	    cmocka_unit_test(test_v1_fallbacks),
+	    cmocka_unit_test(test_old_library),
+	    cmocka_unit_test(test_unsupported),
+	    cmocka_unit_test(test_clocks),
+	    cmocka_unit_test(test_gpu_lost),
+	    cmocka_unit_test(test_no_permission),
+	    cmocka_unit_test(test_no_gpu),
+	    cmocka_unit_test(test_init_error),
+	    cmocka_unit_test(test_bad_key),
+	    cmocka_unit_test(test_bad_path),
+	    cmocka_unit_test(test_not_nvml),
+	    cmocka_unit_test(test_cache),
+	    cmocka_unit_test(test_torn_reading),
+	    cmocka_unit_test(test_torn_reading_mig),
 	};
 
 	return cmocka_run_group_tests_name("nvml", tests, group_setup, group_teardown);
