@@ -22,7 +22,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 	struct pick_env env = PICK_ENV_INIT;
 	unsigned *idx = NULL;
 	size_t *pos = NULL, n = 0;
-	char *explain = NULL, *cuda = NULL;
+	char *explain = NULL, *cuda = NULL, why[512] = "";
 	enum gm_err err;
 	long mig_pos = -1;
 	int rc;
@@ -36,7 +36,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 	rc = cli_snapshot(cli, &ctx, &snap);
 	if (rc != EXIT_OK)
 		return rc;
-	err = registry_pick(ctx, snap, cli->req, &idx, &n, &mig_pos, &explain);
+	err = registry_pick(ctx, snap, cli->req, &idx, &n, &mig_pos, &explain, why, sizeof why);
 	if (err == GM_ERR_UNAVAILABLE || err == GM_ERR_NEVER) {
 		rc = cli_error(
 		    cli, EXIT_UNAVAILABLE, "%s:\n%s%s",
@@ -45,7 +45,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		    explain ? explain : "", snap->gpu_count ? "" : "(no NVIDIA GPU found)\n");
 		goto done;
 	} else if (err != GM_OK) {
-		rc = cli_error(cli, EXIT_FAIL, "%s", gm_strerror(err));
+		rc = cli_error(cli, EXIT_FAIL, "%s", *why ? why : gm_strerror(err));
 		goto done;
 	}
 	cli_note_mig_gpus(cli, "pick", snap);

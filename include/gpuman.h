@@ -344,8 +344,8 @@ GM_API char *gm_request_text(const struct gm_request *req);
  * GM_ERR_NEVER: not on this machine, whatever frees up; GM_ERR_NOMEM.  If
  * explain is not NULL, *explain (caller frees with gm_free) gets one line
  * per GPU not chosen, on success too, saying which condition excluded it ("GPU 3 (NVIDIA TITAN
- * RTX): only 812 MiB free,
- * --min-free asks 8 GiB").
+ * RTX): only 812 MiB free, --min-free asks 8 GiB"); on another error, what
+ * went wrong ("the lease broker at ... does not answer ...").
  */
 GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
                            const struct gm_request *req, unsigned **indices, size_t *count,

@@ -114,14 +114,15 @@ int registry_wake_fd(const struct registry *reg)
 
 enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
                           const struct gm_request *req, unsigned **indices, size_t *count,
-                          long *mig_pos, char **explain)
+                          long *mig_pos, char **explain, char *errbuf, size_t errlen)
 {
 	struct registry *reg = NULL;
 	enum gm_err rc;
 
 	if (registry_open(&reg, NULL, 0) != GM_OK)
 		reg = NULL;
-	rc = registry_files_pick(reg, ctx, snap, req, indices, count, mig_pos, explain);
+	rc = registry_files_pick(reg, ctx, snap, req, indices, count, mig_pos, explain, errbuf,
+	                         errlen);
 	registry_close(reg);
 	return rc;
 }
@@ -142,7 +143,16 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
                            const struct gm_request *req, unsigned **indices, size_t *count,
                            char **explain)
 {
-	return registry_pick(ctx, snap, req, indices, count, NULL, explain);
+	char why[512] = "";
+	enum gm_err rc =
+	    registry_pick(ctx, snap, req, indices, count, NULL, explain, why, sizeof why);
+
+	/* Another error's reason (a broker that does not answer) goes where
+	 * the caller reads why: gm_pick has no errbuf. */
+	if (rc != GM_OK && rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_NEVER && *why && explain &&
+	    !*explain)
+		*explain = strdup(why);
+	return rc;
 }
 
 GM_API enum gm_err gm_acquire(struct gm_context *ctx, const struct gm_request *req,

@@ -28,11 +28,12 @@ enum gm_err registry_read(struct registry *reg, struct registry_view *view, char
 
 /*
  * gm_pick, and for a --mig request the chosen slice too: *mig_pos its
- * position in snap->migs (-1 for a whole-GPU request).  mig_pos may be NULL.
+ * position in snap->migs (-1 for a whole-GPU request).  mig_pos may be NULL;
+ * errbuf (may be NULL) says why, for an error other than "not now/never".
  */
 enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
                           const struct gm_request *req, unsigned **indices, size_t *count,
-                          long *mig_pos, char **explain);
+                          long *mig_pos, char **explain, char *errbuf, size_t errlen);
 
 /*
  * Choose and lease GPUs for req, as one atomic step under the registry

@@ -490,7 +490,8 @@ const struct lease_transport transport_files = {
 
 enum gm_err registry_files_pick(struct registry *reg, struct gm_context *ctx,
                                 const struct gm_snapshot *snap, const struct gm_request *req,
-                                unsigned **indices, size_t *count, long *mig_pos, char **explain)
+                                unsigned **indices, size_t *count, long *mig_pos, char **explain,
+                                char *errbuf, size_t errlen)
 {
 	struct attempt a;
 	enum gm_err rc;
@@ -501,7 +502,7 @@ enum gm_err registry_files_pick(struct registry *reg, struct gm_context *ctx,
 		*explain = NULL;
 	memset(&a, 0, sizeof a);
 	if (reg) {
-		rc = attempt_run(reg, ctx, snap, req, NULL, &a, NULL, 0);
+		rc = attempt_run(reg, ctx, snap, req, NULL, &a, errbuf, errlen);
 	} else {
 		/* No usable registry (say, an unsafe state directory): choose
 		 * from NVML alone rather than not at all; run will refuse. */

@@ -79,6 +79,7 @@
  */
 enum gm_err registry_files_pick(struct registry *reg, struct gm_context *ctx,
                                 const struct gm_snapshot *snap, const struct gm_request *req,
-                                unsigned **indices, size_t *count, long *mig_pos, char **explain);
+                                unsigned **indices, size_t *count, long *mig_pos, char **explain,
+                                char *errbuf, size_t errlen);
 
 #endif

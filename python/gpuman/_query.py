@@ -41,7 +41,7 @@ def pick(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
     if rc != _native.OK:
         text = {_native.ERR_UNAVAILABLE: "no GPU meets the request now",
                 _native.ERR_NEVER: "no GPU of this machine can ever meet the request"}.get(rc)
-        raise _native.error_for(rc, "%s:\n%s" % (text, why) if text and why else text or "")
+        raise _native.error_for(rc, "%s:\n%s" % (text, why) if text and why else text or why)
     return chosen
 
 

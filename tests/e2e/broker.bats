@@ -339,6 +339,11 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[[ "$output" != *"GPUMAN_BROKER=off"* ]]
 	run -0 gpuman status
 	[[ "$output" == *"warning: leases not shown"*"does not answer"* ]]
+	# pick and Python's pick() name the socket too, not "the state directory"
+	run -1 gpuman pick
+	[[ "$output" == *"'$GPUMAN_BROKER'"*"does not answer"*"start gpuman daemon there"* ]]
+	run -1 env PYTHONPATH="$GM_ROOT/python" GPUMAN_LIB="$GM_BUILD/libgpuman.so.1" python3 -c 'import gpuman; gpuman.pick()'
+	[[ "$output" == *"'$GPUMAN_BROKER'"*"does not answer"* ]]
 }
 
 @test "broker: MIG slices are leased one per job, the lease names its slice, and two users never share one" {
