@@ -74,6 +74,16 @@ static int wants_json(int argc, char **argv, int from)
 	return 0;
 }
 
+static const char *command_name = "gpuman";
+
+static void tell_broker_wait(const char *path, int error, int64_t patience_ms)
+{
+	fprintf(stderr,
+	        "%s: the lease broker at '%s' does not answer (%s); waiting up to %lld s for it "
+	        "to come back\n",
+	        command_name, path, strerror(error), (long long)(patience_ms / 1000));
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli = {0};
@@ -150,6 +160,10 @@ int main(int argc, char **argv)
 		                 getenv("GPUMAN_SIM"));
 	}
 	cli.cmd = cmd->name;
+	static char name[64];
+	snprintf(name, sizeof name, "gpuman %s", cmd->name);
+	command_name = name;
+	broker_waiting_hook = tell_broker_wait;
 	cli.req = gm_request_new();
 	if (!cli.req) {
 		fprintf(stderr, "gpuman: out of memory\n");

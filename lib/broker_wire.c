@@ -53,10 +53,21 @@ static void no_answer(const char *path, int error, char *err, size_t len)
 		        path, strerror(error));
 }
 
+/* When this process last gave up on the broker (0: never, or it answered
+ * since): a connection soon after -- run asks for the GPUs' reading, then
+ * for a lease -- tries once, rather than keep the user waiting again. */
+static int64_t gave_up_ms;
+
+void (*broker_waiting_hook)(const char *path, int error, int64_t patience_ms);
+
 int broker_connect(const char *path, char *err, size_t len)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int64_t give_up = monotonic_ms() + BROKER_CONNECT_PATIENCE_MS;
+	int64_t now = monotonic_ms(), last = __atomic_load_n(&gave_up_ms, __ATOMIC_RELAXED);
+	int64_t give_up = last > 0 && now - last < BROKER_CONNECT_PATIENCE_MS
+	                      ? now
+	                      : now + BROKER_CONNECT_PATIENCE_MS;
+	int64_t tell_at = now + 1000;
 	struct ucred cred;
 	socklen_t cl = sizeof cred;
 	struct stat st;
@@ -79,7 +90,12 @@ int broker_connect(const char *path, char *err, size_t len)
 		    monotonic_ms() >= give_up) {
 			no_answer(path, errno, err, len);
 			close(fd);
+			__atomic_store_n(&gave_up_ms, monotonic_ms(), __ATOMIC_RELAXED);
 			return -1;
+		}
+		if (broker_waiting_hook && tell_at && monotonic_ms() >= tell_at) {
+			broker_waiting_hook(path, errno, give_up - now);
+			tell_at = 0;
 		}
 		close(fd);
 		nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
@@ -100,6 +116,7 @@ int broker_connect(const char *path, char *err, size_t len)
 		close(fd);
 		return -1;
 	}
+	__atomic_store_n(&gave_up_ms, 0, __ATOMIC_RELAXED);
 	return fd;
 }
 

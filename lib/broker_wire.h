@@ -78,6 +78,7 @@
 #define GM_BROKER_WIRE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "gpuman.h"
 
 struct json_t;
@@ -135,6 +136,11 @@ int broker_is_default(const char *path);
  * the connected descriptor (close-on-exec), or -1 with a message.
  */
 int broker_connect(const char *path, char *err, size_t len);
+
+/* Called once a connection has waited a second for a broker that does not
+ * answer, so that a person is not left looking at nothing (the CLI says so
+ * on stderr); NULL, as in the library: nothing is said. */
+extern void (*broker_waiting_hook)(const char *path, int error, int64_t patience_ms);
 
 /* Send msg (a JSON object; "v" is added) as one line.  0, or -1 with errno. */
 int broker_send(int fd, struct json_t *msg);

@@ -335,6 +335,9 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	export GPUMAN_BROKER=$SHARED/nobody.sock
 	run -1 gpuman run -- true
 	[[ "$output" == *"'$GPUMAN_BROKER'"*"does not answer"*"start gpuman daemon there"* ]]
+	# said while it waits for a restart; one wait a command, not one a connection
+	[[ "$output" == *"does not answer (No such file or directory); waiting up to 5 s"* ]]
+	[ "$(grep -c 'waiting up to' <<<"$output")" = 1 ]
 	# never advice that would lease beside the broker's kept leases
 	[[ "$output" != *"GPUMAN_BROKER=off"* ]]
 	run -0 gpuman status
