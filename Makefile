@@ -258,8 +258,12 @@ $(BUILD)/clients/nvmlw-probe: tests/clients/build-nvml-wrapper tests/clients/nvm
 		tests/clients/nvml-wrapper/src/main.rs tests/clients/nvml-wrapper/.cargo/config.toml
 	@sh tests/clients/build-nvml-wrapper $(BUILD)
 
-# Everything, with one closing line that counts the suites.
-check: check-deps all $(UNIT_BIN) man clients
+# Everything, with one closing line that counts the suites.  The build
+# takes every core, once the packages it needs are in (check-deps first:
+# under -j, all's own deps would race the compiler).
+JOBS := $(shell nproc 2>/dev/null || echo 2)
+check: check-deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all $(UNIT_BIN) man clients
 	@sh tests/run-all $(BUILD)
 
 # As in tests/run-all: run.bats's bursts launch 200 waiters at once (40

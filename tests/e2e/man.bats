@@ -5,6 +5,9 @@
 # in two places: its line in the command's --help (cli/cmd_NAME.c) and its
 # item in docs/gpuman-NAME.1.md ("* `--opt` *ARG*:" and the text indented
 # below; the options several commands share are in docs/select.md).
+#
+# not under ASan: it compares texts, the same in both builds; the
+# commands' option parsing runs sanitized in the other files.
 
 load helpers
 

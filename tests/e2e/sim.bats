@@ -3,6 +3,10 @@
 # gpuman CLI: what an NVML client reads (through helpers/nvmlq.py, a ctypes
 # client), how simload sees and takes GPUs as CUDA would, and the live state
 # that joins them.  Every test has its own GPUMAN_SIM_STATE.
+#
+# not under ASan: the simulator and gpuman-simload are built without the
+# sanitizers in either build (clients that carry none load them), so the
+# ASan pass of make check would run this same code again.
 
 bats_require_minimum_version 1.5.0
 
