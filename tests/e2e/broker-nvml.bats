@@ -37,15 +37,6 @@ bg() { # bg NAME USER CMD... - as broker.bats's bg
 	wait_for "[ -s '$SHARED/pids/$name' ]"
 }
 
-py_gpuman() {
-	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
-		LD_PRELOAD=$(cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
-			PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 python3 "$@"
-	else
-		PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 python3 "$@"
-	fi
-}
-
 ms() { date +%s%3N; }
 
 @test "broker NVML: clients load no NVML where a broker runs (status, pick, run, Python)" {

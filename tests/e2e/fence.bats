@@ -184,13 +184,9 @@ lease.release()
 os.system("$TRY $SHARED/out/lib after $NODES")
 EOF
 	chmod 644 "$SHARED/lib.py"
-	# a sanitized libgpuman.so needs the ASan runtime first (python3 has
-	# none), as lease-limit.bats's py_gpuman does
-	local pre=()
-	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
-		pre=(LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
-	fi
-	run -0 as_user alice env "${pre[@]}" GPUMAN_LIB="$GM_BUILD/libgpuman.so" python3 "$SHARED/lib.py"
+	local pre
+	mapfile -t pre < <(py_env)
+	run -0 as_user alice env "${pre[@]}" python3 "$SHARED/lib.py"
 	check "$SHARED/out/lib" leased
 	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
 }
@@ -382,11 +378,9 @@ lease.release()
 os.system("$TRY $SHARED/out/lib after $NODES")
 EOF
 	chmod 644 "$SHARED/lib.py"
-	local pre=()
-	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
-		pre=(LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
-	fi
-	as_user alice env "${pre[@]}" GPUMAN_LIB="$GM_BUILD/libgpuman.so" python3 "$SHARED/lib.py" &
+	local pre
+	mapfile -t pre < <(py_env)
+	as_user alice env "${pre[@]}" python3 "$SHARED/lib.py" &
 	local py=$!
 	wait_for "grep -qs '^leased ' '$SHARED/out/lib'"
 	check "$SHARED/out/lib" leased

@@ -133,6 +133,27 @@ as_user() {
 		env -u XDG_CONFIG_HOME HOME=/tmp PATH="$PATH" "$@"
 }
 
+# py_env - what python3 needs to load this build's binding, as words for
+# env(1), one a line (read them with mapfile).  A sanitized libgpuman.so
+# needs the ASan runtime loaded first (python3 has none), and Python's own
+# leaks left out.
+py_env() {
+	echo "PYTHONPATH=$GM_ROOT/python"
+	echo "GPUMAN_LIB=$GM_BUILD/libgpuman.so.1"
+	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
+		echo "LD_PRELOAD=$(cc -print-file-name=libasan.so)"
+		echo "ASAN_OPTIONS=detect_leaks=0"
+	fi
+}
+
+# py_gpuman ARGS - python3 with this build's binding.  exec: use it with
+# run or &, and the caller's $! is python's pid.
+py_gpuman() {
+	local e
+	mapfile -t e < <(py_env)
+	exec env "${e[@]}" python3 "$@"
+}
+
 # take_pid PID USER NAME - the kernel gives PID again, to a process of
 # gmtest-USER's (sleep 300), its pid in $SHARED/pids/NAME (the trust suites'
 # teardowns kill those).  ns_last_pid is root's lever; a fork elsewhere on

@@ -27,19 +27,6 @@ children() {
 	pgrep -f "$BATS_TEST_TMPDIR/child.sh" || true
 }
 
-# py_gpuman ARGS - python3 with this build's binding.  A sanitized
-# libgpuman.so needs the ASan runtime loaded first (python3 has none) and
-# Python's own leaks left out.  exec: the caller's $! is python's pid.
-py_gpuman() {
-	if ldd "$GM_BUILD/libgpuman.so.1" | grep -q libasan; then
-		LD_PRELOAD=$(cc -print-file-name=libasan.so) \
-			ASAN_OPTIONS=detect_leaks=0 PYTHONPATH=$GM_ROOT/python \
-			GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 exec python3 "$@"
-	else
-		PYTHONPATH=$GM_ROOT/python GPUMAN_LIB=$GM_BUILD/libgpuman.so.1 exec python3 "$@"
-	fi
-}
-
 no_leases() {
 	[ -z "$(ls "$GPUMAN_STATE_DIR" | grep '^lease\.' || true)" ]
 }
