@@ -340,6 +340,29 @@ static enum gm_err reservations_ok(const struct registry_view *view, char *err, 
 	               name, held, CAPS_RESERVATIONS_PER_USER);
 }
 
+/*
+ * A request that will wait, arriving while another process holds the
+ * registry lock (a burst of arrivals, a hand-off under way): does a read
+ * without the lock already show that it must wait?  Then it queues without
+ * the lock (a ticket's name, not the lock, fixes its place), and a line of
+ * 500 arriving at once does not keep the hand-offs ahead of it from the
+ * lock.  Its first attempt under the lock comes when nobody ahead holds
+ * back its GPUs (registry_wait_for_change), so a GPU freed meanwhile is
+ * not missed.  Reservations are counted under the lock, so they never
+ * queue here.  1: queue now (a holds the reading); 0: take the lock.
+ */
+static int queue_unlocked(struct registry *reg, struct gm_context *ctx,
+                          const struct gm_request *req, const struct acquire_opts *opts,
+                          struct attempt *a, char *err, size_t len)
+{
+	if (!req->has_wait || (opts && opts->reserve_ms > 0) || registry_trylock(reg))
+		return 0;
+	attempt_release(a);
+	if (attempt_run(reg, ctx, opts ? opts->snapshot : NULL, req, NULL, a, err, len) != GM_OK)
+		return 0; /* said again under the lock */
+	return a->outcome == POLICY_NOT_NOW;
+}
+
 /* The files transport's acquire: choose and lease under the registry
  * lock, waiting in the line of tickets (registry.h). */
 static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
@@ -361,6 +384,16 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		return GM_ERR_INVALID;
 	memset(&a, 0, sizeof a);
 	for (;;) {
+		if (!ticket[0] && queue_unlocked(reg, ctx, req, opts, &a, err, len)) {
+			rc = registry_write_ticket(reg, &a, req, opts, ticket, sizeof ticket,
+			                           &ticket_fd, err, len);
+			if (rc != GM_OK)
+				goto done;
+			registry_ahead_refresh(&w);
+			if (opts && opts->on_wait)
+				opts->on_wait(opts->on_wait_data, a.why ? a.why : "");
+			goto wait;
+		}
 		rc = registry_lock(reg, deadline, &w, opts, err, len);
 		if (rc != GM_OK)
 			goto done;
@@ -376,6 +409,12 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 				goto done;
 		}
 		if (a.outcome == POLICY_OK) {
+			/* Our turn is taken: the waiter behind us starts waking now
+			 * (its thread waits on this lock), and waits on the registry
+			 * lock while we publish, instead of after our job's exec
+			 * (which closes the ticket's last descriptor). */
+			if (ticket_fd >= 0)
+				flock(ticket_fd, LOCK_UN);
 			rc = registry_publish_lease(reg, &a, req, opts, out, err, len);
 			goto done;
 		}
@@ -404,6 +443,7 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 			registry_unlock(reg);
 			locked = 0;
 		}
+	wait:
 		rc = registry_wait_for_change(&w, deadline, opts);
 		if (rc == GM_ERR_TIMEOUT) {
 			gm_fail(rc, err, len, "no GPU met the request within the wait");

@@ -315,6 +315,15 @@ void registry_unlock(struct registry *reg)
 	reg->held_fd = -1;
 }
 
+/* errno as flock left it when not taken. */
+int registry_trylock(struct registry *reg)
+{
+	if (flock(reg->lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return 0;
+	reg->held_fd = reg->lock_fd;
+	return 1;
+}
+
 /* Wait for the registry lock without a thread (none could be made). */
 static enum gm_err lock_blocking(struct registry *reg, const struct waiting *w,
                                  const struct acquire_opts *opts, char *err, size_t len)
@@ -348,10 +357,8 @@ enum gm_err registry_lock(struct registry *reg, int64_t deadline, const struct w
 	enum gm_err rc = GM_OK;
 	int fd, got;
 
-	if (flock(reg->lock_fd, LOCK_EX | LOCK_NB) == 0) {
-		reg->held_fd = reg->lock_fd;
+	if (registry_trylock(reg))
 		return GM_OK;
-	}
 	if (errno != EWOULDBLOCK && errno != EINTR)
 		return gm_fail(GM_ERR_STATE, err, len, "cannot lock the registry '%s': %s",
 		               reg->dir, strerror(errno));
