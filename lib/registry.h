@@ -49,12 +49,17 @@
  * Only the head of the line sleeps on inotify (a lease's last close --
  * release or holder death -- or a ticket's removal wakes it); every other
  * waiter sleeps in a child blocked on the locks of the two nearest tickets
- * ahead that block it, and wakes when one of them leaves the line.  A
- * hand-off so wakes the next waiter and the two behind it, whatever the
+ * ahead that block it, and wakes when one of them leaves the line (a
+ * waiter whose turn has come unlocks its ticket before it publishes its
+ * lease, so the next one is awake by the time the registry lock is free).
+ * A hand-off so wakes the next waiter and the two behind it, whatever the
  * line's length, and an attempt reads the leases and the line only as far
  * as it holds back every GPU (registry_impl.h, struct registry_scope).  A
  * waiter behind the head looks at it every second (stopped, it holds
- * nothing back); others at those they sleep behind every 10 s.
+ * nothing back); others at those they sleep behind every 10 s.  A request
+ * that will wait and finds the registry lock busy reads without it, and if
+ * that shows it must wait, queues its ticket without the lock: 500
+ * arrivals at once do not stand between the lock and the hand-offs.
  *
  * The directory is everyone's: one user may fill it with files, or fill
  * its file system's inodes.  Past 256 lease and ticket files opened in one
