@@ -57,6 +57,28 @@ line() {
 	[ "$(tr '\n' ' ' <order)" = "1 4 5 2 3 " ]
 }
 
+@test "a waiting arrival queues while another process holds the registry lock, and is served after" {
+	gpuman run -- sleep 300 &
+	HOLDER=$!
+	BG_PIDS="$HOLDER"
+	wait_for 'ls "$GPUMAN_STATE_DIR" | grep -q "^lease\."'
+	# The registry lock is a flock of the directory itself.
+	flock "$GPUMAN_STATE_DIR" sleep 6 &
+	LOCKER=$!
+	BG_PIDS="$BG_PIDS $LOCKER"
+	sleep 0.3
+	gpuman run --wait -- sh -c 'echo served >> order' &
+	W=$!
+	BG_PIDS="$BG_PIDS $W"
+	# Its place is taken while the lock is still held (a read without the
+	# lock shows that it must wait), not after the lock is given up.
+	wait_for 'test "$(tickets)" = 1' 3
+	kill -0 "$LOCKER"
+	kill "$HOLDER"
+	wait "$W"
+	[ "$(cat order)" = served ]
+}
+
 @test "kill -9 of waiters in the middle of the line: those behind them are served in order" {
 	line 5
 	kill -9 "$W2" "$W3"
