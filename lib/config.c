@@ -477,6 +477,17 @@ int config_has_gpu_hours(const struct config *cfg)
 	return any;
 }
 
+int config_has_max_gpus(const struct config *cfg)
+{
+	int any = cfg->max_gpus > 0;
+
+	for (size_t i = 0; i < cfg->user_count; i++)
+		any |= cfg->users[i].max_gpus > 0;
+	for (size_t i = 0; i < cfg->group_count; i++)
+		any |= cfg->groups[i].max_gpus > 0;
+	return any;
+}
+
 static int list_names(const char *list, unsigned index, const char *uuid)
 {
 	struct gpu_list l = GPU_LIST_INIT;

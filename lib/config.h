@@ -107,6 +107,8 @@ int64_t config_max_lease_ms(const struct config *cfg, unsigned uid, char *from, 
 int64_t config_max_gpu_ms(const struct config *cfg, unsigned uid, char *from, size_t fromlen);
 /* Does the file set max_gpu_hours anywhere? */
 int config_has_gpu_hours(const struct config *cfg);
+/* Does it set max_gpus anywhere? */
+int config_has_max_gpus(const struct config *cfg);
 
 /*
  * May uid be given the GPU (index, uuid)?  NULL yes; else why not, for

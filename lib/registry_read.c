@@ -702,6 +702,10 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
                                  struct registry_scope *scope, char *err, size_t len)
 {
 	const char *upto = scope ? scope->upto : NULL;
+	/* Backwards, the leases matter only to the admin's max_gpus (whose
+	 * waiters hold nothing back): without one, a waiter's look at the
+	 * line ahead opens no lease. */
+	int no_leases = scope && scope->nearest && !config_has_max_gpus(&reg->cfg);
 	struct flocked fl = {0, NULL, 0};
 	struct resv_owners owners = {NULL, 0};
 	struct ticket_name *tickets = NULL;
@@ -728,6 +732,9 @@ enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *vie
 				clean_tmp(dirfd(d), name);
 			continue;
 		}
+		if (no_leases && (registry_starts_with(name, RESV_PREFIX) ||
+		                  registry_starts_with(name, LEASE_PREFIX)))
+			continue;
 		if (registry_starts_with(name, RESV_PREFIX)) {
 			struct stat rs;
 			struct lease_info *l;
