@@ -40,22 +40,29 @@ build=$(cd "${1:?usage: waiters.sh BUILD}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/gpuman-waiters.XXXXXX)
 chmod 1777 "$work"
-# The broker's state file where a real one keeps it: in memory (/run is a
-# tmpfs wherever systemd runs).  WAITERS_STATE_ON=/tmp puts it on a disk,
-# where each hand-off also creates and renames a file.
+# The broker's state file and the registry's directory where real ones
+# are: in memory (/run is a tmpfs wherever systemd runs, and the registry
+# is /run/gpuman there; Debian 13's /tmp, its other home, is a tmpfs too).
+# WAITERS_STATE_ON=/tmp puts both on a disk, where each hand-off also
+# creates and renames a file, and each read of the registry walks a
+# directory that never shrinks after a long line.
 state=$(mktemp -d "${WAITERS_STATE_ON:-/dev/shm}/gpuman-waiters-state.XXXXXX" 2>/dev/null) ||
 	state="$work/broker"
+reg=$(mktemp -d "${WAITERS_STATE_ON:-/dev/shm}/gpuman-waiters-registry.XXXXXX" 2>/dev/null) ||
+	reg="$work/registry"
+mkdir -p "$reg"
+chmod 755 "$reg"
 daemon=
 cleanup() {
 	[ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true
 	wait 2>/dev/null || true
-	rm -rf "$work" "$state"
+	rm -rf "$work" "$state" "$reg"
 }
 trap cleanup EXIT
 export PATH="$build:$PATH" GPUMAN_SIM_STATE="$work/sim" GPUMAN_BROKER="$work/gpuman.sock"
-export GPUMAN_STATE_DIR="$work/state"
+export GPUMAN_STATE_DIR="$reg/state"
 unset CUDA_VISIBLE_DEVICES GPUMAN_NVML
-mkdir -m 1777 "$work/sim" "$work/state"
+mkdir -m 1777 "$work/sim" "$reg/state"
 install -m 666 /dev/null "$work/sim/lock"
 install -m 666 /dev/null "$work/rec"
 gpus() { # gpus N FILE
@@ -122,6 +129,7 @@ cpu_line() {
 }
 
 echo "waiters.sh: load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+echo "registry directory and broker state on $(stat -f -c %T "$reg") ($(dirname "$reg"); WAITERS_STATE_ON moves them)"
 
 # ---- burst ------------------------------------------------------------------
 runs=${WAITERS_RUNS:-500} queued=${WAITERS_QUEUED:-40} secs=0.05
