@@ -341,21 +341,20 @@ static enum gm_err reservations_ok(const struct registry_view *view, char *err, 
 }
 
 /*
- * A request that will wait, arriving while another process holds the
- * registry lock (a burst of arrivals, a hand-off under way): does a read
- * without the lock already show that it must wait?  Then it queues without
- * the lock (a ticket's name, not the lock, fixes its place), and a line of
- * 500 arriving at once does not keep the hand-offs ahead of it from the
- * lock.  Its first attempt under the lock comes when nobody ahead holds
- * back its GPUs (registry_wait_for_change), so a GPU freed meanwhile is
- * not missed.  Reservations are counted under the lock, so they never
- * queue here.  1: queue now (a holds the reading); 0: take the lock.
+ * A request that will wait: does a read without the registry lock already
+ * show that it must wait?  Then it queues without the lock (a ticket's
+ * name, not the lock, fixes its place), and arrivals never hold the lock
+ * only to learn that they wait.  Its first attempt under the lock comes
+ * when nobody ahead holds back its GPUs (registry_wait_for_change), so a
+ * GPU freed meanwhile is not missed.  Reservations are counted under the
+ * lock, so they never queue here.  1: queue now (a holds the reading); 0:
+ * take the lock.
  */
 static int queue_unlocked(struct registry *reg, struct gm_context *ctx,
                           const struct gm_request *req, const struct acquire_opts *opts,
                           struct attempt *a, char *err, size_t len)
 {
-	if (!req->has_wait || (opts && opts->reserve_ms > 0) || registry_trylock(reg))
+	if (!req->has_wait || (opts && opts->reserve_ms > 0))
 		return 0;
 	attempt_release(a);
 	if (attempt_run(reg, ctx, opts ? opts->snapshot : NULL, req, NULL, a, err, len) != GM_OK)
@@ -370,6 +369,7 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
                                  struct gm_lease **out, char **explain, char *err, size_t len)
 {
 	struct attempt a;
+	struct gm_snapshot *ours;
 	char ticket[128] = "";
 	struct waiting w = WAITING_INIT(ctx->cancel_fd, reg, ticket);
 	int ticket_fd = -1, locked = 0;
@@ -398,9 +398,22 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		if (rc != GM_OK)
 			goto done;
 		locked = 1;
+		/* The first attempt under the lock places against the reading of
+		 * NVML that the read without it took, when recent (one snapshot a
+		 * request), or against the caller's. */
+		ours = !ticket[0] && a.snap && !a.snap_given &&
+		               now_ms() - a.snap->taken_ms < RECHECK_MS
+		           ? a.snap
+		           : NULL;
+		a.snap = ours ? NULL : a.snap;
 		attempt_release(&a);
-		rc = attempt_run(reg, ctx, opts && !ticket[0] ? opts->snapshot : NULL, req,
-		                 ticket[0] ? ticket : NULL, &a, err, len);
+		rc = attempt_run(reg, ctx,
+		                 ours                 ? ours
+		                 : opts && !ticket[0] ? opts->snapshot
+		                                      : NULL,
+		                 req, ticket[0] ? ticket : NULL, &a, err, len);
+		if (ours)
+			a.snap_given = 0; /* ours again: freed with a */
 		if (rc != GM_OK)
 			goto done;
 		if (opts && opts->reserve_ms > 0 && !ticket[0]) {
@@ -434,9 +447,9 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 			                           &ticket_fd, err, len);
 			if (rc != GM_OK)
 				goto done;
-			registry_ahead_refresh(&w);
 			registry_unlock(reg);
 			locked = 0;
+			registry_ahead_refresh(&w); /* a read without the lock */
 			if (opts && opts->on_wait)
 				opts->on_wait(opts->on_wait_data, a.why ? a.why : "");
 		} else {

@@ -192,9 +192,6 @@ int locker_end(struct locker *lk);
 /* Release the registry lock, if held. */
 void registry_unlock(struct registry *reg);
 
-/* Take the registry lock if nobody holds it: 1 taken, 0 not. */
-int registry_trylock(struct registry *reg);
-
 /*
  * Take the registry lock: at once when it is free, else by queueing in the
  * kernel until it is, until deadline (monotonic ms, -1: none), until

@@ -316,7 +316,7 @@ void registry_unlock(struct registry *reg)
 }
 
 /* errno as flock left it when not taken. */
-int registry_trylock(struct registry *reg)
+static int registry_trylock(struct registry *reg)
 {
 	if (flock(reg->lock_fd, LOCK_EX | LOCK_NB) < 0)
 		return 0;
