@@ -57,9 +57,9 @@
  * as it holds back every GPU (registry_impl.h, struct registry_scope).  A
  * waiter behind the head looks at it every second (stopped, it holds
  * nothing back); others at those they sleep behind every 10 s.  A request
- * that will wait and finds the registry lock busy reads without it, and if
- * that shows it must wait, queues its ticket without the lock: 500
- * arrivals at once do not stand between the lock and the hand-offs.
+ * that will wait reads first without the registry lock, and if that shows
+ * it must wait, queues its ticket without the lock: 500 arrivals at once do
+ * not stand between the lock and the hand-offs.
  *
  * The directory is everyone's: one user may fill it with files, or fill
  * its file system's inodes.  Past 256 lease and ticket files opened in one
