@@ -413,17 +413,21 @@ static int in_group(const struct who *w, const char *group)
  * One limit for uid: its [user] section's, else the most generous of its
  * groups', else [limits]'s.  field picks the limit out of a config_cap.
  */
+static int64_t cap_field(const struct config_cap *c, size_t field)
+{
+	return field == offsetof(struct config_cap, max_gpus)       ? (int64_t)c->max_gpus
+	       : field == offsetof(struct config_cap, max_lease_ms) ? c->max_lease_ms
+	       : field == offsetof(struct config_cap, max_gpu_ms)   ? c->max_gpu_ms
+	                                                            : c->max_reserve_ms;
+}
+
 static int64_t limit_for(const struct config *cfg, unsigned uid, size_t field, int64_t all,
                          char *from, size_t fromlen)
 {
 	struct who w;
 	int64_t best = 0;
 
-#define FIELD(c)                                                                                   \
-	(field == offsetof(struct config_cap, max_gpus)       ? (int64_t)(c).max_gpus              \
-	 : field == offsetof(struct config_cap, max_lease_ms) ? (c).max_lease_ms                   \
-	 : field == offsetof(struct config_cap, max_gpu_ms)   ? (c).max_gpu_ms                     \
-	                                                      : (c).max_reserve_ms)
+#define FIELD(c) cap_field(&(c), field)
 	snprintf(from, fromlen, "[limits]");
 	who_is(cfg, uid, &w);
 	if (!w.known)
@@ -466,26 +470,26 @@ int64_t config_max_gpu_ms(const struct config *cfg, unsigned uid, char *from, si
 	                 fromlen);
 }
 
-int config_has_gpu_hours(const struct config *cfg)
+/* Is the limit field set anywhere: [limits] (all), a user or a group? */
+static int limit_set(const struct config *cfg, size_t field, int64_t all)
 {
-	int any = cfg->max_gpu_ms > 0;
+	int any = all > 0;
 
 	for (size_t i = 0; i < cfg->user_count; i++)
-		any |= cfg->users[i].max_gpu_ms > 0;
+		any |= cap_field(&cfg->users[i], field) > 0;
 	for (size_t i = 0; i < cfg->group_count; i++)
-		any |= cfg->groups[i].max_gpu_ms > 0;
+		any |= cap_field(&cfg->groups[i], field) > 0;
 	return any;
+}
+
+int config_has_gpu_hours(const struct config *cfg)
+{
+	return limit_set(cfg, offsetof(struct config_cap, max_gpu_ms), cfg->max_gpu_ms);
 }
 
 int config_has_max_gpus(const struct config *cfg)
 {
-	int any = cfg->max_gpus > 0;
-
-	for (size_t i = 0; i < cfg->user_count; i++)
-		any |= cfg->users[i].max_gpus > 0;
-	for (size_t i = 0; i < cfg->group_count; i++)
-		any |= cfg->groups[i].max_gpus > 0;
-	return any;
+	return limit_set(cfg, offsetof(struct config_cap, max_gpus), cfg->max_gpus);
 }
 
 static int list_names(const char *list, unsigned index, const char *uuid)
