@@ -79,6 +79,34 @@ line() {
 	[ "$(cat order)" = served ]
 }
 
+@test "an arrival that must wait never takes the registry lock, free or not, to queue" {
+	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
+	gpuman run -- sleep 300 &
+	HOLDER=$!
+	BG_PIDS="$HOLDER"
+	wait_for 'ls "$GPUMAN_STATE_DIR" | grep -q "^lease\."'
+	gpuman run --wait -- true &
+	BG_PIDS="$BG_PIDS $!"
+	wait_for 'test "$(tickets)" = 1'
+	# Behind that waiter, the arrival sleeps until its wait runs out: it
+	# never attempts under the lock, so it must never take it (in a burst
+	# a holder preempted among hundreds of arrivals kept the hand-offs
+	# waiting 15-30 ms a hold).
+	run strace -f -e trace=openat,flock -o calls gpuman run --wait=1s -- true
+	[ "$status" = 75 ]
+	[[ "$output" == *"no GPU met the request within the wait"* ]]
+	# The lock's descriptors: the state directory opened to be flocked
+	# (a read of it opens it O_NONBLOCK, as opendir does).
+	fds=$(grep -F "\"$GPUMAN_STATE_DIR\", O_" calls | grep O_DIRECTORY | grep -v O_NONBLOCK |
+		sed -n 's/.*= \([0-9]*\)$/\1/p')
+	[ -n "$fds" ]
+	for fd in $fds; do
+		run grep -E "flock\($fd, LOCK_EX" calls
+		[ "$status" = 1 ]
+	done
+	grep -Eq 'flock\([0-9]+, LOCK_EX\|LOCK_NB\) += 0' calls # its ticket's own lock
+}
+
 @test "kill -9 of waiters in the middle of the line: those behind them are served in order" {
 	line 5
 	kill -9 "$W2" "$W3"
