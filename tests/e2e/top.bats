@@ -64,6 +64,8 @@ wait_screen() {
 	wait_screen 'filter: -'
 	keys q
 	wait_screen 'EXITED 0'
+	# then stty's flags, sane or not ("-icanon" matches too)
+	wait_screen 'icanon'
 	run screen
 	[[ "$output" == *" icanon "* && "$output" == *" echo "* ]]
 }
