@@ -77,9 +77,9 @@ void conn_flush(struct daemon *d, struct conn *c)
 	}
 }
 
-/* Queue msg for c and send what the socket takes now.  Returns -1 when
- * the client is to be dropped (it does not read). */
-int conn_send(struct daemon *d, struct conn *c, json_t *msg)
+/* Queue msg's line for c.  Returns its length, or 0 when the client is to
+ * be dropped (it does not read). */
+static size_t conn_queue(struct daemon *d, struct conn *c, json_t *msg)
 {
 	char *text;
 	size_t n;
@@ -93,12 +93,12 @@ int conn_send(struct daemon *d, struct conn *c, json_t *msg)
 	n = strlen(text);
 	if (c->out_len + n + 1 > MAX_OUTPUT_BYTES) {
 		free(text);
-		return -1;
+		return 0;
 	}
 	grown = realloc(c->out, c->out_len + n + 1);
 	if (!grown) {
 		free(text);
-		return -1;
+		return 0;
 	}
 	c->out = grown;
 	memcpy(c->out + c->out_len, text, n);
@@ -106,22 +106,48 @@ int conn_send(struct daemon *d, struct conn *c, json_t *msg)
 	c->out_len += n + 1;
 	d->out_total += n + 1;
 	free(text);
-	if (c->out_off == 0 && c->out_len == n + 1 && !c->shared)
+	return n + 1;
+}
+
+int conn_send(struct daemon *d, struct conn *c, json_t *msg)
+{
+	size_t n = conn_queue(d, c, msg);
+
+	if (!n)
+		return -1;
+	if (c->out_off == 0 && c->out_len == n && !c->shared)
 		conn_flush(d, c);
 	return 0;
 }
 
-/* Reply and close once the reply is out. */
-void conn_finish(struct daemon *d, struct conn *c, json_t *msg)
+void conn_finish_with(struct daemon *d, struct conn *c, json_t *msg, struct shared_text *tail)
 {
 	if (c->dead) {
 		json_decref(msg);
+		shared_text_put(tail);
 		return;
 	}
 	c->state = CONN_CLOSING;
 	shutdown(c->fd, SHUT_RD);
-	if (conn_send(d, c, msg) < 0 || !c->out)
+	if (!tail) {
+		if (conn_send(d, c, msg) < 0 || !c->out)
+			conn_close(d, c);
+		return;
+	}
+	/* A closing connection is sent nothing else: tail goes after msg. */
+	if (!conn_queue(d, c, msg)) {
+		shared_text_put(tail);
 		conn_close(d, c);
+		return;
+	}
+	c->shared = tail;
+	c->shared_off = 0;
+	conn_flush(d, c);
+}
+
+void conn_finish(struct daemon *d, struct conn *c, json_t *msg)
+{
+	conn_finish_with(d, c, msg, NULL);
 }
 
 void daemon_refuse(struct daemon *d, struct conn *c, enum gm_err code, const char *error,
@@ -644,7 +670,7 @@ static struct shared_text *view_build(struct daemon *d)
 	return t;
 }
 
-static void on_view(struct daemon *d, struct conn *c)
+struct shared_text *daemon_view_text(struct daemon *d)
 {
 	int64_t now = monotonic_ms();
 
@@ -655,12 +681,20 @@ static void on_view(struct daemon *d, struct conn *c)
 		d->view_gen = d->gen;
 		d->view_at = now;
 	}
-	if (!d->view) {
+	if (d->view)
+		d->view->refs++;
+	return d->view;
+}
+
+static void on_view(struct daemon *d, struct conn *c)
+{
+	struct shared_text *view = daemon_view_text(d);
+
+	if (!view) {
 		daemon_refuse(d, c, GM_ERR_NOMEM, "the lease broker is out of memory", NULL);
 		return;
 	}
-	d->view->refs++;
-	c->shared = d->view;
+	c->shared = view;
 	c->shared_off = 0;
 	c->state = CONN_CLOSING;
 	shutdown(c->fd, SHUT_RD);

@@ -271,6 +271,14 @@ int conn_send(struct daemon *d, struct conn *c, json_t *msg);
 
 /* Reply and close once the reply is out. */
 void conn_finish(struct daemon *d, struct conn *c, json_t *msg);
+/* The same with tail (a reference the call takes; NULL none) sent after
+ * the reply. */
+void conn_finish_with(struct daemon *d, struct conn *c, json_t *msg, struct shared_text *tail);
+
+/* The view's text (the "view" op's answer), a new reference: built once
+ * per change of the leases or the line, VIEW_REUSE_MS at most.  NULL: out
+ * of memory. */
+struct shared_text *daemon_view_text(struct daemon *d);
 
 void daemon_refuse(struct daemon *d, struct conn *c, enum gm_err code, const char *error,
                    const char *explain);

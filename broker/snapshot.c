@@ -45,6 +45,7 @@ struct snap_waiter {
 	struct conn *c;
 	long max_age_ms;
 	int64_t deadline; /* monotonic ms: answer with what there is */
+	int view;         /* the view's line follows the reading's */
 };
 
 struct daemon_reader {
@@ -391,7 +392,10 @@ static json_t *snapshot_for(const struct daemon *d, const struct conn *c)
 	return o;
 }
 
-static void answer(struct daemon *d, struct conn *c, long max_age_ms)
+/* The reading for c; with view, the view's line (the "view" op's answer)
+ * after it, so that a look at the GPUs and their leases (status, pick)
+ * takes one round trip. */
+static void answer(struct daemon *d, struct conn *c, long max_age_ms, int view)
 {
 	json_t *m = json_object();
 	int64_t age = now_ms() - d->snap->taken_ms;
@@ -415,7 +419,7 @@ static void answer(struct daemon *d, struct conn *c, long max_age_ms)
 		json_object_set_new(m, "stale", json_string(why));
 	}
 	json_object_set_new(m, "snapshot", snapshot_for(d, c));
-	conn_finish(d, c, m);
+	conn_finish_with(d, c, m, view ? daemon_view_text(d) : NULL);
 }
 
 void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg)
@@ -423,6 +427,7 @@ void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg)
 	struct daemon_reader *r = d->reader;
 	json_t *age = json_object_get(msg, "max_age_ms");
 	long max_age = age ? (long)json_integer_value(age) : BROKER_SNAPSHOT_MAX_AGE_MS;
+	int view = json_is_true(json_object_get(msg, "view"));
 	struct snap_waiter *grown;
 
 	if (age && (!json_is_integer(age) || json_integer_value(age) < -1 ||
@@ -435,7 +440,7 @@ void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg)
 	collect_locked(d);
 	if (max_age < 0 || now_ms() - d->snap->taken_ms <= max_age) {
 		pthread_mutex_unlock(&r->mu);
-		answer(d, c, max_age);
+		answer(d, c, max_age, view);
 		return;
 	}
 	ask_locked(r);
@@ -448,14 +453,14 @@ void daemon_snapshot_op(struct daemon *d, struct conn *c, json_t *msg)
 
 		grown = realloc(r->waiters, cap * sizeof *grown);
 		if (!grown) {
-			answer(d, c, max_age);
+			answer(d, c, max_age, view);
 			return;
 		}
 		r->waiters = grown;
 		r->waiter_cap = cap;
 	}
 	r->waiters[r->waiter_count++] =
-	    (struct snap_waiter){c, max_age, monotonic_ms() + BROKER_SNAPSHOT_WAIT_MS};
+	    (struct snap_waiter){c, max_age, monotonic_ms() + BROKER_SNAPSHOT_WAIT_MS, view};
 }
 
 void daemon_snapshot_forget(struct daemon *d, struct conn *c)
@@ -486,7 +491,7 @@ static void answer_waiters(struct daemon *d)
 		}
 		r->waiters[i] = r->waiters[--r->waiter_count];
 		/* Answered with what there is, its age said. */
-		answer(d, w.c, w.max_age_ms);
+		answer(d, w.c, w.max_age_ms, w.view);
 	}
 	if (r->waiter_count) {
 		pthread_mutex_lock(&r->mu);

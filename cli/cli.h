@@ -24,10 +24,11 @@ const struct cmd_entry *const *cli_commands(size_t *count);
  * that a GPU that looks idle is not passed over without a word. */
 void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap);
 
-/* The live leases and waiters, for display.  An unusable registry gives an
- * empty view and a warning on stderr (the GPUs are still worth showing). */
+/* The live leases and waiters, for display: those sent with snap where a
+ * broker sent them (cli->leases).  An unusable registry gives an empty
+ * view and a warning on stderr (the GPUs are still worth showing). */
 struct registry_view;
-void cli_read_leases(struct cli *cli, struct registry_view *view);
+void cli_read_leases(struct cli *cli, const struct gm_snapshot *snap, struct registry_view *view);
 /* "3m", "2h05m": how long since ms (wall clock). */
 char *fmt_age(char *buf, size_t len, int64_t since_ms);
 

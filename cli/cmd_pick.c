@@ -33,6 +33,7 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		return rc;
 	if (optind < argc)
 		return cli_usage(cli, "unexpected argument '%s'", argv[optind]);
+	cli->leases = 1; /* the rules need them next */
 	rc = cli_snapshot(cli, &ctx, &snap);
 	if (rc != EXIT_OK)
 		return rc;

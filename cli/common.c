@@ -51,7 +51,7 @@ COLOUR(c_green, "\033[32m")
 COLOUR(c_yellow, "\033[33m")
 COLOUR(c_reset, "\033[0m")
 
-void cli_read_leases(struct cli *cli, struct registry_view *view)
+void cli_read_leases(struct cli *cli, const struct gm_snapshot *snap, struct registry_view *view)
 {
 	struct registry *reg;
 	char err[GM_ERRBUF_SIZE];
@@ -61,7 +61,7 @@ void cli_read_leases(struct cli *cli, struct registry_view *view)
 		cli_error(cli, 0, "warning: leases not shown: %s", err);
 		return;
 	}
-	if (registry_read(reg, view, err, sizeof err) != GM_OK)
+	if (registry_read_with(reg, snap, view, err, sizeof err) != GM_OK)
 		cli_error(cli, 0, "warning: leases not shown: %s", err);
 	registry_close(reg);
 }
@@ -127,6 +127,7 @@ int cli_look_take(struct cli *cli, struct cli_look *look)
 
 	memset(look, 0, sizeof *look);
 	cli->proc_util = 1;
+	cli->leases = 1;
 	look->view = malloc(sizeof *look->view);
 	if (!look->view)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
@@ -136,7 +137,7 @@ int cli_look_take(struct cli *cli, struct cli_look *look)
 		look->view = NULL;
 		return rc;
 	}
-	cli_read_leases(cli, look->view);
+	cli_read_leases(cli, look->snap, look->view);
 	return CLI_CONTINUE;
 }
 

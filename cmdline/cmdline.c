@@ -308,6 +308,8 @@ int cli_snapshot(struct cli *cli, struct gm_context **ctx, struct gm_snapshot **
 		                 cli->cmd ? cli->cmd : "status");
 	if (rc != GM_OK)
 		return cli_error(cli, EXIT_FAIL, "%s", err);
+	if (cli->leases)
+		context_want_view(*ctx); /* a broker sends both at once */
 	rc = snapshot_take(*ctx, cli->proc_util ? LISTING_UTIL_WINDOW_S * 1000 : 0, cli->clocks,
 	                   snap, err, sizeof err);
 	if (rc != GM_OK) {

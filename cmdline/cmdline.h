@@ -34,6 +34,7 @@ struct cli {
 	const char *format;       /* --format, for pick */
 	int proc_util;            /* snapshots read per-process utilization */
 	int clocks;               /* and clocks (status, info, top, serve) */
+	int leases;               /* and the leases, read next (status, pick) */
 	int by_given, wait_given; /* --by, --wait given: [defaults] do not apply */
 };
 

@@ -30,7 +30,10 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
  * leaving the line, or giving up a lease granted meanwhile. */
 int broker_place_fd(const struct broker_place *place);
 void broker_place_free(struct broker_place *place);
-enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len);
+/* The broker's leases and line (the "view" op); from `with` instead when
+ * that reading came with them moments ago (context_want_view()). */
+enum gm_err broker_read(const char *path, const struct gm_snapshot *with,
+                        struct registry_view *view, char *err, size_t len);
 
 /* End a broker lease: on its connection, or, when the broker was restarted
  * since, on a new one with the lease's token; then close our descriptor on

@@ -20,23 +20,30 @@
 /* The longest answer we take (thousands of processes fit many times). */
 #define MAX_REPLY_BYTES (64u << 20)
 
-/* The reply line, however long: read until it ends. */
-static json_t *read_reply(int fd)
+/*
+ * The reply, however long: its first line parsed, and with want_view the
+ * line after it (the view) copied to *view; the broker closes once both
+ * are sent.
+ */
+static json_t *read_reply(int fd, int want_view, char **view)
 {
-	size_t cap = 65536, used = 0;
-	char *text = malloc(cap), *nl = NULL;
+	size_t cap = 65536, used = 0, lines = 0, ends[2] = {0, 0};
+	char *text = malloc(cap);
 	json_t *reply = NULL;
 	ssize_t n;
 
-	while (text && !nl) {
+	/* without the view, the first line is all */
+	while (text && lines < (want_view ? 2u : 1u)) {
 		n = recv(fd, text + used, cap - used - 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			break;
-		nl = memchr(text + used, '\n', (size_t)n);
+		for (size_t i = used; i < used + (size_t)n && lines < 2; i++)
+			if (text[i] == '\n')
+				ends[lines++] = i;
 		used += (size_t)n;
-		if (!nl && used + 1 >= cap) {
+		if (used + 1 >= cap) {
 			char *grown = cap < MAX_REPLY_BYTES ? realloc(text, cap * 2) : NULL;
 
 			if (!grown)
@@ -45,19 +52,24 @@ static json_t *read_reply(int fd)
 			cap *= 2;
 		}
 	}
-	if (text && nl) {
-		*nl = '\0';
+	if (text && lines) {
+		text[ends[0]] = '\0';
 		reply = json_loads(text, 0, NULL);
+		if (want_view && lines == 2) {
+			text[ends[1]] = '\0';
+			*view = strdup(text + ends[0] + 1);
+		}
 	}
 	free(text);
 	return reply;
 }
 
-enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapshot **out, char *err,
-                            size_t len)
+enum gm_err broker_snapshot(const char *path, long max_age_ms, int with_view,
+                            struct gm_snapshot **out, char *err, size_t len)
 {
 	json_t *msg = json_object(), *reply = NULL;
 	const char *op, *stale;
+	char *view = NULL;
 	enum gm_err rc = GM_OK;
 	int fd;
 
@@ -66,12 +78,14 @@ enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapsho
 	if (fd < 0)
 		goto done;
 	json_object_set_new(msg, "max_age_ms", json_integer(max_age_ms));
+	if (with_view)
+		json_object_set_new(msg, "view", json_true());
 	if (broker_send(fd, msg) < 0) {
 		rc =
 		    gm_fail(GM_ERR_STATE, err, len, "lease broker '%s': %s", path, strerror(errno));
 		goto done;
 	}
-	reply = read_reply(fd);
+	reply = read_reply(fd, with_view, &view);
 	op = json_string_value(json_object_get(reply, "op"));
 	if (op && !strcmp(op, "refused")) {
 		const char *e = json_string_value(json_object_get(reply, "error"));
@@ -96,7 +110,11 @@ enum gm_err broker_snapshot(const char *path, long max_age_ms, struct gm_snapsho
 	stale = json_string_value(json_object_get(reply, "stale"));
 	if (stale && *stale)
 		snapshot_add_note(*out, "%s", stale);
+	(*out)->view_text = view;
+	(*out)->view_got_ms = monotonic_ms();
+	view = NULL;
 done:
+	free(view);
 	if (fd >= 0)
 		close(fd);
 	json_decref(msg);

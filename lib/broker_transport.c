@@ -35,10 +35,10 @@ static enum gm_err b_acquire(struct registry *reg, struct gm_context *ctx,
 }
 
 static enum gm_err b_read(struct registry *reg, struct registry_view *view, const char *upto,
-                          char *err, size_t len)
+                          const struct gm_snapshot *with, char *err, size_t len)
 {
 	(void)upto; /* the broker's view is short to read whole */
-	return broker_read(reg->broker, view, err, len);
+	return broker_read(reg->broker, with, view, err, len);
 }
 
 static enum gm_err b_release_id(struct registry *reg, const char *id, char *err, size_t len)

@@ -21,7 +21,12 @@
 #include "policy.h"
 #include "record.h"
 #include "lease_view.h"
+#include "snapshot_types.h"
 #include "util.h"
+
+/* How long a view sent with a reading serves, from its arrival: as long as
+ * the reading itself would (broker_wire.h). */
+#define SENT_VIEW_MS BROKER_SNAPSHOT_MAX_AGE_MS
 
 /* ---- the view, for status ---------------------------------------------- */
 
@@ -56,57 +61,21 @@ static int view_more(json_t *a, struct view_more **out, size_t *count)
 	return 0;
 }
 
-enum gm_err broker_read(const char *path, struct registry_view *view, char *err, size_t len)
+/* The view's answer (text, one line) into view. */
+static enum gm_err view_parse(const char *path, const char *text, struct registry_view *view,
+                              char *err, size_t len)
 {
-	struct broker_buf *buf = calloc(1, sizeof *buf);
-	json_t *msg = json_object(), *reply = NULL, *a, *o;
+	json_t *reply = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL), *a, *o;
 	enum gm_err rc = GM_OK;
 	size_t i;
-	int fd = -1, got;
 
-	*view = (struct registry_view)REGISTRY_VIEW_INIT;
-	fd = broker_request_start(path, buf, msg, "view", &rc, err, len);
-	if (fd < 0)
-		goto done;
-	/* The view can be long (a line of thousands): read until its line
-	 * ends, in a buffer that grows. */
-	if (broker_send(fd, msg) < 0) {
-		rc = broker_send_failed(fd, path, err, len);
-		goto done;
-	}
-	{
-		size_t cap = 65536, used = 0;
-		char *text = malloc(cap);
-		ssize_t n;
-
-		while (text && (n = recv(fd, text + used, cap - used - 1, 0)) > 0) {
-			used += (size_t)n;
-			if (used + 1 >= cap) {
-				char *grown = cap < (64u << 20) ? realloc(text, cap * 2) : NULL;
-
-				if (!grown) {
-					free(text);
-					text = NULL;
-					break;
-				}
-				text = grown;
-				cap *= 2;
-			}
-		}
-		if (text) {
-			text[used] = '\0';
-			reply = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
-		}
-		free(text);
-	}
-	got = json_is_object(reply) && !strcmp(jstr(reply, "op"), "view");
 	if (json_is_object(reply) && !strcmp(jstr(reply, "op"), "refused")) {
 		/* one of its caps, named in its reason */
 		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' refused: %s", path,
 		             jstr(reply, "error"));
 		goto done;
 	}
-	if (!got) {
+	if (!json_is_object(reply) || strcmp(jstr(reply, "op"), "view")) {
 		rc = gm_fail(GM_ERR_STATE, err, len, "the lease broker at '%s' sent no view", path);
 		goto done;
 	}
@@ -141,10 +110,63 @@ enum gm_err broker_read(const char *path, struct registry_view *view, char *err,
 		gm_fail(rc, err, len, "out of memory");
 	}
 done:
+	json_decref(reply);
+	return rc;
+}
+
+enum gm_err broker_read(const char *path, const struct gm_snapshot *with,
+                        struct registry_view *view, char *err, size_t len)
+{
+	struct broker_buf *buf;
+	json_t *msg;
+	enum gm_err rc = GM_OK;
+	char *text = NULL;
+	int fd;
+
+	*view = (struct registry_view)REGISTRY_VIEW_INIT;
+	/* Sent with a reading just taken: as it stood then, without asking
+	 * again.  A snapshot kept longer has its leases asked afresh. */
+	if (with && with->view_text && monotonic_ms() - with->view_got_ms <= SENT_VIEW_MS)
+		return view_parse(path, with->view_text, view, err, len);
+	buf = calloc(1, sizeof *buf);
+	msg = json_object();
+	fd = broker_request_start(path, buf, msg, "view", &rc, err, len);
+	if (fd < 0)
+		goto done;
+	/* The view can be long (a line of thousands): read until the broker
+	 * closes, in a buffer that grows. */
+	if (broker_send(fd, msg) < 0) {
+		rc = broker_send_failed(fd, path, err, len);
+		goto done;
+	}
+	{
+		size_t cap = 65536, used = 0;
+		ssize_t n;
+
+		text = malloc(cap);
+		while (text && (n = recv(fd, text + used, cap - used - 1, 0)) > 0) {
+			used += (size_t)n;
+			if (used + 1 >= cap) {
+				char *grown = cap < (64u << 20) ? realloc(text, cap * 2) : NULL;
+
+				if (!grown) {
+					free(text);
+					text = NULL;
+					break;
+				}
+				text = grown;
+				cap *= 2;
+			}
+		}
+		if (text)
+			text[used] = '\0';
+	}
+	rc = view_parse(path, text ? text : "", view, err, len);
+done:
 	if (fd >= 0)
 		close(fd);
+	free(text);
 	json_decref(msg);
-	json_decref(reply);
 	free(buf);
 	return rc;
 }

@@ -35,7 +35,10 @@
  *     {"op":"snapshot","max_age_ms":N}   the GPUs as the broker's NVML
  *                              session read them, no older than N ms
  *                              (default BROKER_SNAPSHOT_MAX_AGE_MS; -1:
- *                              any reading), lib/snapshot_wire.c's form
+ *                              any reading), lib/snapshot_wire.c's form;
+ *                              "view":true: the view's answer follows
+ *                              on the next line (one round trip for a
+ *                              look at the GPUs and their leases)
  *     {"op":"fence","pid":N}    place process N (stopped before its exec)
  *                              in the lease's cgroup, whose device filter
  *                              refuses the GPUs the lease does not hold;

@@ -166,6 +166,12 @@ static enum gm_err context_open(struct gm_context **out, int local, char *errbuf
 	return GM_OK;
 }
 
+void context_want_view(struct gm_context *ctx)
+{
+	if (ctx)
+		ctx->want_view = 1;
+}
+
 enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errlen)
 {
 	const char *path = getenv("GPUMAN_NVML");

@@ -16,7 +16,17 @@ struct gm_context {
 	 * where a broker runs, a client never loads NVML (one session per
 	 * machine, its start-up paid once). */
 	char broker[PATH_MAX];
+	/* Ask the broker for its view with each reading (context_want_view). */
+	int want_view;
 };
+
+/*
+ * A caller that will read the leases and the line right after its snapshot
+ * (status, pick) asks for both at once: where the broker reads the GPUs,
+ * each snapshot then carries its view, and registry_read_with() reads
+ * that instead of asking again (one round trip instead of two).
+ */
+void context_want_view(struct gm_context *ctx);
 
 /*
  * gm_open for the process that holds the machine's NVML session (the

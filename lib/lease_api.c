@@ -91,7 +91,13 @@ static void mark_over_limit(const struct registry *reg, struct registry_view *vi
 
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *err, size_t len)
 {
-	enum gm_err rc = reg->transport->read(reg, view, NULL, err, len);
+	return registry_read_with(reg, NULL, view, err, len);
+}
+
+enum gm_err registry_read_with(struct registry *reg, const struct gm_snapshot *with,
+                               struct registry_view *view, char *err, size_t len)
+{
+	enum gm_err rc = reg->transport->read(reg, view, NULL, with, err, len);
 
 	if (rc != GM_OK)
 		return rc;

@@ -25,6 +25,10 @@ void registry_close(struct registry *reg);
  * where permitted.  Needs no lock. */
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,
                           size_t errlen);
+/* The same as they stood when `with` was read, where its reader sent them
+ * with it (context_want_view()); otherwise read now. */
+enum gm_err registry_read_with(struct registry *reg, const struct gm_snapshot *with,
+                               struct registry_view *view, char *errbuf, size_t errlen);
 
 /*
  * gm_pick, and for a --mig request the chosen slice too: *mig_pos its

@@ -303,7 +303,7 @@ static enum gm_err attempt_run(struct registry *reg, struct gm_context *ctx,
 		/* gm_pick under the broker reads the broker's view, whole. */
 		rc = reg->transport == &transport_files
 		         ? registry_read_scoped(reg, &a->view, &scope, err, len)
-		         : reg->transport->read(reg, &a->view, NULL, err, len);
+		         : reg->transport->read(reg, &a->view, NULL, a->snap, err, len);
 		if (rc != GM_OK)
 			return rc;
 		rc = attempt_decide(reg, req, mine, a, &exact);

@@ -110,7 +110,7 @@ int registry_over_cap(const struct registry *reg, const struct registry_view *vi
  * not read: a waiter is held back only by those ahead of it, and leaving
  * the rest unopened halves the work of a read in a long line. */
 enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
-                                char *err, size_t len);
+                                const struct gm_snapshot *with, char *err, size_t len);
 
 /* Does s start with prefix (a file name with LEASE_PREFIX, say)? */
 int registry_starts_with(const char *s, const char *prefix);

@@ -835,10 +835,11 @@ int registry_waiter_capped(const struct registry *reg, const struct registry_vie
 
 /* The files transport's read (transport.h): the line up to upto, whole. */
 enum gm_err registry_files_read(struct registry *reg, struct registry_view *view, const char *upto,
-                                char *err, size_t len)
+                                const struct gm_snapshot *with, char *err, size_t len)
 {
 	struct registry_scope scope = {upto, NULL, 0, 0, 0};
 
+	(void)with; /* NVML's readings carry no leases */
 	return registry_read_scoped(reg, view, &scope, err, len);
 }
 

@@ -102,7 +102,8 @@ static enum gm_err snapshot_from_broker(struct gm_context *ctx, long max_age_ms,
                                         struct gm_snapshot **out, char *errbuf, size_t errlen)
 {
 	char why[GM_ERRBUF_SIZE];
-	enum gm_err err = broker_snapshot(ctx->broker, max_age_ms, out, why, sizeof why);
+	enum gm_err err =
+	    broker_snapshot(ctx->broker, max_age_ms, ctx->want_view, out, why, sizeof why);
 
 	if (err != GM_ERR_STATE) {
 		if (err != GM_OK)

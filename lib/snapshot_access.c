@@ -20,6 +20,7 @@ GM_API void gm_snapshot_free(struct gm_snapshot *snap)
 	free(snap->migs);
 	free(snap->gpus);
 	free(snap->procs);
+	free(snap->view_text);
 	free(snap);
 }
 

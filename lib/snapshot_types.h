@@ -94,6 +94,12 @@ struct gm_snapshot {
 	 * reading was when the broker sent it). */
 	int from_broker;
 	int64_t age_ms;
+	/* The broker's view (its "view" answer, one line) sent with the
+	 * reading to a context that wants it (context_want_view()); NULL none.
+	 * view_got_ms: when it came (monotonic), so that an old snapshot's
+	 * leases are read again (registry_read_with()). */
+	char *view_text;
+	int64_t view_got_ms;
 };
 
 #endif

@@ -24,6 +24,7 @@
 #include "gpuman.h"
 
 struct registry_view;
+struct gm_snapshot;
 
 /* A handle on the transport chosen (registry_open(), lease_api.h). */
 struct registry {
@@ -96,9 +97,11 @@ struct lease_transport {
 	                       const struct gm_request *req, const struct acquire_opts *opts,
 	                       struct gm_lease **out, char **explain, char *err, size_t len);
 	/* The live leases and waiters; the waiters whose place sorts after
-	 * upto (NULL: none) may be left out. */
+	 * upto (NULL: none) may be left out.  with (NULL: none): a reading of
+	 * the GPUs just taken, which may carry the view as it stood then (the
+	 * broker's, context_want_view()): read from it, not asked again. */
 	enum gm_err (*read)(struct registry *reg, struct registry_view *view, const char *upto,
-	                    char *err, size_t len);
+	                    const struct gm_snapshot *with, char *err, size_t len);
 	/* registry_release(): end one's own reservation (root: anyone's). */
 	enum gm_err (*release_id)(struct registry *reg, const char *id, char *err, size_t len);
 	/* End a lease of this transport (not freeing it). */

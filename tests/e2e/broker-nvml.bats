@@ -83,6 +83,23 @@ print(len(gpuman.devices()), len(s["gpus"]), gpuman.pick())'
 	[ "$(jqr '.reading.by')" = self ]
 }
 
+@test "broker NVML: status and pick ask the broker once, for the reading and its leases together" {
+	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
+	machine "$(gpu),$(gpu)"
+	start_daemon
+	bg job - gpuman run -- sleep 300
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	for cmd in "pick" "status --json"; do
+		run -0 strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" gpuman $cmd
+		[ "$(grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls")" = 1 ]
+	done
+	# ... and the leases are the ones sent with the reading: GPU 0 is held.
+	[ "$(jqr '.leases | length')" = 1 ]
+	run -0 gpuman pick
+	[ "$output" = 1 ]
+	run -75 gpuman pick -n 2
+}
+
 @test "broker NVML: a driver that takes seconds (init_ms 5000) delays no other user's run, release or answer" {
 	gm_user alice
 	gm_user bob
