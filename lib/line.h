@@ -61,7 +61,7 @@ struct line_lease {
 /* One waiter of the line, or a request that does not wait. */
 struct line_waiter {
 	unsigned uid;
-	const char *user;
+	const char *user; /* named only to the waiters behind it */
 	int pid;
 	const struct gm_request *req;
 	/* Per snapshot position (per slice): what its inherited

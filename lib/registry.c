@@ -194,7 +194,6 @@ static enum gm_err attempt_decide(struct registry *reg, const struct gm_request 
 	struct line_decision *out = NULL;
 	unsigned char **usable = NULL;
 	const char *within = getenv("GPUMAN_RESERVATION");
-	char self[33];
 	size_t n = 0;
 	int shares = 0;
 	enum gm_err rc = GM_ERR_NOMEM;
@@ -225,8 +224,9 @@ static enum gm_err attempt_decide(struct registry *reg, const struct gm_request 
 		                             usable[2 * n], usable[2 * n + 1], wi->within, 1};
 		n++;
 	}
-	registry_user_name((unsigned)geteuid(), self, sizeof self);
-	lw[n] = (struct line_waiter){(unsigned)geteuid(), self,   getpid(),     req, a->env.usable,
+	/* No name: it would only describe this request to waiters behind it,
+	 * and there are none (a first getpwuid costs about 60 us). */
+	lw[n] = (struct line_waiter){(unsigned)geteuid(), "",     getpid(),     req, a->env.usable,
 	                             a->env.mig_usable,   within, req->has_wait};
 	in.snap = a->snap;
 	in.cfg = &reg->cfg;
