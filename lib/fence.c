@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,6 +593,74 @@ static int bpf_load(const struct fence_rule *r, char *err, size_t len)
 	return fd;
 }
 
+/*
+ * Programs loaded, by rule, for new cgroups: a job of the same GPUs as an
+ * earlier one attaches the same program, as a program may be attached to
+ * any number of cgroups.  A load runs the kernel's verifier (about 60 us
+ * of the broker's 0.8 ms a job, in a line of hand-offs); a machine has few
+ * distinct rules (one a GPU set).  The worker thread makes cgroups, a probe
+ * at start-up one: the lock is for the rare two at once.
+ */
+#define KEPT_PROGRAMS 16
+static struct kept_program {
+	struct fence_dev *devs; /* NULL: a free slot */
+	size_t count;
+	int fd;
+	uint64_t used; /* the clock below when last used */
+} kept[KEPT_PROGRAMS];
+static uint64_t kept_clock;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int same_rule(const struct kept_program *k, const struct fence_rule *r)
+{
+	if (!k->devs || k->count != r->count)
+		return 0;
+	for (size_t i = 0; i < r->count; i++)
+		if (k->devs[i].type != r->devs[i].type || k->devs[i].major != r->devs[i].major ||
+		    k->devs[i].minor != r->devs[i].minor)
+			return 0;
+	return 1;
+}
+
+/* r's program, loaded or kept: a descriptor the caller closes, or -1. */
+static int bpf_program(const struct fence_rule *r, char *err, size_t len)
+{
+	struct kept_program *slot = &kept[0];
+	struct fence_dev *devs;
+	int fd = -1;
+
+	pthread_mutex_lock(&kept_lock);
+	kept_clock++;
+	for (size_t i = 0; i < KEPT_PROGRAMS && fd < 0; i++) {
+		if (same_rule(&kept[i], r)) {
+			kept[i].used = kept_clock;
+			fd = fcntl(kept[i].fd, F_DUPFD_CLOEXEC, 0);
+		} else if (kept[i].used < slot->used) {
+			slot = &kept[i]; /* the least recently used */
+		}
+	}
+	pthread_mutex_unlock(&kept_lock);
+	if (fd >= 0)
+		return fd;
+	fd = bpf_load(r, err, len);
+	devs = fd >= 0 ? malloc((r->count + 1) * sizeof *devs) : NULL;
+	if (!devs)
+		return fd;
+	memcpy(devs, r->devs, r->count * sizeof *devs);
+	pthread_mutex_lock(&kept_lock);
+	if (slot->devs) {
+		free(slot->devs);
+		close(slot->fd);
+	}
+	*slot = (struct kept_program){devs, r->count, fcntl(fd, F_DUPFD_CLOEXEC, 0), kept_clock};
+	if (slot->fd < 0) {
+		free(devs);
+		slot->devs = NULL;
+	}
+	pthread_mutex_unlock(&kept_lock);
+	return fd;
+}
+
 static int bpf_attach(const char *dir, int prog, char *err, size_t len)
 {
 	union bpf_attr attr;
@@ -624,9 +693,9 @@ static int v2_create(const struct fence *f, const char *id, const struct fence_r
 
 	if (made <= 0)
 		return made;
-	prog = bpf_load(r, err, len);
-	/* The attachment holds the program: nothing of ours need stay open,
-	 * and it outlives a restart of the broker. */
+	prog = bpf_program(r, err, len);
+	/* The attachment holds the program: it outlives a restart of the
+	 * broker. */
 	rc = prog < 0 ? -1 : bpf_attach(dir, prog, err, len);
 	if (prog >= 0)
 		close(prog);

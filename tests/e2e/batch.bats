@@ -141,7 +141,8 @@ EOF
 	run -75 timeout 20 gpuman batch --min-free 20G tasks.txt
 	printf '{ "gpus": [] }\n' >none.json
 	run -75 env GPUMAN_SIM=none.json timeout 20 gpuman batch tasks.txt
-	[ ! -e ran ] && [ ! -e gpuman-logs ]
+	[ ! -e ran ]
+	[ ! -e gpuman-logs ]
 }
 
 @test "--resume skips the tasks that succeeded, same number and same line" {
@@ -328,7 +329,10 @@ EOF
 	run -2 gpuman batch prog.bin
 	[[ "$output" == *"prog.bin:1: a control byte"*"a binary file?"* ]]
 	# refused as given: nothing ran, no log directory
-	[ ! -e ran-1 ] && [ ! -e ran-2 ] && [ ! -e ran-3 ] && [ ! -e x ]
+	[ ! -e ran-1 ]
+	[ ! -e ran-2 ]
+	[ ! -e ran-3 ]
+	[ ! -e x ]
 	[ ! -e gpuman-logs ]
 	# what the shell itself uses is left alone: ${VAR}, awk's braces, find's {}
 	printf '%s\n' 'echo ${HOME} {gpu} {uuid} {task} >ok-{task}' "awk 'BEGIN{print 1}' >>ok-1" \

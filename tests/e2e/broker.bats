@@ -170,7 +170,8 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	id=$(leases .id)
 	# the token is alice's secret; mallory guesses, then even uses the right one
 	token=$(jq -s -r -f "$BATS_TEST_DIRNAME/helpers/state.jq" "$STATE" | jq -r '.leases[0].token')
-	[ -n "$token" ] && [ "$token" != null ]
+	[ -n "$token" ]
+	[ "$token" != null ]
 	run as_user mallory python3 "$BATS_TEST_DIRNAME/helpers/broker_raw.py" "$GPUMAN_BROKER" \
 		"{\"v\":1,\"op\":\"release\",\"id\":\"$id\",\"token\":\"0000\"}"
 	[[ "$output" == *'"op":"refused"'*"no such lease of yours"* ]]

@@ -70,7 +70,8 @@ listed() { gpuman --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 @test "a man page per command: its --help's synopsis, every option" {
 	man=$BATS_TEST_TMPDIR/man
 	sh "$GM_ROOT/scripts/mkman" "$man"
-	[ -f "$man/gpuman.1" ] && [ -f "$man/libgpuman.3" ]
+	[ -f "$man/gpuman.1" ]
+	[ -f "$man/libgpuman.3" ]
 	for c in $(listed); do
 		page=$(MANWIDTH=200 man -l "$man/gpuman-$c.1" 2>/dev/null)
 		usage=$(gpuman "$c" --help | head -1 | sed 's/^usage: //')

@@ -251,6 +251,49 @@ EOF
 	[ "$(cat "$SHARED/out/caps")" = "caps nvidia2=ENXIO nvidia3=EPERM cap273=ENXIO cap408=EPERM cap1218=ENXIO" ]
 }
 
+# held_job N GPU - as alice, a job on GPU that probes the nodes into
+# out/pN and holds its lease until out/goN exists; its pid in JOB
+held_job() {
+	as_user alice gpuman run --only "$2" -- sh -c \
+		"cat /proc/self/cgroup >'$SHARED/out/cg$1'; \"$TRY\" '$SHARED/out/p$1' p$1 $NODES; while [ ! -e '$SHARED/out/go$1' ]; do sleep 0.05; done" 3>&- &
+	JOB=$!
+	wait_for "[ -s '$SHARED/out/p$1' ]" 30 || { cat "$BATS_TEST_TMPDIR/daemon.log"; false; }
+}
+
+# program N - the id of the device program on held job N's cgroup
+program() {
+	local cg
+	cg=/sys/fs/cgroup/unified$(sed -n 's/^0:://p' "$SHARED/out/cg$1")
+	[ -d "$cg" ] || cg=/sys/fs/cgroup$(sed -n 's/^0:://p' "$SHARED/out/cg$1")
+	bpftool -j cgroup show "$cg" | jq '.[] | select(.attach_type == "cgroup_device") | .id'
+}
+
+@test "fence: a job of the same GPUs as an earlier one attaches the program loaded for it, and is fenced the same" {
+	[ -d /sys/fs/cgroup/unified ] || grep -q cgroup2 /proc/mounts || skip "no cgroup v2 hierarchy"
+	command -v bpftool >/dev/null || skip "no bpftool to read the jobs' programs (make check installs it)"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2
+	held_job 1 2
+	first=$(program 1)
+	touch "$SHARED/out/go1"
+	wait "$JOB"
+	held_job 2 2
+	second=$(program 2)
+	job2=$JOB
+	# another GPU: another program
+	held_job 3 3
+	third=$(program 3)
+	touch "$SHARED/out/go2" "$SHARED/out/go3"
+	wait "$job2" "$JOB"
+	echo "programs: $first $second $third"
+	[ -n "$first" ]
+	[ "$second" = "$first" ]
+	[ "$third" != "$first" ]
+	check "$SHARED/out/p1" p1
+	check "$SHARED/out/p2" p2
+	[ "$(cat "$SHARED/out/p3")" = "p3 nvidia2=EPERM nvidia3=ENXIO nvidiactl=ENXIO other=OK" ]
+}
+
 @test "fence: a broker without cgroup access works as before, and status says placement is advisory" {
 	gpus 4
 	mkdir -m 700 "$SHARED/alice-state"

@@ -40,7 +40,8 @@ no_leases() {
 	end=$(date +%s)
 	[ "${lines[0]}" = started ]
 	[ "${lines[1]}" = "gpuman: job ended: lease limit 2s of $GPUMAN_CONFIG reached (max_lease in [limits]); its processes got SIGTERM" ]
-	[ $((end - start)) -ge 2 ] && [ $((end - start)) -lt 8 ]
+	[ $((end - start)) -ge 2 ]
+	[ $((end - start)) -lt 8 ]
 	[ -z "$(children)" ]
 	no_leases
 	# a job within the limit is untouched

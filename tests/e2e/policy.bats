@@ -98,7 +98,8 @@ hold() {
 	# alice is first in line, but her cap holds her there: bob, later, with
 	# no --wait at all, gets a GPU at once
 	run -0 as_user bob gpuman run -- touch "$SHARED/out/b1"
-	[ -e "$SHARED/out/b1" ] && [ ! -e "$SHARED/out/a3" ]
+	[ -e "$SHARED/out/b1" ]
+	[ ! -e "$SHARED/out/a3" ]
 	run -0 gpuman status --json
 	[ "$(jqr '.waiters[0].user')" = gmtest-alice ]
 	[ "$(jqr '.waiters[0].limit')" = "max_gpus: holds 2 GPUs already, the limit is 2 ([limits] in $SHARED/gpuman.conf)" ]

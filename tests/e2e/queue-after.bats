@@ -48,7 +48,9 @@ teardown() {
 	[ "${lines[2]}" = "3 cancelled: not started: job 2 (--after) was cancelled" ]
 	[ "${lines[3]}" = "4 done" ]
 	[ "${lines[4]}" = "5 cancelled: not started: job 1 (--after) failed" ]
-	[ ! -e ran-2 ] && [ ! -e ran-3 ] && [ ! -e ran-5 ]
+	[ ! -e ran-2 ]
+	[ ! -e ran-3 ]
+	[ ! -e ran-5 ]
 	dispatcher_gone
 }
 
@@ -65,7 +67,8 @@ teardown() {
 	run -0 gpuman cancel 1
 	run -1 gpuman wait 1 2 3 4
 	[ "${lines[3]}" = "4 cancelled: not started: job 1 (--after) was cancelled" ]
-	[ ! -e ran-3 ] && [ ! -e ran-4 ]
+	[ ! -e ran-3 ]
+	[ ! -e ran-4 ]
 }
 
 @test "--after a job that does not exist or has failed, or no job id, is refused, naming it" {
@@ -147,7 +150,8 @@ SH
 	grep -q 'failed after .*: exit status 3' sendmail.out
 	# each end is told once
 	sleep 0.5
-	[ "$(grep -c '^-oi' sendmail.out)" = 1 ] && [ "$(wc -l <told)" = 1 ]
+	[ "$(grep -c '^-oi' sendmail.out)" = 1 ]
+	[ "$(wc -l <told)" = 1 ]
 }
 
 @test "--notify: what cannot be told is refused at submit, naming why" {

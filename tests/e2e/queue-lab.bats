@@ -80,7 +80,8 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$@"
 	[[ "${lines[1]}" == "2 cancelled"* ]]
 	[[ "${lines[2]}" == "3 cancelled"* ]]
 	[[ "${lines[3]}" == "4 cancelled"* ]]
-	[ ! -e ran-3 ] && [ ! -e ran-4 ]
+	[ ! -e ran-3 ]
+	[ ! -e ran-4 ]
 	# the running job's process is gone (its own pid: other suites may run sleep 60)
 	! kill -0 "$(cat job.pid)" 2>/dev/null
 	run -0 gpuman cancel --all
@@ -119,13 +120,15 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$@"
 	gpuman submit -- echo first >/dev/null
 	gpuman submit -- sh -c 'exit 1' >/dev/null
 	run -1 gpuman wait 1 2
-	[ -e "$GPUMAN_QUEUE_DIR/logs/1.log" ] && [ -e "$GPUMAN_QUEUE_DIR/logs/1.json" ]
+	[ -e "$GPUMAN_QUEUE_DIR/logs/1.log" ]
+	[ -e "$GPUMAN_QUEUE_DIR/logs/1.json" ]
 	gpuman submit -- sh -c 'echo started >started; while [ ! -e go ]; do sleep 0.05; done' >/dev/null
 	gpuman submit -- true >/dev/null
 	wait_for '[ -e started ]'
 	run -0 gpuman queue --clear
 	[ "$output" = "2 finished jobs cleared" ]
-	[ ! -e "$GPUMAN_QUEUE_DIR/logs/1.log" ] && [ ! -e "$GPUMAN_QUEUE_DIR/logs/1.json" ]
+	[ ! -e "$GPUMAN_QUEUE_DIR/logs/1.log" ]
+	[ ! -e "$GPUMAN_QUEUE_DIR/logs/1.json" ]
 	[ ! -e "$GPUMAN_QUEUE_DIR/logs/2.log" ]
 	run -0 gpuman queue --all --json
 	[ "$(jqr '[.[] | "\(.id) \(.state)"] | join(",")')" = "3 running,4 queued" ]

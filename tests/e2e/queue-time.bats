@@ -54,7 +54,8 @@ children() {
 	run -1 gpuman wait "$id" "$after"
 	[ "${lines[0]}" = "$id timeout: time limit (1s) reached: ended with its processes" ]
 	[ "${lines[1]}" = "$after cancelled: not started: job $id (--after) timed out" ]
-	[ ! -e ran ] && [ -z "$(children)" ]
+	[ ! -e ran ]
+	[ -z "$(children)" ]
 	run -0 gpuman logs "$id"
 	[[ "$output" == *"(1s): SIGTERM to its processes, SIGKILL 10 s later; recorded as timeout"* ]]
 	run -0 gpuman queue --all --json

@@ -79,7 +79,8 @@ expires_on_time() {
 	run -0 as_user bob gpuman run -n 2 --wait=10s -- true
 	took=$(( $(date +%s%3N) - start ))
 	echo "bob waited $took ms" >&3
-	[ "$took" -ge 1500 ] && [ "$took" -lt 4500 ]
+	[ "$took" -ge 1500 ]
+	[ "$took" -lt 4500 ]
 	run -0 gpuman status --json
 	[ "$(jqr '.leases | length')" = 0 ]
 }

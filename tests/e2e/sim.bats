@@ -604,11 +604,16 @@ JSON
 	GPUMAN_SIM=$f run -0 lat_probe
 	echo "$output"
 	# init: 400 ms, and 150 ms for the one GPU whose persistence mode is off
-	[ "$(ms_of init)" -ge 550 ] && [ "$(ms_of init)" -lt 1500 ]
-	[ "$(ms_of memory)" -ge 60 ] && [ "$(ms_of memory)" -lt 600 ]
-	[ "$(ms_of utilization)" -ge 30 ] && [ "$(ms_of utilization)" -lt 500 ]
-	[ "$(ms_of processes)" -ge 90 ] && [ "$(ms_of processes)" -lt 600 ]
-	[ "$(ms_of temperature)" -ge 10 ] && [ "$(ms_of temperature)" -lt 400 ]
+	[ "$(ms_of init)" -ge 550 ]
+	[ "$(ms_of init)" -lt 1500 ]
+	[ "$(ms_of memory)" -ge 60 ]
+	[ "$(ms_of memory)" -lt 600 ]
+	[ "$(ms_of utilization)" -ge 30 ]
+	[ "$(ms_of utilization)" -lt 500 ]
+	[ "$(ms_of processes)" -ge 90 ]
+	[ "$(ms_of processes)" -lt 600 ]
+	[ "$(ms_of temperature)" -ge 10 ]
+	[ "$(ms_of temperature)" -lt 400 ]
 	# the time is slept, not spun: seconds of NVML cost no second of CPU
 	sed 's/"init_ms": 400/"init_ms": 2000/' "$f" >"$f.1" && mv "$f.1" "$f"
 	local cpu
@@ -637,5 +642,6 @@ JSON
 @test "latency: the shipped H200 profile costs what the H200 measured at start-up" {
 	GPUMAN_SIM="$ROOT/examples/h200-latency.json" run -0 lat_probe
 	echo "$output"
-	[ "$(ms_of init)" -ge 24 ] && [ "$(ms_of init)" -lt 200 ]
+	[ "$(ms_of init)" -ge 24 ]
+	[ "$(ms_of init)" -lt 200 ]
 }

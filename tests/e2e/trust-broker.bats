@@ -236,7 +236,8 @@ open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
 @test "stall: every holding is capped per user, with a refusal that names the cap (item 2, attack 7)" {
 	start_daemon
 	cap=$(sed -n 's/.*caps: \([0-9]*\) connections a user.*/\1/p' "$BATS_TEST_TMPDIR/daemon.log")
-	[ -n "$cap" ] && [ "$cap" -ge 4 ]
+	[ -n "$cap" ]
+	[ "$cap" -ge 4 ]
 	# connections: mallory holds her cap of waiting requests (for a GPU
 	# held by a job of hers); one more is refused, naming the cap
 	bg holder mallory gpuman run --only 0 -- sleep 120

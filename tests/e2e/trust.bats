@@ -227,7 +227,8 @@ ticket_name() {
 	kill -STOP "$(pid_of lock)"
 	SECONDS=0
 	run -75 as_user bob gpuman run -- true
-	[ "$SECONDS" -ge 4 ] && [ "$SECONDS" -le 20 ]
+	[ "$SECONDS" -ge 4 ]
+	[ "$SECONDS" -le 20 ]
 	[[ "$output" == *"waiting: the registry lock ('$STATE') is held by pid $(pid_of lock) (user gmtest-mallory: /usr/bin/python3 -c import fcntl"* ]]
 	[[ "$output" == *"held by pid $(pid_of lock) (user gmtest-mallory: "*"), which is stopped; not waiting for it"* ]]
 	# --wait and --fallback cpu keep their promises
@@ -247,7 +248,8 @@ ticket_name() {
 	hold mallory lock "$STATE"
 	SECONDS=0
 	run -75 as_user bob gpuman run -- true
-	[ "$SECONDS" -ge 9 ] && [ "$SECONDS" -le 25 ]
+	[ "$SECONDS" -ge 9 ]
+	[ "$SECONDS" -le 25 ]
 	[[ "$output" == *"held by pid $(pid_of lock) (user gmtest-mallory: "*"), which sleeps without using the CPU; not waiting for it"* ]]
 	kill_tree lock
 	# A slow holder -- busy for 7 s, longer than a stopped one is given --
