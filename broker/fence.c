@@ -275,6 +275,34 @@ static int grant_add(const struct gm_snapshot *snap, const struct blease *l, str
 	return 0;
 }
 
+/*
+ * The machine's GPU nodes (lib/fence.h), read once a reading, on the loop:
+ * read for each placement, /dev and /proc/devices were a tenth of the
+ * broker's work a job.  Nodes come and go with the driver and its GPUs,
+ * which a new reading sees, and placement takes a new reading when its
+ * last is SNAPSHOT_REUSE_MS old.
+ */
+static struct fence_machine machine = FENCE_MACHINE_INIT;
+static const struct gm_snapshot *machine_snap;
+static int64_t machine_taken;
+
+static const struct fence_machine *machine_of(const struct gm_snapshot *snap)
+{
+	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
+
+	if (snap == machine_snap && snap->taken_ms == machine_taken)
+		return &machine;
+	fence_machine_release(&machine);
+	machine = (struct fence_machine)FENCE_MACHINE_INIT;
+	machine_snap = NULL;
+	if (fence_machine_read(&machine, snap, dev && *dev ? dev : "/dev",
+	                       proc && *proc ? proc : "/proc") < 0)
+		return NULL;
+	machine_snap = snap;
+	machine_taken = snap->taken_ms;
+	return &machine;
+}
+
 /* The devices to refuse, on this machine now: to the job of lease one, or
  * (one NULL) to the login sessions of uid, which may open the GPUs of its
  * live leases and reservations but skip's.  all (if not NULL): every
@@ -283,15 +311,14 @@ static int rule_for(struct daemon *d, const struct blease *one, unsigned uid,
                     const struct blease *skip, struct fence_rule *r, struct fence_rule *all,
                     char *why, size_t len)
 {
-	struct fence_machine m = FENCE_MACHINE_INIT;
 	/* Minors and slices do not change between readings: the last one
 	 * serves, and a caller's (serve_line's) stays valid. */
 	struct gm_snapshot *snap = d->snap ? d->snap : daemon_snapshot(d, 0);
+	const struct fence_machine *m = NULL;
 	size_t cap = 1;
 	unsigned *minors;
 	struct fence_slice *slices;
 	struct fence_grant g = {0, NULL, 0, NULL}, none = {0, NULL, 0, NULL};
-	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
 	int rc = -1;
 
 	for (const struct blease *l = d->leases; l; l = l->next)
@@ -310,15 +337,13 @@ static int rule_for(struct daemon *d, const struct blease *one, unsigned uid,
 		if (l != skip && !l->ended && l->uid == uid &&
 		    grant_add(snap, l, &g, minors, slices, why, len) < 0)
 			goto done;
-	if (fence_machine_read(&m, snap, dev && *dev ? dev : "/dev",
-	                       proc && *proc ? proc : "/proc") < 0 ||
-	    fence_rule_build(r, &m, &g) < 0 || (all && fence_rule_build(all, &m, &none) < 0)) {
+	if (!(m = machine_of(snap)) || fence_rule_build(r, m, &g) < 0 ||
+	    (all && fence_rule_build(all, m, &none) < 0)) {
 		snprintf(why, len, "out of memory");
 		goto done;
 	}
 	rc = 0;
 done:
-	fence_machine_release(&m);
 	free(minors);
 	free(slices);
 	return rc;

@@ -646,7 +646,8 @@ static int bpf_program(const struct fence_rule *r, char *err, size_t len)
 	devs = fd >= 0 ? malloc((r->count + 1) * sizeof *devs) : NULL;
 	if (!devs)
 		return fd;
-	memcpy(devs, r->devs, r->count * sizeof *devs);
+	if (r->count) /* a rule that refuses nothing has no devs */
+		memcpy(devs, r->devs, r->count * sizeof *devs);
 	pthread_mutex_lock(&kept_lock);
 	if (slot->devs) {
 		free(slot->devs);

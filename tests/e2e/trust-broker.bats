@@ -185,14 +185,16 @@ in_run_ns() {
 	gm_user bob
 	unset GPUMAN_BROKER GPUMAN_STATE_DIR
 	export FLOOD SHARED
-	export -f as_user
+	export -f as_user wait_for
+	# every wait bounded: a broker that dies (say, under UBSan) fails the
+	# test, never hangs make check
 	in_run_ns '
 		# mallory plants a socket where gpuman looked for the broker,
 		# and serves it
 		as_user mallory /usr/bin/python3 -c "import socket, time
 s = socket.socket(socket.AF_UNIX); s.bind(\"/run/gpuman/gpuman.sock\"); s.listen(8)
 open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
-		while [ ! -e "$SHARED/planted" ]; do sleep 0.05; done
+		wait_for "[ -e \"$SHARED/planted\" ]" 30
 		# alice leases through the daemonless registry as before
 		as_user alice gpuman run -- sh -c "echo \$GPUMAN_GPUS" >"$SHARED/alice.out"
 		as_user alice gpuman status --json | jq -e ".leases | length == 0"
@@ -201,11 +203,11 @@ open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
 		# root'"'"'s broker, on the default socket and state
 		gpuman daemon 2>"$SHARED/daemon.log" &
 		daemon=$!
-		while ! grep -q serving "$SHARED/daemon.log"; do sleep 0.05; done
+		wait_for "grep -q serving \"$SHARED/daemon.log\"" 30 || { cat "$SHARED/daemon.log" >&2; false; }
 		stat -c "%U %a" /run/gpuman-broker >"$SHARED/dir"
 		stat -c "%U" /run/gpuman-broker/gpuman.sock >"$SHARED/sock"
 		as_user bob gpuman run -- sleep 30 &
-		while ! gpuman status --json | jq -e ".leases | length == 1" >/dev/null; do sleep 0.05; done
+		wait_for "gpuman status --json | jq -e \".leases | length == 1\" >/dev/null" 30
 		# the lease is the broker'"'"'s: no lease file in the registry
 		[ -z "$(ls /run/gpuman | grep lease)" ]
 		as_user alice gpuman status --json | jq -r ".leases[0].user" >"$SHARED/holder"
