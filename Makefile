@@ -247,7 +247,7 @@ demo: all
 unit: check-deps all $(UNIT_BIN)
 	@sh tests/run-unit $(BUILD) $(UNIT_BIN)
 e2e: check-deps all
-	@GM_BUILD=$(abspath $(BUILD)) bats --tap tests/e2e
+	@GM_BUILD=$(abspath $(BUILD)) bats --tap --print-output-on-failure tests/e2e
 python: check-deps all
 	@GM_BUILD=$(abspath $(BUILD)) PYTHONPATH=python python3 -m unittest discover -s tests/python -t . -v
 

@@ -83,7 +83,7 @@ bg() {
 # processes (nor, with invisible, see them), and sees his own.
 hidden_from_bob() {
 	local pid=$1
-	! hp bob cat "/proc/$pid/stat" >/dev/null 2>&1
+	! hp bob cat "/proc/$pid/stat" >/dev/null 2>&1 || false
 	[ "$MODE" = noaccess ] || ! hp bob test -e "/proc/$pid"
 	hp bob sh -c 'test -r /proc/$$/stat'
 	hp alice test -r "/proc/$pid/stat"
@@ -128,7 +128,7 @@ no_double_booking() {
 only_waited() {
 	grep -qx "gpuman run: waiting for GPUs for 'sh' (Ctrl-C to give up)" "$SHARED/out/$1"
 	! grep -vx -e "gpuman run: waiting for GPUs for 'sh' (Ctrl-C to give up)" \
-		-e 'bob on GPU-.*' "$SHARED/out/$1"
+		-e 'bob on GPU-.*' "$SHARED/out/$1" || false
 }
 
 # 2 and 3: a lease ends with its job, or with the death of its holder and

@@ -166,5 +166,5 @@ JSON
 	[ "$status" -eq 75 ]
 	[[ "$output" == *"served first in line"* ]]
 	wait_for 'test "$(grep -c . order 2>/dev/null)" = 2'
-	! grep -q new order
+	! grep -q new order || false
 }
