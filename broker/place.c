@@ -294,7 +294,10 @@ void daemon_serve_line(struct daemon *d, int fresh)
 
 		if (c->ghost)
 			continue; /* held for its waiter: never granted, never told */
-		str_copy(c->limit, sizeof c->limit, dec->capped ? dec->why : "");
+		if (strncmp(c->limit, dec->capped ? dec->why : "", sizeof c->limit - 1)) {
+			str_copy(c->limit, sizeof c->limit, dec->capped ? dec->why : "");
+			d->gen++; /* the view shows it: not the one built before */
+		}
 		if (dec->verdict == LINE_GRANT) {
 			daemon_grant(d, c, in.snap, &dec->res);
 			continue;
