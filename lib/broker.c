@@ -108,6 +108,16 @@ static int next_message(int fd, struct broker_buf *b, int cancel_fd,
 }
 
 /* The granted lease, told to us in msg, as the caller's gm_lease. */
+/* CUDA_VISIBLE_DEVICES where none was inherited: the leased GPUs' UUIDs. */
+static char *uuid_list(const struct gm_lease *l, size_t n)
+{
+	char *out = malloc(n * (sizeof l->rec.uuids[0] + 1) + 1), *p = out;
+
+	for (size_t i = 0; out && i < n; i++)
+		p += sprintf(p, "%s%s", i ? "," : "", l->rec.uuids[i]);
+	return out;
+}
+
 static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
                                          const struct pick_env *env, const struct gm_snapshot *snap,
                                          int exclusive)
@@ -134,26 +144,28 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 	{
 		const char *uuid = json_string_value(json_object_get(g, "uuid"));
 		const char *mig = json_string_value(json_object_get(g, "mig_uuid"));
-		const struct gm_gpu *gpu = uuid ? gm_snapshot_find(snap, uuid) : NULL;
+		const struct gm_gpu *gpu = uuid && snap ? gm_snapshot_find(snap, uuid) : NULL;
+		json_t *index = json_object_get(g, "index");
 		uint64_t total = (uint64_t)json_integer_value(json_object_get(g, "total_mib"));
 
 		/* Both sides see the same machine; a GPU we do not see is one
 		 * we cannot tell a child how to reach. */
-		if (!gpu || (mig && (n != 1 || strncmp(mig, "MIG-", 4))))
+		if ((snap ? !gpu : !uuid || !json_is_integer(index)) ||
+		    (mig && (n != 1 || strncmp(mig, "MIG-", 4))))
 			goto failed;
-		pos[i] = (size_t)(gpu - snap->gpus);
-		l->rec.indices[i] = gpu->index;
-		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], gpu->uuid);
+		pos[i] = snap ? (size_t)(gpu - snap->gpus) : 0;
+		l->rec.indices[i] = gpu ? gpu->index : (unsigned)json_integer_value(index);
+		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], gpu ? gpu->uuid : uuid);
 		str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig ? mig : "");
 		if (mig && !(l->cuda_visible = strdup(mig)))
 			goto failed;
-		ilen +=
-		    (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "", gpu->index);
+		ilen += (size_t)sprintf(l->indices_text + ilen - 1, "%s%u", i ? "," : "",
+		                        l->rec.indices[i]);
 		if (!min_total || total < min_total)
 			min_total = total;
 	}
 	if (!l->cuda_visible)
-		l->cuda_visible = pick_env_cuda_visible(env, snap, pos, n);
+		l->cuda_visible = snap ? pick_env_cuda_visible(env, snap, pos, n) : uuid_list(l, n);
 	if (!l->cuda_visible)
 		goto failed;
 	l->mem_fraction =
@@ -249,10 +261,12 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		    kept->fd >= 0 ? monotonic_ms() : monotonic_ms() + BROKER_CONNECT_PATIENCE_MS;
 	}
 	/* Our own snapshot: the broker chooses, but only we know how a
-	 * child of ours must name the GPUs (an inherited allocation). */
+	 * child of ours must name the GPUs (an inherited allocation).  With
+	 * none inherited, the grant's UUIDs and indices say all: no round
+	 * trip for a reading. */
 	if (opts && opts->snapshot) {
 		snap = (struct gm_snapshot *)opts->snapshot;
-	} else {
+	} else if (getenv("CUDA_VISIBLE_DEVICES")) {
 		/* Only the GPUs' names matter here: any age will do. */
 		rc = snapshot_take_aged(ctx, 0, 0, -1, &snap, err, len);
 		if (rc != GM_OK) {

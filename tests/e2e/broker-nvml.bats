@@ -100,6 +100,24 @@ print(len(gpuman.devices()), len(s["gpus"]), gpuman.pick())'
 	run -75 gpuman pick -n 2
 }
 
+@test "broker NVML: run connects once where nothing is inherited; the grant names the GPUs" {
+	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
+	machine "$(gpu),$(gpu)"
+	start_daemon
+	bg job - gpuman run -- sleep 300
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	run -0 strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" \
+		gpuman run -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $GPUMAN_GPUS"'
+	[ "$(grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls")" = 1 ]
+	[ "$output" = "$(gpuman status --json | jq -r '.gpus[1].uuid') 1" ]
+	# An inherited allocation is named as it was given: that needs a reading.
+	uuid1=$(gpuman status --json | jq -r '.gpus[1].uuid')
+	run -0 strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" env CUDA_VISIBLE_DEVICES="$uuid1" \
+		gpuman run -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $GPUMAN_GPUS"'
+	[ "$(grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls")" = 2 ]
+	[ "$output" = "$uuid1 1" ]
+}
+
 @test "broker NVML: a driver that takes seconds (init_ms 5000) delays no other user's run, release or answer" {
 	gm_user alice
 	gm_user bob
