@@ -83,39 +83,36 @@ print(len(gpuman.devices()), len(s["gpus"]), gpuman.pick())'
 	[ "$(jqr '.reading.by')" = self ]
 }
 
-@test "broker NVML: status and pick ask the broker once, for the reading and its leases together" {
+# connects CMD...: run CMD under strace (what it printed: $BATS_TEST_TMPDIR/out);
+# how many connections it made to the broker, nothing if it failed
+connects() {
+	strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" "$@" >"$BATS_TEST_TMPDIR/out" || return 1
+	grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls"
+}
+
+@test "broker NVML: status, pick and run ask the broker once: the reading comes with its leases, a grant names its GPUs" {
 	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
 	machine "$(gpu),$(gpu)"
 	start_daemon
 	bg job - gpuman run -- sleep 300
 	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
 	for cmd in "pick" "status --json"; do
-		run -0 strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" gpuman $cmd
-		[ "$(grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls")" = 1 ]
+		[ "$(connects gpuman $cmd)" = 1 ]
 	done
 	# ... and the leases are the ones sent with the reading: GPU 0 is held.
+	run -0 gpuman status --json
 	[ "$(jqr '.leases | length')" = 1 ]
+	uuid1=$(jqr '.gpus[1].uuid')
 	run -0 gpuman pick
 	[ "$output" = 1 ]
 	run -75 gpuman pick -n 2
-}
-
-@test "broker NVML: run connects once where nothing is inherited; the grant names the GPUs" {
-	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
-	machine "$(gpu),$(gpu)"
-	start_daemon
-	bg job - gpuman run -- sleep 300
-	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
-	run -0 strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" \
-		gpuman run -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $GPUMAN_GPUS"'
-	[ "$(grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls")" = 1 ]
-	[ "$output" = "$(gpuman status --json | jq -r '.gpus[1].uuid') 1" ]
+	# run: the grant's UUIDs and indices are all the job needs.
+	show='echo "$CUDA_VISIBLE_DEVICES $GPUMAN_GPUS"'
+	[ "$(connects gpuman run -- sh -c "$show")" = 1 ]
+	[ "$(cat "$BATS_TEST_TMPDIR/out")" = "$uuid1 1" ]
 	# An inherited allocation is named as it was given: that needs a reading.
-	uuid1=$(gpuman status --json | jq -r '.gpus[1].uuid')
-	run -0 strace -f -e trace=connect -o "$BATS_TEST_TMPDIR/calls" env CUDA_VISIBLE_DEVICES="$uuid1" \
-		gpuman run -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $GPUMAN_GPUS"'
-	[ "$(grep -cF "\"$GPUMAN_BROKER\"" "$BATS_TEST_TMPDIR/calls")" = 2 ]
-	[ "$output" = "$uuid1 1" ]
+	[ "$(connects env CUDA_VISIBLE_DEVICES="$uuid1" gpuman run -- sh -c "$show")" = 2 ]
+	[ "$(cat "$BATS_TEST_TMPDIR/out")" = "$uuid1 1" ]
 }
 
 @test "broker NVML: a driver that takes seconds (init_ms 5000) delays no other user's run, release or answer" {
