@@ -384,6 +384,8 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		return GM_ERR_INVALID;
 	memset(&a, 0, sizeof a);
 	for (;;) {
+		int fresh; /* a.snap was read just now, without the lock */
+
 		if (!ticket[0] && queue_unlocked(reg, ctx, req, opts, &a, err, len)) {
 			rc = registry_write_ticket(reg, &a, req, opts, ticket, sizeof ticket,
 			                           &ticket_fd, err, len);
@@ -394,17 +396,29 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 				opts->on_wait(opts->on_wait_data, a.why ? a.why : "");
 			goto wait;
 		}
+		fresh = !ticket[0] && a.snap; /* read by queue_unlocked() */
+		/* NVML is read before the lock, never under it: a driver call
+		 * that takes seconds (persistence off, a GPU falling off the
+		 * bus) then delays this request alone, not every gpuman of every
+		 * user, which all wait on this lock. */
+		if (!fresh && !(opts && opts->snapshot && !ticket[0])) {
+			attempt_release(&a);
+			/* no clocks: placing is hot */
+			rc = snapshot_take(ctx, 0, 0, &a.snap, err, len);
+			if (rc != GM_OK) {
+				a.snap = NULL;
+				goto done;
+			}
+			fresh = 1;
+		}
 		rc = registry_lock(reg, deadline, &w, opts, err, len);
 		if (rc != GM_OK)
 			goto done;
 		locked = 1;
-		/* The first attempt under the lock places against the reading of
-		 * NVML that the read without it took, when recent (one snapshot a
-		 * request), or against the caller's. */
-		ours = !ticket[0] && a.snap && !a.snap_given &&
-		               now_ms() - a.snap->taken_ms < RECHECK_MS
-		           ? a.snap
-		           : NULL;
+		/* An attempt under the lock places against the reading of NVML
+		 * taken just before it (one reading a try, none under the lock,
+		 * however long the driver took), or against the caller's. */
+		ours = fresh && a.snap && !a.snap_given ? a.snap : NULL;
 		a.snap = ours ? NULL : a.snap;
 		attempt_release(&a);
 		rc = attempt_run(reg, ctx,

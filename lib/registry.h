@@ -59,7 +59,9 @@
  * nothing back); others at those they sleep behind every 10 s.  A request
  * that will wait reads first without the registry lock, and if that shows
  * it must wait, queues its ticket without the lock: 500 arrivals at once do
- * not stand between the lock and the hand-offs.
+ * not stand between the lock and the hand-offs.  NVML is read before the
+ * lock is taken, never under it: a driver that takes seconds to answer
+ * delays its own caller, not every user's.
  *
  * The directory is everyone's: one user may fill it with files, or fill
  * its file system's inodes.  Past 256 lease and ticket files opened in one

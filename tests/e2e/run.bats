@@ -251,6 +251,28 @@ JSON
 	wait "$a" || true
 }
 
+@test "a request whose NVML reading takes seconds holds up nobody else's: the lock is never held while NVML answers" {
+	# A's reading of the GPUs takes 3 s (a GPU falling off the bus, a
+	# driver without persistence); B, started 1 s into it, once waited on
+	# the registry lock until A's reading was done.
+	local gpus='{"name":"a","uuid":"GPU-71000000-0000-0000-0000-000000000000","memory_total_mib":16000},
+	            {"name":"b","uuid":"GPU-71000000-0000-0000-0000-000000000001","memory_total_mib":16000}'
+	echo "{ \"gpus\": [ $gpus ] }" >"$BATS_TEST_TMPDIR/fast.json"
+	echo "{ \"latency\": {\"memory_ms\": 1500}, \"gpus\": [ $gpus ] }" >"$BATS_TEST_TMPDIR/slow.json"
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/fast.json
+	GPUMAN_SIM=$BATS_TEST_TMPDIR/slow.json gpuman run -- true >/dev/null 2>&1 &
+	a=$!
+	sleep 1
+	t0=$(date +%s%N)
+	run -0 gpuman run -- sh -c 'echo "B on GPU $GPUMAN_GPUS"'
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	echo "$output; B took $ms ms while A read NVML"
+	kill -0 "$a" # A still reads: B did not wait for it
+	((ms < 1500))
+	wait "$a"
+	[ "$(leases)" = 0 ]
+}
+
 @test "--idle skips GPUs with any process; exclusive-process mode with a process is never offered" {
 	scenario modes <<'JSON'
 { "gpus": [
