@@ -66,9 +66,10 @@ static struct fenced *fenced_ids;
 
 static void record_write(const struct daemon *d)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	char path[PATH_MAX], tmp[PATH_MAX + 8], *text;
 	json_t *doc = json_object(), *ids = json_array(), *ks = json_array();
 	int fd, ok = 0;
+	size_t n;
 
 	for (const struct fenced *f = fenced_ids; f; f = f->next)
 		json_array_append_new(ids, json_string(f->id));
@@ -87,10 +88,15 @@ static void record_write(const struct daemon *d)
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd >= 0 && json_dumpfd(doc, fd, JSON_COMPACT) == 0 && close(fd) == 0) {
+	/* One write: json_dumpfd() writes each token on its own, some 20
+	 * system calls each time a job's cgroup is made or ended. */
+	text = json_dumps(doc, JSON_COMPACT);
+	n = text ? strlen(text) : 0;
+	if (fd >= 0 && text && write(fd, text, n) == (ssize_t)n && close(fd) == 0) {
 		fd = -1;
 		ok = rename(tmp, path) == 0;
 	}
+	free(text);
 	if (!ok)
 		daemon_say("cannot write '%s': %s (a broker after me would not know the jobs' "
 		           "cgroups)",
