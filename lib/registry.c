@@ -374,6 +374,7 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 	struct waiting w = WAITING_INIT(ctx->cancel_fd, reg, ticket);
 	int ticket_fd = -1, locked = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
+	int64_t lock_asked;
 	enum gm_err rc;
 
 	*out = NULL;
@@ -411,13 +412,19 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 			}
 			fresh = 1;
 		}
+		lock_asked = monotonic_ms();
 		rc = registry_lock(reg, deadline, &w, opts, err, len);
 		if (rc != GM_OK)
 			goto done;
 		locked = 1;
 		/* An attempt under the lock places against the reading of NVML
 		 * taken just before it (one reading a try, none under the lock,
-		 * however long the driver took), or against the caller's. */
+		 * however long the driver took), or against the caller's.  A
+		 * reading older than a wait of seconds for the lock (its holder
+		 * was slow or hostile) is not trusted for outside processes
+		 * that may have come meanwhile: read again, under the lock. */
+		if (monotonic_ms() - lock_asked >= RECHECK_MS)
+			fresh = 0;
 		ours = fresh && a.snap && !a.snap_given ? a.snap : NULL;
 		a.snap = ours ? NULL : a.snap;
 		attempt_release(&a);

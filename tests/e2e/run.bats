@@ -273,6 +273,31 @@ JSON
 	[ "$(leases)" = 0 ]
 }
 
+@test "a reading taken before a long wait for the registry lock is taken again under it: what came meanwhile counts" {
+	one_gpu
+	run -0 gpuman run -- true # makes the state directory
+	# The registry lock is a flock of the directory itself: held 2 s.
+	flock "$GPUMAN_STATE_DIR" sleep 2 &
+	locker=$!
+	sleep 0.2
+	# B reads the GPU (empty), then waits for the lock
+	gpuman run --mem 10G -- true >"$BATS_TEST_TMPDIR/b" 2>&1 &
+	b=$!
+	sleep 0.5
+	# meanwhile a process outside gpuman takes 12 GiB of the 16000 MiB
+	gpuman-simload --mem 12G --util 10 --seconds 30 >/dev/null 2>&1 &
+	load=$!
+	wait_for '[ "$(gpuman status --json | jq ".gpus[0].memory_used_mib")" -ge 12000 ]'
+	kill -0 "$locker" # still held: B has not placed yet
+	st=0
+	wait "$b" || st=$?
+	kill "$load"
+	wait "$load" || true
+	cat "$BATS_TEST_TMPDIR/b"
+	[ "$st" = 75 ]
+	grep -q "MiB free" "$BATS_TEST_TMPDIR/b"
+}
+
 @test "--idle skips GPUs with any process; exclusive-process mode with a process is never offered" {
 	scenario modes <<'JSON'
 { "gpus": [
