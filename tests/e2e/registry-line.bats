@@ -168,3 +168,38 @@ JSON
 	wait_for 'test "$(grep -c . order 2>/dev/null)" = 2'
 	! grep -q new order || false
 }
+
+@test "the queue's dispatcher held back by the line learns it still waits without the registry lock" {
+	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
+	line 1
+	# The dispatcher wakes at every change of the registry and tries its
+	# head job again; each try the line refused once took the lock.
+	strace -ff -e trace=openat,flock -o "$BATS_TEST_TMPDIR/calls" \
+		gpuman submit -- true >/dev/null &
+	traced=$!
+	BG_PIDS="$BG_PIDS $traced"
+	wait_for 'gpuman queue --json | jq -e "length == 1" >/dev/null'
+	sleep 0.3 # its first try made
+	# Five changes it wakes on: arrivals that queue, give up and leave.
+	for i in 1 2 3 4 5; do
+		run -75 gpuman run --wait=0.2s -- true
+	done
+	kill "$HOLDER"
+	wait "$W1"
+	run -0 gpuman wait 1
+	wait "$traced"
+	# Its takes of the lock: flocks of the state directory's descriptors
+	# (a read of it opens it O_NONBLOCK, as opendir does), process by
+	# process.  One, for the grant at the end; the try after each of the
+	# five arrivals left took one more.
+	takes=0
+	for f in "$BATS_TEST_TMPDIR"/calls.*; do
+		fds=$(grep -F "\"$GPUMAN_STATE_DIR\", O_" "$f" | grep O_DIRECTORY |
+			grep -v O_NONBLOCK | sed -n 's/.*= \([0-9]*\)$/\1/p')
+		for fd in $fds; do
+			takes=$((takes + $(grep -cE "flock\($fd, LOCK_EX" "$f" || true)))
+		done
+	done
+	echo "the dispatcher and its runner took the registry lock $takes times"
+	((takes >= 1 && takes <= 2))
+}
