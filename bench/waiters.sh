@@ -26,7 +26,7 @@
 #             of batch's next task, by the jobs' records.
 #
 # WAITERS_LINES changes the lines' lengths ("50 200 500"; "none": no burst), WAITERS_RUNS the
-# idle line's 500, WAITERS_SETTLE the 5 s it is left to settle before it
+# idle line's 500 (0: no idle part), WAITERS_SETTLE the 5 s it is left to settle before it
 # is measured, WAITERS_QUEUED the 40; WAITERS_TRANSPORTS="broker" or
 # "registry" runs one only.  WAITERS_LATENCY=1 gives the simulated GPUs
 # the H200 latency profile (examples/h200-latency.json's "latency":
@@ -135,6 +135,17 @@ echo "registry directory and broker state on $(stat -f -c %T "$reg") ($(dirname 
 runs=${WAITERS_RUNS:-500} queued=${WAITERS_QUEUED:-40} secs=0.05
 lines=${WAITERS_LINES:-50 200 500} transports=${WAITERS_TRANSPORTS:-broker registry}
 [ "$lines" != none ] || lines= # only the idle and hand-off parts
+for n in $lines ${WAITERS_RUNS:-500} $queued; do
+	case $n in
+	'' | *[!0-9]*)
+		echo "waiters.sh: WAITERS_LINES, WAITERS_RUNS and WAITERS_QUEUED take whole numbers, not '$n'" >&2
+		exit 2
+		;;
+	esac
+done
+for n in $lines; do
+	[ "$n" -gt 0 ] || { echo "waiters.sh: a line of 0 waiters measures nothing (WAITERS_LINES)" >&2; exit 2; }
+done
 : >"$work/summary"
 burst() { # burst TRANSPORT N
 	[ "$1" = broker ] || export GPUMAN_BROKER=off
@@ -314,7 +325,8 @@ export GPUMAN_BROKER="$work/gpuman.sock"
 }
 runs=${WAITERS_RUNS:-500}
 settle=${WAITERS_SETTLE:-5}
-for t in $transports; do
+# 0 waiters: no idle part (a bare `wait` would wait for the broker too)
+[ "$runs" = 0 ] || for t in $transports; do
 	idle "$t"
 done
 
