@@ -153,9 +153,12 @@ $(BUILD)/libgpuman.so: $(LIB_OBJ) Makefile
 # ncurses goes the same way: only `top` uses it, no other command should pay
 # for loading it.
 STATIC_SQLITE ?= 1
-# libinih (gpuman.conf) likewise: every command that leases reads it.
-CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo -linih \
-	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo -linih) -ljansson -ldl -lpthread -lm
+# libinih (gpuman.conf) likewise: every command that leases reads it.  And
+# jansson: its loading cost each command 0.05-0.07 ms of the 1.3-1.6 ms a
+# `gpuman --version` or a `pick` through the broker takes on the 2-core VM
+# (alternating runs, 2026-11-29).
+CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncursesw -ltinfo -linih -ljansson \
+	-Wl$(comma)-Bdynamic,-lsqlite3 -lncursesw -ltinfo -linih -ljansson) -ldl -lpthread -lm
 # Under the sanitizers (make asan, make check), the programs the end-to-end
 # suite starts thousands of times link the sanitizer runtimes in, without
 # PIE: a sanitized command then starts about a third faster on the 2-core
@@ -164,7 +167,7 @@ CLI_LIBS = $(if $(filter 1,$(STATIC_SQLITE)),-Wl$(comma)-Bstatic -lsqlite3 -lncu
 # that load the sanitized libgpuman.so keep the shared runtimes: one
 # runtime per process.  (gcc's flags; clang links them in by default.)
 SAN_EXE = $(if $(SANITIZE),-no-pie $(if $(findstring clang,$(CC)),,-static-libasan -static-libubsan))
-$(BUILD)/gpuman: $(CLI_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a
+$(BUILD)/gpuman: $(CLI_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a Makefile
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $(SAN_EXE) -o $@ $(CLI_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a \
 		$(BUILD)/libgpuman.a $(CLI_LIBS)
 
