@@ -152,6 +152,12 @@ void daemon_fence_init(void)
 		           fence.scope_why);
 	else
 		daemon_say("placement not enforced (advisory): %s", fence.why);
+	if (fence.ops && fence.slow_moves)
+		daemon_say(
+		    "each job's start waits a kernel RCU grace period (moving it into its "
+		    "cgroup; several ms): '%s' is mounted without favordynmods, which avoids "
+		    "that for the whole machine (gpuman-trust(7))",
+		    fence.mount);
 }
 
 void daemon_fence_view(json_t *view)

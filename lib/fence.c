@@ -824,9 +824,21 @@ static const struct fence_ops fence_v1 = {
 
 /* ---- choosing ------------------------------------------------------------- */
 
+/* Does the kernel offer the favordynmods mount option (Linux 6.1+)? */
+static int kernel_has_favordynmods(void)
+{
+	char *text = read_text("/sys/kernel/cgroup/features");
+	int has = text && strstr(text, "favordynmods");
+
+	free(text);
+	return has;
+}
+
 /* The mount point of the cgroup2 hierarchy (v2) or of the v1 hierarchy
- * with the devices controller. */
-static int find_mount(int v2, char *out, size_t len)
+ * with the devices controller; *slow: whether each move into a cgroup
+ * there waits an RCU grace period (mounted without favordynmods where
+ * the kernel has it). */
+static int find_mount(int v2, char *out, size_t len, int *slow)
 {
 	char dev[256], dir[PATH_MAX], type[64], opts[1024];
 	FILE *f = fopen("/proc/self/mounts", "re");
@@ -836,12 +848,15 @@ static int find_mount(int v2, char *out, size_t len)
 		return -1;
 	while (found < 0 &&
 	       fscanf(f, "%255s %4095s %63s %1023s %*d %*d", dev, dir, type, opts) == 4) {
-		int devices = 0;
+		int devices = 0, favor = 0;
 
-		for (char *o = strtok(opts, ","); o; o = strtok(NULL, ","))
+		for (char *o = strtok(opts, ","); o; o = strtok(NULL, ",")) {
 			devices |= !strcmp(o, "devices");
+			favor |= !strcmp(o, "favordynmods");
+		}
 		if (v2 ? !strcmp(type, "cgroup2") : !strcmp(type, "cgroup") && devices) {
 			str_copy(out, len, dir);
+			*slow = !favor && kernel_has_favordynmods();
 			found = 0;
 		}
 	}
@@ -868,7 +883,7 @@ static int probe(struct fence *f, const struct fence_ops *ops, int v2, char *err
 	struct fence_rule none = FENCE_RULE_INIT;
 	char id[64];
 
-	if (find_mount(v2, f->mount, sizeof f->mount) < 0) {
+	if (find_mount(v2, f->mount, sizeof f->mount, &f->slow_moves) < 0) {
 		gm_fail(GM_ERR_STATE, err, len,
 		        v2 ? "no cgroup v2 hierarchy is mounted"
 		           : "no cgroup v1 hierarchy with the devices controller is mounted");

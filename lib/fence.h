@@ -148,6 +148,10 @@ struct fence {
 	char mount[1024];            /* the hierarchy's mount point */
 	char root[1040];             /* <mount>/gpuman (GPUMAN_FENCE_CGROUP): the jobs' cgroups */
 	char why[256];               /* when ops is NULL: why not, for people */
+	/* Each move of a job into its cgroup waits for an RCU grace period
+	 * (several ms): the hierarchy is mounted without favordynmods, which
+	 * the kernel offers (gpuman-trust(7)). */
+	int slow_moves;
 	/* Where systemd is PID 1 (fence_scope.c): each lease's cgroup is
 	 * <scope_root>/<unit_prefix>-<id>.scope/job, in a transient scope
 	 * of slice; 0 with scope_why when systemd runs but cannot be asked. */

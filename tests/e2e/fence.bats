@@ -119,6 +119,37 @@ fenced_run() { # the run test, under mechanism $1
 	grep -q "cgroup v1 devices controller" "$BATS_TEST_TMPDIR/daemon.log"
 }
 
+# slow_moves_said MECHANISM MOUNT_TYPE: the broker says that each job's
+# move waits a grace period exactly when the hierarchy it fences in is
+# mounted without favordynmods on a kernel that offers it
+slow_moves_said() {
+	gpus 4
+	start_daemon GPUMAN_FENCE="$1"
+	local mnt opts
+	if [ "$2" = cgroup2 ]; then
+		read -r mnt opts < <(awk '$3 == "cgroup2" { print $2, $4; exit }' /proc/mounts)
+	else
+		read -r mnt opts < <(awk '$3 == "cgroup" && $4 ~ /(^|,)devices(,|$)/ { print $2, $4; exit }' /proc/mounts)
+	fi
+	[ -n "$mnt" ]
+	if grep -qs favordynmods /sys/kernel/cgroup/features && [[ ",$opts," != *,favordynmods,* ]]; then
+		grep -q "each job's start waits a kernel RCU grace period .*'$mnt' is mounted without favordynmods" \
+			"$BATS_TEST_TMPDIR/daemon.log"
+	else
+		! grep -q "grace period" "$BATS_TEST_TMPDIR/daemon.log" || false
+	fi
+}
+
+@test "fence v2: the broker says whether each job's start waits a kernel grace period, and what avoids it" {
+	grep -q cgroup2 /proc/mounts || skip "no cgroup v2 hierarchy"
+	slow_moves_said v2 cgroup2
+}
+
+@test "fence v1: the same for the devices controller's hierarchy" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	slow_moves_said v1 cgroup
+}
+
 @test "fence: status says placement is enforced, and by what" {
 	gpus 4
 	start_daemon
