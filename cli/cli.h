@@ -24,6 +24,13 @@ const struct cmd_entry *const *cli_commands(size_t *count);
  * that a GPU that looks idle is not passed over without a word. */
 void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap);
 
+/* EXIT_UNAVAILABLE, having said why and that not_done ("no task was
+ * run"), when no GPU of this machine could ever take cli->req (in snap, or
+ * a reading taken here when NULL); EXIT_OK otherwise, also when NVML
+ * cannot tell now (the engine then says why each task waits). */
+int cli_never_fits(struct cli *cli, struct gm_context *ctx, const struct gm_snapshot *snap,
+                   const char *not_done);
+
 /* The live leases and waiters, for display: those sent with snap where a
  * broker sent them (cli->leases).  An unusable registry gives an empty
  * view and a warning on stderr (the GPUs are still worth showing). */

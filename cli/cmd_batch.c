@@ -89,35 +89,6 @@ static int dry_run(struct cli *cli, const struct task *t, size_t n, const struct
 	return EXIT_OK;
 }
 
-/* EXIT_UNAVAILABLE with the reason when no GPU of the machine could ever
- * take the batch's request; EXIT_OK otherwise (also when NVML cannot tell
- * now: the engine then says why each task waits). */
-static int never_fits(struct cli *cli, struct gm_context *ctx)
-{
-	struct gm_snapshot *snap = NULL;
-	unsigned *indices = NULL;
-	size_t count = 0;
-	char *explain = NULL, err[GM_ERRBUF_SIZE];
-	int status = EXIT_OK;
-
-	if (gm_snapshot_take(ctx, &snap, err, sizeof err) != GM_OK)
-		return EXIT_OK;
-	if (gm_pick(ctx, snap, cli->req, &indices, &count, &explain) == GM_ERR_NEVER) {
-		size_t n = explain ? strlen(explain) : 0;
-
-		while (n && explain[n - 1] == '\n')
-			explain[--n] = '\0';
-		status = cli_error(cli, EXIT_UNAVAILABLE,
-		                   "no GPU of this machine can ever meet the request; no task "
-		                   "was run%s%s",
-		                   n ? "\n" : "", n ? explain : "");
-	}
-	free(indices);
-	free(explain);
-	gm_snapshot_free(snap);
-	return status;
-}
-
 static int batch_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -195,7 +166,7 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
-	status = never_fits(cli, ctx);
+	status = cli_never_fits(cli, ctx, NULL, "no task was run");
 	if (status != EXIT_OK)
 		goto done;
 	status = batch_open_dir(cli, path, o.log_dir ? 1 : 2, dir, sizeof dir, runs, sizeof runs,

@@ -475,12 +475,17 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		goto done;
 	}
 	if (!slurm) {
-		/* A job that can never run is better refused now than queued
-		 * (on Slurm, sbatch says so when the dispatcher hands it over). */
+		/* A job that can never run is better refused now than queued to
+		 * fail in the dispatcher at once (on Slurm, sbatch says so when
+		 * the dispatcher hands it over). */
 		struct gm_context *ctx = NULL;
 		struct gm_snapshot *snap = NULL;
 
 		status = cli_snapshot(cli, &ctx, &snap);
+		if (status == EXIT_OK)
+			status = cli_never_fits(cli, ctx, snap,
+			                        o.tasks ? "no task was queued"
+			                                : "the job was not queued");
 		gm_snapshot_free(snap);
 		gm_close(ctx);
 		if (status != EXIT_OK)
@@ -586,7 +591,8 @@ const struct cmd_entry cmd_submit = {
     "with\n"
     "the same variables as 'gpuman run' (CUDA_VISIBLE_DEVICES, GPUMAN_GPUS,\n"
     "GPUMAN_LEASE) and GPUMAN_JOB, its id.  Its stdout and stderr go to its log\n"
-    "('gpuman logs ID').\n"
+    "('gpuman logs ID').  A request no GPU of this machine can ever meet is\n"
+    "refused at once (exit 75), with each GPU's reason; nothing is queued.\n"
     "\n"
     "A small dispatcher starts by itself and exits when the queue is empty.  Each\n"
     "running job has its own supervisor that holds its lease and records its\n"

@@ -188,3 +188,32 @@ int cli_exec_sibling(struct cli *cli, const struct cmd_entry *cmd, const char *p
 	return cli_error(cli, EXIT_FAIL, "cannot run '%s': %s (it is installed next to gpuman)",
 	                 path, strerror(errno));
 }
+
+int cli_never_fits(struct cli *cli, struct gm_context *ctx, const struct gm_snapshot *snap,
+                   const char *not_done)
+{
+	struct gm_snapshot *own = NULL;
+	unsigned *indices = NULL;
+	size_t count = 0;
+	char *explain = NULL, err[GM_ERRBUF_SIZE];
+	int status = EXIT_OK;
+
+	if (!snap) {
+		if (gm_snapshot_take(ctx, &own, err, sizeof err) != GM_OK)
+			return EXIT_OK;
+		snap = own;
+	}
+	if (gm_pick(ctx, snap, cli->req, &indices, &count, &explain) == GM_ERR_NEVER) {
+		size_t n = explain ? strlen(explain) : 0;
+
+		while (n && explain[n - 1] == '\n')
+			explain[--n] = '\0';
+		status = cli_error(cli, EXIT_UNAVAILABLE,
+		                   "no GPU of this machine can ever meet the request; %s%s%s",
+		                   not_done, n ? "\n" : "", n ? explain : "");
+	}
+	free(indices);
+	free(explain);
+	gm_snapshot_free(own);
+	return status;
+}

@@ -59,12 +59,25 @@ teardown() { queue_teardown; }
 	run -2 gpuman submit
 }
 
-@test "jobs start first come, first served as GPUs free up; one that no GPU can ever take fails" {
+@test "jobs start first come, first served as GPUs free up; one that no GPU can ever take is refused, or fails where the machine changed under it" {
 	gpus 1
 	for i in 1 2 3 4; do
-		gpuman submit -- sh -c 'echo $GPUMAN_JOB >>order.txt; exec gpuman-simload --mem 1G --util 10 --seconds 0.1 --record rec.txt' >/dev/null
+		gpuman submit -- sh -c 'echo $GPUMAN_JOB >>order.txt; exec gpuman-simload --mem 1G --util 10 --seconds 0.3 --record rec.txt' >/dev/null
 	done
+	# refused at once, nothing queued
+	run -75 gpuman submit -n 2 -- touch never-ran
+	[[ "${lines[0]}" == "gpuman submit: no GPU of this machine can ever meet the request; the job was not queued" ]]
+	[[ "$output" == *"GPU 0 (Sim)"* ]]
+	run -75 gpuman submit --array 1-3 -n 2 -- touch never-ran
+	[[ "$output" == *"can ever meet the request; no task was queued"* ]]
+	run -0 gpuman queue --all --json
+	[ "$(jqr length)" = 4 ]
+	# the machine changes under the running dispatcher: a submit that sees
+	# two GPUs queues the job, which the dispatcher (its simulator read one
+	# GPU when it started, 1.2 s of jobs ago) fails, and runs the rest
+	gpus 2
 	run -0 gpuman submit -n 2 -- touch never-ran
+	[ "$output" = 5 ]
 	run -1 gpuman wait 1 2 3 4 5
 	[ "$(tr '\n' ' ' <order.txt)" = "1 2 3 4 " ]
 	[ "$(grep -c '^start ' rec.txt)" = 4 ]
