@@ -39,7 +39,7 @@ bg() { # bg NAME USER CMD... - as broker.bats's bg
 
 ms() { date +%s%3N; }
 
-@test "broker NVML: clients load no NVML where a broker runs (status, pick, run, Python)" {
+@test "broker NVML: clients load no NVML where a broker runs (status, pick, run, submit, Python)" {
 	machine "$(gpu),$(gpu)"
 	start_daemon
 	export GPUMAN_NVML=$SHARED/no-such-libnvidia-ml.so
@@ -59,6 +59,14 @@ ms() { date +%s%3N; }
 s = gpuman.snapshot()
 print(len(gpuman.devices()), len(s["gpus"]), gpuman.pick())'
 	[[ "$output" == "2 2 "* ]]
+	# submit checks its request against the broker's reading: a job no GPU
+	# can ever take is refused, one that fits is queued and runs
+	GPUMAN_QUEUE_DIR=$BATS_TEST_TMPDIR/q run -75 gpuman submit -n 3 -- true
+	[[ "$output" == *"can ever meet the request; the job was not queued"* ]]
+	GPUMAN_QUEUE_DIR=$BATS_TEST_TMPDIR/q run -0 gpuman submit -- touch "$BATS_TEST_TMPDIR/queued-ran"
+	[ "$output" = 1 ]
+	GPUMAN_QUEUE_DIR=$BATS_TEST_TMPDIR/q run -0 gpuman wait 1
+	[ -e "$BATS_TEST_TMPDIR/queued-ran" ]
 	# A real user too: the broker answers whoever asks.
 	gm_user bob
 	run -0 as_user bob env GPUMAN_NVML="$GPUMAN_NVML" gpuman pick -n 2
