@@ -292,7 +292,8 @@ static int grant_add(const struct gm_snapshot *snap, const struct blease *l, str
  * read for each placement, /dev and /proc/devices were a tenth of the
  * broker's work a job.  Nodes come and go with the driver and its GPUs,
  * which a new reading sees, and placement takes a new reading when its
- * last is SNAPSHOT_REUSE_MS old.
+ * last is SNAPSHOT_REUSE_MS old.  The MIG capability table, fixed while
+ * the driver is loaded, is carried over from the last reading.
  */
 static struct fence_machine machine = FENCE_MACHINE_INIT;
 static const struct gm_snapshot *machine_snap;
@@ -302,14 +303,18 @@ static const struct fence_machine *machine_of(const struct gm_snapshot *snap)
 {
 	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
 
+	struct fence_machine now = FENCE_MACHINE_INIT;
+
 	if (snap == machine_snap && snap->taken_ms == machine_taken)
 		return &machine;
-	fence_machine_release(&machine);
-	machine = (struct fence_machine)FENCE_MACHINE_INIT;
 	machine_snap = NULL;
-	if (fence_machine_read(&machine, snap, dev && *dev ? dev : "/dev",
-	                       proc && *proc ? proc : "/proc") < 0)
+	if (fence_machine_read(&now, snap, dev && *dev ? dev : "/dev",
+	                       proc && *proc ? proc : "/proc", &machine) < 0) {
+		fence_machine_release(&now);
 		return NULL;
+	}
+	fence_machine_release(&machine);
+	machine = now;
 	machine_snap = snap;
 	machine_taken = snap->taken_ms;
 	return &machine;

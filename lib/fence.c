@@ -55,9 +55,9 @@ static int add_minor(struct fence_machine *m, unsigned minor)
 
 int fence_caps_parse(struct fence_machine *m, const char *text)
 {
-	const char *line = text;
+	size_t room = m->cap_count;
 
-	while (line && *line) {
+	for (const char *line = text; line && *line;) {
 		struct fence_cap cap = {0, 0, -1, 0};
 		unsigned gpu, gi, ci, minor;
 		int n = 0;
@@ -72,12 +72,16 @@ int fence_caps_parse(struct fence_machine *m, const char *text)
 			n = 0; /* config, monitor and lines we do not know: not ours */
 		}
 		if (n > 0) {
-			struct fence_cap *grown =
-			    realloc(m->caps, (m->cap_count + 1) * sizeof *grown);
+			if (m->cap_count == room) {
+				/* doubling: an H200's table has 4,320 lines */
+				size_t more = room ? room * 2 : 64;
+				struct fence_cap *grown = realloc(m->caps, more * sizeof *grown);
 
-			if (!grown)
-				return -1;
-			m->caps = grown;
+				if (!grown)
+					return -1;
+				m->caps = grown;
+				room = more;
+			}
 			m->caps[m->cap_count++] = cap;
 		}
 		line = strchr(line, '\n');
@@ -104,7 +108,7 @@ static char *read_text(const char *path)
 }
 
 int fence_machine_read(struct fence_machine *m, const struct gm_snapshot *snap, const char *dev_dir,
-                       const char *proc_dir)
+                       const char *proc_dir, const struct fence_machine *last)
 {
 	char path[PATH_MAX];
 	char *text;
@@ -147,6 +151,17 @@ int fence_machine_read(struct fence_machine *m, const struct gm_snapshot *snap, 
 	free(text);
 	if (!m->caps_major)
 		return 0;
+	/* The driver writes the table once, when it loads (every GPU it could
+	 * have; reading it took 7.5 ms on an H200, the broker's loop stalled
+	 * meanwhile): the last reading serves while the major is the same. */
+	if (last && last->caps_major == m->caps_major && last->cap_count) {
+		m->caps = malloc(last->cap_count * sizeof *m->caps);
+		if (!m->caps)
+			return -1;
+		memcpy(m->caps, last->caps, last->cap_count * sizeof *m->caps);
+		m->cap_count = last->cap_count;
+		return 0;
+	}
 	snprintf(path, sizeof path, "%s/driver/nvidia-caps/mig-minors", proc_dir);
 	text = read_text(path);
 	if (text && fence_caps_parse(m, text) < 0) {

@@ -85,11 +85,12 @@ struct fence_rule {
  * Read the machine: the minor of each GPU of snap (those NVML gives one),
  * every character node 195:N (N <= 253) named nvidia<digits> in dev_dir,
  * the nvidia-caps major from <proc_dir>/devices and the MIG capability
- * minors from <proc_dir>/driver/nvidia-caps/mig-minors.  Files that do
- * not exist are a machine without them.  0, or -1 out of memory.
+ * minors from <proc_dir>/driver/nvidia-caps/mig-minors -- or, where
+ * last (an earlier reading, or NULL) saw the same major, last's.  Files
+ * that do not exist are a machine without them.  0, or -1 out of memory.
  */
 int fence_machine_read(struct fence_machine *m, const struct gm_snapshot *snap, const char *dev_dir,
-                       const char *proc_dir);
+                       const char *proc_dir, const struct fence_machine *last);
 /* Parse mig-minors text ("gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13",
  * "config 1", ...) into m->caps.  0, or -1 out of memory. */
 int fence_caps_parse(struct fence_machine *m, const char *text);

@@ -8,6 +8,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <cmocka.h>
 #include <linux/bpf.h>
@@ -91,7 +94,7 @@ static void test_gpu_lease_refuses_the_other_gpus_only(void **state)
 	snap.gpus[7].minor = -1; /* NVML does not say: not guessed */
 	/* a node the directory has that NVML does not list (7), one that is not
 	 * a GPU's (nvidiactl) and a missing directory change nothing else */
-	assert_int_equal(fence_machine_read(&m, &snap, "/nonexistent", "/nonexistent"), 0);
+	assert_int_equal(fence_machine_read(&m, &snap, "/nonexistent", "/nonexistent", NULL), 0);
 	assert_int_equal(m.gpu_count, 7);
 	assert_int_equal(m.caps_major, 0);
 	assert_int_equal(fence_rule_build(&r, &m, &g), 0);
@@ -239,6 +242,60 @@ static void test_real_mig_minors(void **state)
 	fence_machine_release(&m);
 }
 
+static void write_to(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The driver's capability table is read once per driver load (its major):
+ * a later reading carries it over, and a new major reads it again. */
+static void test_caps_table_read_once(void **state)
+{
+	char proc[] = "/tmp/gm-fence-proc.XXXXXX", path[512];
+	const char *two = "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n";
+	struct fence_machine first = FENCE_MACHINE_INIT, second = FENCE_MACHINE_INIT,
+	                     third = FENCE_MACHINE_INIT;
+
+	(void)state;
+	assert_non_null(mkdtemp(proc));
+	snprintf(path, sizeof path, "%s/driver", proc);
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(path, sizeof path, "%s/driver/nvidia-caps", proc);
+	assert_int_equal(mkdir(path, 0755), 0);
+	write_to(proc, "devices",
+	         "Character devices:\n195 nvidia\n237 nvidia-caps\n\nBlock devices:\n");
+	write_to(proc, "driver/nvidia-caps/mig-minors", two);
+	assert_int_equal(fence_machine_read(&first, NULL, "/nonexistent", proc, NULL), 0);
+	assert_int_equal(first.caps_major, 237);
+	assert_int_equal(first.cap_count, 2);
+	/* the same major: the table is not read again (this one would add a
+	 * line) */
+	write_to(proc, "driver/nvidia-caps/mig-minors", "gpu1/gi1/access 66\n");
+	assert_int_equal(fence_machine_read(&second, NULL, "/nonexistent", proc, &first), 0);
+	assert_int_equal(second.cap_count, 2);
+	assert_int_equal(second.caps[1].minor, 13);
+	assert_ptr_not_equal(second.caps, first.caps); /* its own copy */
+	/* a reloaded driver (another major): read again */
+	write_to(proc, "devices",
+	         "Character devices:\n195 nvidia\n238 nvidia-caps\n\nBlock devices:\n");
+	assert_int_equal(fence_machine_read(&third, NULL, "/nonexistent", proc, &second), 0);
+	assert_int_equal(third.caps_major, 238);
+	assert_int_equal(third.cap_count, 1);
+	assert_int_equal(third.caps[0].minor, 66);
+	fence_machine_release(&first);
+	fence_machine_release(&second);
+	fence_machine_release(&third);
+	snprintf(path, sizeof path, "rm -rf '%s'", proc);
+	assert_int_equal(system(path), 0);
+}
+
 /* systemd.slice(5): each dash opens a slice inside the one before. */
 static void test_slice_path(void **state)
 {
@@ -264,6 +321,7 @@ int main(void)
 	    cmocka_unit_test(test_mig_lease_gets_its_slice_caps_only),
 	    cmocka_unit_test(test_program_size),
 	    cmocka_unit_test(test_real_mig_minors),
+	    cmocka_unit_test(test_caps_table_read_once),
 	    cmocka_unit_test(test_slice_path),
 	};
 
