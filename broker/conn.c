@@ -211,6 +211,7 @@ void conn_close(struct daemon *d, struct conn *c)
 		return;
 	daemon_snapshot_forget(d, c);
 	daemon_fence_forget(c);
+	daemon_fence_unplace(d, c); /* a waiter's job placed early */
 	daemon_line_remove(d, c);
 	if (c->lease)
 		daemon_lease_end(d, c->lease);
@@ -720,7 +721,11 @@ static int on_message(struct daemon *d, struct conn *c, json_t *msg)
 		daemon_fence_session(d, c, msg);
 	else if ((c->state == CONN_LEASED || c->state == CONN_NEW) && !strcmp(op, "fence"))
 		daemon_fence_place(d, c, msg);
-	else
+	else if (!strcmp(op, "preplace")) {
+		/* A waiter's job; one granted meanwhile is placed at its grant */
+		if (c->state == CONN_WAITING)
+			daemon_fence_preplace(d, c, msg);
+	} else
 		daemon_refuse(d, c, GM_ERR_INVALID, "unexpected message", NULL);
 	return c->dead || c->state == CONN_CLOSING ? -1 : 0;
 }

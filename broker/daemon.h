@@ -135,6 +135,12 @@ struct conn {
 	size_t place_record_len;
 	size_t joined_at; /* > 0: its place is to be written (state.c) */
 	int on_file;      /* its place is in the state file */
+	/* Its job, placed while it waits (fence.c, "preplace"): the cgroup's
+	 * name, the lease's id to be; "" none. */
+	char pre_id[64];
+	int pre_placed; /* the job is in it, under a rule that refuses every GPU */
+	int pre_pid;
+	uint64_t pre_start;
 	/* Closed: freed at the end of the loop turn, as an event of the same
 	 * turn may still name it. */
 	int dead;
@@ -160,6 +166,7 @@ struct blease {
 	char (*uuids)[96];
 	char (*migs)[96];   /* the MIG slice of each GPU it holds, "" none */
 	int reservation;    /* held by nobody until expires_ms */
+	int preplaced;      /* its id is its waiter's, whose job was being placed (fence.c) */
 	int64_t expires_ms; /* wall clock */
 	struct conn *conn;  /* NULL: restored, watched by pidfd, or a reservation */
 	int pidfd;
@@ -433,7 +440,13 @@ void daemon_fence_init(void);                                           /* at st
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */
 void daemon_fence_end(struct daemon *d, const struct blease *l);        /* kills what is left */
 void daemon_fence_forget(struct conn *c); /* c closes: its placements answer nobody */
-void daemon_fence_view(json_t *view);     /* "placement" for status */
+/* A waiter's job, placed before its grant ("preplace"); the grant's rule
+ * put in place (1: the job is placed); a waiter that leaves ends it. */
+int daemon_fence_can_preplace(void);
+void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg);
+int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *l);
+void daemon_fence_unplace(struct daemon *d, struct conn *c);
+void daemon_fence_view(json_t *view); /* "placement" for status */
 /* After the leases are restored: the fence's record of the broker before
  * (its keepers, the cgroups of leases that ended meanwhile: ended). */
 void daemon_fence_restore(struct daemon *d);

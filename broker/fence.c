@@ -155,8 +155,9 @@ void daemon_fence_init(void)
 	if (fence.ops && fence.slow_moves)
 		daemon_say(
 		    "each job's start waits a kernel RCU grace period (moving it into its "
-		    "cgroup; several ms): '%s' is mounted without favordynmods, which avoids "
-		    "that for the whole machine (gpuman-trust(7))",
+		    "cgroup; several ms) unless it waited in the line, where it moved as it "
+		    "waited: '%s' is mounted without favordynmods, which avoids that for the "
+		    "whole machine (gpuman-trust(7))",
 		    fence.mount);
 }
 
@@ -418,7 +419,8 @@ struct place_job {
 	uint64_t start;
 	struct keeper *k; /* a supervisor to move home at the end, or NULL */
 	int adopt;        /* the job of a restored lease: watched once placed */
-	struct fence_rule rule;
+	int update;       /* its cgroup may be there (a waiter's): the rule replaced */
+	struct fence_rule rule, all;
 	char description[360]; /* the systemd scope's (fence.scopes) */
 	int rc, made;
 	char err[300];
@@ -436,7 +438,8 @@ static void place_run(struct work *w)
 	if (fence.scopes &&
 	    fence_scope_start(&fence, w->key, j->pid, j->description, j->err, sizeof j->err) < 0)
 		return;
-	if (fence.ops->create(&fence, w->key, &j->rule, j->err, sizeof j->err) < 0)
+	if ((j->update ? fence.ops->update(&fence, w->key, &j->rule, &j->all, j->err, sizeof j->err)
+	               : fence.ops->create(&fence, w->key, &j->rule, j->err, sizeof j->err)) < 0)
 		return;
 	j->made = 1;
 	if (fence.ops->enter(&fence, w->key, j->pid, j->err, sizeof j->err) < 0)
@@ -465,17 +468,32 @@ static void adopt_job(struct daemon *d, struct place_job *j)
 		}
 }
 
+static void place_job_free(struct place_job *j)
+{
+	free(j->k);
+	fence_rule_release(&j->rule);
+	fence_rule_release(&j->all);
+	if (j->pidfd >= 0)
+		close(j->pidfd);
+	free(j);
+}
+
+static void placing_drop(struct place_job *j)
+{
+	for (struct place_job **pp = &placing; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			return;
+		}
+}
+
 static void place_done(struct daemon *d, struct work *w)
 {
 	struct place_job *j = (struct place_job *)w;
 	struct conn *c = j->c;
 	char why[360] = "";
 
-	for (struct place_job **pp = &placing; *pp; pp = &(*pp)->next)
-		if (*pp == j) {
-			*pp = j->next;
-			break;
-		}
+	placing_drop(j);
 	if (w->cancelled) {
 		snprintf(why, sizeof why, "the lease ended before pid %d was placed", j->asked);
 	} else if (j->rc < 0) {
@@ -511,11 +529,7 @@ static void place_done(struct daemon *d, struct work *w)
 		else
 			fenced(d, c, 1, NULL);
 	}
-	free(j->k);
-	fence_rule_release(&j->rule);
-	if (j->pidfd >= 0)
-		close(j->pidfd);
-	free(j);
+	place_job_free(j);
 }
 
 void daemon_fence_forget(struct conn *c)
@@ -531,7 +545,8 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	int keep = json_is_true(json_object_get(msg, "keep"));
 	struct blease *l = named_lease(d, c, msg);
 	struct place_job *j;
-	char why[360] = "";
+	char why[360] = "", path[PATH_MAX];
+	struct stat st;
 
 	if (!l) {
 		daemon_refuse(d, c, GM_ERR_INVALID,
@@ -554,6 +569,11 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	j->rule = (struct fence_rule)FENCE_RULE_INIT;
+	j->all = (struct fence_rule)FENCE_RULE_INIT;
+	/* Its job was to be placed while it waited (and may be): the cgroup
+	 * takes the lease's rule in place of the one that refuses all. */
+	j->update =
+	    l->preplaced || (fence_path(&fence, l->id, path, sizeof path), stat(path, &st) == 0);
 	/* A client in a container names the pid as its namespace numbers it. */
 	j->asked = pid;
 	j->pid = pid = pid_here(c->pid, pid);
@@ -565,7 +585,8 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		snprintf(why, sizeof why, "pid %d is not a process of yours", j->asked);
 		goto refused;
 	}
-	if (rule_for(d, l, 0, NULL, &j->rule, NULL, j->err, sizeof j->err) < 0) {
+	if (rule_for(d, l, 0, NULL, &j->rule, j->update ? &j->all : NULL, j->err, sizeof j->err) <
+	    0) {
 		/* Nothing to enforce it with: the job runs as without a fence,
 		 * and says so. */
 		fenced(d, c, 0, j->err);
@@ -605,11 +626,147 @@ refused:
 	/* The lease ends with the refusal: its job never runs unfenced. */
 	daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
 free:
-	free(j->k);
-	fence_rule_release(&j->rule);
-	if (j->pidfd >= 0)
-		close(j->pidfd);
-	free(j);
+	place_job_free(j);
+}
+
+/* ---- a waiter's job, placed before its grant ------------------------------ */
+
+/*
+ * gpuman run forks its job as it starts to wait in the line (the job waits
+ * for the go) and names it ("preplace"): the job goes into the cgroup of
+ * its lease-to-be now, under a rule that refuses every GPU, and its grant
+ * only puts the lease's rule in place.  A move into a cgroup waits for a
+ * kernel grace period (several ms where the hierarchy is mounted without
+ * favordynmods); a new rule does not.  So the grace period is paid in the
+ * line, not between one job's end and the next one's start.  The lease
+ * takes the cgroup's name as its id (a cgroup v2 folder cannot be renamed).
+ * Not in systemd scopes, which are made at the grant as before.  Nothing is
+ * answered: a job that is not placed now is placed at its grant.
+ */
+int daemon_fence_can_preplace(void)
+{
+	return fence.ops && !fence.scopes;
+}
+
+static void preplace_done(struct daemon *d, struct work *w)
+{
+	struct place_job *j = (struct place_job *)w;
+	struct conn *c = j->c;
+	struct pollfd p = {j->pidfd, POLLIN, 0};
+
+	placing_drop(j);
+	if (j->made) {
+		/* On record: a broker after this one ends it, unless a lease
+		 * of its name lives then. */
+		fenced_add(w->key);
+		record_write(d);
+	}
+	if (c && !w->cancelled && j->rc == 0 && poll(&p, 1, 0) == 0 &&
+	    proctree_start(j->pid) == j->start)
+		c->pre_placed = 1;
+	else if (j->rc < 0 && !w->cancelled)
+		daemon_say("cannot place %s's waiting job (pid %d) before its grant: %s", j->user,
+		           j->pid, j->err);
+	place_job_free(j);
+}
+
+void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
+{
+	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
+	const struct gm_snapshot *snap;
+	const struct fence_machine *m;
+	struct fence_grant none = {0, NULL, 0, NULL};
+	struct place_job *j;
+
+	if (!daemon_fence_can_preplace() || c->pre_id[0] || c->reserve_ms > 0 || pid <= 1 ||
+	    !(snap = d->snap ? d->snap : daemon_snapshot(d, 0)) || !(m = machine_of(snap)) ||
+	    !(j = calloc(1, sizeof *j)))
+		return;
+	j->rule = (struct fence_rule)FENCE_RULE_INIT;
+	j->all = (struct fence_rule)FENCE_RULE_INIT;
+	j->asked = pid;
+	j->pid = pid = pid_here(c->pid, pid);
+	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	j->start = proctree_start(pid);
+	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !proc_all_uids(pid, c->uid)) ||
+	    fence_rule_build(&j->rule, m, &none) < 0) {
+		place_job_free(j);
+		return;
+	}
+	snprintf(c->pre_id, sizeof c->pre_id, "%lld-%d-", (long long)now_ms(), c->pid);
+	daemon_random_hex(c->pre_id + strlen(c->pre_id), 4);
+	c->pre_pid = pid;
+	c->pre_start = j->start;
+	str_copy(j->w.key, sizeof j->w.key, c->pre_id);
+	str_copy(j->user, sizeof j->user, c->user);
+	j->w.run = place_run;
+	j->w.done = preplace_done;
+	j->c = c;
+	j->next = placing;
+	placing = j;
+	daemon_work_submit(d, &j->w);
+}
+
+/* The grant of c, whose job waits placed: l's rule in place of the one
+ * that refused all, on the loop (no move: no grace period).  1 placed, 0
+ * not (the client asks "fence" as without). */
+int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *l)
+{
+	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
+	char err[300];
+	int placed = 0;
+
+	if (!l->preplaced || !c->pre_placed || strcmp(c->pre_id, l->id) ||
+	    proctree_start(c->pre_pid) != c->pre_start)
+		return 0;
+	if (rule_for(d, l, 0, NULL, &rule, &all, err, sizeof err) == 0 &&
+	    fence.ops->update(&fence, l->id, &rule, &all, err, sizeof err) == 0)
+		placed = 1;
+	else
+		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", l->user,
+		           c->pre_pid, err);
+	fence_rule_release(&rule);
+	fence_rule_release(&all);
+	return placed;
+}
+
+/* A waiter that leaves the line (gave up, went away, was refused): its
+ * job's cgroup ends, on the worker, after the placing if that still runs. */
+struct unplace_job {
+	struct work w;
+	int rc;
+	char err[300];
+};
+
+static void unplace_run(struct work *w)
+{
+	struct unplace_job *u = (struct unplace_job *)w;
+
+	u->rc = fence.ops->end(&fence, w->key, u->err, sizeof u->err);
+}
+
+static void unplace_done(struct daemon *d, struct work *w)
+{
+	struct unplace_job *u = (struct unplace_job *)w;
+
+	if (u->rc < 0)
+		daemon_say("the waiting job's cgroup %s: %s", w->key, u->err);
+	if (fenced_drop(w->key))
+		record_write(d);
+	free(u);
+}
+
+void daemon_fence_unplace(struct daemon *d, struct conn *c)
+{
+	struct unplace_job *u;
+
+	if (!c->pre_id[0] || !fence.ops || !(u = calloc(1, sizeof *u)))
+		return;
+	str_copy(u->w.key, sizeof u->w.key, c->pre_id);
+	u->w.run = unplace_run;
+	u->w.done = unplace_done;
+	daemon_work_submit(d, &u->w);
+	c->pre_id[0] = '\0';
 }
 
 /* Is pid a supervisor of a lease (home at the end, not ended)? */

@@ -84,6 +84,7 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 {
 	struct blease *l = calloc(1, sizeof *l);
 	json_t *m, *gpus;
+	int placed;
 
 	if (l) {
 		l->indices = calloc(res->count + 1, sizeof *l->indices);
@@ -99,8 +100,14 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	}
 	l->kind = EV_PIDFD;
 	l->pidfd = -1;
-	snprintf(l->id, sizeof l->id, "%lld-%d-", (long long)now_ms(), c->pid);
-	daemon_random_hex(l->id + strlen(l->id), 4);
+	if (c->pre_id[0]) {
+		/* Its job waits in a cgroup of this name (fence.c). */
+		str_copy(l->id, sizeof l->id, c->pre_id);
+		l->preplaced = 1;
+	} else {
+		snprintf(l->id, sizeof l->id, "%lld-%d-", (long long)now_ms(), c->pid);
+		daemon_random_hex(l->id + strlen(l->id), 4);
+	}
 	daemon_random_hex(l->token, 16);
 	l->uid = c->uid;
 	str_copy(l->user, sizeof l->user, daemon_user_cached(d, c->uid));
@@ -144,7 +151,11 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		l->expires_ms = l->start_ms + c->reserve_ms;
 	}
 	daemon_lease_add(d, l);
+	placed = daemon_fence_granted(d, c, l);
+	c->pre_id[0] = '\0'; /* the lease's now: it ends with the lease */
 	json_object_set_new(m, "op", json_string("granted"));
+	if (placed)
+		json_object_set_new(m, "placed", json_true());
 	json_object_set_new(m, "id", json_string(l->id));
 	json_object_set_new(m, "token", json_string(l->token));
 	json_object_set_new(m, "share_mib", json_integer((json_int_t)l->share_mib));
@@ -172,6 +183,9 @@ static void tell_queued(struct daemon *d, struct conn *c, size_t position, const
 	json_object_set_new(m, "position", json_integer((json_int_t)position));
 	json_object_set_new(m, "why", json_string(why ? why : ""));
 	json_object_set_new(m, "place", json_string(c->place));
+	/* Its job may be placed while it waits (fence.c) */
+	if (daemon_fence_can_preplace() && !c->pre_id[0] && c->reserve_ms <= 0)
+		json_object_set_new(m, "preplace", json_true());
 	if (conn_send(d, c, m) < 0)
 		conn_close(d, c);
 }

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,74 @@ struct run {
 	char limit_from[96];
 	const char *conf;            /* the admin's file */
 	struct protocol_sched sched; /* the caller's scheduling, for the job */
+	int early; /* the child was forked as we waited: its environment comes by go */
 };
+
+/*
+ * A child forked while we wait in the broker's line (prespawn: the broker
+ * places it meanwhile) learns its environment, which the grant decides,
+ * down the go pipe: the count of variables and their bytes, then each
+ * with its NUL, then the go.  Nothing comes if we die first.
+ */
+#define ENV_MAX_BYTES (4u << 20)
+
+static int send_env(int fd, char *const *vars)
+{
+	uint32_t head[2] = {0, 0};
+	size_t total, off = sizeof head;
+	char *blob;
+	int rc = 0;
+
+	for (char *const *v = vars; *v; v++, head[0]++)
+		head[1] += (uint32_t)strlen(*v) + 1;
+	total = sizeof head + head[1];
+	if (head[1] > ENV_MAX_BYTES || !(blob = malloc(total)))
+		return -1;
+	memcpy(blob, head, sizeof head);
+	for (char *const *v = vars; *v; v++) {
+		memcpy(blob + off, *v, strlen(*v) + 1);
+		off += strlen(*v) + 1;
+	}
+	for (size_t done = 0; done < total && rc == 0;) {
+		ssize_t n = write(fd, blob + done, total - done);
+
+		if (n > 0)
+			done += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			rc = -1;
+	}
+	free(blob);
+	return rc;
+}
+
+/* In the child: the environment send_env sent (exactly its bytes: the go
+ * follows), or NULL. */
+static char **receive_env(int fd)
+{
+	uint32_t head[2];
+	size_t have = 0, at = 0;
+	char *blob, **vars;
+
+	if (read(fd, head, sizeof head) != sizeof head || head[1] > ENV_MAX_BYTES ||
+	    head[0] > head[1] || !(blob = malloc(head[1] + 1)) ||
+	    !(vars = calloc(head[0] + 1, sizeof *vars)))
+		return NULL;
+	while (have < head[1]) {
+		ssize_t n = read(fd, blob + have, head[1] - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL;
+		have += (size_t)n;
+	}
+	blob[have] = '\0';
+	for (uint32_t i = 0; i < head[0] && at < have; i++) {
+		vars[i] = blob + at;
+		at += strlen(blob + at) + 1;
+	}
+	return vars;
+}
 
 /* In the child: wait for the go, then become the job.  Never returns. */
 static void child_exec(struct run *r, int lease_fd)
@@ -99,15 +167,17 @@ static void child_exec(struct run *r, int lease_fd)
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM};
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
+	char **vars = r->env.vars;
+
 	protocol_sched_restore(&r->sched);
 	close(r->go[1]);
-	if (protocol_await_go(r->go[0]) < 0)
+	if ((r->early && !(vars = receive_env(r->go[0]))) || protocol_await_go(r->go[0]) < 0)
 		_exit(EXIT_FAIL); /* gpuman died before the lease was ours */
 	close(r->go[0]);
 	/* Keep the lease's descriptor across exec: the job holds its lease. */
 	if (lease_fd >= 0)
 		fcntl(lease_fd, F_SETFD, 0);
-	execvpe(r->argv[0], r->argv, r->env.vars);
+	execvpe(r->argv[0], r->argv, vars);
 	fprintf(stderr, "gpuman run: cannot run '%s': %s\n", r->argv[0], strerror(errno));
 	_exit(errno == ENOENT ? 127 : 126);
 }
@@ -148,18 +218,55 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 		snprintf(err, len, "out of memory");
 		return -1;
 	}
-	if (start_child(r, gm_lease_fd(lease), err, len) < 0)
+	if (r->pid > 0 && send_env(r->go[1], r->env.vars) < 0) {
+		snprintf(err, len, "cannot hand the job its environment: %s", strerror(errno));
+		return -1; /* registry_acquire ends it (prespawn_drop) */
+	}
+	if (r->pid <= 0 && start_child(r, gm_lease_fd(lease), err, len) < 0)
 		return -1;
-	/* Into its lease's cgroup while it waits for the go: its first
-	 * instruction already runs fenced.  Refused, it never runs. */
-	if (lease->broker && broker_fence(lease, r->pid, 0, err, len) < 0) {
+	/* Into its lease's cgroup while it waits for the go (unless the broker
+	 * placed it as we waited): its first instruction already runs fenced.
+	 * Refused, it never runs. */
+	if (lease->broker && !lease->placed && broker_fence(lease, r->pid, 0, err, len) < 0) {
 		close(r->go[1]);
 		r->go[1] = -1;
 		waitpid(r->pid, NULL, 0);
+		r->pid = 0;
 		return -1;
 	}
 	*job_pid = r->pid;
 	return 0;
+}
+
+/* The broker will place a waiter's job while it waits: fork it now (it
+ * waits for its environment and the go), holding fd, the lease-to-be. */
+static pid_t prespawn_job(void *data, int fd)
+{
+	struct run *r = data;
+	char err[256];
+
+	r->early = 1;
+	if (start_child(r, fd, err, sizeof err) < 0) {
+		r->early = 0;
+		r->pid = 0;
+		return -1;
+	}
+	return r->pid;
+}
+
+/* The early child ends: no lease for it after all (or a lost connection). */
+static void prespawn_drop(void *data)
+{
+	struct run *r = data;
+
+	if (r->pid <= 0)
+		return;
+	close(r->go[1]);
+	r->go[1] = -1;
+	kill(r->pid, SIGKILL);
+	waitpid(r->pid, NULL, 0);
+	r->pid = 0;
+	r->early = 0;
 }
 
 static void tell_waiting(void *data, const char *why)
@@ -283,6 +390,8 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	}
 	opts.command = cmdline;
 	opts.spawn = spawn_for_lease;
+	opts.prespawn = prespawn_job;
+	opts.prespawn_drop = prespawn_drop;
 	opts.spawn_data = &r;
 	opts.interrupted = &interrupted;
 	opts.on_wait = tell_waiting;

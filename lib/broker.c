@@ -118,6 +118,23 @@ static char *uuid_list(const struct gm_lease *l, size_t n)
 	return out;
 }
 
+/* The job started as the request waits (acquire_opts' prespawn), named to
+ * the broker to place it: 1, or -1 (none; the grant starts one). */
+static int preplace(const struct acquire_opts *opts, int fd)
+{
+	pid_t pid = opts->prespawn(opts->spawn_data, fd);
+	json_t *msg;
+
+	if (pid <= 0)
+		return -1;
+	msg = json_object();
+	json_object_set_new(msg, "op", json_string("preplace"));
+	json_object_set_new(msg, "pid", json_integer(pid));
+	broker_send(fd, msg);
+	json_decref(msg);
+	return 1;
+}
+
 static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
                                          const struct pick_env *env, const struct gm_snapshot *snap,
                                          int exclusive)
@@ -228,7 +245,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	int tries = 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	enum gm_err rc = GM_OK;
-	int fd = -1, told = 0;
+	int fd = -1, told = 0, prespawned = 0; /* 1 started, -1 not to be */
 
 	*out = NULL;
 	if (explain)
@@ -357,6 +374,11 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			}
 			if (token[0])
 				json_object_set_new(ask, "place", json_string(token));
+			/* The early job held the old connection: it ends, and
+			 * the grant starts one as without. */
+			if (prespawned > 0 && opts->prespawn_drop)
+				opts->prespawn_drop(opts->spawn_data);
+			prespawned = -1;
 			/* A connection the dying broker took into its backlog
 			 * fails here, or on the next read: then we try again. */
 			broker_send(fd, ask);
@@ -400,6 +422,9 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			why = strdup(w ? w : "");
 			if (!told && opts && opts->on_wait && !keep)
 				opts->on_wait(opts->on_wait_data, why ? why : "");
+			if (!prespawned && !keep && opts && opts->prespawn &&
+			    json_is_true(json_object_get(msg, "preplace")))
+				prespawned = preplace(opts, fd);
 			told = 1;
 			if (keep)
 				deadline = monotonic_ms();
@@ -429,6 +454,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			fd = -1; /* the lease's now */
 			if (kept)
 				kept->fd = -1;
+			l->placed = prespawned > 0 && json_is_true(json_object_get(msg, "placed"));
 			if (opts && opts->spawn &&
 			    opts->spawn(opts->spawn_data, l, &job_pid, err, len) < 0) {
 				broker_release(l);
@@ -462,6 +488,9 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	if (rc == GM_ERR_TIMEOUT && explain && !*explain && why && *why)
 		*explain = strdup(why);
 done:
+	/* Its copy of the connection would keep us in the line. */
+	if (rc != GM_OK && prespawned > 0 && opts->prespawn_drop)
+		opts->prespawn_drop(opts->spawn_data);
 	if (fd >= 0)
 		close(fd); /* leaves the line, or ends a lease granted meanwhile */
 	if (kept) {

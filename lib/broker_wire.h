@@ -46,12 +46,19 @@
  *                              moved back out alive when the lease ends;
  *                              on a new connection with "id":RESV, into the
  *                              cgroup of one's own reservation (a shell)
+ *     {"op":"preplace","pid":N}   in the line, where "queued" said
+ *                              "preplace":true: N, the job started early,
+ *                              waits for its grant in the cgroup of its
+ *                              lease-to-be, refused every GPU; the grant
+ *                              says "placed":true once the lease's rule is
+ *                              there (else the client asks "fence").  No
+ *                              answer; ignored once granted
  *     {"op":"session","pid":N,"uid":U}   root only (the PAM hook): login
  *                              session N of U opens only U's leases' GPUs
  *   broker -> client
- *     {"op":"queued","position":N,"why":"..."}
+ *     {"op":"queued","position":N,"why":"...","place":T[,"preplace":true]}
  *     {"op":"granted","id":ID,"token":T,"share_mib":N,
- *      "gpus":[{"index":I,"uuid":U,"total_mib":M}]}
+ *      "gpus":[{"index":I,"uuid":U,"total_mib":M}][,"placed":true]}
  *     {"op":"refused","code":N,"error":"...","explain":"..."}  (code: gm_err)
  *     {"op":"view","leases":[...],"waiters":[...]}   a reservation's lease
  *                              has "reservation":true and "expires_ms"; a

@@ -32,6 +32,9 @@ struct gm_lease {
 	 * ours when the broker was restarted.  NULL for registry leases. */
 	char *broker;
 	char token[40];
+	/* The broker placed the job started while it waited (acquire_opts'
+	 * prespawn) in the lease's cgroup already: no "fence" to ask. */
+	int placed;
 };
 
 /*

@@ -54,6 +54,18 @@ struct acquire_opts {
 	int (*spawn)(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
 	             size_t errlen);
 	void *spawn_data;
+	/*
+	 * Optional, with spawn (same data): called once the broker, whose
+	 * fence can place a waiter's job before its grant, has put the request
+	 * in its line.  It starts the job now (gpuman run forks the child that
+	 * waits for the go; fd, the connection, is the lease's descriptor once
+	 * granted): its pid, or -1.  The broker moves it into its lease's
+	 * cgroup while it waits; spawn, at the grant, then starts nothing new.
+	 * prespawn_drop ends that job: the connection was lost (the broker
+	 * restarts), and with it what the job held.
+	 */
+	pid_t (*prespawn)(void *data, int fd);
+	void (*prespawn_drop)(void *data);
 	/* Set by a signal handler to stop waiting (GM_ERR_INTERRUPTED). */
 	volatile sig_atomic_t *interrupted;
 	/*

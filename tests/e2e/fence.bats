@@ -119,6 +119,70 @@ fenced_run() { # the run test, under mechanism $1
 	grep -q "cgroup v1 devices controller" "$BATS_TEST_TMPDIR/daemon.log"
 }
 
+# ---- a waiter's job, placed while it waits ---------------------------------
+
+# hold_gpu2 - alice's job holds GPU 2 until $SHARED/out/go appears
+hold_gpu2() {
+	as_user alice gpuman run --only 2 -- sh -c \
+		"echo \$\$ >$SHARED/pids/holder; while [ ! -e $SHARED/out/go ]; do sleep 0.05; done" &
+	wait_for "[ -s '$SHARED/pids/holder' ]"
+}
+
+# waiting_cgroup MOUNT - the one lease cgroup under MOUNT that does not hold
+# alice's job: the early job's of a waiter
+waiting_cgroup() {
+	local dir
+	for dir in "$1/$GPUMAN_FENCE_CGROUP"/*-*-*; do
+		# (cgroupfs files have no size: read them)
+		[ -d "$dir" ] && ! grep -qx "$(cat "$SHARED/pids/holder")" "$dir/cgroup.procs" &&
+			[ -n "$(cat "$dir/cgroup.procs")" ] && echo "$dir"
+	done
+}
+
+placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
+	gpus 4
+	start_daemon GPUMAN_FENCE="$1"
+	hold_gpu2
+	as_user bob gpuman run --only 2 --wait -- sh -c \
+		"echo \$GPUMAN_LEASE >$SHARED/out/lease; exec $TRY $SHARED/out/waited waited $NODES" &
+	local bob=$! cg= job
+	wait_for "cg=\$(waiting_cgroup $2); [ -n \"\$cg\" ]"
+	# bob's job, forked as he started to wait, waits in a cgroup of its
+	# own whose filter refuses every GPU: a probe put beside it is refused
+	job=$(cat "$cg/cgroup.procs")
+	[ "$(stat -c %U "/proc/$job")" = gmtest-bob ]
+	sh -c "echo \$\$ >$cg/cgroup.procs && exec $TRY $SHARED/out/probe beside $NODES"
+	grep -qx "beside nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" "$SHARED/out/probe"
+	[ ! -e "$SHARED/out/waited" ] # it has not run
+	touch "$SHARED/out/go"
+	wait "$bob"
+	# granted, the same process in the same cgroup opens its GPU, and the
+	# lease is named after the cgroup
+	check "$SHARED/out/waited" waited
+	[ "$(cat "$SHARED/out/lease")" = "${cg##*/}" ]
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+	# a waiter that gives up leaves nothing behind: no cgroup, no process
+	rm "$SHARED/out/go"
+	hold_gpu2
+	run as_user bob gpuman run --only 2 --wait=2s -- true
+	[ "$status" = 75 ]
+	wait_for "[ \$(cgroups_left) = 1 ]" 30
+	! pgrep -u gmtest-bob
+	touch "$SHARED/out/go"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
+@test "fence v2: a job that waits for its GPU is placed as it waits, refused every GPU, and opens its own once granted; a waiter that gives up leaves nothing" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	placed_while_waiting v2 /sys/fs/cgroup/unified
+	grep -q "cgroup v2 device program" "$BATS_TEST_TMPDIR/daemon.log"
+}
+
+@test "fence v1: the same with the devices controller (placed as it waits)" {
+	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
+	placed_while_waiting v1 /sys/fs/cgroup/devices
+}
+
 # slow_moves_said MECHANISM MOUNT_TYPE: the broker says that each job's
 # move waits a grace period exactly when the hierarchy it fences in is
 # mounted without favordynmods on a kernel that offers it
@@ -465,6 +529,25 @@ EOF
 	touch "$SHARED/out/go"
 	wait "$py" # alive to the end: moved home, not killed with the cgroup
 	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
+@test "fence restart: a waiter whose job was placed as it waited keeps its turn across a kill -9 of the broker, and its job runs fenced" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2
+	hold_gpu2
+	as_user bob gpuman run --only 2 --wait -- "$TRY" "$SHARED/out/waited" waited $NODES &
+	local bob=$! cg=
+	wait_for "cg=\$(waiting_cgroup /sys/fs/cgroup/unified); [ -n \"\$cg\" ]"
+	restart_daemon
+	# the next broker ends the early job's cgroup (no lease has its name);
+	# bob's gpuman ends that job, and asks again with his place
+	wait_for "[ ! -d '$cg' ]" 30
+	grep -q "restored 1 lease" "$BATS_TEST_TMPDIR/daemon.log"
+	touch "$SHARED/out/go"
+	wait "$bob"
+	check "$SHARED/out/waited" waited
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
