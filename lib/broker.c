@@ -443,6 +443,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			struct gm_lease *l =
 			    lease_from_grant(msg, path, fd, &env, snap, !req->share);
 			pid_t job_pid = 0;
+			int sent;
 
 			if (!l) {
 				rc =
@@ -467,8 +468,18 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 
 				json_object_set_new(job, "op", json_string("job"));
 				json_object_set_new(job, "pid", json_integer(job_pid));
-				broker_send(l->fd, job);
+				sent = broker_send(l->fd, job);
 				json_decref(job);
+				/* Placed as it waited, but the broker restarted since
+				 * the grant: the next one learns of the job (and places
+				 * it, as a restored lease's) on a new connection. */
+				if (sent < 0 && l->placed &&
+				    broker_fence(l, job_pid, 0, err, len) < 0) {
+					broker_release(l);
+					lease_free(l);
+					rc = GM_ERR_STATE;
+					break;
+				}
 			}
 			/* A library caller's lease: the caller itself is placed,
 			 * and goes home alive when the lease ends. */
