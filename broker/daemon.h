@@ -419,6 +419,7 @@ struct work {
 	char key[64]; /* a lease's id: see daemon_work_settle */
 	void (*run)(struct work *job);
 	void (*done)(struct daemon *d, struct work *job);
+	int early; /* can wait (a waiter's job placed early): the others go first */
 	int cancelled;
 	struct work *next;
 };

@@ -701,6 +701,7 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	str_copy(j->user, sizeof j->user, c->user);
 	j->w.run = place_run;
 	j->w.done = preplace_done;
+	j->w.early = 1;
 	j->c = c;
 	j->next = placing;
 	placing = j;
@@ -765,6 +766,7 @@ void daemon_fence_unplace(struct daemon *d, struct conn *c)
 	str_copy(u->w.key, sizeof u->w.key, c->pre_id);
 	u->w.run = unplace_run;
 	u->w.done = unplace_done;
+	u->w.early = 1;
 	daemon_work_submit(d, &u->w);
 	c->pre_id[0] = '\0';
 }

@@ -111,14 +111,21 @@ void daemon_work_submit(struct daemon *d, struct work *job)
 {
 	struct daemon_worker *w = d->worker;
 
+	struct work **at = &w->queue;
+
 	job->next = NULL;
 	job->cancelled = 0;
 	pthread_mutex_lock(&w->mu);
-	if (w->queue_tail)
-		w->queue_tail->next = job;
-	else
-		w->queue = job;
-	w->queue_tail = job;
+	/* After every piece that may not wait and every one of its own key
+	 * (a lease's pieces run in order): a grant's placement is not queued
+	 * behind the early placements of a whole line of waiters. */
+	for (struct work **pp = &w->queue; *pp; pp = &(*pp)->next)
+		if (job->early || !(*pp)->early || !strcmp((*pp)->key, job->key))
+			at = &(*pp)->next;
+	job->next = *at;
+	*at = job;
+	if (!job->next)
+		w->queue_tail = job;
 	pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->mu);
 }
