@@ -853,7 +853,7 @@ static int kernel_has_favordynmods(void)
  * with the devices controller; *slow: whether each move into a cgroup
  * there waits an RCU grace period (mounted without favordynmods where
  * the kernel has it). */
-static int find_mount(int v2, char *out, size_t len, int *slow)
+static int find_mount(int v2, char *out, size_t len, int *slow, int *fast)
 {
 	char dev[256], dir[PATH_MAX], type[64], opts[1024];
 	FILE *f = fopen("/proc/self/mounts", "re");
@@ -872,6 +872,7 @@ static int find_mount(int v2, char *out, size_t len, int *slow)
 		if (v2 ? !strcmp(type, "cgroup2") : !strcmp(type, "cgroup") && devices) {
 			str_copy(out, len, dir);
 			*slow = !favor && kernel_has_favordynmods();
+			*fast = favor;
 			found = 0;
 		}
 	}
@@ -898,7 +899,7 @@ static int probe(struct fence *f, const struct fence_ops *ops, int v2, char *err
 	struct fence_rule none = FENCE_RULE_INIT;
 	char id[64];
 
-	if (find_mount(v2, f->mount, sizeof f->mount, &f->slow_moves) < 0) {
+	if (find_mount(v2, f->mount, sizeof f->mount, &f->slow_moves, &f->fast_moves) < 0) {
 		gm_fail(GM_ERR_STATE, err, len,
 		        v2 ? "no cgroup v2 hierarchy is mounted"
 		           : "no cgroup v1 hierarchy with the devices controller is mounted");

@@ -153,6 +153,8 @@ struct fence {
 	 * (several ms): the hierarchy is mounted without favordynmods, which
 	 * the kernel offers (gpuman-trust(7)). */
 	int slow_moves;
+	/* The hierarchy is mounted favordynmods: a move waits no grace period. */
+	int fast_moves;
 	/* Where systemd is PID 1 (fence_scope.c): each lease's cgroup is
 	 * <scope_root>/<unit_prefix>-<id>.scope/job, in a transient scope
 	 * of slice; 0 with scope_why when systemd runs but cannot be asked. */

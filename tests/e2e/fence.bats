@@ -141,7 +141,8 @@ waiting_cgroup() {
 
 placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 	gpus 4
-	start_daemon GPUMAN_FENCE="$1"
+	# as where the mount lacks favordynmods, whatever this machine's says
+	start_daemon GPUMAN_FENCE="$1" GPUMAN_FENCE_PREPLACE=yes
 	hold_gpu2
 	as_user bob gpuman run --only 2 --wait -- sh -c \
 		"echo \$GPUMAN_LEASE >$SHARED/out/lease; exec $TRY $SHARED/out/waited waited $NODES" &
@@ -181,6 +182,25 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 @test "fence v1: the same with the devices controller (placed as it waits)" {
 	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
 	placed_while_waiting v1 /sys/fs/cgroup/devices
+}
+
+@test "fence v2: a waiting job is placed early exactly where the mount lacks favordynmods (where moves wait a grace period)" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2
+	hold_gpu2
+	as_user bob gpuman run --only 2 --wait -- true &
+	local bob=$!
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	sleep 0.5 # long enough for an early placement
+	if [[ ",$(awk '$2 == "/sys/fs/cgroup/unified" { print $4 }' /proc/mounts)," == *,favordynmods,* ]]; then
+		[ -z "$(waiting_cgroup /sys/fs/cgroup/unified)" ]
+	else
+		[ -n "$(waiting_cgroup /sys/fs/cgroup/unified)" ]
+	fi
+	touch "$SHARED/out/go"
+	wait "$bob"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
 # slow_moves_said MECHANISM MOUNT_TYPE: the broker says that each job's
@@ -535,6 +555,7 @@ EOF
 @test "fence restart: a waiter whose job was placed as it waited keeps its turn across a kill -9 of the broker, and its job runs fenced" {
 	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
 	gpus 4
+	export GPUMAN_FENCE_PREPLACE=yes # this broker and the next
 	start_daemon GPUMAN_FENCE=v2
 	hold_gpu2
 	as_user bob gpuman run --only 2 --wait -- "$TRY" "$SHARED/out/waited" waited $NODES &
