@@ -641,8 +641,8 @@ free:
  * line, not between one job's end and the next one's start.  The lease
  * takes the cgroup's name as its id (a cgroup v2 folder cannot be renamed).
  * Not in systemd scopes, which are made at the grant as before, nor where
- * moves are cheap.  Nothing is
- * answered: a job that is not placed now is placed at its grant.
+ * moves are cheap.  Nothing is answered: a job that is not placed now is
+ * placed at its grant.
  */
 int daemon_fence_can_preplace(void)
 {

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,7 +122,7 @@ static int send_env(int fd, char *const *vars)
 		off += strlen(*v) + 1;
 	}
 	for (size_t done = 0; done < total && rc == 0;) {
-		ssize_t n = write(fd, blob + done, total - done);
+		ssize_t n = send(fd, blob + done, total - done, MSG_NOSIGNAL);
 
 		if (n > 0)
 			done += (size_t)n;
@@ -184,8 +185,10 @@ static void child_exec(struct run *r, int lease_fd)
 
 static int start_child(struct run *r, int lease_fd, char *err, size_t len)
 {
-	if (pipe2(r->go, O_CLOEXEC) < 0) {
-		snprintf(err, len, "pipe: %s", strerror(errno));
+	/* A socket pair rather than a pipe: a job that was killed as it
+	 * waited is a failed send, not a SIGPIPE (send_env). */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r->go) < 0) {
+		snprintf(err, len, "socketpair: %s", strerror(errno));
 		return -1;
 	}
 	r->pid = fork();
@@ -201,12 +204,15 @@ static int start_child(struct run *r, int lease_fd, char *err, size_t len)
 	return 0;
 }
 
+static void prespawn_drop(void *data);
+
 /* The registry calls this under its lock, with the GPUs chosen. */
 static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
                            size_t len)
 {
 	struct run *r = data;
 	struct protocol_job job = {0};
+	int placed = lease->placed;
 
 	job.cuda_visible = gm_lease_cuda_visible(lease);
 	job.gpus = gm_lease_indices(lease);
@@ -218,16 +224,22 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 		snprintf(err, len, "out of memory");
 		return -1;
 	}
-	if (r->pid > 0 && send_env(r->go[1], r->env.vars) < 0) {
-		snprintf(err, len, "cannot hand the job its environment: %s", strerror(errno));
-		return -1; /* registry_acquire ends it (prespawn_drop) */
+	/* The job forked as we waited was killed meanwhile: another, as
+	 * without (and placed as without). */
+	if (r->pid > 0 && waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+		close(r->go[1]);
+		r->go[1] = -1;
+		r->pid = r->early = placed = 0;
+	} else if (r->pid > 0 && send_env(r->go[1], r->env.vars) < 0) {
+		prespawn_drop(r);
+		placed = 0;
 	}
 	if (r->pid <= 0 && start_child(r, gm_lease_fd(lease), err, len) < 0)
 		return -1;
 	/* Into its lease's cgroup while it waits for the go (unless the broker
 	 * placed it as we waited): its first instruction already runs fenced.
 	 * Refused, it never runs. */
-	if (lease->broker && !lease->placed && broker_fence(lease, r->pid, 0, err, len) < 0) {
+	if (lease->broker && !placed && broker_fence(lease, r->pid, 0, err, len) < 0) {
 		close(r->go[1]);
 		r->go[1] = -1;
 		waitpid(r->pid, NULL, 0);

@@ -184,6 +184,21 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 	placed_while_waiting v1 /sys/fs/cgroup/devices
 }
 
+@test "fence v2: a job placed as it waited and killed meanwhile is replaced at the grant, and the run runs fenced" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2 GPUMAN_FENCE_PREPLACE=yes
+	hold_gpu2
+	as_user bob gpuman run --only 2 --wait -- "$TRY" "$SHARED/out/waited" waited $NODES &
+	local bob=$! cg=
+	wait_for "cg=\$(waiting_cgroup /sys/fs/cgroup/unified); [ -n \"\$cg\" ]"
+	kill -9 "$(cat "$cg/cgroup.procs")"
+	touch "$SHARED/out/go"
+	wait "$bob"
+	check "$SHARED/out/waited" waited
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 @test "fence v2: a waiting job is placed early exactly where the mount lacks favordynmods (where moves wait a grace period)" {
 	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
 	gpus 4
