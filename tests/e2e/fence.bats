@@ -121,9 +121,12 @@ fenced_run() { # the run test, under mechanism $1
 
 # ---- a waiter's job, placed while it waits ---------------------------------
 
-# hold_gpu2 - alice's job holds GPU 2 until $SHARED/out/go appears
+# hold_gpu2 - alice's job holds GPU 2 until $SHARED/out/go appears.  It
+# waits its turn: the lease before may not be released yet when its
+# cgroup is gone (the broker hears its connection close)
 hold_gpu2() {
-	as_user alice gpuman run --only 2 -- sh -c \
+	rm -f "$SHARED/pids/holder"
+	as_user alice gpuman run --only 2 --wait -- sh -c \
 		"echo \$\$ >$SHARED/pids/holder; while [ ! -e $SHARED/out/go ]; do sleep 0.05; done" &
 	wait_for "[ -s '$SHARED/pids/holder' ]"
 }
