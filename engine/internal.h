@@ -111,6 +111,8 @@ struct engine {
 	int64_t *floor_mib; /* OOM at this much free: -1 none */
 	char err[GM_ERRBUF_SIZE];
 	int failed; /* a store error: stop */
+	/* what keeps queued jobs from starting (a full disk...), said once */
+	char wait_said[GM_ERRBUF_SIZE + 64];
 };
 
 /*

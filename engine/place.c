@@ -55,6 +55,34 @@ static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 	}
 }
 
+/* A queued job's reason while something of this machine, not the GPUs,
+ * keeps it from starting; cleared when it starts. */
+static const char WAITING[] = "waiting: ";
+
+/* Say why a queued job cannot start now (a full disk, a state directory
+ * it cannot write): in its record, which gpuman queue shows, and in the
+ * log once per distinct cause, not at each round.  It stays queued and
+ * starts once that is mended. */
+static void note_waiting(struct engine *e, struct job *job, const char *why)
+{
+	char reason[GM_ERRBUF_SIZE + 64];
+	struct job upd = *job;
+	int changed = 0;
+
+	snprintf(reason, sizeof reason, "%s%s; it starts once that is mended", WAITING, why);
+	if (strcmp(e->wait_said, why)) {
+		str_copy(e->wait_said, sizeof e->wait_said, why);
+		engine_say(e, "job %lld: %s", (long long)job->id, reason);
+	}
+	if (job->reason && !strcmp(job->reason, reason))
+		return;
+	upd.reason = reason;
+	/* the record is what failed to be written perhaps: not fatal */
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
+	                                         &changed, e->err, sizeof e->err) != GM_OK)
+		e->err[0] = '\0';
+}
+
 /* The request for this job: its own or batch's, plus what it learned. */
 static struct gm_request *job_request(struct engine *e, const struct job *job,
                                       int *no_framework_env, int *owned)
@@ -184,8 +212,8 @@ static enum place try_place(struct engine *e, int64_t id)
 		engine_run_path(e, run_slot, path, sizeof path);
 		L.run_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (L.run_fd < 0) {
-			engine_say(e, "job %lld: cannot create '%s': %s", (long long)id, path,
-			           strerror(errno));
+			snprintf(err, sizeof err, "cannot create '%s': %s", path, strerror(errno));
+			note_waiting(e, &job, err);
 			goto done;
 		}
 		if (flock(L.run_fd, LOCK_EX | LOCK_NB) == 0)
@@ -196,8 +224,8 @@ static enum place try_place(struct engine *e, int64_t id)
 	if (L.run_fd < 0)
 		goto done;
 	if (run_file_prepare(L.run_fd) < 0) {
-		engine_say(e, "job %lld: cannot prepare '%s': %s; it waits", (long long)id, path,
-		           strerror(errno));
+		snprintf(err, sizeof err, "cannot prepare '%s': %s", path, strerror(errno));
+		note_waiting(e, &job, err);
 		goto done;
 	}
 	if (pipe2(L.go, O_CLOEXEC) < 0)
@@ -265,7 +293,10 @@ static enum place try_place(struct engine *e, int64_t id)
 		upd.has_exit = 0;
 		upd.gpus = gpus;
 		upd.uuids = uuids;
-		upd.reason = job.reason;
+		upd.reason = job.reason && !strncmp(job.reason, WAITING, strlen(WAITING))
+		                 ? NULL
+		                 : job.reason;
+		e->wait_said[0] = '\0';
 		upd.runner_pid = L.runner;
 		upd.placed_free_mib = free_min;
 		upd.has_peak = 0;
@@ -308,7 +339,10 @@ static enum place try_place(struct engine *e, int64_t id)
 		fail_unplaceable(e, &job, why, NULL);
 		result = PLACE_SKIPPED;
 	} else if (rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_TIMEOUT) {
-		engine_say(e, "job %lld: cannot lease GPUs: %s", (long long)id, err);
+		char why[GM_ERRBUF_SIZE + 32];
+
+		snprintf(why, sizeof why, "cannot lease GPUs: %s", err);
+		note_waiting(e, &job, why);
 	}
 	if (rc != GM_OK && L.runner > 0) {
 		/* started, then publishing failed: it gets no go */

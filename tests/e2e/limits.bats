@@ -44,3 +44,29 @@ teardown() {
 	[ "$(jq -r '.tasks[0].exit_status' small/logs/summary.json)" = 0 ]
 	[ "$(wc -l <runs)" = 1 ]
 }
+
+@test "a queued job whose lease cannot be written on a full disk says so in gpuman queue, once in the log, and starts once there is room" {
+	[ "$(id -u)" = 0 ] || skip "needs root to mount a small tmpfs (CI runs as root)"
+	one_gpu
+	cd "$BATS_TEST_TMPDIR"
+	mkdir small
+	mount -t tmpfs -o size=1m tmpfs small || skip "cannot mount a tmpfs here"
+	SMALL=$PWD/small
+	export GPUMAN_STATE_DIR=$SMALL/state
+	cat /dev/zero >"$SMALL/filler" 2>/dev/null || true
+	run -0 gpuman submit -- sh -c "echo ran >$PWD/ran"
+	wait_for "gpuman queue | grep -q 'waiting: cannot lease GPUs:'"
+	run -0 gpuman queue
+	[[ "$output" == *"the file system of the state directory is full"*"it starts once that is mended"* ]]
+	[ "$(jq -r '.[0].state' <<<"$(gpuman queue --json)")" = queued ]
+	# the dispatcher tries again each round, and says it once
+	sleep 2.5
+	[ "$(grep -c 'waiting: cannot lease GPUs' "$GPUMAN_QUEUE_DIR/dispatcher.log")" = 1 ]
+	# room again: it runs, and its record no longer says it waits
+	rm "$SMALL/filler"
+	run -0 timeout 30 gpuman wait 1
+	[ -e ran ]
+	run -0 gpuman queue --all --json
+	[ "$(jq -r '.[0].state' <<<"$output")" = done ]
+	[ "$(jq -r '.[0].reason' <<<"$output")" = null ]
+}
