@@ -241,8 +241,12 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libgpuman.so include/gpuman.h
 $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a tests/unit/*.h \
                     $(wildcard lib/*.h lib/internal/*.h sim/*.h) include/gpuman.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iengine -Ilib $(ALL_CFLAGS) -o $@ $< $(BUILD)/libgmengine.a $(BUILD)/libgpuman.a $(LIBS) \
-		-lsqlite3 -lcmocka
+	$(CC) $(CPPFLAGS) -Iengine -Ilib $(ALL_CFLAGS) -o $@ $< $(filter %.o,$^) $(BUILD)/libgmengine.a \
+		$(BUILD)/libgpuman.a $(LIBS) -lsqlite3 -lcmocka -lpthread
+# The broker's worker thread, tested on its own (the rest of the broker is
+# tested as a server by the end-to-end tests).
+$(BUILD)/tests/test_worker: $(BUILD)/broker/worker.o broker/daemon.h
+$(BUILD)/tests/test_worker: CPPFLAGS += -Icmdline -Ilib/internal
 
 demo: all
 	@sh examples/demo.sh $(BUILD)
