@@ -63,15 +63,21 @@ static const char WAITING[] = "waiting: ";
  * it cannot write): in its record, which gpuman queue shows, and in the
  * log once per distinct cause, not at each round.  It stays queued and
  * starts once that is mended. */
-static void note_waiting(struct engine *e, struct job *job, const char *why)
+static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...)
 {
-	char reason[GM_ERRBUF_SIZE + 64];
+	char why[sizeof e->wait_said], reason[sizeof why + 64];
 	struct job upd = *job;
 	int changed = 0;
+	va_list ap;
 
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
 	snprintf(reason, sizeof reason, "%s%s; it starts once that is mended", WAITING, why);
 	if (strcmp(e->wait_said, why)) {
-		str_copy(e->wait_said, sizeof e->wait_said, why);
+		memcpy(e->wait_said, why, sizeof why);
 		engine_say(e, "job %lld: %s", (long long)job->id, reason);
 	}
 	if (job->reason && !strcmp(job->reason, reason))
@@ -212,8 +218,7 @@ static enum place try_place(struct engine *e, int64_t id)
 		engine_run_path(e, run_slot, path, sizeof path);
 		L.run_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (L.run_fd < 0) {
-			snprintf(err, sizeof err, "cannot create '%s': %s", path, strerror(errno));
-			note_waiting(e, &job, err);
+			note_waiting(e, &job, "cannot create '%s': %s", path, strerror(errno));
 			goto done;
 		}
 		if (flock(L.run_fd, LOCK_EX | LOCK_NB) == 0)
@@ -224,8 +229,7 @@ static enum place try_place(struct engine *e, int64_t id)
 	if (L.run_fd < 0)
 		goto done;
 	if (run_file_prepare(L.run_fd) < 0) {
-		snprintf(err, sizeof err, "cannot prepare '%s': %s", path, strerror(errno));
-		note_waiting(e, &job, err);
+		note_waiting(e, &job, "cannot prepare '%s': %s", path, strerror(errno));
 		goto done;
 	}
 	if (pipe2(L.go, O_CLOEXEC) < 0)
@@ -339,10 +343,7 @@ static enum place try_place(struct engine *e, int64_t id)
 		fail_unplaceable(e, &job, why, NULL);
 		result = PLACE_SKIPPED;
 	} else if (rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_TIMEOUT) {
-		char why[GM_ERRBUF_SIZE + 32];
-
-		snprintf(why, sizeof why, "cannot lease GPUs: %s", err);
-		note_waiting(e, &job, why);
+		note_waiting(e, &job, "cannot lease GPUs: %s", err);
 	}
 	if (rc != GM_OK && L.runner > 0) {
 		/* started, then publishing failed: it gets no go */
