@@ -103,24 +103,34 @@ static void finish(struct daemon *d)
 	close(hold[1]);
 }
 
+/* A queue to build: each piece's name, its key, and whether it is early. */
+struct step {
+	char name;
+	const char *key;
+	int early;
+};
+
+static void submit_all(struct daemon *d, struct piece *p, const struct step *steps, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		submit(d, &p[i], steps[i].name, steps[i].key, steps[i].early);
+}
+
 static void test_grants_before_early_placements(void **state)
 {
+	/* the held piece; early placements of waiters a and b; a grant's
+	 * placement (lease g) goes before them all; lease a's grant after a's
+	 * own early placement but before b's; another waiter c; another grant
+	 * after the grants before it */
+	static const struct step steps[] = {{'0', "hold", 0}, {'a', "a", 1}, {'b', "b", 1},
+	                                    {'g', "g", 0},    {'A', "a", 0}, {'c', "c", 1},
+	                                    {'h', "h", 0}};
 	struct daemon d;
-	struct piece p[8];
+	struct piece p[7];
 
 	(void)state;
 	start(&d);
-	submit(&d, &p[0], '0', "hold", 0);
-	/* early placements of three waiters (leases a, b, c) ... */
-	submit(&d, &p[1], 'a', "a", 1);
-	submit(&d, &p[2], 'b', "b", 1);
-	/* ... a grant's placement (lease g) goes before them all, */
-	submit(&d, &p[3], 'g', "g", 0);
-	/* lease a's grant after a's own early placement, before b's, */
-	submit(&d, &p[4], 'A', "a", 0);
-	submit(&d, &p[5], 'c', "c", 1);
-	/* and another grant after the grants before it. */
-	submit(&d, &p[6], 'h', "h", 0);
+	submit_all(&d, p, steps, 7);
 	assert_int_equal(write(hold[1], "", 1), 1);
 	drain(&d, 7);
 	assert_string_equal(ran, "0gaAhbc");
@@ -130,15 +140,14 @@ static void test_grants_before_early_placements(void **state)
 
 static void test_settle_cancels_the_keys_queued_pieces(void **state)
 {
+	static const struct step steps[] = {
+	    {'0', "hold", 0}, {'a', "a", 1}, {'b', "b", 1}, {'A', "a", 0}};
 	struct daemon d;
-	struct piece p[5];
+	struct piece p[4];
 
 	(void)state;
 	start(&d);
-	submit(&d, &p[0], '0', "hold", 0);
-	submit(&d, &p[1], 'a', "a", 1);
-	submit(&d, &p[2], 'b', "b", 1);
-	submit(&d, &p[3], 'A', "a", 0);
+	submit_all(&d, p, steps, 4);
 	/* a's lease ends: its queued pieces are cancelled, done called for
 	 * them before settle returns; b's is untouched */
 	daemon_work_settle(&d, "a");
@@ -161,15 +170,14 @@ static void *let_go_later(void *arg)
 
 static void test_stop_cancels_what_is_queued(void **state)
 {
+	static const struct step steps[] = {{'0', "hold", 0}, {'a', "a", 1}, {'g', "g", 0}};
 	struct daemon d;
 	struct piece p[3];
 	pthread_t later;
 
 	(void)state;
 	start(&d);
-	submit(&d, &p[0], '0', "hold", 0);
-	submit(&d, &p[1], 'a', "a", 1);
-	submit(&d, &p[2], 'g', "g", 0);
+	submit_all(&d, p, steps, 3);
 	for (int i = 0; i < 5000 && !__atomic_load_n(&held, __ATOMIC_SEQ_CST); i++)
 		usleep(1000);
 	/* the piece running ends first; the others never run */
@@ -178,9 +186,7 @@ static void test_stop_cancels_what_is_queued(void **state)
 	pthread_join(later, NULL);
 	assert_string_equal(ran, "0");
 	assert_string_equal(finished, "xx0");
-	close(d.epfd);
-	close(hold[0]);
-	close(hold[1]);
+	finish(&d); /* a second stop does nothing */
 }
 
 int main(void)
