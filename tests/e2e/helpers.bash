@@ -162,14 +162,21 @@ py_gpuman() {
 # machine (a lock), and the counter put back after it, or the forks of
 # everyone else would go on from PID and take pids just freed -- PID
 # itself, once, before this test came to take it.
+# Returns 2 when a process or thread of a suite beside this one took PID
+# first and keeps it past 3 s (a daemon may, for minutes): the caller
+# starts again with new pids.
 take_pid() {
 	local pid=$1 user=gmtest-$2 i last got
-	wait_for "! kill -0 $pid 2>/dev/null"
+	wait_for "[ ! -e /proc/$pid ]" || { echo "pid $pid did not end" >&2; return 1; }
 	exec 8>>"${TMPDIR:-/tmp}/gpuman-take-pid.lock"
 	flock 8
 	for i in $(seq 100); do
-		# taken by another process meanwhile: it may end soon
-		kill -0 "$pid" 2>/dev/null && ! wait_for "! kill -0 $pid 2>/dev/null" 3 && break
+		# taken by another process or thread meanwhile: it may end soon
+		if [ -e "/proc/$pid" ] && ! wait_for "[ ! -e /proc/$pid ]" 3; then
+			echo "pid $pid was taken first, by: $(grep -E '^(Name|Tgid|Uid):' "/proc/$pid/status" | tr -s '\t\n' '  ')" >&2
+			exec 8>&-
+			return 2
+		fi
 		read -r last </proc/sys/kernel/ns_last_pid
 		echo $((pid - 1)) >/proc/sys/kernel/ns_last_pid
 		setpriv --reuid="$user" --regid="$user" --clear-groups sleep 300 8>&- &
