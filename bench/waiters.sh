@@ -155,12 +155,14 @@ burst() { # burst TRANSPORT N
 	as_other mkdir -m 700 "$work/q$1$2/bob"
 	c0=$(busy_ticks)
 	t0=$(ms)
-	i=0
-	while [ $i -lt $queued ]; do
-		GPUMAN_QUEUE_DIR="$work/q$1$2/bob" as_other gpuman submit -- gpuman-simload --mem 1G \
-			--util 50 --seconds $secs --record "$work/rec" >/dev/null
-		i=$((i + 1))
-	done
+	# one after the other from one shell of that user's, as a loop typed
+	# at a prompt would (a setpriv and an env per submit, as root's
+	# stand-in for the user, would double each submit's cost here)
+	GPUMAN_QUEUE_DIR="$work/q$1$2/bob" as_other sh -c 'i=0
+		while [ $i -lt "$1" ]; do
+			gpuman submit -- gpuman-simload --mem 1G --util 50 --seconds "$2" --record "$3" >/dev/null || exit
+			i=$((i + 1))
+		done' sh "$queued" "$secs" "$work/rec"
 	t1=$(ms)
 	pids=
 	i=0
