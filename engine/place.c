@@ -25,21 +25,27 @@
 #include "internal.h"
 #include "snapshot.h"
 
+/* WHY, then the registry's explanation (a line per GPU) on the same line. */
+static void with_explain(char *out, size_t size, const char *why, const char *explain)
+{
+	size_t n = (size_t)snprintf(out, size, "%s", why);
+
+	for (const char *p = explain; p && *p && n < size - 4;) {
+		size_t l = strcspn(p, "\n");
+
+		n += (size_t)snprintf(out + n, size - n, "; %.*s", (int)l, p);
+		p += l + (p[l] == '\n');
+	}
+}
+
 static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
                              const char *explain)
 {
 	char reason[2048];
-	size_t n;
 	int changed = 0;
 	struct job upd = *job;
 
-	n = (size_t)snprintf(reason, sizeof reason, "%s", why);
-	for (const char *p = explain; p && *p && n < sizeof reason - 4;) {
-		size_t l = strcspn(p, "\n");
-
-		n += (size_t)snprintf(reason + n, sizeof reason - n, "; %.*s", (int)l, p);
-		p += l + (p[l] == '\n');
-	}
+	with_explain(reason, sizeof reason, why, explain);
 	upd.state = JOB_FAILED;
 	upd.reason = reason;
 	upd.end_ms = now_ms();
@@ -84,6 +90,32 @@ static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...
 		return;
 	upd.reason = reason;
 	/* the record is what failed to be written perhaps: not fatal */
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
+	                                         &changed, e->err, sizeof e->err) != GM_OK)
+		e->err[0] = '\0';
+}
+
+/* The head of the queue's reason while the GPUs keep it waiting (who
+ * holds them), as gpuman run --wait would say; the jobs behind it wait
+ * for it.  Cleared when it starts.  A reason of its own (requeued after
+ * running out of memory) stays; batch's tasks show none. */
+static const char BLOCKED[] = "waiting for GPUs";
+
+static void note_blocked(struct engine *e, struct job *job, const char *explain)
+{
+	char reason[2048];
+	struct job upd = *job;
+	int changed = 0;
+
+	if (e->cfg->batch || !explain || !*explain)
+		return;
+	if (job->reason && strncmp(job->reason, BLOCKED, strlen(BLOCKED)) &&
+	    strncmp(job->reason, WAITING, strlen(WAITING)))
+		return;
+	with_explain(reason, sizeof reason, BLOCKED, explain);
+	if (job->reason && !strcmp(job->reason, reason))
+		return;
+	upd.reason = reason;
 	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
 	                                         &changed, e->err, sizeof e->err) != GM_OK)
 		e->err[0] = '\0';
@@ -297,7 +329,8 @@ static enum place try_place(struct engine *e, int64_t id)
 		upd.has_exit = 0;
 		upd.gpus = gpus;
 		upd.uuids = uuids;
-		upd.reason = job.reason && !strncmp(job.reason, WAITING, strlen(WAITING))
+		upd.reason = job.reason && (!strncmp(job.reason, WAITING, strlen(WAITING)) ||
+		                            !strncmp(job.reason, BLOCKED, strlen(BLOCKED)))
 		                 ? NULL
 		                 : job.reason;
 		e->wait_said[0] = '\0';
@@ -344,6 +377,8 @@ static enum place try_place(struct engine *e, int64_t id)
 		result = PLACE_SKIPPED;
 	} else if (rc != GM_ERR_UNAVAILABLE && rc != GM_ERR_TIMEOUT) {
 		note_waiting(e, &job, "cannot lease GPUs: %s", err);
+	} else {
+		note_blocked(e, &job, explain);
 	}
 	if (rc != GM_OK && L.runner > 0) {
 		/* started, then publishing failed: it gets no go */

@@ -242,6 +242,10 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	# alice submits first, bob's run --wait comes after, alice's second after that
 	GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman submit -- sh -c "echo 1-alice-queued >>'$SHARED/order'"
 	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	# her queue says why it waits, as the broker tells it
+	wait_for '[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --json | jq -r ".[0].reason")" != null ]'
+	[[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --json | jq -r ".[0].reason")" == \
+		"waiting for GPUs; GPU 0 "*"leased exclusively by $(id -un)"* ]]
 	bg w bob gpuman run --wait -- sh -c "echo 2-bob-run >>'$SHARED/order'"
 	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 2 ]'
 	run -0 gpuman status --json
@@ -252,6 +256,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(tr '\n' ' ' <"$SHARED/order")" = "1-alice-queued 2-bob-run " ]
 	run -0 env GPUMAN_QUEUE_DIR=$SHARED/aq setpriv --reuid=gmtest-alice --regid=gmtest-alice \
 		--clear-groups env HOME=/tmp PATH="$PATH" gpuman wait 1
+	[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --all --json | jq -r ".[0].reason")" = null ]
 }
 
 @test "broker: garbage, stalled and silent clients do not hold up anybody" {

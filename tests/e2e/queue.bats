@@ -94,6 +94,24 @@ assert all(a[1] <= b[0] for a, b in zip(iv, iv[1:])), iv
 EOF
 }
 
+@test "the first queued job says why it waits, naming who holds the GPUs; the reason goes when it starts" {
+	gpus 1
+	gpuman submit -- sleep 60 >/dev/null
+	gpuman submit -- true >/dev/null
+	gpuman submit -- true >/dev/null
+	wait_for '[ "$(gpuman queue --json | jq -r ".[1].reason")" != null ]'
+	run -0 gpuman queue --json
+	[[ "$(jqr '.[1].reason')" == "waiting for GPUs; GPU 0 (Sim): leased exclusively by $(id -un) (pid "*")" ]]
+	# the job behind it waits for it, and says nothing of its own
+	[ "$(jqr '.[2].reason')" = null ]
+	run -0 gpuman queue
+	[[ "${lines[3]}" == *"waiting for GPUs; GPU 0 (Sim): leased exclusively by"* ]]
+	gpuman cancel 1
+	run -0 gpuman wait 2 3
+	run -0 gpuman queue --all --json
+	[ "$(jqr '[.[] | select(.id > 1) | .reason] | unique | join(",")')" = "" ]
+}
+
 @test "cancel: a queued job never starts; a running one is stopped and recorded as cancelled" {
 	gpus 1
 	gpuman submit -- gpuman-simload --mem 1G --util 10 --seconds 30 --record "$BATS_TEST_TMPDIR/rec.txt" >/dev/null

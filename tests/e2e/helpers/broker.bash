@@ -31,6 +31,9 @@ broker_stop() {
 	for f in "$SHARED"/pids/*; do
 		[ -f "$f" ] && kill_ours "$(cat "$f")"
 	done
+	# the dispatcher of a user's queue under $SHARED, left by a test that
+	# failed before its queue emptied (it would keep bats waiting)
+	kill_ours $(pgrep -f "gpuman dispatcher .*$SHARED/" || true)
 	# a broker the test killed itself is not judged here
 	if [ -n "${DAEMON:-}" ] && pid_runs "$DAEMON" && ours "$DAEMON" && kill "$DAEMON" 2>/dev/null; then
 		daemon_end "$DAEMON" || rc=1
