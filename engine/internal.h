@@ -200,6 +200,8 @@ void engine_write_job_record(struct engine *e, int64_t id);
 void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd);
 void engine_refresh_snapshot(struct engine *e);
 void engine_flush_accounting(struct engine *e);
+/* loop.c */
+int engine_commit_go(struct engine *e);
 
 /* heuristics.c */
 void engine_batch_learn(struct engine *e, const struct slot *s, const struct job *upd);

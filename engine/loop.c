@@ -24,13 +24,15 @@
 #include "util.h"
 #include "internal.h"
 
-/* End of a round: commit, then let the claimed jobs go and drop the run
- * files of the recorded ones. */
-static void commit_round(struct engine *e)
+/* Commit what is written, then let the claimed jobs go: a job starts only
+ * once its start is on record (a dispatcher killed in between must not
+ * run it twice).  Also after each job placed, not only at the round's end:
+ * the go of the first of several GPUs freed at once would otherwise wait
+ * for every later placement.  0, or -1 when the commit failed. */
+int engine_commit_go(struct engine *e)
 {
 	int ok = 1;
 
-	engine_flush_accounting(e);
 	if (e->in_tx) {
 		if (e->failed || jobstore_commit(e->cfg->store, e->err, sizeof e->err) != GM_OK) {
 			jobstore_rollback(e->cfg->store);
@@ -51,6 +53,17 @@ static void commit_round(struct engine *e)
 	}
 	if (ok)
 		e->nheld = 0;
+	return ok ? 0 : -1;
+}
+
+/* End of a round: commit and go, then drop the run files of the recorded
+ * jobs. */
+static void commit_round(struct engine *e)
+{
+	int ok;
+
+	engine_flush_accounting(e);
+	ok = engine_commit_go(e) == 0;
 	for (size_t i = 0; ok && i < e->nended; i++)
 		engine_write_job_record(e, e->ended[i]);
 	e->nended = 0;

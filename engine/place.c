@@ -531,6 +531,8 @@ void engine_schedule(struct engine *e)
 			i++; /* it waits in its place; a later job may fit */
 			continue;
 		}
+		if (p == PLACE_STARTED)
+			engine_commit_go(e);
 		/* Started, or no longer queued: out of the in-memory queue. */
 		if (i == e->qhead) {
 			e->qhead++;

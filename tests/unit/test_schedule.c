@@ -3,12 +3,14 @@
  * placement: jobs start in order, a blocked head stops the round, a job
  * that must wait keeps its place while later ones start, -j and a full
  * placement stop it, and the in-memory queue keeps what is left in order.
+ * A started job has its go before the next job is placed.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include "internal.h"
 
@@ -20,6 +22,10 @@ static int64_t tried[16];
 static size_t ntried;
 static size_t full_after; /* full() once this many started; 0 never */
 static size_t started;
+/* the started jobs' slots, and the reading ends of their go pipes */
+static struct slot slot_of[8], *slots[8];
+static int go_read[8], go_seen[8];
+static size_t late_go; /* placements while an earlier start had no go yet */
 
 static int fake_full(struct engine *e)
 {
@@ -29,8 +35,25 @@ static int fake_full(struct engine *e)
 
 static enum place fake_place(struct engine *e, int64_t id)
 {
+	int p[2];
+	char byte;
+
 	tried[ntried++] = id;
+	for (size_t i = 0; i < e->nslots; i++) {
+		if (go_seen[i])
+			continue;
+		if (slots[i]->go_fd >= 0 || read(go_read[i], &byte, 1) != 1)
+			late_go++;
+		go_seen[i] = 1;
+	}
 	if (answer[id] == PLACE_STARTED) {
+		assert_int_equal(pipe(p), 0);
+		memset(&slot_of[e->nslots], 0, sizeof slot_of[0]);
+		slot_of[e->nslots].go_fd = p[1];
+		go_read[e->nslots] = p[0];
+		go_seen[e->nslots] = 0;
+		slots[e->nslots] = &slot_of[e->nslots];
+		e->slots = slots;
 		started++;
 		e->nslots++; /* what -j counts */
 	}
@@ -80,16 +103,19 @@ static void test_rounds(void **state)
 		}
 		ntried = 0;
 		started = 0;
+		late_go = 0;
 		full_after = rows[r].full_after;
 		engine_schedule(&e);
+		for (size_t i = 0; i < e.nslots; i++)
+			close(go_read[i]);
 		for (size_t i = 0; i < ntried; i++)
 			got[i] = (char)('0' + tried[i]);
 		for (size_t i = e.qhead, k = 0; i < e.qcount; i++)
 			left[k++] = (char)('0' + e.queue[i]);
 		if (strcmp(got, rows[r].tried) || strcmp(left, rows[r].left) ||
-		    e.counts.queued != strlen(rows[r].left))
-			fail_msg("%s: tried %s, left %s (%zu queued)", rows[r].what, got, left,
-			         e.counts.queued);
+		    e.counts.queued != strlen(rows[r].left) || late_go)
+			fail_msg("%s: tried %s, left %s (%zu queued), %zu placed before a go",
+			         rows[r].what, got, left, e.counts.queued, late_go);
 	}
 }
 
