@@ -65,6 +65,21 @@ static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
  * keeps it from starting; cleared when it starts. */
 static const char WAITING[] = "waiting: ";
 
+/* A queued job's reason, written when it changes; the record is what
+ * failed to be written perhaps: not fatal. */
+static void set_queued_reason(struct engine *e, const struct job *job, char *reason)
+{
+	struct job upd = *job;
+	int changed = 0;
+
+	if (job->reason && !strcmp(job->reason, reason))
+		return;
+	upd.reason = reason;
+	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
+	                                         &changed, e->err, sizeof e->err) != GM_OK)
+		e->err[0] = '\0';
+}
+
 /* Say why a queued job cannot start now (a full disk, a state directory
  * it cannot write): in its record, which gpuman queue shows, and in the
  * log once per distinct cause, not at each round.  It stays queued and
@@ -74,8 +89,6 @@ static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...
 static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...)
 {
 	char why[sizeof e->wait_said], reason[sizeof why + 64];
-	struct job upd = *job;
-	int changed = 0;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -86,13 +99,7 @@ static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...
 		memcpy(e->wait_said, why, sizeof why);
 		engine_say(e, "job %lld: %s", (long long)job->id, reason);
 	}
-	if (job->reason && !strcmp(job->reason, reason))
-		return;
-	upd.reason = reason;
-	/* the record is what failed to be written perhaps: not fatal */
-	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
-	                                         &changed, e->err, sizeof e->err) != GM_OK)
-		e->err[0] = '\0';
+	set_queued_reason(e, job, reason);
 }
 
 /* The head of the queue's reason while the GPUs keep it waiting (who
@@ -104,8 +111,6 @@ static const char BLOCKED[] = "waiting for GPUs";
 static void note_blocked(struct engine *e, struct job *job, const char *explain)
 {
 	char reason[2048];
-	struct job upd = *job;
-	int changed = 0;
 
 	if (e->cfg->batch || !explain || !*explain)
 		return;
@@ -113,12 +118,7 @@ static void note_blocked(struct engine *e, struct job *job, const char *explain)
 	    strncmp(job->reason, WAITING, strlen(WAITING)))
 		return;
 	with_explain(reason, sizeof reason, BLOCKED, explain);
-	if (job->reason && !strcmp(job->reason, reason))
-		return;
-	upd.reason = reason;
-	if (engine_tx(e) == 0 && jobstore_update(e->cfg->store, &upd, JOB_QUEUED, job->attempts,
-	                                         &changed, e->err, sizeof e->err) != GM_OK)
-		e->err[0] = '\0';
+	set_queued_reason(e, job, reason);
 }
 
 /* The request for this job: its own or batch's, plus what it learned. */
