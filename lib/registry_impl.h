@@ -202,4 +202,8 @@ void registry_unlock(struct registry *reg);
 enum gm_err registry_lock(struct registry *reg, int64_t deadline, const struct waiting *w,
                           const struct acquire_opts *opts, char *err, size_t len);
 
+/* Take the registry lock only if it is free: 1 taken, else 0 with errno
+ * as flock left it (EWOULDBLOCK: someone holds it). */
+int registry_trylock(struct registry *reg);
+
 #endif

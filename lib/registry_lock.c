@@ -315,8 +315,7 @@ void registry_unlock(struct registry *reg)
 	reg->held_fd = -1;
 }
 
-/* errno as flock left it when not taken. */
-static int registry_trylock(struct registry *reg)
+int registry_trylock(struct registry *reg)
 {
 	if (flock(reg->lock_fd, LOCK_EX | LOCK_NB) < 0)
 		return 0;

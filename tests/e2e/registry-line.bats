@@ -79,6 +79,38 @@ line() {
 	[ "$(cat order)" = served ]
 }
 
+@test "arrivals that find a GPU free but the registry lock held take their places first, and are served in order" {
+	gpuman run -- true # makes the state directory
+	flock "$GPUMAN_STATE_DIR" sleep 3 &
+	LOCKER=$!
+	BG_PIDS="$LOCKER"
+	sleep 0.3
+	for i in 1 2 3; do
+		gpuman run --wait -- sh -c 'echo "$1" >> order; sleep 0.2' sh "$i" 2>err$i &
+		eval "W$i=$!"
+		BG_PIDS="$BG_PIDS $!"
+		# In line while the lock is still held: no queue on the lock,
+		# where the kernel would wake them in any order.
+		wait_for "test \"\$(tickets)\" = $i" 3
+	done
+	kill -0 "$LOCKER"
+	# Without --wait an arrival takes no place: it waits for the lock,
+	# then finds the line ahead of it.
+	gpuman run -- true 2>nowait &
+	NOWAIT=$!
+	sleep 0.3
+	[ "$(tickets)" = 3 ]
+	wait "$W1" "$W2" "$W3"
+	[ "$(cat order | tr '\n' ' ')" = "1 2 3 " ]
+	run wait "$NOWAIT"
+	[ "$status" = 75 ]
+	grep -q 'held for earlier requests in line' nowait
+	# The first was served once the lock was free: it was never told to
+	# wait for GPUs.  The second found the first's job on the GPU: it was.
+	! grep -q 'waiting for GPUs' err1
+	grep -q 'waiting for GPUs' err2
+}
+
 @test "an arrival that must wait never takes the registry lock, free or not, to queue" {
 	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
 	gpuman run -- sleep 300 &
