@@ -5,6 +5,7 @@
 # the line.
 
 load helpers
+load helpers/queue
 
 setup() {
 	gm_setup
@@ -210,7 +211,9 @@ JSON
 		gpuman submit -- true >/dev/null &
 	traced=$!
 	BG_PIDS="$BG_PIDS $traced"
-	wait_for 'gpuman queue --json | jq -e "length == 1" >/dev/null'
+	# Its dispatcher up, without a command that would start one untraced
+	# (`gpuman queue` starts one if it finds the job before submit does).
+	wait_for 'dispatcher_pid >/dev/null'
 	sleep 0.3 # its first try made
 	# Eight changes it wakes on: arrivals that queue, give up and leave.
 	for i in $(seq 8); do
