@@ -117,16 +117,22 @@ echo "before issue 12, at 100000 ended jobs: queue 150-300 ms and 50 MB; --all -
 # wait_run one|all - "jobs/s waiter-cpu-s" for 1000 queued trivial jobs
 wait_run() {
 	rm -rf "$GPUMAN_QUEUE_DIR"
-	gpuman queue >/dev/null
+	# One job submitted as a user would: the 1000 get its machine (the
+	# environment that names the GPUs and the registry), without which
+	# they are the default machine's, whose dispatcher finds no GPUs here.
+	gpuman submit -- true >/dev/null
+	gpuman wait 1 >/dev/null
 	python3 - "$GPUMAN_QUEUE_DIR/jobs.db" <<'PY'
 import sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1])
 now = int(time.time() * 1000)
-db.executemany("INSERT INTO jobs (state, command, argv, request, submit_ms) "
-               "VALUES ('queued', 'true', '[\"true\"]', '{}', ?)", ((now,) for _ in range(1000)))
+machine = db.execute("SELECT machine FROM jobs WHERE id = 1").fetchone()[0]
+db.executemany("INSERT INTO jobs (state, command, argv, request, submit_ms, machine) "
+               "VALUES ('queued', 'true', '[\"true\"]', '{}', ?, ?)",
+               ((now, machine) for _ in range(1000)))
 db.commit()
 PY
-	if [ "$1" = all ]; then set -- $(seq 1 1000); else set -- 1000; fi
+	if [ "$1" = all ]; then set -- $(seq 2 1001); else set -- 1001; fi
 	python3 - "$@" <<'PY'
 import os, sys, time
 s = time.perf_counter()

@@ -93,6 +93,22 @@ static void tell_ends(void *data)
 	free(ids);
 }
 
+/* The GPUs or the registry will not open: say so on the queued jobs, where
+ * gpuman queue and gpuman wait show it, and in the log when that is news
+ * (each gpuman wait tries again once a second). */
+static void say_stalled(struct queue *q, const char *when, const char *why)
+{
+	char err[GM_ERRBUF_SIZE];
+	int news;
+
+	if (jobstore_set_stalled(q->store, why, &news, err, sizeof err) != GM_OK) {
+		fprintf(stderr, "%s dispatcher %d: %s\n", when, (int)getpid(), err);
+		news = 1;
+	}
+	if (news)
+		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), why);
+}
+
 static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 {
 	struct engine_config cfg;
@@ -137,9 +153,11 @@ static int dispatcher_exec(struct cli *cli, int argc, char **argv)
 	/* a Slurm machine's jobs go to sbatch: no GPUs of ours to open */
 	if (!getenv(SUBMIT_SLURM_VAR) && (gm_open(&ctx, err, sizeof err) != GM_OK ||
 	                                  registry_open(&reg, err, sizeof err) != GM_OK)) {
-		fprintf(stderr, "%s dispatcher %d: cannot start: %s\n", when, (int)getpid(), err);
+		say_stalled(&q, when, err);
 		goto done;
 	}
+	if (jobstore_set_stalled(q.store, NULL, NULL, err, sizeof err) != GM_OK)
+		fprintf(stderr, "%s dispatcher %d: warning: %s\n", when, (int)getpid(), err);
 	trim_code_pages();
 	memset(&cfg, 0, sizeof cfg);
 	cfg.store = q.store;

@@ -69,6 +69,26 @@ static enum gm_err look_all(struct queue *q, struct pending *p, char *err, size_
  * those since the last look less this, and leave the rest to the full look. */
 #define END_SLACK_MS 250
 
+/* Something of the machine, not the GPUs, keeps the jobs queued (its
+ * dispatcher cannot start, a full disk) until it is mended: say what, once
+ * for each cause, rather than wait in silence.  The first job waited for
+ * tells: such a cause holds back every queued job of its machine. */
+static void tell_trouble(struct cli *cli, struct queue *q, const struct pending *p, char *said,
+                         size_t len)
+{
+	char err[GM_ERRBUF_SIZE];
+	struct job job;
+
+	if (!p->n || jobstore_get(q->store, p->ids[0], 0, &job, err, sizeof err) != GM_OK)
+		return;
+	if (job.state == JOB_QUEUED && job.reason &&
+	    !strncmp(job.reason, JOB_WAITING, strlen(JOB_WAITING)) && strcmp(said, job.reason)) {
+		cli_error(cli, 0, "job %lld is queued, %s", (long long)job.id, job.reason);
+		snprintf(said, len, "%s", job.reason);
+	}
+	job_release(&job);
+}
+
 static int report(struct cli *cli, struct queue *q, const int64_t *ids, size_t n)
 {
 	json_t *arr = cli->json ? json_array() : NULL;
@@ -103,7 +123,7 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 	static const struct option longopts[] = {CLI_COMMON_OPTIONS, {0}};
 	struct queue q = {.store = NULL};
 	struct pending p = {NULL, 0};
-	char err[GM_ERRBUF_SIZE];
+	char err[GM_ERRBUF_SIZE], said[GM_ERRBUF_SIZE + 256] = "";
 	int status, ifd = -1;
 	size_t n;
 	int64_t *ids = NULL, last_look, last_full;
@@ -170,6 +190,8 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 		if (now - last_full >= FULL_LOOK_MS) {
 			last_full = last_look = now;
 			rc = look_all(&q, &p, err, sizeof err);
+			if (rc == GM_OK)
+				tell_trouble(cli, &q, &p, said, sizeof said);
 			check_dispatcher = 1;
 			continue;
 		}
@@ -194,7 +216,9 @@ const struct cmd_entry cmd_wait = {
     "usage: gpuman wait [--json] ID...\n"
     "\n"
     "Block until every job named has ended, then print one line per job (id,\n"
-    "state and, unless done, why).  Starts the dispatcher if it has died.  Each\n"
+    "state and, unless done, why).  Starts the dispatcher if it has died, and\n"
+    "says on stderr, once, what of the machine keeps the jobs queued (a\n"
+    "dispatcher that cannot start, a full disk) until that is mended.  Each\n"
     "time jobs end it reads only the jobs that ended lately (and, once a second,\n"
     "the ones it still waits for): waiting on thousands of jobs slows nothing\n"
     "down.\n"

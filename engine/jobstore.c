@@ -61,10 +61,6 @@ void job_release(struct job *job)
 	*job = (struct job)JOB_INIT;
 }
 
-/* A dispatcher sees the jobs of its own machine only (jobstore_set_machine);
- * jobs of an older store (NULL) are the default machine's (""). */
-#define MACHINE "(:machine IS NULL OR IFNULL(machine, '') = :machine)"
-
 /* An array task beyond its array's %K: K of its array run already, or
  * are queued before it (it waits like a job --after another). */
 #define ARRAY_FULL                                                                                 \
@@ -119,6 +115,14 @@ enum gm_err jobstore_db_fail(struct jobstore *st, char *err, size_t len, const c
 	return db_fail(st, err, len, what);
 }
 
+static void bind_machine(sqlite3_stmt *s, const char *machine)
+{
+	int at = sqlite3_bind_parameter_index(s, ":machine");
+
+	if (at)
+		sqlite3_bind_text(s, at, machine, -1, SQLITE_STATIC);
+}
+
 sqlite3_stmt *jobstore_cached(struct jobstore *st, unsigned slot, const char *sql)
 {
 	if (slot >= JOBSTORE_EXTRA_STMTS)
@@ -128,15 +132,9 @@ sqlite3_stmt *jobstore_cached(struct jobstore *st, unsigned slot, const char *sq
 		return NULL;
 	sqlite3_reset(st->extra[slot]);
 	sqlite3_clear_bindings(st->extra[slot]);
+	if (st->machine)
+		bind_machine(st->extra[slot], st->machine);
 	return st->extra[slot];
-}
-
-static void bind_machine(sqlite3_stmt *s, const char *machine)
-{
-	int at = sqlite3_bind_parameter_index(s, ":machine");
-
-	if (at)
-		sqlite3_bind_text(s, at, machine, -1, SQLITE_STATIC);
 }
 
 char **jobstore_machine_filter(struct jobstore *st)

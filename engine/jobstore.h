@@ -32,6 +32,11 @@
 #include <stdint.h>
 #include "gpuman.h"
 
+/* A queued job's reason while something of its machine, not the GPUs,
+ * keeps it from starting (a full disk, a dispatcher that cannot start);
+ * cleared when it starts. */
+#define JOB_WAITING "waiting: "
+
 enum job_state {
 	JOB_QUEUED = 0,
 	JOB_RUNNING = 1,
@@ -64,7 +69,8 @@ struct job {
 	char *uuids;                         /* "GPU-...,GPU-..." */
 	int has_exit;
 	int exit_status;         /* exit code, or 128+N when killed by signal N */
-	char *reason;            /* why it failed, was requeued or cancelled */
+	char *reason;            /* why it failed, was requeued or cancelled;
+	                          * queued: JOB_WAITING... or "waiting for GPUs..." */
 	int attempts;            /* starts so far, retries and requeues included */
 	int retries;             /* further starts allowed after a failure */
 	int ooms;                /* requeues after CUDA out-of-memory errors */
@@ -170,6 +176,17 @@ enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node,
  * every job, as before.  The queue's dispatchers run one per machine.
  */
 enum gm_err jobstore_set_machine(struct jobstore *st, const char *machine, char *errbuf,
+                                 size_t errlen);
+/*
+ * Why none of this machine's queued jobs can start: its dispatcher cannot
+ * (the GPUs or the lease registry will not open).  Said on each of them as
+ * "waiting: the dispatcher cannot start: WHY; ...", over no reason or a
+ * waiting one, never over a reason of the job's own (requeued after running
+ * out of memory); WHY NULL takes back what an earlier call said.  *news
+ * (may be NULL): 1 when no queued job of the machine said it before (its
+ * log should then say it), else 0.
+ */
+enum gm_err jobstore_set_stalled(struct jobstore *st, const char *why, int *news, char *errbuf,
                                  size_t errlen);
 /* The machines ("" for NULL) of the jobs queued, running or with an end
  * still to tell, each once: *machines (each string and the array freed by

@@ -10,8 +10,12 @@
 #include <sqlite3.h>
 #include "jobstore.h"
 
+/* A dispatcher sees the jobs of its own machine only (jobstore_set_machine);
+ * jobs of an older store (NULL) are the default machine's (""). */
+#define MACHINE "(:machine IS NULL OR IFNULL(machine, '') = :machine)"
+
 /* Statements of jobstore_ext.c, prepared once per connection. */
-#define JOBSTORE_EXTRA_STMTS 4
+#define JOBSTORE_EXTRA_STMTS 5
 
 /* The statement in slot (prepared from sql on first use), reset and with
  * the machine filter bound; NULL if it cannot be prepared. */

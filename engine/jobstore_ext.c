@@ -3,6 +3,7 @@
  * the state timeout, the node a job ran on, the machine a job belongs to
  * and array tasks.  Kept apart from jobstore.c, which is long enough.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "jobstore_db.h"
@@ -41,7 +42,7 @@ const char jobstore_schema5[] =
     "CREATE INDEX IF NOT EXISTS jobs_by_array ON jobs (array_of, state, id)"
     " WHERE array_of IS NOT NULL;";
 
-enum { X_SET_NODE, X_LIVE_MACHINES, X_SET_ARRAY };
+enum { X_SET_NODE, X_LIVE_MACHINES, X_SET_ARRAY, X_STALLED, X_SAYS };
 
 enum gm_err jobstore_set_array(struct jobstore *st, int64_t first, int64_t last, char *err,
                                size_t len)
@@ -71,6 +72,56 @@ enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node,
 	sqlite3_bind_int64(s, 1, id);
 	if (node)
 		sqlite3_bind_text(s, 2, node, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	return rc == SQLITE_DONE ? GM_OK : jobstore_db_fail(st, err, len, "update");
+}
+
+/* What jobstore_set_stalled says: the whole of it is a waiting reason
+ * (the engine clears such a reason as the job starts). */
+#define STALLED JOB_WAITING "the dispatcher cannot start: "
+
+enum gm_err jobstore_set_stalled(struct jobstore *st, const char *why, int *news, char *err,
+                                 size_t len)
+{
+	sqlite3_stmt *s;
+	char reason[GM_ERRBUF_SIZE + 128];
+	int rc;
+
+	if (news)
+		*news = 0;
+	if (why) {
+		snprintf(reason, sizeof reason, STALLED "%s; its jobs start once that is mended",
+		         why);
+		/* News when no queued job of the machine says it yet. */
+		s = jobstore_cached(
+		    st, X_SAYS,
+		    "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND " MACHINE
+		    " AND reason = :said)");
+		if (!s)
+			return jobstore_db_fail(st, err, len, "read");
+		sqlite3_bind_text(s, sqlite3_bind_parameter_index(s, ":said"), reason, -1,
+		                  SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		if (news)
+			*news = rc == SQLITE_ROW && !sqlite3_column_int(s, 0);
+		sqlite3_reset(s);
+		if (rc != SQLITE_ROW)
+			return jobstore_db_fail(st, err, len, "read");
+	}
+	s = jobstore_cached(
+	    st, X_STALLED,
+	    "UPDATE jobs SET reason = :said WHERE state = 'queued' AND " MACHINE " AND "
+	    "CASE WHEN :said IS NULL THEN substr(reason, 1, length(:stalled)) = :stalled "
+	    "ELSE (reason IS NULL OR substr(reason, 1, 7) = 'waiting') AND reason IS NOT :said "
+	    "END");
+	if (!s)
+		return jobstore_db_fail(st, err, len, "update");
+	if (why)
+		sqlite3_bind_text(s, sqlite3_bind_parameter_index(s, ":said"), reason, -1,
+		                  SQLITE_STATIC);
+	sqlite3_bind_text(s, sqlite3_bind_parameter_index(s, ":stalled"), STALLED, -1,
+	                  SQLITE_STATIC);
 	rc = sqlite3_step(s);
 	sqlite3_reset(s);
 	return rc == SQLITE_DONE ? GM_OK : jobstore_db_fail(st, err, len, "update");

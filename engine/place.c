@@ -61,9 +61,7 @@ static void fail_unplaceable(struct engine *e, struct job *job, const char *why,
 	}
 }
 
-/* A queued job's reason while something of this machine, not the GPUs,
- * keeps it from starting; cleared when it starts. */
-static const char WAITING[] = "waiting: ";
+static const char WAITING[] = JOB_WAITING;
 
 /* A queued job's reason, written when it changes; the record is what
  * failed to be written perhaps: not fatal. */

@@ -208,6 +208,37 @@ EOF
 	[ "$(grep -c '^end ' rec.txt)" = 1 ]
 }
 
+@test "a dispatcher that cannot start: wait says why instead of hanging, queue shows it, the log once; mended, the jobs run" {
+	gpus 1
+	# the lease registry's directory is a file (a slip in a config): the
+	# dispatcher cannot open it, which submit never needs to
+	export GPUMAN_STATE_DIR=$BATS_TEST_TMPDIR/leases
+	touch "$GPUMAN_STATE_DIR"
+	gpuman submit -- sh -c 'echo ran >>a.txt' >/dev/null
+	gpuman submit -- sh -c 'echo ran >>b.txt' >/dev/null
+	run -124 timeout 3.5 gpuman wait 1 2
+	[ "${#lines[@]}" = 1 ]
+	[ "${lines[0]}" = "gpuman wait: job 1 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
+	run -0 gpuman queue
+	[[ "$output" == *"waiting: the dispatcher cannot start: state directory"* ]]
+	run -0 gpuman queue --json
+	[ "$(jq -r '[.[] | .state] | join(" ")' <<<"$output")" = "queued queued" ]
+	[ "$(jq -r '[.[] | .reason | startswith("waiting: the dispatcher cannot start: ")] | all' <<<"$output")" = true ]
+	# each wait started a dispatcher once a second; the log says it once
+	[ "$(grep -c 'cannot start' "$GPUMAN_QUEUE_DIR/dispatcher.log")" = 1 ]
+	[ ! -e a.txt ] && [ ! -e b.txt ]
+	# mended: the next look starts a dispatcher that runs both, and the
+	# reason goes
+	rm "$GPUMAN_STATE_DIR"
+	run -0 timeout 30 gpuman wait 1 2
+	[ "$output" = "1 done
+2 done" ]
+	[ "$(cat a.txt b.txt)" = "ran
+ran" ]
+	run -0 gpuman queue --all --json
+	[ "$(jq -r '[.[] | .reason] | unique | join(" ")' <<<"$output")" = "" ]
+}
+
 @test "a job whose runner is killed is recorded as failed, and its process goes with it" {
 	gpus 1
 	gpuman submit -- gpuman-simload --mem 1G --util 10 --seconds 30 --record rec.txt >/dev/null

@@ -401,6 +401,89 @@ static void test_schema4_fields_and_machine_filter(void **state)
 	job_release(&j);
 }
 
+static void insert_on(struct jobstore *st, const char *machine, const char *reason)
+{
+	struct job j = JOB_INIT;
+	char err[GM_ERRBUF_SIZE];
+
+	int changed = 0;
+
+	j.command = (char *)"train";
+	j.machine = (char *)machine;
+	assert_int_equal(jobstore_insert(st, &j, err, sizeof err), GM_OK);
+	if (!reason)
+		return;
+	j.reason = (char *)reason; /* the engine's, as it said it */
+	assert_int_equal(jobstore_update(st, &j, JOB_QUEUED, j.attempts, &changed, err, sizeof err),
+	                 GM_OK);
+	assert_true(changed);
+}
+
+static const char *reason_of(struct jobstore *st, int64_t id, char *buf, size_t len)
+{
+	char err[GM_ERRBUF_SIZE];
+	struct job j;
+
+	assert_int_equal(jobstore_get(st, id, 0, &j, err, sizeof err), GM_OK);
+	snprintf(buf, len, "%s", j.reason ? j.reason : "(none)");
+	job_release(&j);
+	return buf;
+}
+
+/* A dispatcher that cannot start says why on its own machine's queued
+ * jobs, over no reason or a waiting one, never over a job's own; news only
+ * the first time; once it starts, it takes back only what it said. */
+static void test_stalled_reason_on_the_machines_queued_jobs(void **state)
+{
+	struct fixture *f = *state;
+	const char *said = "waiting: the dispatcher cannot start: no NVML; its jobs start once "
+	                   "that is mended";
+	char err[GM_ERRBUF_SIZE], buf[512];
+	int news = -1;
+
+	insert_on(f->st, "M=lab", NULL);                           /* 1 */
+	insert_on(f->st, "M=lab", "waiting for GPUs: all 8 held"); /* 2 */
+	insert_on(f->st, "M=lab", "requeued: CUDA out of memory"); /* 3 */
+	insert_on(f->st, "M=laptop", NULL);                        /* 4 */
+	insert_on(f->st, "M=lab", NULL);                           /* 5: will run */
+	assert_int_equal(jobstore_set_machine(f->st, "M=lab", err, sizeof err), GM_OK);
+	{
+		struct job j;
+		int changed = 0;
+
+		assert_int_equal(jobstore_get(f->st, 5, 0, &j, err, sizeof err), GM_OK);
+		j.state = JOB_RUNNING;
+		j.start_ms = 2000;
+		assert_int_equal(
+		    jobstore_update(f->st, &j, JOB_QUEUED, j.attempts, &changed, err, sizeof err),
+		    GM_OK);
+		assert_true(changed);
+		job_release(&j);
+	}
+	assert_int_equal(jobstore_set_stalled(f->st, "no NVML", &news, err, sizeof err), GM_OK);
+	assert_int_equal(news, 1);
+	assert_string_equal(reason_of(f->st, 1, buf, sizeof buf), said);
+	assert_string_equal(reason_of(f->st, 2, buf, sizeof buf), said);
+	assert_string_equal(reason_of(f->st, 3, buf, sizeof buf), "requeued: CUDA out of memory");
+	assert_string_equal(reason_of(f->st, 4, buf, sizeof buf), "(none)");
+	assert_string_equal(reason_of(f->st, 5, buf, sizeof buf), "(none)");
+	/* the next dispatcher, same cause: nothing new to log; a new job
+	 * takes the reason all the same */
+	insert_on(f->st, "M=lab", NULL); /* 6 */
+	assert_int_equal(jobstore_set_stalled(f->st, "no NVML", &news, err, sizeof err), GM_OK);
+	assert_int_equal(news, 0);
+	assert_string_equal(reason_of(f->st, 6, buf, sizeof buf), said);
+	/* another cause is news, and replaces the first */
+	assert_int_equal(jobstore_set_stalled(f->st, "no registry", &news, err, sizeof err), GM_OK);
+	assert_int_equal(news, 1);
+	assert_non_null(strstr(reason_of(f->st, 1, buf, sizeof buf), ": no registry;"));
+	/* started: only what it said goes */
+	assert_int_equal(jobstore_set_stalled(f->st, NULL, NULL, err, sizeof err), GM_OK);
+	assert_string_equal(reason_of(f->st, 1, buf, sizeof buf), "(none)");
+	assert_string_equal(reason_of(f->st, 6, buf, sizeof buf), "(none)");
+	assert_string_equal(reason_of(f->st, 3, buf, sizeof buf), "requeued: CUDA out of memory");
+}
+
 /* --array 1-4%2: at most two tasks of the array run at once; the others
  * wait, counted as waiting, until one ends. */
 static void test_array_limit(void **state)
@@ -494,6 +577,8 @@ int main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_schema4_fields_and_machine_filter, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_stalled_reason_on_the_machines_queued_jobs, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_array_limit, setup, teardown),
 	    cmocka_unit_test(test_state_names),
