@@ -115,7 +115,8 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 	struct logs_opts o = {0, -1};
 	struct queue q;
 	struct job job = JOB_INIT;
-	char err[GM_ERRBUF_SIZE], path[PATH_MAX + 64], dir[PATH_MAX + 32];
+	char err[GM_ERRBUF_SIZE], path[PATH_MAX + 64], dir[PATH_MAX + 32],
+	    said[GM_ERRBUF_SIZE + 256] = "";
 	int status, ifd = -1;
 	int64_t id;
 	off_t off = 0;
@@ -150,6 +151,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		}
 	} else if (job.state == JOB_QUEUED && access(path, F_OK) < 0) {
 		cli_error(cli, 0, "job %lld has not started yet", (long long)id);
+		job_tell_held(cli, &job, said, sizeof said);
 	}
 	if (o.tail >= 0)
 		off = tail_offset(path, o.tail);
@@ -164,6 +166,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		job_release(&job);
 		if (jobstore_get(q.store, id, 0, &job, err, sizeof err) != GM_OK)
 			break;
+		job_tell_held(cli, &job, said, sizeof said);
 		/* Once a second: the probe is itself an event on the directory. */
 		if (monotonic_ms() - checked >= 1000) {
 			checked = monotonic_ms();
@@ -192,7 +195,8 @@ const struct cmd_entry cmd_logs = {
     "than once (--retries, out-of-memory requeues) has each attempt after a\n"
     "'--- gpuman: attempt N' line.\n"
     "\n"
-    "  -f, --follow       keep printing as the job writes, until it ends\n"
+    "  -f, --follow       keep printing as the job writes, until it ends (and\n"
+    "                     say what of the machine keeps it queued, if anything)\n"
     "  --tail N           only the last N lines (then, with -f, what follows)\n",
     logs_exec,
     NULL,

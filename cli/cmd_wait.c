@@ -69,23 +69,17 @@ static enum gm_err look_all(struct queue *q, struct pending *p, char *err, size_
  * those since the last look less this, and leave the rest to the full look. */
 #define END_SLACK_MS 250
 
-/* Something of the machine, not the GPUs, keeps the jobs queued (its
- * dispatcher cannot start, a full disk) until it is mended: say what, once
- * for each cause, rather than wait in silence.  The first job waited for
- * tells: such a cause holds back every queued job of its machine. */
-static void tell_trouble(struct cli *cli, struct queue *q, const struct pending *p, char *said,
-                         size_t len)
+/* The first job waited for tells what of its machine holds it back (it
+ * holds back every queued job of that machine). */
+static void tell_held(struct cli *cli, struct queue *q, const struct pending *p, char *said,
+                      size_t len)
 {
 	char err[GM_ERRBUF_SIZE];
 	struct job job;
 
 	if (!p->n || jobstore_get(q->store, p->ids[0], 0, &job, err, sizeof err) != GM_OK)
 		return;
-	if (job.state == JOB_QUEUED && job.reason &&
-	    !strncmp(job.reason, JOB_WAITING, strlen(JOB_WAITING)) && strcmp(said, job.reason)) {
-		cli_error(cli, 0, "job %lld is queued, %s", (long long)job.id, job.reason);
-		snprintf(said, len, "%s", job.reason);
-	}
+	job_tell_held(cli, &job, said, len);
 	job_release(&job);
 }
 
@@ -191,7 +185,7 @@ static int wait_exec(struct cli *cli, int argc, char **argv)
 			last_full = last_look = now;
 			rc = look_all(&q, &p, err, sizeof err);
 			if (rc == GM_OK)
-				tell_trouble(cli, &q, &p, said, sizeof said);
+				tell_held(cli, &q, &p, said, sizeof said);
 			check_dispatcher = 1;
 			continue;
 		}

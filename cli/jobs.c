@@ -61,3 +61,12 @@ int64_t parse_job_id(const char *s)
 		return -1;
 	return v;
 }
+
+void job_tell_held(struct cli *cli, const struct job *job, char *said, size_t len)
+{
+	if (job->state != JOB_QUEUED || !job->reason ||
+	    strncmp(job->reason, JOB_WAITING, strlen(JOB_WAITING)) || !strcmp(said, job->reason))
+		return;
+	cli_error(cli, 0, "job %lld is queued, %s", (long long)job->id, job->reason);
+	snprintf(said, len, "%s", job->reason);
+}

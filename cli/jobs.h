@@ -28,6 +28,11 @@ char *fmt_peak(char *buf, size_t len, const struct job *job);
 char *fmt_util(char *buf, size_t len, const struct job *job);
 /* Parse a job id operand; -1 if it is not one. */
 int64_t parse_job_id(const char *s);
+/* A queued job that something of its machine, not the GPUs, holds back
+ * (a dispatcher that cannot start, a full disk): say why on stderr, as
+ * wait and logs -f wait for it, unless said already holds that reason;
+ * said (len bytes, "" at first) then holds it. */
+void job_tell_held(struct cli *cli, const struct job *job, char *said, size_t len);
 
 /* ---- jobspec.c: what submit records beside the command ---------------- */
 

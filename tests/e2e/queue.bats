@@ -208,7 +208,7 @@ EOF
 	[ "$(grep -c '^end ' rec.txt)" = 1 ]
 }
 
-@test "a dispatcher that cannot start: wait says why instead of hanging, queue shows it, the log once; mended, the jobs run" {
+@test "a dispatcher that cannot start: wait and logs say why instead of hanging, queue shows it, the log once; mended, the jobs run" {
 	gpus 1
 	# the lease registry's directory is a file (a slip in a config): the
 	# dispatcher cannot open it, which submit never needs to
@@ -219,6 +219,10 @@ EOF
 	run -124 timeout 3.5 gpuman wait 1 2
 	[ "${#lines[@]}" = 1 ]
 	[ "${lines[0]}" = "gpuman wait: job 1 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
+	run -124 timeout 2.5 gpuman logs -f 2
+	[ "$output" = "gpuman logs: job 2 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
+	run -0 gpuman logs 2
+	[ "${lines[1]}" = "gpuman logs: job 2 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
 	run -0 gpuman queue
 	[[ "$output" == *"waiting: the dispatcher cannot start: state directory"* ]]
 	run -0 gpuman queue --json
