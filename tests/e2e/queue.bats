@@ -216,10 +216,10 @@ EOF
 	touch "$GPUMAN_STATE_DIR"
 	gpuman submit -- sh -c 'echo ran >>a.txt' >/dev/null
 	gpuman submit -- sh -c 'echo ran >>b.txt' >/dev/null
-	run -124 timeout 3.5 gpuman wait 1 2
+	run -124 timeout 5 gpuman wait 1 2
 	[ "${#lines[@]}" = 1 ]
 	[ "${lines[0]}" = "gpuman wait: job 1 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
-	run -124 timeout 2.5 gpuman logs -f 2
+	run -124 timeout 4 gpuman logs -f 2
 	[ "$output" = "gpuman logs: job 2 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
 	run -0 gpuman logs 2
 	[ "${lines[1]}" = "gpuman logs: job 2 is queued, waiting: the dispatcher cannot start: state directory '$GPUMAN_STATE_DIR' is not a directory; its jobs start once that is mended" ]
