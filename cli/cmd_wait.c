@@ -4,11 +4,12 @@
  * the dispatcher rewrites when jobs end, and looks once a second whether a
  * dispatcher still lives (starting one if not).
  *
- * What it costs the queue: at each event, one read of the jobs that ended
- * lately (an index on the end time), matched against the ids it still
- * waits for (sorted, bsearch) -- not a read per id.  A job whose end was
- * recorded late (a dispatcher restarted, a loaded machine) is caught by a
- * full look at the pending ids at most once a second.
+ * What it costs the queue: at each event, one read of the jobs whose end
+ * was recorded lately (an index on when it was recorded, not on the end
+ * time: a loaded dispatcher records ends hundreds of ms after they happen),
+ * matched against the ids it still waits for (sorted, bsearch) -- not a
+ * read per id.  A full look at the pending ids once a second catches
+ * whatever else (a store written by a gpuman before schema 6).
  */
 #include <errno.h>
 #include <poll.h>
@@ -65,8 +66,9 @@ static enum gm_err look_all(struct queue *q, struct pending *p, char *err, size_
 }
 
 #define FULL_LOOK_MS 1000
-/* Ends are recorded by the dispatcher shortly after they happen: ask for
- * those since the last look less this, and leave the rest to the full look. */
+/* An end is stamped as its record is written and seen once its round
+ * commits, shortly after: ask for those stamped since the last look less
+ * this, and leave the rest to the full look. */
 #define END_SLACK_MS 250
 
 /* The first job waited for tells what of its machine holds it back (it

@@ -15,7 +15,7 @@
 #include "jobstore_db.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 5
+#define SCHEMA_VERSION 6
 #define BUSY_TIMEOUT_MS 10000
 
 static const char *const state_names[JOB_STATE_COUNT] = {
@@ -97,7 +97,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_NOTIFY_DUE] = "SELECT id FROM jobs WHERE notify IS NOT NULL AND notified = 0 "
                       "AND state NOT IN ('queued', 'running') AND " MACHINE " ORDER BY id",
     [ST_NOTIFIED] = "UPDATE jobs SET notified = 1 WHERE id = ?1",
-    [ST_ENDED_SINCE] = "SELECT id, state FROM jobs WHERE end_ms >= ?1 "
+    [ST_ENDED_SINCE] = "SELECT id, state FROM jobs WHERE recorded_ms >= ?1 "
                        "AND state NOT IN ('queued', 'running')",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
@@ -214,8 +214,8 @@ static const char schema3[] =
     "CREATE TRIGGER IF NOT EXISTS deps_forget AFTER DELETE ON jobs"
     " BEGIN DELETE FROM deps WHERE job = OLD.id; END;";
 
-static const char *const migrations[SCHEMA_VERSION] = {schema, schema2, schema3, jobstore_schema4,
-                                                       jobstore_schema5};
+static const char *const migrations[SCHEMA_VERSION] = {
+    schema, schema2, schema3, jobstore_schema4, jobstore_schema5, jobstore_schema6};
 
 /* Run sql, retrying while another connection holds a lock that the busy
  * handler does not wait for (switching to WAL, a fresh database's first

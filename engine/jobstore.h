@@ -210,9 +210,11 @@ enum gm_err jobstore_ended(struct jobstore *st, const int64_t *ids, size_t n,
                            struct job_end **ended, size_t *count, char *errbuf, size_t errlen);
 
 /*
- * The jobs that ended at or after since_ms (by their end time, an index):
- * fn gets each id and state.  What a waiter asks at each event: it costs
- * what ended lately, not what it waits for.
+ * The jobs whose end was recorded at or after since_ms (wall clock; not
+ * their end time, which may come far earlier; an index): fn gets each id
+ * and state.  What a waiter asks at each event: it costs what ended
+ * lately, not what it waits for.  Ends recorded before schema 6 are not
+ * among them.
  */
 enum gm_err jobstore_ended_since(struct jobstore *st, int64_t since_ms,
                                  void (*fn)(void *data, int64_t id, enum job_state state),

@@ -24,9 +24,10 @@ enum gm_err jobstore_db_fail(struct jobstore *st, char *errbuf, size_t errlen, c
 /* The machine filter of the connection (owned by it). */
 char **jobstore_machine_filter(struct jobstore *st);
 
-/* Schema 3 to 4 (jobstore_ext.c). */
+/* Schema 3 to 4, 5 and 6 (jobstore_ext.c). */
 extern const char jobstore_schema4[];
 extern const char jobstore_schema5[];
+extern const char jobstore_schema6[];
 
 /* ---- jobstore.c's connection, for jobstore_rows.c --------------------- */
 

@@ -198,7 +198,7 @@ PY
 	run -0 gpuman submit --name new -- true
 	[ "$output" = 2 ]
 	run -0 gpuman wait 2
-	[ "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$GPUMAN_QUEUE_DIR/jobs.db")" = 5 ]
+	[ "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("PRAGMA user_version").fetchone()[0])' "$GPUMAN_QUEUE_DIR/jobs.db")" = 6 ]
 }
 
 # one_gpu NAME UUID-SUFFIX - a scenario file NAME.json with one GPU.

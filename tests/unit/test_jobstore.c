@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "jobstore.h"
 
@@ -272,6 +273,42 @@ static void test_ended_reads_only_final_states_and_names_unknown_ids(void **stat
 	assert_int_equal(jobstore_ended(f->st, bad, 2, &ended, &n, err, sizeof err),
 	                 GM_ERR_NOT_FOUND);
 	assert_non_null(strstr(err, "no job 99"));
+}
+
+static void seen(void *data, int64_t id, enum job_state state)
+{
+	int64_t *got = data;
+
+	(void)state;
+	got[got[0] + 1] = id;
+	got[0]++;
+}
+
+/* A waiter's read at each event: the ends recorded since it last looked,
+ * whenever they happened.  A dispatcher under load records an end long
+ * after it (here: an end_ms of 1970); asked by end time, the waiter missed
+ * it until its next full look. */
+static void test_ended_since_is_by_when_the_end_was_recorded(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	int64_t got[8] = {0}, before;
+	struct timespec ts;
+
+	for (int i = 0; i < 3; i++)
+		add(f->st, 0, "j");
+	clock_gettime(CLOCK_REALTIME, &ts);
+	before = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - 1000;
+	finish(f->st, 1, JOB_DONE, 5000);
+	finish(f->st, 3, JOB_FAILED, 7000);
+	assert_int_equal(jobstore_ended_since(f->st, before, seen, got, err, sizeof err), GM_OK);
+	assert_int_equal(got[0], 2);
+	assert_true((got[1] == 1 && got[2] == 3) || (got[1] == 3 && got[2] == 1));
+	/* recorded before the look: not again */
+	got[0] = 0;
+	assert_int_equal(jobstore_ended_since(f->st, before + 60000, seen, got, err, sizeof err),
+	                 GM_OK);
+	assert_int_equal(got[0], 0);
 }
 
 static void pruned(void *data, int64_t id, const char *log)
@@ -573,6 +610,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_each_streams_a_set_of_states, setup, teardown),
 	    cmocka_unit_test_setup_teardown(
 	        test_ended_reads_only_final_states_and_names_unknown_ids, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ended_since_is_by_when_the_end_was_recorded, setup,
+	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_prune_deletes_only_jobs_that_ended_before, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_name_roundtrip, setup, teardown),
