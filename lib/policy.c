@@ -117,6 +117,33 @@ static void say(char *why, const char *fmt, ...)
 }
 
 /* "pid 28329" or "pids 28329, 28330, ..." for the processes on a GPU. */
+/* --only and --exclude.  An --only that names no GPU here at all (a
+ * mistyped index or UUID prefix) says so, rather than leave every GPU
+ * "not in --only". */
+static int listed_out(const struct policy_input *in, const struct gm_request *req,
+                      const struct gm_gpu *gpu, char *why)
+{
+	if (req->only.count && !gpu_list_matches(&req->only, gpu->index, gpu->uuid)) {
+		size_t i = 0;
+
+		while (
+		    i < in->snap->gpu_count &&
+		    !gpu_list_matches(&req->only, in->snap->gpus[i].index, in->snap->gpus[i].uuid))
+			i++;
+		if (i < in->snap->gpu_count)
+			say(why, "not in --only");
+		else
+			say(why, "not in --only, which names no GPU of this machine (gpuman status "
+			         "lists their indices and UUIDs)");
+		return 1;
+	}
+	if (gpu_list_matches(&req->exclude, gpu->index, gpu->uuid)) {
+		say(why, "excluded by --exclude");
+		return 1;
+	}
+	return 0;
+}
+
 static void say_pids(char *buf, size_t len, const struct gm_snapshot *snap,
                      const struct gm_gpu *gpu)
 {
@@ -215,14 +242,8 @@ static int static_reason(const struct policy_input *in, const struct gm_request 
 		say(why, "outside CUDA_VISIBLE_DEVICES");
 		return 1;
 	}
-	if (req->only.count && !gpu_list_matches(&req->only, gpu->index, gpu->uuid)) {
-		say(why, "not in --only");
+	if (listed_out(in, req, gpu, why))
 		return 1;
-	}
-	if (gpu_list_matches(&req->exclude, gpu->index, gpu->uuid)) {
-		say(why, "excluded by --exclude");
-		return 1;
-	}
 	if ((gpu->valid & GM_HAS_COMPUTE_MODE) && gpu->compute_mode == GM_COMPUTE_PROHIBITED) {
 		say(why, "compute mode is prohibited");
 		return 1;
@@ -446,14 +467,8 @@ static int mig_static_reason(const struct policy_input *in, const struct gm_requ
 	size_t matches = 0, usable = 0, big_enough = 0;
 	char profiles[64], ask[64];
 
-	if (req->only.count && !gpu_list_matches(&req->only, gpu->index, gpu->uuid)) {
-		say(why, "not in --only");
+	if (listed_out(in, req, gpu, why))
 		return 1;
-	}
-	if (gpu_list_matches(&req->exclude, gpu->index, gpu->uuid)) {
-		say(why, "excluded by --exclude");
-		return 1;
-	}
 	if (!(gpu->valid & GM_HAS_MIG) || gpu->mig_mode != 1) {
 		say(why, "not in MIG mode (--mig asks for a slice of a GPU in MIG mode)");
 		return 1;

@@ -223,6 +223,16 @@ static void test_only_indices_and_uuid_prefix(void **state)
 	assert_int_equal(t->res.outcome, POLICY_NEVER);
 	policy_result_release(&t->res);
 	release_request(&t->req);
+
+	/* a list that names no GPU here says so */
+	t->req.count = 1;
+	set_list(&t->req.only, "12,GPU-99");
+	choose(&t->in, &t->req, &t->res);
+	assert_int_equal(t->res.outcome, POLICY_NEVER);
+	assert_why(&t->res, 0, "not in --only, which names no GPU of this machine", NULL);
+	assert_why(&t->res, 3, "not in --only, which names no GPU of this machine", NULL);
+	policy_result_release(&t->res);
+	release_request(&t->req);
 }
 
 static void test_exclude_indices_and_uuid_prefix(void **state)
