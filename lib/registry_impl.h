@@ -41,6 +41,7 @@ struct attempt {
 	struct policy_result res; /* the policy's answer, when it ran */
 	char *why;                /* for people: why it is not granted (owned) */
 	unsigned char *cand;      /* per snapshot position: could ever be given it */
+	int unread;               /* queued on sight of a line: no why yet (queue_behind) */
 };
 
 /*

@@ -140,6 +140,38 @@ line() {
 	grep -Eq 'flock\([0-9]+, LOCK_EX\|LOCK_NB\) += 0' calls # its ticket's own lock
 }
 
+@test "an arrival behind a line queues before it reads a lease, and a wait that runs out says why" {
+	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
+	line 2
+	# A read of the line from its head cost each arrival of a burst about
+	# a millisecond, and every hand-off waited behind the burst.
+	run strace -e trace=openat -o calls gpuman run --wait=1s -- true
+	[ "$status" = 75 ]
+	[[ "$output" == *"held for earlier requests in line, the first"* ]]
+	queued=$(grep -n '\.tmp\.wait\.' calls | head -1 | cut -d: -f1)
+	first_lease=$(grep -n '"lease\.' calls | head -1 | cut -d: -f1)
+	echo "ticket made at call $queued, first lease read at call $first_lease"
+	[ -n "$queued" ] && [ -n "$first_lease" ]
+	((queued < first_lease))
+}
+
+@test "an arrival that queues on sight of a line still takes at once a GPU nobody in it can use" {
+	scenario two <<'JSON'
+{ "gpus": [ {"name":"g0","memory_total_mib":16000}, {"name":"g1","memory_total_mib":16000} ] }
+JSON
+	gpuman run --only 0 -- sleep 300 &
+	BG_PIDS="$!"
+	wait_for 'ls "$GPUMAN_STATE_DIR" | grep -q "^lease\."'
+	for i in 1 2; do
+		gpuman run --only 0 --wait -- true 2>/dev/null &
+		BG_PIDS="$BG_PIDS $!"
+		wait_for "test \"\$(tickets)\" = $i"
+	done
+	run -0 timeout 10 gpuman run --wait -- sh -c 'echo "$GPUMAN_GPUS"'
+	[ "${lines[-1]}" = 1 ]
+	[ "$(tickets)" = 2 ]
+}
+
 @test "kill -9 of waiters in the middle of the line: those behind them are served in order" {
 	line 5
 	kill -9 "$W2" "$W3"
