@@ -441,6 +441,7 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	}
 	c->usable = json_incref(usable);
 	c->usable_migs = json_incref(usable_migs);
+	c->queued_job = json_is_true(json_object_get(msg, "queued_job"));
 	if (cmd)
 		str_copy(c->command, sizeof c->command, cmd);
 	else
@@ -633,7 +634,8 @@ static struct shared_text *view_build(struct daemon *d)
 		json_object_set_new(o, "uid", json_integer(w->uid));
 		json_object_set_new(o, "user", json_string(u ? u->name : "?"));
 		json_object_set_new(o, "pid", json_integer(w->pid));
-		json_object_set_new(o, "command", json_string(w->command));
+		json_object_set_new(o, "command",
+		                    json_string(w->queued_job ? RECORD_QUEUED_JOB : w->command));
 		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
 		json_object_set_new(o, "summary", json_string(w->summary));
 		if (w->limit[0])

@@ -111,6 +111,7 @@ struct conn {
 	int64_t reserve_ms; /* > 0: a reservation for this long */
 	char within[64];    /* inside this reservation of its user's; "" none */
 	int told;           /* "queued" sent */
+	int queued_job;     /* a queue's next job (keep_place): shown as RECORD_QUEUED_JOB */
 	int64_t since_ms;   /* wall clock */
 	uint64_t seq;
 	char command[256];

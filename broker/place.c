@@ -230,7 +230,7 @@ void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapsho
 	unsigned char *u = record_usable_from(c->usable, snap);
 	unsigned char *mu = record_usable_migs_from(c->usable_migs, snap);
 	unsigned char *cand = calloc(snap->gpu_count + 1, 1);
-	struct line_waiter w = {c->uid, c->user, c->pid, c->req, u, mu, c->within, c->wait};
+	struct line_waiter w = {c->uid, c->user, c->pid, c->req, u, mu, c->within, c->wait, 0};
 	struct line_input in = {.snap = snap,
 	                        .cfg = &d->cfg,
 	                        .now_ms = now_ms(),
@@ -287,8 +287,9 @@ void daemon_serve_line(struct daemon *d, int fresh)
 		conns[n] = c;
 		usable[2 * n] = record_usable_from(c->usable, in.snap);
 		usable[2 * n + 1] = record_usable_migs_from(c->usable_migs, in.snap);
-		lw[n] = (struct line_waiter){c->uid,        c->user,           c->pid,    c->req,
-		                             usable[2 * n], usable[2 * n + 1], c->within, c->wait};
+		lw[n] = (struct line_waiter){c->uid,    c->user,       c->pid,
+		                             c->req,    usable[2 * n], usable[2 * n + 1],
+		                             c->within, c->wait,       !c->told};
 	}
 	in.cfg = &d->cfg;
 	in.now_ms = now_ms();

@@ -220,16 +220,6 @@ void broker_place_free(struct broker_place *place)
 	free(place);
 }
 
-static char *place_key(const struct gm_request *req, const struct acquire_opts *opts)
-{
-	char *text = gm_request_text(req), *key = NULL;
-
-	if (text && asprintf(&key, "%s\n%s", text, opts->command ? opts->command : "") < 0)
-		key = NULL;
-	free(text);
-	return key;
-}
-
 enum gm_err broker_acquire(const char *path, struct broker_place **place, struct gm_context *ctx,
                            const struct gm_request *req, const struct acquire_opts *opts,
                            struct gm_lease **out, char **explain, char *err, size_t len)
@@ -251,7 +241,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 	if (explain)
 		*explain = NULL;
 	if (keep) {
-		char *key = place_key(req, opts);
+		char *key = record_place_key(req, opts->command);
 
 		if (!key)
 			return gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
@@ -311,6 +301,8 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			goto done;
 		json_object_set_new(msg, "request", record_request_json(req));
 		json_object_set_new(msg, "wait", json_boolean(req->has_wait || keep));
+		if (keep)
+			json_object_set_new(msg, "queued_job", json_true());
 		if (opts && opts->command)
 			json_object_set_new(msg, "command", json_string(opts->command));
 		if (env.usable)

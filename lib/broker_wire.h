@@ -25,7 +25,9 @@
  *                              values; with reserve_ms, a reservation
  *                              that outlives the connection until then;
  *                              with "within":ID, inside the caller's own
- *                              reservation ID, whose GPUs it may then use
+ *                              reservation ID, whose GPUs it may then use;
+ *                              "queued_job":true, a queue's next job, which
+ *                              the view shows as RECORD_QUEUED_JOB
  *     {"op":"release","id":ID}  end one's own reservation (root: anyone's)
  *     {"op":"job","pid":N}      the lease's job was started (for restores)
  *     {"op":"release"}          end the lease now, whoever else holds it

@@ -290,6 +290,23 @@ static int over_limits(const struct pass *p, const struct line_waiter *w,
 	return 1;
 }
 
+/* d waits behind a line that holds back every GPU, named by the first of
+ * them: whom it waits behind.  The same words for everyone behind,
+ * written once. */
+static void behind_full_line(struct pass *p, const struct line_waiter *wt, struct line_decision *d,
+                             size_t *waiting)
+{
+	d->verdict = LINE_WAIT;
+	if (!p->saturated[0])
+		snprintf(
+		    p->saturated, sizeof p->saturated,
+		    "every GPU it could use is held for earlier requests in line, the first %s",
+		    p->first_held);
+	memcpy(d->why, p->saturated, sizeof d->why);
+	if (wt->wait)
+		d->position = ++*waiting;
+}
+
 int line_decide(const struct line_input *in, struct line_decision *out)
 {
 	struct pass p = {0};
@@ -331,18 +348,8 @@ int line_decide(const struct line_input *in, struct line_decision *out)
 			continue;
 		}
 		d->why[0] = '\0';
-		if (p.ngpu && p.held == p.ngpu) {
-			d->verdict = LINE_WAIT;
-			/* Named by the first of them: whom it waits behind.  The
-			 * same words for everyone behind, written once. */
-			if (!p.saturated[0])
-				snprintf(p.saturated, sizeof p.saturated,
-				         "every GPU it could use is held for earlier requests in "
-				         "line, the first %s",
-				         p.first_held);
-			memcpy(d->why, p.saturated, sizeof d->why);
-			if (wt->wait)
-				d->position = ++waiting;
+		if (p.ngpu && p.held == p.ngpu && wt->wait && !wt->ask) {
+			behind_full_line(&p, wt, d, &waiting);
 			continue;
 		}
 		if (caps_barred(in->cfg, wt->uid, in->snap, p.barred, p.barred_text))
@@ -362,6 +369,13 @@ int line_decide(const struct line_input *in, struct line_decision *out)
 		if (policy_choose(&pin, wt->req, &d->res) < 0)
 			goto done;
 		d->ran = 1;
+		if (p.ngpu && p.held == p.ngpu && d->res.outcome != POLICY_NEVER) {
+			/* It could be met some day: behind the line, as above. */
+			policy_result_release(&d->res);
+			d->ran = 0;
+			behind_full_line(&p, wt, d, &waiting);
+			continue;
+		}
 		if (d->res.outcome == POLICY_OK) {
 			d->verdict = LINE_GRANT;
 			if (pass_grant(&p, w, &d->res) < 0)

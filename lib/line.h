@@ -71,6 +71,10 @@ struct line_waiter {
 	const unsigned char *mig_usable;
 	const char *within; /* asks inside its user's reservation of this id; NULL or "" not */
 	int wait;           /* 1: it may wait; 0: answer now (holds nothing back) */
+	/* 1: told "never" now if no GPU of the machine could ever meet it,
+	 * even behind a line that holds back every GPU (a new arrival; one
+	 * that does not wait always is).  Others wait on without a policy run. */
+	int ask;
 };
 
 struct line_input {

@@ -11,6 +11,16 @@
 #include "lease_view.h"
 #include "util.h"
 
+char *record_place_key(const struct gm_request *req, const char *command)
+{
+	char *text = gm_request_text(req), *key = NULL;
+
+	if (text && asprintf(&key, "%s\n%s", text, command ? command : "") < 0)
+		key = NULL;
+	free(text);
+	return key;
+}
+
 /* Lists and sizes as gm_request_set() reads them. */
 static void set_list(json_t *o, const char *key, const struct gpu_list *list)
 {

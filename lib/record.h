@@ -18,6 +18,16 @@
  * wait is not part of it.  New reference; NULL on out-of-memory. */
 json_t *record_request_json(const struct gm_request *req);
 
+/* What the line shows of a queued job that keeps its place in it
+ * (keep_place): the line is everyone's to read, a queue its user's alone;
+ * its lease names its command once it runs. */
+#define RECORD_QUEUED_JOB "its next queued job or batch task"
+
+/* What a place kept in a line (acquire_opts.keep_place) waits for: the
+ * request as text and the command; another key gives the place up.
+ * Caller frees; NULL on out-of-memory. */
+char *record_place_key(const struct gm_request *req, const char *command);
+
 /* Back: each key through gm_request_set(), so what the command line
  * refuses is refused here; a key in skip (NULL-terminated; may be NULL) is
  * passed over.  A new request (caller frees), or NULL with err naming the

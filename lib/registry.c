@@ -136,8 +136,80 @@ static enum gm_err files_open(struct registry *reg, const char *sock, char *err,
 	return GM_OK;
 }
 
+/*
+ * A ticket kept between tries (acquire_opts.keep_place): the queue's
+ * dispatcher keeps its head job's place in line, as through the broker.
+ * Without one, every `run --wait` that came after it was served first, and
+ * the dispatcher read the whole line again at each change of the registry
+ * (a third of a core while 200 waiters and 40 queued jobs shared 8 GPUs).
+ */
+struct files_place {
+	char *key; /* record_place_key() */
+	char name[128];
+	int fd; /* holds the ticket's lock */
+	char *why;
+};
+
+static void place_drop(struct registry *reg)
+{
+	struct files_place *p = reg->kept;
+	char path[PATH_MAX + 130];
+
+	if (!p)
+		return;
+	snprintf(path, sizeof path, "%s/%s", reg->dir, p->name);
+	unlink(path);
+	close(p->fd);
+	free(p->key);
+	free(p->why);
+	free(p);
+	reg->kept = NULL;
+}
+
+/* The place kept for this request, taken out of reg (NULL: none; one kept
+ * for another request is given up). */
+static struct files_place *place_take(struct registry *reg, const struct gm_request *req,
+                                      const struct acquire_opts *opts)
+{
+	struct files_place *p = reg->kept;
+	char *key;
+
+	if (!p)
+		return NULL;
+	key = record_place_key(req, opts->command);
+	if (!key || strcmp(key, p->key)) {
+		free(key);
+		place_drop(reg);
+		return NULL;
+	}
+	free(key);
+	reg->kept = NULL;
+	return p;
+}
+
+/* Keep the ticket name (held by fd) for the next try; 0 kept, -1 not. */
+static int place_keep(struct registry *reg, struct files_place *p, const struct gm_request *req,
+                      const struct acquire_opts *opts, const char *name, int fd, const char *why)
+{
+	if (!p && !(p = calloc(1, sizeof *p)))
+		return -1;
+	if (!p->key && !(p->key = record_place_key(req, opts->command))) {
+		free(p);
+		return -1;
+	}
+	str_copy(p->name, sizeof p->name, name);
+	p->fd = fd;
+	if (why) {
+		free(p->why);
+		p->why = strdup(why);
+	}
+	reg->kept = p;
+	return 0;
+}
+
 static void files_close(struct registry *reg)
 {
+	place_drop(reg);
 	if (reg->held_fd >= 0 && reg->held_fd != reg->lock_fd)
 		close(reg->held_fd);
 	if (reg->lock_fd >= 0)
@@ -220,14 +292,15 @@ static enum gm_err attempt_decide(struct registry *reg, const struct gm_request 
 			continue;
 		usable[2 * n] = record_usable_from(wi->usable, a->snap);
 		usable[2 * n + 1] = record_usable_migs_from(wi->usable_migs, a->snap);
-		lw[n] = (struct line_waiter){wi->uid,       wi->user,          wi->pid,    wi->req,
-		                             usable[2 * n], usable[2 * n + 1], wi->within, 1};
+		lw[n] = (struct line_waiter){
+		    wi->uid,           wi->user,   wi->pid, wi->req, usable[2 * n],
+		    usable[2 * n + 1], wi->within, 1,       0};
 		n++;
 	}
 	/* No name: it would only describe this request to waiters behind it,
 	 * and there are none (a first getpwuid costs about 60 us). */
-	lw[n] = (struct line_waiter){(unsigned)geteuid(), "",     getpid(),     req, a->env.usable,
-	                             a->env.mig_usable,   within, req->has_wait};
+	lw[n] = (struct line_waiter){(unsigned)geteuid(), "",     getpid(),      req, a->env.usable,
+	                             a->env.mig_usable,   within, req->has_wait, 1};
 	in.snap = a->snap;
 	in.cfg = &reg->cfg;
 	in.now_ms = now_ms();
@@ -369,9 +442,10 @@ static int line_has_tickets(const struct registry *reg)
 static int queue_behind(struct registry *reg, struct gm_context *ctx, const struct gm_request *req,
                         const struct acquire_opts *opts, struct attempt *a)
 {
-	struct line_waiter me = {(unsigned)geteuid(), "", getpid(), req, NULL, NULL, NULL, 1};
+	struct line_waiter me = {(unsigned)geteuid(), "", getpid(), req, NULL, NULL, NULL, 1, 1};
 	struct line_input in = {0};
 	char err[GM_ERRBUF_SIZE];
+	unsigned possible = 0;
 
 	if (!req->has_wait || (opts && (opts->keep_place || opts->snapshot)) ||
 	    getenv("GPUMAN_RESERVATION") || !line_has_tickets(reg))
@@ -387,6 +461,11 @@ static int queue_behind(struct registry *reg, struct gm_context *ctx, const stru
 	in.waiters = &me;
 	in.waiter_count = 1;
 	if (line_candidates(&in, 0, a->cand) < 0)
+		goto no;
+	for (size_t pos = 0; pos < a->snap->gpu_count; pos++)
+		possible += a->cand[pos];
+	/* Never to be met: the rules say so now, not at the head of the line. */
+	if (possible < (req->mig[0] || !req->count ? 1 : req->count))
 		goto no;
 	a->outcome = POLICY_NOT_NOW;
 	a->unread = 1;
@@ -425,6 +504,22 @@ static int wait_unlocked(struct registry *reg, struct gm_context *ctx, const str
 	return a->outcome == POLICY_NOT_NOW;
 }
 
+/* A try that keeps its place (keep_place) and has none yet takes one
+ * now, at its first "not now"; without one it is served after those who
+ * queue meanwhile.  Its ticket shows RECORD_QUEUED_JOB, not the command. */
+static void take_place(struct registry *reg, struct attempt *a, const struct gm_request *req,
+                       const struct acquire_opts *opts, char *ticket, size_t len, int *fd)
+{
+	struct acquire_opts shown = *opts;
+	char err[GM_ERRBUF_SIZE];
+
+	shown.command = RECORD_QUEUED_JOB;
+	if (registry_write_ticket(reg, a, req, &shown, ticket, len, fd, err, sizeof err) != GM_OK) {
+		ticket[0] = '\0';
+		*fd = -1;
+	}
+}
+
 /* The files transport's acquire: choose and lease under the registry
  * lock, waiting in the line of tickets (registry.h). */
 static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
@@ -436,8 +531,10 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 	char ticket[128] = "";
 	struct waiting w = WAITING_INIT(ctx->cancel_fd, reg, ticket);
 	int ticket_fd = -1, locked = 0, told = 0;
+	int keep = !req->has_wait && opts && opts->keep_place && opts->reserve_ms <= 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;
 	int64_t lock_asked;
+	struct files_place *kept = NULL;
 	enum gm_err rc;
 
 	*out = NULL;
@@ -447,6 +544,19 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 	    caps_reserve_ok(&reg->cfg, (unsigned)geteuid(), opts->reserve_ms, err, len) < 0)
 		return GM_ERR_INVALID;
 	memset(&a, 0, sizeof a);
+	if (keep && (kept = place_take(reg, req, opts))) {
+		/* Still behind a waiter that may take every GPU it could:
+		 * it waits on, and nothing else is read (no NVML, no lease). */
+		str_copy(ticket, sizeof ticket, kept->name);
+		ticket_fd = kept->fd;
+		registry_ahead_refresh(&w);
+		if (!registry_ahead_room(&w)) {
+			rc = gm_fail(GM_ERR_UNAVAILABLE, err, len, "no GPU meets the request now");
+			if (explain && kept->why)
+				*explain = strdup(kept->why);
+			goto done;
+		}
+	}
 	for (;;) {
 		int fresh; /* a.snap was read just now, without the lock */
 
@@ -456,6 +566,9 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 				             "no GPU meets the request now");
 				if (explain)
 					*explain = a.why ? strdup(a.why) : NULL;
+				if (keep)
+					take_place(reg, &a, req, opts, ticket, sizeof ticket,
+					           &ticket_fd);
 				goto done;
 			}
 			rc = registry_write_ticket(reg, &a, req, opts, ticket, sizeof ticket,
@@ -473,7 +586,7 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		 * that takes seconds (persistence off, a GPU falling off the
 		 * bus) then delays this request alone, not every gpuman of every
 		 * user, which all wait on this lock. */
-		if (!fresh && !(opts && opts->snapshot && !ticket[0])) {
+		if (!fresh && !(opts && opts->snapshot && (!ticket[0] || keep))) {
 			attempt_release(&a);
 			/* no clocks: placing is hot */
 			rc = snapshot_take(ctx, 0, 0, &a.snap, err, len);
@@ -517,9 +630,9 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 		a.snap = ours ? NULL : a.snap;
 		attempt_release(&a);
 		rc = attempt_run(reg, ctx,
-		                 ours                 ? ours
-		                 : opts && !ticket[0] ? opts->snapshot
-		                                      : NULL,
+		                 ours                           ? ours
+		                 : opts && (!ticket[0] || keep) ? opts->snapshot
+		                                                : NULL,
 		                 req, ticket[0] ? ticket : NULL, &a, err, len);
 		if (ours)
 			a.snap_given = 0; /* ours again: freed with a */
@@ -548,6 +661,11 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 			            : "no GPU meets the request now");
 			if (explain)
 				*explain = a.why ? strdup(a.why) : NULL;
+			if (keep && rc == GM_ERR_UNAVAILABLE && !ticket[0]) {
+				registry_unlock(reg);
+				locked = 0;
+				take_place(reg, &a, req, opts, ticket, sizeof ticket, &ticket_fd);
+			}
 			goto done;
 		}
 		/* Queue: the ticket's name, not the lock, fixes our place in
@@ -589,6 +707,17 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 	}
 done:
 	registry_waiting_release(&w);
+	/* Still waiting: the place is kept for the next try. */
+	if (keep && rc == GM_ERR_UNAVAILABLE && ticket_fd >= 0 &&
+	    place_keep(reg, kept, req, opts, ticket, ticket_fd, a.why) == 0) {
+		kept = NULL;
+		ticket_fd = -1;
+	}
+	if (kept) {
+		free(kept->key);
+		free(kept->why);
+		free(kept);
+	}
 	if (ticket_fd >= 0) {
 		char path[PATH_MAX + 130];
 

@@ -167,6 +167,10 @@ int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
 /* Read the tickets ahead of w again, after its line changed. */
 void registry_ahead_refresh(struct waiting *w);
 
+/* Could an attempt now give w anything, or do the waiters ahead of it
+ * hold back every GPU it could use? */
+int registry_ahead_room(const struct waiting *w);
+
 /*
  * Sleep until something that may let us in happens: a lease closed or
  * removed (release or holder death), an earlier waiter gone, or -- for a

@@ -113,6 +113,11 @@ static int ahead_leaves_room(const struct ahead *ah)
 	return (held & all) != all || ah->mine_count == 0;
 }
 
+int registry_ahead_room(const struct waiting *w)
+{
+	return ahead_leaves_room(&w->ah);
+}
+
 /* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
 int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
 {

@@ -36,8 +36,9 @@ struct registry {
 	/* The transport chosen at open; everything goes through it. */
 	const struct lease_transport *transport;
 	/* The registry's own (registry.h) */
-	int lock_fd; /* the directory, read-only: the registry lock */
-	int held_fd; /* the descriptor holding the lock now, or -1 */
+	int lock_fd;              /* the directory, read-only: the registry lock */
+	int held_fd;              /* the descriptor holding the lock now, or -1 */
+	struct files_place *kept; /* a ticket kept for keep_place, or NULL */
 	/* The broker's own (broker.h) */
 	char *broker;               /* its socket */
 	struct broker_place *place; /* a kept place in its line, or NULL */
@@ -82,12 +83,14 @@ struct acquire_opts {
 	 * kept us waiting for seconds: who it is, what it runs. */
 	void (*on_lock_wait)(void *data, const char *who);
 	/*
-	 * With a broker, a request without --wait that does not fit keeps a
-	 * place in the broker's line, first come first served with every other
-	 * waiter, until the next registry_acquire() of this registry: the same
-	 * request then gets what the place was given (or still waits); another
-	 * one gives the place up.  For a dispatcher retrying its head job;
-	 * poll registry_wake_fd() to learn when to try again.
+	 * A request without --wait that does not fit keeps a place in the
+	 * line (the broker's, or a ticket in the registry), first come first
+	 * served with every other waiter, until the next registry_acquire()
+	 * of this registry: the same request then gets what the place was
+	 * given (or still waits); another one gives the place up.  For a
+	 * dispatcher retrying its head job; poll registry_wake_fd() (the
+	 * broker) or watch the registry (the files) to learn when to try
+	 * again.
 	 */
 	int keep_place;
 	/* > 0: take a reservation of this many ms (gpuman reserve): the lease

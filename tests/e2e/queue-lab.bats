@@ -267,12 +267,15 @@ one_gpu() {
 	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman submit -- sleep 301 >/dev/null 3>&-
 	as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman submit -- echo secret-queued >/dev/null 3>&-
 	for _ in $(seq 100); do ls "$SHARED/state" | grep -q '^lease\.' && break; sleep 0.05; done
+	# her next job keeps its place in the line for the GPU, which shows
+	# it waits, not what it runs
+	for _ in $(seq 100); do ls "$SHARED/state" | grep -q '^wait\.' && break; sleep 0.05; done
 	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u gmtest-alice
 	[[ "${lines[1]}" == "gmtest-alice running  0 "*"  sleep 301" ]]
 	[[ "$output" == *"gmtest-alice's queued jobs are private"* ]]
 	[[ "$output" != *secret-queued* ]]
 	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u "$(id -u gmtest-alice)" --json
-	[ "$(jqr '[.[] | "\(.user) \(.state) \(.gpus) \(.command)"] | join(";")')" = "gmtest-alice running [0] sleep 301" ]
+	[ "$(jqr '[.[] | "\(.user) \(.state) \(.gpus) \(.command)"] | join(";")')" = "gmtest-alice running [0] sleep 301;gmtest-alice waiting null its next queued job or batch task" ]
 	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u all
 	[ "${lines[0]}" = "your queue:" ]
 	[[ "${lines[1]}" == "no queued or running jobs"* ]]
@@ -280,7 +283,7 @@ one_gpu() {
 	[[ "$output" == *"gmtest-alice running  0 "*"sleep 301"* ]]
 	[[ "$output" != *secret-queued* ]]
 	run -0 as_user bob env GPUMAN_QUEUE_DIR="$SHARED/bobq" gpuman queue -u all --json
-	[ "$(jqr '"\(.jobs | length) \(.others | length)"')" = "0 1" ]
+	[ "$(jqr '"\(.jobs | length) \(.others | length)"')" = "0 2" ]
 	# alice sees her own queue with -u herself, and nobody else's
 	run -0 as_user alice env GPUMAN_QUEUE_DIR="$SHARED/aliceq" gpuman queue -u gmtest-alice
 	[[ "$output" == *"secret-queued"* ]]

@@ -19,6 +19,9 @@ teardown() {
 	[ -z "${FREEZER:-}" ] || freeze 0 2>/dev/null || true
 	for p in ${BG_PIDS:-}; do
 		kill -CONT "$p" 2>/dev/null || true
+		# its job first: a gpuman run killed with -9 leaves it running,
+		# and bats waits for it (a holder's sleep 300) before it ends
+		pkill -9 -P "$p" 2>/dev/null || true
 		kill -9 "$p" 2>/dev/null || true
 	done
 	wait 2>/dev/null || true
@@ -232,6 +235,25 @@ JSON
 	[[ "$output" == *"served first in line"* ]]
 	wait_for 'test "$(grep -c . order 2>/dev/null)" = 2'
 	! grep -q new order || false
+}
+
+@test "a queued job keeps its place in line: run --wait arrivals after it are served after it" {
+	gpuman run -- sleep 300 &
+	HOLDER=$!
+	BG_PIDS="$HOLDER"
+	wait_for 'ls "$GPUMAN_STATE_DIR" | grep -q "^lease\."'
+	gpuman submit -- sh -c 'echo queued >> "$1"' sh "$PWD/order" >/dev/null
+	# Its dispatcher tried, was told "not now", and keeps a ticket.
+	wait_for 'test "$(tickets)" = 1'
+	for i in 1 2; do
+		gpuman run --wait -- sh -c 'echo "$1" >> order' sh "$i" 2>/dev/null &
+		BG_PIDS="$BG_PIDS $!"
+		wait_for "test \"\$(tickets)\" = $((i + 1))"
+	done
+	kill "$HOLDER"
+	wait_for 'test "$(grep -c . order 2>/dev/null)" = 3'
+	[ "$(tr '\n' ' ' <order)" = "queued 1 2 " ]
+	run -0 gpuman wait 1
 }
 
 @test "the queue's dispatcher held back by the line learns it still waits without the registry lock" {

@@ -122,7 +122,7 @@ static struct line_waiter *add_waiter(struct fixture *f, unsigned uid, const cha
 	size_t i = f->in.waiter_count++;
 
 	f->waiters[i] =
-	    (struct line_waiter){uid, user, (int)(10 + i), &f->req[i], NULL, NULL, NULL, wait};
+	    (struct line_waiter){uid, user, (int)(10 + i), &f->req[i], NULL, NULL, NULL, wait, 0};
 	return &f->waiters[i];
 }
 
@@ -324,6 +324,35 @@ static void test_a_saturated_line_costs_no_policy_run(void **state)
 	assert_int_equal(f->out[2].position, 0);
 }
 
+/* A request that no GPU of the machine could ever meet is told so when it
+ * asks (a new arrival), not after waiting its turn behind a full line;
+ * those already in line wait on without a policy run. */
+static void test_behind_a_full_line_never_is_said_to_those_who_ask(void **state)
+{
+	struct fixture *f = *state;
+
+	add_lease(f, 60009, "carol", "0123", 0, NULL);
+	f->req[add_waiter(f, ALICE, "alice", 1) - f->waiters].count = 4;
+	add_waiter(f, BOB, "bob", 1)->ask = 1;
+	f->req[1].count = 5;
+	add_waiter(f, BOB, "bob", 1);
+	f->req[2].count = 5;
+	add_waiter(f, BOB, "bob", 1)->ask = 1;
+	decide(f);
+	assert_int_equal(f->out[1].verdict, LINE_NEVER);
+	assert_true(f->out[1].ran);
+	assert_int_equal(f->out[1].res.outcome, POLICY_NEVER);
+	assert_int_equal(f->out[2].verdict, LINE_WAIT);
+	assert_false(f->out[2].ran);
+	assert_int_equal(f->out[2].position, 2);
+	assert_int_equal(f->out[3].verdict, LINE_WAIT);
+	assert_false(f->out[3].ran);
+	assert_int_equal(f->out[3].position, 3);
+	assert_string_equal(
+	    f->out[3].why, "every GPU it could use is held for earlier requests in line, the first "
+	                   "alice's 4 GPUs exclusive (pid 10)");
+}
+
 static void test_a_share_not_yet_allocated_counts_as_pending(void **state)
 {
 	struct fixture *f = *state;
@@ -411,6 +440,8 @@ int main(void)
 	        test_gpu_hours_from_the_ledger_hold_inside_a_reservation_too, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_a_saturated_line_costs_no_policy_run, setup,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_behind_a_full_line_never_is_said_to_those_who_ask,
+	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_a_share_not_yet_allocated_counts_as_pending, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_mig_slices, setup, teardown),
