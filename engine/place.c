@@ -515,6 +515,9 @@ void engine_schedule(struct engine *e)
 	size_t i = e->qhead;
 
 	e->dirty = 0;
+	/* Its last waiting job gone (cancelled): nobody to keep a place for. */
+	if (e->qhead == e->qcount && e->cfg->reg)
+		registry_drop_place(e->cfg->reg);
 	while (i < e->qcount && !e->interrupt && !e->stop && !e->failed && !e->closed) {
 		enum place p;
 

@@ -51,15 +51,20 @@ static int b_wake_fd(const struct registry *reg)
 	return reg->place ? broker_place_fd(reg->place) : -1;
 }
 
+static void b_drop_place(struct registry *reg)
+{
+	broker_place_free(reg->place); /* the broker ends a closed waiter */
+	reg->place = NULL;
+}
+
 static void b_close(struct registry *reg)
 {
-	broker_place_free(reg->place);
-	reg->place = NULL;
+	b_drop_place(reg);
 	free(reg->broker);
 	reg->broker = NULL;
 }
 
 const struct lease_transport transport_broker = {
-    "broker",     TRANSPORT_GPU_HOURS, b_open,    b_acquire, b_read,
-    b_release_id, broker_release,      b_wake_fd, b_close,
+    "broker",     TRANSPORT_GPU_HOURS, b_open,    b_acquire,    b_read,
+    b_release_id, broker_release,      b_wake_fd, b_drop_place, b_close,
 };

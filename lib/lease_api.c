@@ -118,6 +118,11 @@ int registry_wake_fd(const struct registry *reg)
 	return reg->transport->wake_fd(reg);
 }
 
+void registry_drop_place(struct registry *reg)
+{
+	reg->transport->drop_place(reg);
+}
+
 enum gm_err registry_pick(struct gm_context *ctx, const struct gm_snapshot *snap,
                           const struct gm_request *req, unsigned **indices, size_t *count,
                           long *mig_pos, char **explain, char *errbuf, size_t errlen)

@@ -65,4 +65,9 @@ void registry_explain(char *errbuf, size_t errlen, char *explain);
  * served: time to call registry_acquire() again.  -1 when there is none. */
 int registry_wake_fd(const struct registry *reg);
 
+/* Give up the place that acquire_opts.keep_place kept, if any: the request
+ * is gone (a queue whose last waiting job was cancelled), and its place
+ * would hold back those behind it for nothing. */
+void registry_drop_place(struct registry *reg);
+
 #endif

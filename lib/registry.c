@@ -779,7 +779,7 @@ const struct lease_transport transport_files = {
     files_open,          files_acquire,
     registry_files_read, files_release_id,
     files_release,       files_wake_fd,
-    files_close,
+    place_drop,          files_close,
 };
 
 /* ---- a choice without a lease (gpuman pick, gm_pick()) ---------------- */

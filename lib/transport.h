@@ -123,6 +123,8 @@ struct lease_transport {
 	void (*release)(struct gm_lease *lease);
 	/* registry_wake_fd() */
 	int (*wake_fd)(const struct registry *reg);
+	/* registry_drop_place() */
+	void (*drop_place)(struct registry *reg);
 	/* Free what the transport keeps in reg. */
 	void (*close)(struct registry *reg);
 };

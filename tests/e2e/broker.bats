@@ -260,6 +260,26 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --all --json | jq -r ".[0].reason")" = null ]
 }
 
+@test "broker: a queued job cancelled while it keeps its place gives the place up" {
+	gpus 2
+	start_daemon
+	install -m 666 /dev/null "$SHARED/order"
+	bg holder - gpuman run --only 0 -- $(job 60)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	run -0 gpuman submit --only 1 -- sleep 300
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 2 ]'
+	run -0 gpuman submit -- true
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	bg w - gpuman run --wait -- sh -c "echo served >>'$SHARED/order'"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 2 ]'
+	# the dispatcher still runs job 1: it must not keep job 2's place
+	run -0 gpuman cancel 2
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 1 ]'
+	kill -9 "$(cat "$SHARED/pids/holder")" "$(awk '/^start/ {print $2}' "$SHARED/rec")"
+	wait_for 'grep -q served "$SHARED/order"'
+	gpuman cancel 1 >/dev/null
+}
+
 @test "broker: garbage, stalled and silent clients do not hold up anybody" {
 	gm_user mallory
 	gm_user alice

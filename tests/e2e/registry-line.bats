@@ -256,6 +256,29 @@ JSON
 	run -0 gpuman wait 1
 }
 
+@test "a queued job cancelled while it keeps its place gives the place up: those behind it are served" {
+	scenario two <<'JSON'
+{ "gpus": [ {"name":"g0","memory_total_mib":16000}, {"name":"g1","memory_total_mib":16000} ] }
+JSON
+	gpuman run --only 0 -- sleep 300 &
+	HOLDER=$!
+	BG_PIDS="$HOLDER"
+	run -0 gpuman submit --only 1 -- sleep 300
+	wait_for 'test "$(ls "$GPUMAN_STATE_DIR" | grep -c "^lease\.")" = 2'
+	run -0 gpuman submit -- true
+	wait_for 'test "$(tickets)" = 1'
+	gpuman run --wait -- sh -c 'echo served >> order' 2>/dev/null &
+	BG_PIDS="$BG_PIDS $!"
+	wait_for 'test "$(tickets)" = 2'
+	# its dispatcher still runs job 1, and gives job 2's place up
+	run -0 gpuman cancel 2
+	wait_for 'test "$(tickets)" = 1'
+	kill "$HOLDER"
+	wait_for 'grep -q served order'
+	gpuman cancel 1 >/dev/null
+	dispatcher_gone
+}
+
 @test "the queue's dispatcher held back by the line learns it still waits without the registry lock" {
 	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
 	line 1
