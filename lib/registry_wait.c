@@ -247,15 +247,18 @@ static int behind_holds(const struct waiting *w, size_t k)
  * Whom: the nearest waiter that blocks us, and beyond it the nearest that
  * holds back all our GPUs by itself.  Both of them leave before we can
  * get anything, and they are served in line order, so only the two
- * waiters behind the head of the line wake when it moves.  Where each of
- * the two holds back all our GPUs, a stop of one changes nothing until the
- * other leaves: they are looked at after RECHECK_PAIR_MS, then less often.
+ * waiters behind the head of the line wake when it moves, and only the
+ * first of them reads the line (the other still waits behind its near
+ * one).  Where each of the two holds back all our GPUs, a stop of one
+ * changes nothing until the other leaves: they are looked at after
+ * RECHECK_PAIR_MS, then less often.
  * Otherwise the nearest is looked at every RECHECK_MS: stopped, it holds
  * nothing back.
  *
  * Returns 1 when the line ahead may have changed (look again), 0 after a
- * look that found nothing changed, or when cancelled or past the deadline
- * (the caller looks).
+ * look that found nothing changed, when only the far one of a pair left
+ * (the near one still holds back all our GPUs), or when cancelled or past
+ * the deadline (the caller looks).
  */
 static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire_opts *opts)
 {
@@ -300,11 +303,19 @@ static int wait_behind(struct waiting *w, int64_t deadline, const struct acquire
 		int n = poll(pfd, 3, (int)(until - now));
 
 		if (n > 0 && (pfd[0].revents || pfd[1].revents)) {
+			/* The far one of a pair gone (served, mostly: it was the
+			 * head): the near one still holds back all our GPUs, so
+			 * nothing is read; it is looked at every RECHECK_MS now.
+			 * A read here cost every hand-off a second waiter's. */
+			int far_only = pair && !pfd[0].revents;
+
+			if (far_only)
+				ahead_forget(&w->ah, w->behind[1]);
 			for (size_t k = 0; k < 2; k++)
 				if (pfd[k].revents)
 					behind_drop(w, k);
 			w->pair_ms = RECHECK_PAIR_MS;
-			return 1;
+			return !far_only;
 		}
 		if (n < 0 && errno != EINTR)
 			return 1;

@@ -61,6 +61,22 @@ line() {
 	[ "$(tr '\n' ' ' <order)" = "1 4 5 2 3 " ]
 }
 
+@test "a waiter whose far blocker is served and whose near one stops is served within seconds" {
+	line 3
+	# 3 sleeps behind 2 and 1; 1 served, it reads nothing and waits on 2
+	# alone, which it looks at every second: stopped, 2 holds nothing back
+	kill -STOP "$W2"
+	kill "$HOLDER"
+	for _ in $(seq 10); do
+		[ "$(grep -c . order 2>/dev/null)" = 2 ] && break
+		sleep 0.5
+	done
+	[ "$(tr '\n' ' ' <order)" = "1 3 " ]
+	kill -CONT "$W2"
+	wait "$W2"
+	[ "$(tr '\n' ' ' <order)" = "1 3 2 " ]
+}
+
 @test "a waiting arrival queues while another process holds the registry lock, and is served after" {
 	gpuman run -- sleep 300 &
 	HOLDER=$!
