@@ -45,16 +45,21 @@ line() {
 	done
 }
 
+# served N SECONDS - wait until N waiters have written ./order, or SECONDS pass
+served() {
+	for _ in $(seq $(($2 * 2))); do
+		[ "$(grep -c . order 2>/dev/null)" = "$1" ] && return
+		sleep 0.5
+	done
+}
+
 @test "two stopped waiters in the middle of the line hold back nobody behind them" {
 	line 5
 	kill -STOP "$W2" "$W3"
 	kill "$HOLDER"
 	# 1, then 4 and 5 behind the stopped pair: within the pair's recheck
 	# (10 s), not when the pair resumes
-	for _ in $(seq 60); do
-		[ "$(grep -c . order 2>/dev/null)" = 3 ] && break
-		sleep 0.5
-	done
+	served 3 30
 	[ "$(tr '\n' ' ' <order)" = "1 4 5 " ]
 	kill -CONT "$W2" "$W3"
 	wait "$W2" "$W3"
@@ -67,10 +72,7 @@ line() {
 	# alone, which it looks at every second: stopped, 2 holds nothing back
 	kill -STOP "$W2"
 	kill "$HOLDER"
-	for _ in $(seq 10); do
-		[ "$(grep -c . order 2>/dev/null)" = 2 ] && break
-		sleep 0.5
-	done
+	served 2 5
 	[ "$(tr '\n' ' ' <order)" = "1 3 " ]
 	kill -CONT "$W2"
 	wait "$W2"
