@@ -351,20 +351,6 @@ static int run_on_cpu(struct run *r, const char *why)
 	return wait_child(r);
 }
 
-/* No driver, or one that does not work: the CPU.  A malformed scenario is
- * a mistake to fix, not a machine without GPUs. */
-static int no_driver(struct cli *cli, struct run *r, enum gm_err rc, const char *err)
-{
-	int no_gpu = rc == GM_ERR_NVML_LOAD || rc == GM_ERR_NVML;
-
-	return cli->fallback_cpu && no_gpu
-	           ? run_on_cpu(r, err)
-	           : cli_error(cli, EXIT_FAIL, "%s%s", err,
-	                       rc == GM_ERR_NVML_LOAD ? "; no NVIDIA driver here? add "
-	                                                "--fallback cpu to run on the CPU"
-	                                              : "");
-}
-
 static int run_exec(struct cli *cli, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -395,21 +381,23 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	jobtree_subreaper();
 	protocol_sched_short(&r.sched);
 
-	/* A waiting run loads NVML when it first reads the GPUs, which one
-	 * that queues behind its own user's line does only near its head. */
-	rc = cli->req->has_wait ? context_open_deferred(&ctx, err, sizeof err)
-	                        : gm_open(&ctx, err, sizeof err);
+	rc = gm_open(&ctx, err, sizeof err);
 	if (rc != GM_OK) {
-		status = no_driver(cli, &r, rc, err);
+		/* No driver, or one that does not work: the CPU.  A malformed
+		 * scenario is a mistake to fix, not a machine without GPUs. */
+		int no_gpu = rc == GM_ERR_NVML_LOAD || rc == GM_ERR_NVML;
+
+		status = cli->fallback_cpu && no_gpu
+		             ? run_on_cpu(&r, err)
+		             : cli_error(cli, EXIT_FAIL, "%s%s", err,
+		                         rc == GM_ERR_NVML_LOAD ? "; no NVIDIA driver here? add "
+		                                                  "--fallback cpu to run on the CPU"
+		                                                : "");
 		goto done;
 	}
 	rc = registry_open(&reg, err, sizeof err);
 	if (rc != GM_OK) {
-		/* Without a driver, that is what to say (or run on the CPU). */
-		enum gm_err nv = context_prepare_nvml(ctx, err, sizeof err);
-
-		status = nv != GM_OK ? no_driver(cli, &r, nv, err)
-		                     : cli_error(cli, EXIT_FAIL, "%s", err);
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}
 	opts.command = cmdline;
@@ -422,11 +410,6 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 	opts.on_wait_data = &r;
 	opts.on_lock_wait = tell_lock_wait;
 	rc = registry_acquire(reg, ctx, cli->req, &opts, &lease, &explain, err, sizeof err);
-	/* NVML that would not load at the first reading: as at the open. */
-	if ((rc == GM_ERR_NVML_LOAD || rc == GM_ERR_NVML) && !ctx->nvml && !ctx->broker[0]) {
-		status = no_driver(cli, &r, rc, err);
-		goto done;
-	}
 	switch (rc) {
 	case GM_OK:
 		r.conf = reg->cfg.system_path;

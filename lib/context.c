@@ -137,8 +137,7 @@ static void simulator_for_scenario(char *path, size_t len, const char *scenario)
 		memcpy(path, lib, strlen(lib) + 1);
 }
 
-static enum gm_err context_open(struct gm_context **out, int local, int defer, char *errbuf,
-                                size_t errlen)
+static enum gm_err context_open(struct gm_context **out, int local, char *errbuf, size_t errlen)
 {
 	struct gm_context *ctx;
 	enum gm_err err;
@@ -156,8 +155,7 @@ static enum gm_err context_open(struct gm_context **out, int local, int defer, c
 		return GM_OK;
 	}
 	ctx->broker[0] = '\0';
-	ctx->defer_nvml = defer;
-	err = defer ? GM_OK : context_load_nvml(ctx, errbuf, errlen);
+	err = context_load_nvml(ctx, errbuf, errlen);
 	if (err != GM_OK) {
 		if (ctx->cancel_fd >= 0)
 			close(ctx->cancel_fd);
@@ -199,26 +197,12 @@ enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errle
 
 GM_API enum gm_err gm_open(struct gm_context **out, char *errbuf, size_t errlen)
 {
-	return context_open(out, 0, 0, errbuf, errlen);
+	return context_open(out, 0, errbuf, errlen);
 }
 
 enum gm_err context_open_local(struct gm_context **out, char *errbuf, size_t errlen)
 {
-	return context_open(out, 1, 0, errbuf, errlen);
-}
-
-enum gm_err context_open_deferred(struct gm_context **out, char *errbuf, size_t errlen)
-{
-	return context_open(out, 0, 1, errbuf, errlen);
-}
-
-enum gm_err context_prepare_nvml(struct gm_context *ctx, char *errbuf, size_t errlen)
-{
-	char ignored[GM_ERRBUF_SIZE];
-
-	if (ctx->nvml || ctx->broker[0] || !ctx->defer_nvml)
-		return GM_OK;
-	return context_load_nvml(ctx, errbuf ? errbuf : ignored, errbuf ? errlen : sizeof ignored);
+	return context_open(out, 1, errbuf, errlen);
 }
 
 GM_API void gm_close(struct gm_context *ctx)

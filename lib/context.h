@@ -18,9 +18,6 @@ struct gm_context {
 	char broker[PATH_MAX];
 	/* Ask the broker for its view with each reading (context_want_view). */
 	int want_view;
-	/* NVML is loaded at the first reading, not by the open
-	 * (context_open_deferred); an open that fails then fails there. */
-	int defer_nvml;
 };
 
 /*
@@ -36,19 +33,6 @@ void context_want_view(struct gm_context *ctx);
  * broker): NVML is loaded here, whatever broker GPUMAN_BROKER names.
  */
 enum gm_err context_open_local(struct gm_context **out, char *errbuf, size_t errlen);
-
-/*
- * gm_open for `gpuman run`, where no broker runs: NVML is loaded at the
- * first snapshot_take, or by context_prepare_nvml, not now.  An arrival
- * that queues behind a line of its own user's same requests needs no
- * reading at all until it nears the head of the line (registry.c), and a
- * burst of them then does not pay the driver's start-up at once.
- */
-enum gm_err context_open_deferred(struct gm_context **out, char *errbuf, size_t errlen);
-
-/* Load NVML now if the open deferred it: GM_OK when it is loaded, or the
- * GPUs are the broker's; else why not (errbuf may be NULL). */
-enum gm_err context_prepare_nvml(struct gm_context *ctx, char *errbuf, size_t errlen);
 
 /* Load NVML now in a context that was asking the broker (it does not
  * answer): 0, or -1 with errbuf set. */

@@ -227,7 +227,6 @@ static void attempt_release(struct attempt *a)
 	pick_env_release(&a->env);
 	free(a->cand);
 	free(a->why);
-	free(a->borrowed);
 	policy_result_release(&a->res);
 	memset(a, 0, sizeof *a);
 }
@@ -415,63 +414,18 @@ static enum gm_err reservations_ok(const struct registry_view *view, char *err, 
 }
 
 /* Is anyone queued?  Any ticket's name will do: a dead one costs an
- * arrival only its attempt after queueing instead of before.  newest: the
- * last ticket in line. */
-static int line_has_tickets(const struct registry *reg, char *newest, size_t len)
+ * arrival only its attempt after queueing instead of before. */
+static int line_has_tickets(const struct registry *reg)
 {
 	DIR *d = opendir(reg->dir);
 	struct dirent *de;
+	int found = 0;
 
-	newest[0] = '\0';
-	while (d && (de = readdir(d)))
-		if (registry_starts_with(de->d_name, WAIT_PREFIX) && strlen(de->d_name) < len &&
-		    strcmp(de->d_name, newest) > 0)
-			str_copy(newest, len, de->d_name);
+	while (d && !found && (de = readdir(d)))
+		found = registry_starts_with(de->d_name, WAIT_PREFIX);
 	if (d)
 		closedir(d);
-	return newest[0] != '\0';
-}
-
-/* A ticket older than this lends no candidates: the admin's limits or
- * the GPUs may have changed since. */
-#define BORROW_MAX_AGE_MS 60000
-
-/*
- * Is the last ticket in line our user's, of the same request, from a
- * process that inherited no CUDA_VISIBLE_DEVICES (nor did we)?  Its
- * candidates are then ours (line_candidates reads nothing else), and a
- * sweep's arrivals queue without reading NVML: each loads it only near
- * the head of the line (registry_wait_for_change).  A real driver's
- * start-up is 24 ms a process; the simulator's loading, a third of an
- * arrival's CPU here.  The rules read NVML afresh at every attempt.
- */
-static int borrow_candidates(struct registry *reg, const struct gm_request *req, const char *newest,
-                             struct attempt *a)
-{
-	struct registry_view v;
-	const struct waiter_info *wi;
-	json_t *mine = NULL, *theirs = NULL;
-	int ok;
-
-	if (getenv("CUDA_VISIBLE_DEVICES") || registry_read_ticket(reg, newest, &v) != GM_OK)
-		return 0;
-	wi = v.waiter_count == 1 ? &v.waiters[0] : NULL;
-	ok = wi && wi->req && wi->uid == (unsigned)geteuid() && !wi->usable && !wi->usable_migs &&
-	     !wi->within[0] && now_ms() - wi->since_ms < BORROW_MAX_AGE_MS &&
-	     wi->cand_count >= (req->mig[0] || !req->count ? 1 : req->count);
-	if (ok) {
-		mine = record_request_json(req);
-		theirs = record_request_json(wi->req);
-		ok = mine && theirs && json_equal(mine, theirs);
-	}
-	if (ok && (a->borrowed = calloc(wi->cand_count, sizeof *a->borrowed))) {
-		memcpy(a->borrowed, wi->cand, wi->cand_count * sizeof *a->borrowed);
-		a->borrowed_count = wi->cand_count;
-	}
-	json_decref(mine);
-	json_decref(theirs);
-	registry_view_release(&v);
-	return a->borrowed != NULL;
+	return found;
 }
 
 /*
@@ -490,17 +444,12 @@ static int queue_behind(struct registry *reg, struct gm_context *ctx, const stru
 {
 	struct line_waiter me = {(unsigned)geteuid(), "", getpid(), req, NULL, NULL, NULL, 1, 1};
 	struct line_input in = {0};
-	char err[GM_ERRBUF_SIZE], newest[128];
+	char err[GM_ERRBUF_SIZE];
 	unsigned possible = 0;
 
 	if (!req->has_wait || (opts && (opts->keep_place || opts->snapshot)) ||
-	    getenv("GPUMAN_RESERVATION") || !line_has_tickets(reg, newest, sizeof newest))
+	    getenv("GPUMAN_RESERVATION") || !line_has_tickets(reg))
 		return 0;
-	if (!ctx->nvml && !ctx->broker[0] && borrow_candidates(reg, req, newest, a)) {
-		a->outcome = POLICY_NOT_NOW;
-		a->unread = 1;
-		return 1;
-	}
 	if (snapshot_take(ctx, 0, 0, &a->snap, err, sizeof err) != GM_OK ||
 	    pick_env_init(&a->env, a->snap) < 0 || !(a->cand = calloc(a->snap->gpu_count + 1, 1)))
 		goto no;
@@ -580,7 +529,7 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 	struct attempt a;
 	struct gm_snapshot *ours;
 	char ticket[128] = "";
-	struct waiting w = WAITING_INIT(ctx, reg, ticket);
+	struct waiting w = WAITING_INIT(ctx->cancel_fd, reg, ticket);
 	int ticket_fd = -1, locked = 0, told = 0;
 	int keep = !req->has_wait && opts && opts->keep_place && opts->reserve_ms <= 0;
 	int64_t deadline = req->has_wait && req->wait_ms >= 0 ? monotonic_ms() + req->wait_ms : -1;

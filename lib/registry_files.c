@@ -199,16 +199,10 @@ enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,
 	         (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, id);
 	/* The one waiter record (record.h); the owner of the file, not its
 	 * "uid", is what readers believe. */
-	if (a->snap) {
-		wi.cand = calloc(a->snap->gpu_count + 1, sizeof *wi.cand);
-		for (size_t pos = 0; wi.cand && pos < a->snap->gpu_count; pos++)
-			if (a->cand[pos])
-				str_copy(wi.cand[n++], sizeof wi.cand[0], a->snap->gpus[pos].uuid);
-	} else if ((wi.cand = calloc(a->borrowed_count + 1, sizeof *wi.cand))) {
-		/* borrowed (queue_behind): no snapshot, no CUDA_VISIBLE_DEVICES */
-		memcpy(wi.cand, a->borrowed, a->borrowed_count * sizeof *wi.cand);
-		n = a->borrowed_count;
-	}
+	wi.cand = calloc(a->snap->gpu_count + 1, sizeof *wi.cand);
+	for (size_t pos = 0; wi.cand && pos < a->snap->gpu_count; pos++)
+		if (a->cand[pos])
+			str_copy(wi.cand[n++], sizeof wi.cand[0], a->snap->gpus[pos].uuid);
 	wi.cand_count = n;
 	if (!opts || !opts->command)
 		cmd = self_command();

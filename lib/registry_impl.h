@@ -42,10 +42,6 @@ struct attempt {
 	char *why;                /* for people: why it is not granted (owned) */
 	unsigned char *cand;      /* per snapshot position: could ever be given it */
 	int unread;               /* queued on sight of a line: no why yet (queue_behind) */
-	/* Without a snapshot (snap NULL): the candidates, by UUID, of the
-	 * same request queued last by our user (queue_behind). */
-	char (*borrowed)[96];
-	size_t borrowed_count;
 };
 
 /*
@@ -68,8 +64,7 @@ struct locker;
 struct waiting {
 	int cancel_fd; /* readable once gm_cancel() was called; -1: none */
 	struct registry *reg;
-	const char *mine;       /* our ticket's name */
-	struct gm_context *ctx; /* its NVML, loaded near the head when deferred */
+	const char *mine; /* our ticket's name */
 	struct ahead ah;
 	int ifd;        /* inotify on the registry; -1 until we have room */
 	int no_inotify; /* the per-user inotify limit is reached: poll */
@@ -86,10 +81,10 @@ struct waiting {
 	int behind_stat[2];
 	int64_t pair_ms; /* when to look at a pair next (registry_wait.c) */
 };
-#define WAITING_INIT(ctx, reg, mine)                                                               \
+#define WAITING_INIT(cancel, reg, mine)                                                            \
 	{                                                                                          \
-		(ctx)->cancel_fd, (reg), (mine), (ctx), {0}, -1, 0, {NULL, NULL}, {-1, -1},        \
-		    {"", ""}, {0, 0}, {0, 0}, {-1, -1}, 0                                          \
+		(cancel), (reg), (mine), {0}, -1, 0, {NULL, NULL}, {-1, -1}, {"", ""}, {0, 0},     \
+		    {0, 0}, {-1, -1}, 0                                                            \
 	}
 
 /* Free what a waiter holds between attempts: its inotify, its lockers. */
@@ -140,11 +135,6 @@ struct registry_scope {
 	size_t past;
 	int cut;
 };
-/* The one ticket `name` into view (no waiter when it is dead or not
- * believed): GM_OK, or why it could not be read. */
-enum gm_err registry_read_ticket(struct registry *reg, const char *name,
-                                 struct registry_view *view);
-
 enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *view,
                                  struct registry_scope *scope, char *err, size_t len);
 

@@ -694,19 +694,6 @@ static enum gm_err read_tickets(struct registry *reg, int dirfd, struct ticket_n
 	return rc;
 }
 
-enum gm_err registry_read_ticket(struct registry *reg, const char *name, struct registry_view *view)
-{
-	/* O_NONBLOCK as opendir's: no descriptor of the lock (registry_lock) */
-	int dfd = open(reg->dir, O_RDONLY | O_NONBLOCK | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), got;
-
-	*view = (struct registry_view)REGISTRY_VIEW_INIT;
-	if (dfd < 0)
-		return GM_ERR_STATE;
-	got = read_ticket(dfd, name, view);
-	close(dfd);
-	return got < 0 ? GM_ERR_NOMEM : GM_OK;
-}
-
 /*
  * The files transport's read, only as much of the line as scope says
  * (registry_impl.h).  Leases are read whole, the line in name order.

@@ -364,10 +364,6 @@ enum gm_err registry_wait_for_change(struct waiting *w, int64_t deadline,
 			return GM_ERR_INTERRUPTED;
 		if (deadline >= 0 && now >= deadline)
 			return GM_ERR_TIMEOUT;
-		/* One waiter ahead at most: NVML, if the open deferred it,
-		 * loads now, while that one is served, not at our turn. */
-		if (w->ah.count <= 1)
-			context_prepare_nvml(w->ctx, NULL, 0);
 		if (!ahead_leaves_room(&w->ah)) {
 			if (wait_behind(w, deadline, opts))
 				registry_ahead_refresh(w);

@@ -132,9 +132,6 @@ enum gm_err snapshot_take_aged(struct gm_context *ctx, unsigned proc_util_window
 		if (err != GM_ERR_STATE)
 			return err;
 	}
-	err = context_prepare_nvml(ctx, errbuf, errlen);
-	if (err != GM_OK)
-		return err;
 	snap = calloc(1, sizeof *snap);
 	if (!snap)
 		return gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");

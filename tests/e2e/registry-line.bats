@@ -79,31 +79,6 @@ served() {
 	[ "$(tr '\n' ' ' <order)" = "1 3 2 " ]
 }
 
-@test "arrivals behind their own user's same request queue without loading NVML, and are served in order" {
-	line 4
-	loaded() { grep -q libnvidia-ml "/proc/$1/maps"; }
-	# 1 read the GPUs (no line yet), 2 loaded them one waiter from the
-	# head; 3 and 4 took the candidates of the same request ahead of them
-	loaded "$W1"
-	wait_for "loaded $W2"
-	! loaded "$W3" || false
-	! loaded "$W4" || false
-	# another request, or another CUDA_VISIBLE_DEVICES, reads the GPUs
-	gpuman run --wait --mem 1G -- true 2>/dev/null &
-	W5=$!
-	BG_PIDS="$BG_PIDS $W5"
-	wait_for 'test "$(tickets)" = 5'
-	CUDA_VISIBLE_DEVICES=0 gpuman run --wait -- true 2>/dev/null &
-	W6=$!
-	BG_PIDS="$BG_PIDS $W6"
-	wait_for 'test "$(tickets)" = 6'
-	loaded "$W5"
-	loaded "$W6"
-	kill "$HOLDER"
-	wait "$W1" "$W2" "$W3" "$W4" "$W5" "$W6"
-	[ "$(tr '\n' ' ' <order)" = "1 2 3 4 " ]
-}
-
 @test "a waiting arrival queues while another process holds the registry lock, and is served after" {
 	gpuman run -- sleep 300 &
 	HOLDER=$!
