@@ -168,10 +168,12 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 	# a waiter that gives up leaves nothing behind: no cgroup, no process
 	rm "$SHARED/out/go"
 	hold_gpu2
-	run as_user bob gpuman run --only 2 --wait=2s -- true
+	# (its own mark: other suites' bob may be running beside this one)
+	local mark="gave-up-$BATS_TEST_NUMBER-$$"
+	run as_user bob gpuman run --only 2 --wait=2s -- true "$mark"
 	[ "$status" = 75 ]
 	wait_for "[ \$(cgroups_left) = 1 ]" 30
-	! pgrep -u gmtest-bob || false
+	! pgrep -u gmtest-bob -f "$mark" || false
 	touch "$SHARED/out/go"
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
