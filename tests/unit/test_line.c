@@ -304,6 +304,18 @@ static void test_gpu_hours_from_the_ledger_hold_inside_a_reservation_too(void **
 	assert_string_equal(granted(f, 2), "1");
 }
 
+/* Waiter w waits at position behind alice's 4-GPU request, which holds
+ * every GPU back, without a policy run. */
+static void waits_behind_alice(const struct fixture *f, size_t w, size_t position)
+{
+	assert_int_equal(f->out[w].verdict, LINE_WAIT);
+	assert_false(f->out[w].ran);
+	assert_int_equal(f->out[w].position, position);
+	assert_string_equal(
+	    f->out[w].why, "every GPU it could use is held for earlier requests in line, the first "
+	                   "alice's 4 GPUs exclusive (pid 10)");
+}
+
 static void test_a_saturated_line_costs_no_policy_run(void **state)
 {
 	struct fixture *f = *state;
@@ -314,12 +326,7 @@ static void test_a_saturated_line_costs_no_policy_run(void **state)
 	add_waiter(f, BOB, "bob", 0);
 	decide(f);
 	assert_true(f->out[0].ran);
-	assert_int_equal(f->out[1].verdict, LINE_WAIT);
-	assert_false(f->out[1].ran);
-	assert_int_equal(f->out[1].position, 2);
-	assert_string_equal(
-	    f->out[1].why, "every GPU it could use is held for earlier requests in line, the first "
-	                   "alice's 4 GPUs exclusive (pid 10)");
+	waits_behind_alice(f, 1, 2);
 	assert_int_equal(f->out[2].verdict, LINE_WAIT);
 	assert_int_equal(f->out[2].position, 0);
 }
@@ -342,15 +349,8 @@ static void test_behind_a_full_line_never_is_said_to_those_who_ask(void **state)
 	assert_int_equal(f->out[1].verdict, LINE_NEVER);
 	assert_true(f->out[1].ran);
 	assert_int_equal(f->out[1].res.outcome, POLICY_NEVER);
-	assert_int_equal(f->out[2].verdict, LINE_WAIT);
-	assert_false(f->out[2].ran);
-	assert_int_equal(f->out[2].position, 2);
-	assert_int_equal(f->out[3].verdict, LINE_WAIT);
-	assert_false(f->out[3].ran);
-	assert_int_equal(f->out[3].position, 3);
-	assert_string_equal(
-	    f->out[3].why, "every GPU it could use is held for earlier requests in line, the first "
-	                   "alice's 4 GPUs exclusive (pid 10)");
+	waits_behind_alice(f, 2, 2);
+	waits_behind_alice(f, 3, 3);
 }
 
 static void test_a_share_not_yet_allocated_counts_as_pending(void **state)
