@@ -278,6 +278,7 @@ static char *display_command(char **argv)
 }
 
 #define TASK_VAR "GPUMAN_ARRAY_TASK_ID="
+#define CHECK_STANDS_MS 60000
 
 /* The environment as NAME=VALUE\0...; an array task's number (task >= 0)
  * in GPUMAN_ARRAY_TASK_ID. */
@@ -363,6 +364,25 @@ static enum gm_err insert_jobs(struct queue *q, struct job *job, const struct su
 	if (rc == GM_OK)
 		rc = jobstore_set_array(q->store, ids[0], ids[o->ntasks - 1], err, len);
 	return rc;
+}
+
+/*
+ * Whether a job like this one (the same request, environment and machine)
+ * was queued in the last minute, and has not failed: its check stands.
+ * Without a broker the check loads the driver, 24 ms of a real H200's
+ * start-up in each submit of a sweep; a GPU lost since then is found by
+ * the dispatcher, which fails the job saying so, and the next submit
+ * checks again.
+ */
+static int checked_lately(struct queue *q, const struct job *job)
+{
+	char err[GM_ERRBUF_SIZE];
+	int yes = 0;
+
+	if (jobstore_queued_like(q->store, job, now_ms() - CHECK_STANDS_MS, &yes, err,
+	                         sizeof err) != GM_OK)
+		return 0;
+	return yes;
 }
 
 static int submit_exec(struct cli *cli, int argc, char **argv)
@@ -474,7 +494,19 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "out of memory (or an argument is not UTF-8)");
 		goto done;
 	}
-	if (!slurm) {
+	if (config_load(&cfg, 1, err, sizeof err) != GM_OK) {
+		status = cli_error(cli, EXIT_FAIL, "%s", err);
+		goto done;
+	}
+	status = cli_queue_open(cli, &q);
+	if (status != EXIT_OK)
+		goto done;
+	job.request = request;
+	job.env = env;
+	job.env_len = env_len;
+	/* The machine is the submit's, not the dispatcher's. */
+	job.machine = machine;
+	if (!slurm && !checked_lately(&q, &job)) {
 		/* A job that can never run is better refused now than queued to
 		 * fail in the dispatcher at once (on Slurm, sbatch says so when
 		 * the dispatcher hands it over). */
@@ -491,27 +523,15 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		if (status != EXIT_OK)
 			goto done;
 	}
-	if (config_load(&cfg, 1, err, sizeof err) != GM_OK) {
-		status = cli_error(cli, EXIT_FAIL, "%s", err);
-		goto done;
-	}
-	status = cli_queue_open(cli, &q);
-	if (status != EXIT_OK)
-		goto done;
 	job.command = command;
 	job.argv = argv_text;
 	job.cwd = cwd;
-	job.env = env;
-	job.env_len = env_len;
-	job.request = request;
 	job.submit_ms = now_ms();
 	job.retries = (int)o.retries;
 	job.name = (char *)o.name;
 	job.priority = o.priority;
 	job.notify = o.notify ? notify : NULL;
 	job.time_limit_s = o.time_limit;
-	/* The machine is the submit's, not the dispatcher's. */
-	job.machine = machine;
 	/* The jobs waited for are checked and the job inserted in one
 	 * transaction: none of them can end unseen in between.  A job can
 	 * only wait for jobs that exist already, so --after never makes a
@@ -592,7 +612,9 @@ const struct cmd_entry cmd_submit = {
     "the same variables as 'gpuman run' (CUDA_VISIBLE_DEVICES, GPUMAN_GPUS,\n"
     "GPUMAN_LEASE) and GPUMAN_JOB, its id.  Its stdout and stderr go to its log\n"
     "('gpuman logs ID').  A request no GPU of this machine can ever meet is\n"
-    "refused at once (exit 75), with each GPU's reason; nothing is queued.\n"
+    "refused at once (exit 75), with each GPU's reason; nothing is queued (a\n"
+    "submit like one queued in the last minute, same request and environment,\n"
+    "trusts that one's check unless it has failed).\n"
     "\n"
     "A small dispatcher starts by itself and exits when the queue is empty.  Each\n"
     "running job has its own supervisor that holds its lease and records its\n"

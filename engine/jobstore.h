@@ -166,6 +166,14 @@ enum gm_err jobstore_set_notified(struct jobstore *st, int64_t id, char *errbuf,
  * id is first's (job->array_of). */
 enum gm_err jobstore_set_array(struct jobstore *st, int64_t first, int64_t last, char *errbuf,
                                size_t errlen);
+/*
+ * *yes = 1 when the newest job like this one (the same request, environment
+ * and machine; of the last 64 jobs) was submitted at since_ms or later and
+ * has not failed, else 0.  Submit checks a request against the machine's
+ * GPUs, which loads the driver; it trusts a check made a moment ago.
+ */
+enum gm_err jobstore_queued_like(struct jobstore *st, const struct job *like, int64_t since_ms,
+                                 int *yes, char *errbuf, size_t errlen);
 /* Record the node a job ran on (batch --slurm; NULL: none). */
 enum gm_err jobstore_set_node(struct jobstore *st, int64_t id, const char *node, char *errbuf,
                               size_t errlen);

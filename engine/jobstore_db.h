@@ -15,7 +15,7 @@
 #define MACHINE "(:machine IS NULL OR IFNULL(machine, '') = :machine)"
 
 /* Statements of jobstore_ext.c, prepared once per connection. */
-#define JOBSTORE_EXTRA_STMTS 5
+#define JOBSTORE_EXTRA_STMTS 6
 
 /* The statement in slot (prepared from sql on first use), reset and with
  * the machine filter bound; NULL if it cannot be prepared. */

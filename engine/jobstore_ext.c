@@ -1,7 +1,8 @@
 /*
  * jobstore_ext.c - the job store's schema 4: time limits (submit --time),
  * the state timeout, the node a job ran on, the machine a job belongs to
- * and array tasks.  Kept apart from jobstore.c, which is long enough.
+ * and array tasks; and submit's look at the jobs it queued a moment ago.
+ * Kept apart from jobstore.c, which is long enough.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ const char jobstore_schema6[] =
     "  WHERE id = NEW.id;"
     " END;";
 
-enum { X_SET_NODE, X_LIVE_MACHINES, X_SET_ARRAY, X_STALLED, X_SAYS };
+enum { X_SET_NODE, X_LIVE_MACHINES, X_SET_ARRAY, X_STALLED, X_SAYS, X_QUEUED_LIKE };
 
 enum gm_err jobstore_set_array(struct jobstore *st, int64_t first, int64_t last, char *err,
                                size_t len)
@@ -183,6 +184,36 @@ enum gm_err jobstore_live_machines(struct jobstore *st, char ***machines, size_t
 	*machines = list;
 	*count = n;
 	return GM_OK;
+}
+
+enum gm_err jobstore_queued_like(struct jobstore *st, const struct job *like, int64_t since_ms,
+                                 int *yes, char *err, size_t len)
+{
+	/* The last 64 rows by the primary key: the cost does not grow with
+	 * the history. */
+	sqlite3_stmt *s = jobstore_cached(
+	    st, X_QUEUED_LIKE,
+	    "SELECT state != 'failed' AND submit_ms >= ?1 FROM jobs WHERE id > (SELECT "
+	    "IFNULL(max(id), 0) - 64 FROM jobs) AND request = ?2 AND env = ?3 AND "
+	    "IFNULL(machine, '') = IFNULL(?4, '') ORDER BY id DESC LIMIT 1");
+	int rc;
+
+	*yes = 0;
+	if (!s)
+		return jobstore_db_fail(st, err, len, "read");
+	if (!like->request || !like->env)
+		return GM_OK;
+	sqlite3_bind_int64(s, 1, since_ms);
+	sqlite3_bind_text(s, 2, like->request, -1, SQLITE_STATIC);
+	sqlite3_bind_blob(s, 3, like->env, (int)like->env_len, SQLITE_STATIC);
+	if (like->machine)
+		sqlite3_bind_text(s, 4, like->machine, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*yes = sqlite3_column_int(s, 0);
+	sqlite3_reset(s);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? GM_OK
+	                                             : jobstore_db_fail(st, err, len, "read");
 }
 
 enum gm_err jobstore_set_machine(struct jobstore *st, const char *machine, char *err, size_t len)

@@ -94,6 +94,31 @@ assert all(a[1] <= b[0] for a, b in zip(iv, iv[1:])), iv
 EOF
 }
 
+@test "a submit like one queued in the last minute trusts its check; once such a job failed, or from another environment, it checks again" {
+	# Without a broker the check loads the driver (24 ms of a real H200's
+	# start-up): a sweep's submits of one request check once a minute.
+	gpus 2
+	run -0 gpuman submit -n 2 -- true
+	run -0 gpuman wait 1
+	dispatcher_gone
+	gpus 1
+	# another environment: checked, refused
+	FOO=other run -75 gpuman submit -n 2 -- touch never-ran
+	[[ "$output" == *"can ever meet the request; the job was not queued"* ]]
+	# the same request and environment: queued; the dispatcher (which read
+	# one GPU) fails it, saying why
+	run -0 gpuman submit -n 2 -- touch never-ran
+	[ "$output" = 2 ]
+	run -1 gpuman wait 2
+	[ "$output" = "2 failed: no GPU of this machine can ever meet the request; 1 GPU fits, the request needs 2 (-n)" ]
+	# its failure undoes the check: the next like it is refused at once
+	run -75 gpuman submit -n 2 -- touch never-ran
+	[[ "$output" == *"can ever meet the request; the job was not queued"* ]]
+	[ ! -e never-ran ]
+	run -0 gpuman queue --all --json
+	[ "$(jqr length)" = 2 ]
+}
+
 @test "the first queued job says why it waits, naming who holds the GPUs; the reason goes when it starts" {
 	gpus 1
 	gpuman submit -- sleep 60 >/dev/null

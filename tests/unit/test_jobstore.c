@@ -569,6 +569,59 @@ static void test_array_limit(void **state)
 	free(ids);
 }
 
+/* submit's "checked lately": the newest job of the same request,
+ * environment and machine, of the last 64, submitted since then and not
+ * failed; anything else asks for a check. */
+static void test_queued_like_is_the_newest_same_job_since_then(void **state)
+{
+	struct fixture *f = *state;
+	char err[GM_ERRBUF_SIZE];
+	struct job like = JOB_INIT, other;
+	int yes = -1;
+
+	like.command = (char *)"train";
+	like.request = (char *)"{\"gpus\":2}";
+	like.env = (char *)"A=1\0B=two";
+	like.env_len = 9;
+	like.machine = (char *)"GPUMAN_SIM=/a.json";
+	like.submit_ms = 5000;
+	assert_int_equal(jobstore_queued_like(f->st, &like, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0); /* an empty store */
+	assert_int_equal(jobstore_insert(f->st, &like, err, sizeof err), GM_OK);
+	assert_int_equal(jobstore_queued_like(f->st, &like, 5000, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 1);
+	assert_int_equal(jobstore_queued_like(f->st, &like, 5001, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0); /* older than the minute */
+	other = like;
+	other.env_len = 8; /* B=tw */
+	assert_int_equal(jobstore_queued_like(f->st, &other, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0);
+	other = like;
+	other.request = (char *)"{\"gpus\":3}";
+	assert_int_equal(jobstore_queued_like(f->st, &other, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0);
+	other = like;
+	other.machine = NULL;
+	assert_int_equal(jobstore_queued_like(f->st, &other, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0);
+	/* a newer one that failed (a GPU lost since?) undoes the older */
+	like.id = 0;
+	assert_int_equal(jobstore_insert(f->st, &like, err, sizeof err), GM_OK);
+	finish(f->st, like.id, JOB_FAILED, 6000);
+	assert_int_equal(jobstore_queued_like(f->st, &like, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0);
+	like.id = 0;
+	assert_int_equal(jobstore_insert(f->st, &like, err, sizeof err), GM_OK);
+	finish(f->st, like.id, JOB_DONE, 6000);
+	assert_int_equal(jobstore_queued_like(f->st, &like, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 1);
+	/* only the last 64 jobs are looked at */
+	for (int i = 0; i < 64; i++)
+		add(f->st, 0, "other");
+	assert_int_equal(jobstore_queued_like(f->st, &like, 0, &yes, err, sizeof err), GM_OK);
+	assert_int_equal(yes, 0);
+}
+
 static void test_state_names(void **state)
 {
 	(void)state;
@@ -620,6 +673,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_stalled_reason_on_the_machines_queued_jobs, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_array_limit, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_queued_like_is_the_newest_same_job_since_then,
+	                                    setup, teardown),
 	    cmocka_unit_test(test_state_names),
 	    cmocka_unit_test_setup_teardown(test_newer_schema_is_refused, setup, teardown),
 	};
