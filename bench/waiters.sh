@@ -33,7 +33,8 @@
 # the driver's start-up and per-call costs, measured).  Run as root, the
 # broker fences each job in a cgroup (gpuman-trust(7)): each job then starts
 # one kernel grace period later; WAITERS_FENCE=off measures without, and the
-# broker's placement line is printed either way.  Prints the load average:
+# broker's placement line is printed either way.  Run as root, the broker runs
+# at nice -10, as contrib/gpuman.service starts it.  Prints the load average:
 # the numbers mean little on a machine that other work keeps busy.
 set -eu
 build=$(cd "${1:?usage: waiters.sh BUILD}" && pwd)
@@ -82,10 +83,12 @@ gpus 8 "$work/eight.json"
 gpus 1 "$work/one.json"
 export GPUMAN_SIM="$work/eight.json"
 
+broker_nice=
+[ "$(id -u)" != 0 ] || broker_nice="nice -n -10"
 start_daemon() {
 	[ -z "$daemon" ] || { kill "$daemon"; wait "$daemon" 2>/dev/null || true; }
 	rm -f "$GPUMAN_BROKER"
-	gpuman daemon --socket "$GPUMAN_BROKER" --state "$state/leases.json" \
+	$broker_nice gpuman daemon --socket "$GPUMAN_BROKER" --state "$state/leases.json" \
 		2>>"$work/daemon.log" &
 	daemon=$!
 	while [ ! -S "$GPUMAN_BROKER" ]; do sleep 0.01; done
