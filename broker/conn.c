@@ -447,7 +447,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	else
 		daemon_proc_command(c->pid, c->command, sizeof c->command);
 	line_summary(c->req, c->summary, sizeof c->summary);
-	daemon_user_name(c->uid, c->user, sizeof c->user);
+	/* The name the broker gives this uid everywhere (its leases too). */
+	str_copy(c->user, sizeof c->user, daemon_user_cached(d, c->uid));
 	c->since_ms = now_ms();
 	c->seq = ++d->next_seq;
 	/* The GPUs it could ever use: what it holds back while it waits,

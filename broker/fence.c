@@ -86,8 +86,9 @@ static void record_write(const struct daemon *d)
 	json_object_set_new(doc, "keepers", ks);
 	snprintf(path, sizeof path, "%s.fence", d->state_path);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* left by a crash */
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	/* One write: json_dumpfd() writes each token on its own, some 20
 	 * system calls each time a job's cgroup is made or ended. */
 	text = json_dumps(doc, JSON_COMPACT);

@@ -112,7 +112,9 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	l->uid = c->uid;
 	str_copy(l->user, sizeof l->user, daemon_user_cached(d, c->uid));
 	l->pid = c->pid;
-	l->pid_start = proctree_start(c->pid);
+	/* Read as it joined the line: the process that asked, even if its pid
+	 * names another by now. */
+	l->pid_start = c->pid_start ? c->pid_start : proctree_start(c->pid);
 	str_copy(l->command, sizeof l->command, c->command);
 	l->start_ms = now_ms();
 	l->exclusive = !c->req->share;
