@@ -338,7 +338,13 @@ done
 # ---- handoff ------------------------------------------------------------------
 export GPUMAN_SIM="$work/one.json"
 start_daemon
-set -- $("$build/bench/inproc" wakeup 20)
+# set -- of a failed command would leave $1 unset and stop the script with
+# "parameter not set": say which program failed, and why, instead.
+wake=$("$build/bench/inproc" wakeup 20) || {
+	echo "waiters.sh: $build/bench/inproc wakeup failed (its message above): no handoff figures" >&2
+	exit 1
+}
+set -- $wake
 awk -v rm="$1" -v rx="$2" -v km="$3" -v kx="$4" 'BEGIN {
 	printf "handoff through the broker, 20 rounds each:\n"
 	printf "  after a release: median %.1f ms, max %.1f ms\n", rm, rx

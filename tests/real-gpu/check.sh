@@ -30,7 +30,8 @@
 # Needs: the NVIDIA driver, cc, nvcc for the CUDA twin (step 3 is skipped,
 # saying so, without it).  Prints "ok"/"FAIL" lines; exit 1 if any failed.
 # GPUMAN_PREBUILT=1 uses build/ as it is (built elsewhere and carried: the
-# GPU machine may lack the build dependencies); REPORT=DIR keeps the raw
+# GPU machine may lack the build dependencies, and then libinih, jansson and
+# libmicrohttpd too: carry those and set LD_LIBRARY_PATH); REPORT=DIR keeps the raw
 # outputs (status, info, ps, nvidia-smi) there.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,6 +50,12 @@ fi
 report=${REPORT:-$tmp/report}
 mkdir -p "$report"
 gm="$build/gpuman"
+# A build carried from another machine may need libraries this one lacks:
+# say which, once, before the checks that load them fail one by one.
+for so in "$build/libgpuman.so.1" "$build/gpuman-serve"; do
+	missing=$(ldd "$so" 2>/dev/null | awk '/not found/ {printf "%s ", $1}')
+	[ -z "$missing" ] || echo "note $(basename "$so") lacks ${missing}here: carry them and set LD_LIBRARY_PATH, or its checks below fail (Python) or are skipped (serve)"
+done
 command -v nvidia-smi >/dev/null || { echo "FAIL no nvidia-smi: not an NVIDIA machine"; exit 1; }
 
 # The figures without a broker are the driver's cold cost: a broker that
