@@ -33,7 +33,8 @@
 # the driver's start-up and per-call costs, measured).  Run as root, the
 # broker fences each job in a cgroup (gpuman-trust(7)): each job then starts
 # one kernel grace period later; WAITERS_FENCE=off measures without, and the
-# broker's placement line is printed either way.  Run as root, the broker runs
+# broker's placement line is printed either way; WAITERS_FENCE_TRACE=1 adds,
+# for each broker line, what its placements took, step by step.  Run as root, the broker runs
 # at nice -10, as contrib/gpuman.service starts it.  Prints the load average:
 # the numbers mean little on a machine that other work keeps busy.
 set -eu
@@ -156,6 +157,7 @@ burst() { # burst TRANSPORT N
 	: >"$work/rec"
 	mkdir -m 1777 "$work/q$1$2"
 	as_other mkdir -m 700 "$work/q$1$2/bob"
+	logged=$(wc -l <"$work/daemon.log")
 	c0=$(busy_ticks)
 	t0=$(ms)
 	# one after the other from one shell of that user's, as a loop typed
@@ -228,8 +230,38 @@ print("  GPU time: busy %.2f s; lost before the first job %.2f s, between jobs %
 with open(sys.argv[3], "a") as out:
     out.write("%s %.1f\n" % (sys.argv[4], gaps / max(ngaps, 1) / 1e6))
 PY
+	[ "$1" != broker ] || [ "${WAITERS_FENCE_TRACE:-0}" != 1 ] ||
+		tail -n +$((logged + 1)) "$work/daemon.log" | fence_trace
 	unset GPUMAN_BROKER
 	export GPUMAN_BROKER="$work/gpuman.sock"
+}
+# fence_trace - the broker's placements in a burst, from its log lines
+# (GPUMAN_FENCE_TRACE=1): each kind's steps, median and max, and the
+# first 8 placements at a grant one by one, from the first request on.
+fence_trace() {
+	python3 -c '
+import re, statistics, sys
+rows = []
+for line in sys.stdin:
+    m = re.search(r"fence trace: (\S+) pid \d+ at ([\d.]+) s: (.*)", line)
+    if m:
+        kind = m.group(1) + (" (cancelled)" if "cancelled" in m.group(3) else "")
+        rows.append((kind, float(m.group(2)), [float(x) for x in re.findall(r"([\d.]+) ms", m.group(3))]))
+if not rows:
+    print("  fence trace: no placements logged (the fence is off, or the broker is older)")
+    sys.exit()
+first = min(t for _, t, _ in rows)
+for kind in sorted({k for k, _, _ in rows}):
+    mine = [v for k, _, v in rows if k == kind]
+    names = ["filter"] if kind == "granted-placed" else ["queued", "cgroup and filter", "move", "until answered"]
+    parts = ["%s %.1f / %.1f" % (n, statistics.median(col), max(col))
+             for n, col in zip(names, zip(*mine)) if len(col) == len(mine)]
+    print("  fence trace, %d %s (median / max ms): %s" % (len(mine), kind, ", ".join(parts)))
+grants = sorted((t, k, v) for k, t, v in rows if k in ("grant", "grant-keeper"))[:8]
+if grants:
+    print("  the first %d placed at a grant, ms from the first request (a queue runner: *): %s" % (len(grants), "; ".join(
+        "+%.1f%s: %s" % ((t - first) * 1e3, "*" if k == "grant-keeper" else "", "/".join("%.1f" % x for x in v)) for t, k, v in grants)))
+'
 }
 # The floor: the same jobs with no gpuman and no leases, xargs -P 8 with a
 # GPU pinned to each of its 8 slots (a sh per job sets it) -- what launching
@@ -249,6 +281,7 @@ floor() { # floor N
 	echo $((last - t0))
 }
 [ "${WAITERS_FENCE:-on}" = on ] || export GPUMAN_FENCE=off
+[ "${WAITERS_FENCE_TRACE:-0}" != 1 ] || export GPUMAN_FENCE_TRACE=1
 start_daemon
 echo "broker: $(grep -m1 'placement' "$work/daemon.log" | sed 's/^gpuman daemon: //')"
 for n in $lines; do

@@ -30,12 +30,18 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include "gpuman-internal.h"
 #include "cmdline.h"
 #include "daemon.h"
 
 static struct fence fence;
+/* GPUMAN_FENCE_TRACE=1: one line of the log for each placement, with the
+ * time of each of its steps (bench/waiters.sh WAITERS_FENCE_TRACE=1 sums
+ * them up).  Where a move waits a grace period only a machine of that
+ * kind shows where a job's start goes; this says it there in one run. */
+static int trace;
 
 /* Supervisors to move back out of a lease's cgroup when it ends. */
 struct keeper {
@@ -142,6 +148,9 @@ static int fenced_drop(const char *id)
 
 void daemon_fence_init(void)
 {
+	const char *t = getenv("GPUMAN_FENCE_TRACE");
+
+	trace = t && !strcmp(t, "1");
 	fence_choose(&fence);
 	if (fence.ops && fence.scopes)
 		daemon_say("placement enforced by the kernel: %s, each job in a systemd scope "
@@ -425,27 +434,62 @@ struct place_job {
 	char description[360]; /* the systemd scope's (fence.scopes) */
 	int rc, made;
 	char err[300];
+	/* for the trace: monotonic microseconds */
+	uint64_t queued_us, began_us, made_us, ended_us;
 	struct place_job *next;
 };
 static struct place_job *placing;
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* "fence trace: KIND pid N at T s: Q ms queued, C ms cgroup and filter,
+ * M ms move, A ms until answered" (T: the request's monotonic time). */
+static void trace_place(const char *kind, const struct place_job *j)
+{
+	uint64_t now = mono_us();
+
+	if (!trace)
+		return;
+	if (!j->began_us) { /* cancelled before it ran */
+		daemon_say("fence trace: %s pid %d at %.6f s: cancelled after %.3f ms queued", kind,
+		           j->pid, j->queued_us / 1e6, (now - j->queued_us) / 1e3);
+		return;
+	}
+	daemon_say("fence trace: %s pid %d at %.6f s: %.3f ms queued, %.3f ms cgroup and filter, "
+	           "%.3f ms move, %.3f ms until answered%s",
+	           kind, j->pid, j->queued_us / 1e6, (j->began_us - j->queued_us) / 1e3,
+	           ((j->made_us ? j->made_us : j->ended_us) - j->began_us) / 1e3,
+	           j->made_us ? (j->ended_us - j->made_us) / 1e3 : 0.0, (now - j->ended_us) / 1e3,
+	           j->rc < 0 ? " (failed)" : "");
+}
 
 static void place_run(struct work *w)
 {
 	struct place_job *j = (struct place_job *)w;
 
 	j->rc = -1;
+	j->began_us = mono_us();
 	/* systemd's call waits for its job (lib/fence_scope.c): here, not on
 	 * the loop, too. */
 	if (fence.scopes &&
 	    fence_scope_start(&fence, w->key, j->pid, j->description, j->err, sizeof j->err) < 0)
-		return;
+		goto out;
 	if ((j->update ? fence.ops->update(&fence, w->key, &j->rule, &j->all, j->err, sizeof j->err)
 	               : fence.ops->create(&fence, w->key, &j->rule, j->err, sizeof j->err)) < 0)
-		return;
+		goto out;
 	j->made = 1;
+	j->made_us = mono_us();
 	if (fence.ops->enter(&fence, w->key, j->pid, j->err, sizeof j->err) < 0)
-		return;
+		goto out;
 	j->rc = 0;
+out:
+	j->ended_us = mono_us();
 }
 
 /*
@@ -495,6 +539,7 @@ static void place_done(struct daemon *d, struct work *w)
 	char why[360] = "";
 
 	placing_drop(j);
+	trace_place(j->k ? "grant-keeper" : "grant", j);
 	if (w->cancelled) {
 		snprintf(why, sizeof why, "the lease ended before pid %d was placed", j->asked);
 	} else if (j->rc < 0) {
@@ -621,6 +666,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	j->c = c;
 	j->next = placing;
 	placing = j;
+	j->queued_us = mono_us();
 	daemon_work_submit(d, &j->w);
 	return;
 refused:
@@ -666,6 +712,7 @@ static void preplace_done(struct daemon *d, struct work *w)
 	struct pollfd p = {j->pidfd, POLLIN, 0};
 
 	placing_drop(j);
+	trace_place("waiter", j);
 	if (j->made) {
 		/* On record: a broker after this one ends it, unless a lease
 		 * of its name lives then. */
@@ -716,6 +763,7 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	j->c = c;
 	j->next = placing;
 	placing = j;
+	j->queued_us = mono_us();
 	daemon_work_submit(d, &j->w);
 }
 
@@ -727,6 +775,7 @@ int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *
 	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
 	char err[300];
 	int placed = 0;
+	uint64_t t0 = mono_us();
 
 	if (!l->preplaced || !c->pre_placed || strcmp(c->pre_id, l->id) ||
 	    proctree_start(c->pre_pid) != c->pre_start)
@@ -734,7 +783,11 @@ int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *
 	if (rule_for(d, l, 0, NULL, &rule, &all, err, sizeof err) == 0 &&
 	    fence.ops->update(&fence, l->id, &rule, &all, err, sizeof err) == 0)
 		placed = 1;
-	else
+	if (trace)
+		daemon_say(
+		    "fence trace: granted-placed pid %d at %.6f s: %.3f ms filter, on the loop%s",
+		    c->pre_pid, t0 / 1e6, (mono_us() - t0) / 1e3, placed ? "" : " (failed)");
+	if (!placed)
 		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", l->user,
 		           c->pre_pid, err);
 	fence_rule_release(&rule);

@@ -204,6 +204,34 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
+@test "fence v2: GPUMAN_FENCE_TRACE=1 logs each placement's steps (at a grant, as a job waits, the grant's new filter); unset, none" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2 GPUMAN_FENCE_PREPLACE=yes GPUMAN_FENCE_TRACE=1
+	hold_gpu2
+	as_user bob gpuman run --only 2 --wait -- true &
+	local bob=$! n='[0-9]+[.][0-9]{3}'
+	wait_for "[ -n \"\$(waiting_cgroup /sys/fs/cgroup/unified)\" ]"
+	touch "$SHARED/out/go"
+	wait "$bob"
+	# alice's holder, placed at its grant; bob's job, placed as it waited,
+	# then given its GPU on the loop
+	grep -Eq "fence trace: grant pid [0-9]+ at $n+ s: $n ms queued, $n ms cgroup and filter, $n ms move, $n ms until answered$" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	grep -Eq "fence trace: waiter pid [0-9]+ at $n+ s: $n ms queued, $n ms cgroup and filter, $n ms move, $n ms until answered$" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	grep -Eq "fence trace: granted-placed pid [0-9]+ at $n+ s: $n ms filter, on the loop$" \
+		"$BATS_TEST_TMPDIR/daemon.log"
+	# off unless asked
+	broker_stop
+	: >"$BATS_TEST_TMPDIR/daemon.log"
+	start_daemon GPUMAN_FENCE=v2
+	run -0 as_user alice gpuman run --only 2 -- true
+	grep -q "placement enforced by the kernel" "$BATS_TEST_TMPDIR/daemon.log"
+	! grep -q "fence trace" "$BATS_TEST_TMPDIR/daemon.log" || false
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 @test "fence v2: a waiting job is placed early exactly where the mount lacks favordynmods (where moves wait a grace period)" {
 	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
 	gpus 4
