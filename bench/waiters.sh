@@ -34,7 +34,8 @@
 # broker fences each job in a cgroup (gpuman-trust(7)): each job then starts
 # one kernel grace period later; WAITERS_FENCE=off measures without, and the
 # broker's placement line is printed either way; WAITERS_FENCE_TRACE=1 adds,
-# for each broker line, what its placements took, step by step.  Run as root, the broker runs
+# for each broker line, what its placements took, step by step (and
+# WAITERS_KEEP_LOG=FILE keeps the broker's whole log there).  Run as root, the broker runs
 # at nice -10, as contrib/gpuman.service starts it.  Prints the load average:
 # the numbers mean little on a machine that other work keeps busy.
 set -eu
@@ -58,6 +59,7 @@ daemon=
 cleanup() {
 	[ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true
 	wait 2>/dev/null || true
+	[ -z "${WAITERS_KEEP_LOG:-}" ] || cp "$work/daemon.log" "$WAITERS_KEEP_LOG" 2>/dev/null || true
 	rm -rf "$work" "$state" "$reg"
 }
 trap cleanup EXIT

@@ -488,8 +488,10 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 
 	json_object_set_new(m, "op", json_string("released"));
 	if (c->lease) {
-		daemon_lease_end(d, c->lease);
-		conn_finish(d, c, m);
+		struct blease *l = c->lease;
+
+		daemon_lease_end(d, l);
+		daemon_fence_released(d, c, l, m);
 		return;
 	}
 	for (struct blease *l = d->leases; id && !token && l; l = l->next)

@@ -442,6 +442,9 @@ void daemon_fence_init(void);                                           /* at st
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */
 void daemon_fence_end(struct daemon *d, const struct blease *l);        /* kills what is left */
 void daemon_fence_forget(struct conn *c); /* c closes: its placements answer nobody */
+/* Answer c's release of l (ended) once l's supervisors are home. */
+void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease *l,
+                           json_t *answer);
 /* A waiter's job, placed before its grant ("preplace"); the grant's rule
  * put in place (1: the job is placed); a waiter that leaves ends it. */
 int daemon_fence_can_preplace(void);

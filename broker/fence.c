@@ -53,6 +53,34 @@ struct keeper {
 };
 static struct keeper *keepers;
 
+/* A lease's end whose keepers go home on the worker (end_run): they are
+ * supervisors still, on record and spared, until they are home. */
+struct end_job {
+	struct work w;
+	char id[64];            /* the lease's */
+	struct keeper *keepers; /* to move home, then freed */
+	struct conn *c;         /* its release, answered once they are home */
+	json_t *answer;
+	int rc;
+	char err[300];
+	struct end_job *next;
+};
+static struct end_job *ending;
+
+/* The keeper of pid (of that start, or any with start 0): one of a live
+ * lease, or one on its way home. */
+static const struct keeper *keeper_of(int pid, uint64_t start)
+{
+	for (const struct keeper *k = keepers; k; k = k->next)
+		if (k->pid == pid && (!start || k->start == start))
+			return k;
+	for (const struct end_job *e = ending; e; e = e->next)
+		for (const struct keeper *k = e->keepers; k; k = k->next)
+			if (k->pid == pid && (!start || k->start == start))
+				return k;
+	return NULL;
+}
+
 /*
  * The fence's record, beside the state file (<state>.fence, root's, in
  * the state directory): the leases whose cgroups this broker made and the
@@ -70,6 +98,19 @@ struct fenced {
 };
 static struct fenced *fenced_ids;
 
+static void keepers_json(json_t *out, const struct keeper *k)
+{
+	for (; k; k = k->next) {
+		json_t *o = json_object();
+
+		json_object_set_new(o, "id", json_string(k->id));
+		json_object_set_new(o, "pid", json_integer(k->pid));
+		json_object_set_new(o, "start", json_integer((json_int_t)k->start));
+		json_object_set_new(o, "origin", json_string(k->origin));
+		json_array_append_new(out, o);
+	}
+}
+
 static void record_write(const struct daemon *d)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8], *text;
@@ -79,15 +120,9 @@ static void record_write(const struct daemon *d)
 
 	for (const struct fenced *f = fenced_ids; f; f = f->next)
 		json_array_append_new(ids, json_string(f->id));
-	for (const struct keeper *k = keepers; k; k = k->next) {
-		json_t *o = json_object();
-
-		json_object_set_new(o, "id", json_string(k->id));
-		json_object_set_new(o, "pid", json_integer(k->pid));
-		json_object_set_new(o, "start", json_integer((json_int_t)k->start));
-		json_object_set_new(o, "origin", json_string(k->origin));
-		json_array_append_new(ks, o);
-	}
+	keepers_json(ks, keepers);
+	for (const struct end_job *e = ending; e; e = e->next)
+		keepers_json(ks, e->keepers);
 	json_object_set_new(doc, "cgroups", ids);
 	json_object_set_new(doc, "keepers", ks);
 	snprintf(path, sizeof path, "%s.fence", d->state_path);
@@ -583,6 +618,12 @@ void daemon_fence_forget(struct conn *c)
 	for (struct place_job *j = placing; j; j = j->next)
 		if (j->c == c)
 			j->c = NULL;
+	for (struct end_job *e = ending; e; e = e->next)
+		if (e->c == c) {
+			e->c = NULL;
+			json_decref(e->answer);
+			e->answer = NULL;
+		}
 }
 
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
@@ -641,17 +682,17 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	j->adopt = !c->lease && !l->reservation && !keep;
 	if (keep && (j->k = calloc(1, sizeof *j->k))) {
 		struct keeper *k = j->k;
+		/* Already a supervisor in another lease's cgroup (or on its
+		 * way home from one): back home, not there, at the end. */
+		const struct keeper *o = keeper_of(pid, j->start);
 
 		str_copy(k->id, sizeof k->id, l->id);
 		k->pid = pid;
 		k->start = j->start;
 		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
 			str_copy(k->origin, sizeof k->origin, fence.mount);
-		/* Already a supervisor in another lease's cgroup: back home,
-		 * not there, at the end. */
-		for (struct keeper *o = keepers; o; o = o->next)
-			if (o->pid == pid && o->start == j->start)
-				str_copy(k->origin, sizeof k->origin, o->origin);
+		if (o)
+			str_copy(k->origin, sizeof k->origin, o->origin);
 	}
 	str_copy(j->w.key, sizeof j->w.key, l->id);
 	str_copy(j->user, sizeof j->user, l->user);
@@ -838,10 +879,7 @@ void daemon_fence_unplace(struct daemon *d, struct conn *c)
 /* Is pid a supervisor of a lease (home at the end, not ended)? */
 static int is_keeper(int pid)
 {
-	for (const struct keeper *k = keepers; k; k = k->next)
-		if (k->pid == pid)
-			return 1;
-	return 0;
+	return keeper_of(pid, 0) != NULL;
 }
 
 /* Does a live lease of l's user other than l (a reservation she works in,
@@ -916,14 +954,11 @@ static int lease_cgroup(const char *path)
 	return !strncmp(path, fence.root, n) && rest[0] == '/' && rest[1] >= '0' && rest[1] <= '9';
 }
 
-/* Lease id's keepers home, alive (those still ours and still in its
- * cgroup), and forgotten. */
-static void keepers_home(const char *id)
+/* Lease id's keepers, off the list of live leases' ones. */
+static struct keeper *take_keepers(const char *id)
 {
-	struct keeper **pp = &keepers;
-	char path[PATH_MAX], here[PATH_MAX];
+	struct keeper *out = NULL, **pp = &keepers;
 
-	fence_path(&fence, id, path, sizeof path);
 	while (*pp) {
 		struct keeper *k = *pp;
 
@@ -931,6 +966,32 @@ static void keepers_home(const char *id)
 			pp = &k->next;
 			continue;
 		}
+		*pp = k->next;
+		k->next = out;
+		out = k;
+	}
+	return out;
+}
+
+static void free_keepers(struct keeper *k)
+{
+	while (k) {
+		struct keeper *next = k->next;
+
+		free(k);
+		k = next;
+	}
+}
+
+/* Keepers of lease id home, alive (those still ours and still in its
+ * cgroup).  Each is a move: where the hierarchy is mounted without
+ * favordynmods it waits a grace period holding the kernel's cgroup lock. */
+static void send_home(const char *id, const struct keeper *k)
+{
+	char path[PATH_MAX], here[PATH_MAX];
+
+	fence_path(&fence, id, path, sizeof path);
+	for (; k; k = k->next)
 		if (proctree_start(k->pid) == k->start &&
 		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
 		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0) {
@@ -942,15 +1003,113 @@ static void keepers_home(const char *id)
 			else
 				fence.ops->move_to(&fence, fence.mount, k->pid);
 		}
-		*pp = k->next;
-		free(k);
+}
+
+static int in_keepers(const struct keeper *k, int pid)
+{
+	for (; k; k = k->next)
+		if (k->pid == pid && proctree_start(pid) == k->start)
+			return 1;
+	return 0;
+}
+
+/*
+ * Everything in lease id's cgroup but its keepers, killed with signals
+ * until only they are left (a process forked meanwhile shows up in the
+ * next reading), or patience runs out.  Signals and reading cgroup.procs
+ * take no cgroup lock: cgroup.kill and rmdir do, and a move anywhere on the
+ * machine can hold that lock for a whole grace period (4-26 ms measured),
+ * every other user's grant and answer waiting on the loop behind it.
+ */
+static void kill_all_but(const char *id, const struct keeper *ks)
+{
+	uint64_t give_up = mono_us() + 2000000;
+
+	for (long wait = 0;; wait = wait ? wait * 2 : 1) {
+		int pids[256];
+		long n = fence.ops->pids(&fence, id, pids, 256), left = n > 256 ? n - 256 : 0;
+		struct timespec t = {0, (wait > 20 ? 20 : wait) * 1000000L};
+
+		for (long i = 0; i < n && i < 256; i++)
+			if (!in_keepers(ks, pids[i])) {
+				kill(pids[i], SIGKILL);
+				left++;
+			}
+		if (left <= 0 || mono_us() >= give_up)
+			return;
+		nanosleep(&t, NULL);
 	}
 }
 
+/* On the worker: the keepers home, then the cgroup killed and removed. */
+static void end_run(struct work *w)
+{
+	struct end_job *e = (struct end_job *)w;
+
+	send_home(e->id, e->keepers);
+	e->rc = fence.ops->end(&fence, e->id, e->err, sizeof e->err);
+}
+
+static void end_done(struct daemon *d, struct work *w)
+{
+	struct end_job *e = (struct end_job *)w;
+	int known;
+
+	for (struct end_job **pp = &ending; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			break;
+		}
+	/* Cancelled (the broker stops): the record keeps the cgroup and its
+	 * keepers, for the broker after this one to end as at its end. */
+	if (w->cancelled) {
+		while (e->keepers) {
+			struct keeper *k = e->keepers;
+
+			e->keepers = k->next;
+			k->next = keepers;
+			keepers = k;
+		}
+	} else {
+		if (e->rc < 0)
+			daemon_say("lease %s: %s", e->id, e->err);
+		known = fenced_drop(e->id);
+		if (known || e->keepers)
+			record_write(d);
+	}
+	free_keepers(e->keepers);
+	if (e->c)
+		conn_finish(d, e->c, e->answer);
+	free(e);
+}
+
+/*
+ * The release of c's lease l, just ended: answered once its keepers are
+ * home (a library caller goes on outside every fence when release()
+ * returns), which is now where it had none.
+ */
+void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease *l, json_t *answer)
+{
+	for (struct end_job *e = ending; e; e = e->next)
+		if (!strcmp(e->id, l->id) && e->keepers && !e->c) {
+			e->c = c;
+			e->answer = answer;
+			return;
+		}
+	conn_finish(d, c, answer);
+}
+
+/*
+ * A lease's end: before its GPUs go to anybody else, nothing of its job is
+ * left running -- killed here, on the loop, with signals.  Its keepers
+ * home and its cgroup removed come after, on the worker, in order with
+ * every placement (a keeper leased again is moved in after it is home).
+ * In systemd scopes, all of it here as before (systemd stops the scope).
+ */
 void daemon_fence_end(struct daemon *d, const struct blease *l)
 {
+	struct end_job *e;
 	char err[300];
-	int known;
 
 	if (!fence.ops)
 		return;
@@ -961,12 +1120,28 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 	daemon_work_settle(d, l->id);
 	if (!l->reservation)
 		end_strays(d, l);
-	keepers_home(l->id);
-	if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
-		daemon_say("lease %s of %s: %s", l->id, l->user, err);
-	known = fenced_drop(l->id);
-	if (known)
-		record_write(d);
+	if (!fence.scopes && (e = calloc(1, sizeof *e))) {
+		str_copy(e->id, sizeof e->id, l->id);
+		e->keepers = take_keepers(l->id);
+		kill_all_but(l->id, e->keepers);
+		/* Not the lease's id as the key: nothing settles it. */
+		snprintf(e->w.key, sizeof e->w.key, "end %.58s", l->id);
+		e->w.run = end_run;
+		e->w.done = end_done;
+		e->next = ending;
+		ending = e;
+		daemon_work_submit(d, &e->w);
+	} else {
+		struct keeper *ks = take_keepers(l->id);
+		int had = ks != NULL;
+
+		send_home(l->id, ks);
+		free_keepers(ks);
+		if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
+			daemon_say("lease %s of %s: %s", l->id, l->user, err);
+		if (fenced_drop(l->id) || had)
+			record_write(d);
+	}
 	daemon_fence_sessions(d, l->uid, l);
 }
 
@@ -983,6 +1158,7 @@ void daemon_fence_restore(struct daemon *d)
 	char path[PATH_MAX], err[300];
 	json_t *doc, *v;
 	size_t i, kept = 0, ended = 0;
+	struct keeper *ks;
 
 	if (!fence.ops)
 		return;
@@ -1022,7 +1198,9 @@ void daemon_fence_restore(struct daemon *d)
 			continue;
 		}
 		/* Its lease ended while no broker watched: as at its end. */
-		keepers_home(id);
+		ks = take_keepers(id);
+		send_home(id, ks);
+		free_keepers(ks);
 		if (fence.ops->end(&fence, id, err, sizeof err) < 0)
 			daemon_say("lease %s (ended meanwhile): %s", id, err);
 		ended++;

@@ -390,6 +390,13 @@ static long read_pids(const char *dir, int *out, size_t cap)
 	return n;
 }
 
+static void sleep_ms(long ms)
+{
+	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&t, NULL);
+}
+
 static int cg_enter(const struct fence *f, const char *id, int pid, char *err, size_t len)
 {
 	char dir[PATH_MAX], text[24];
@@ -402,6 +409,8 @@ static int cg_enter(const struct fence *f, const char *id, int pid, char *err, s
 		return gm_fail(GM_ERR_IO, err, len, "cannot move pid %d into '%s': %s", pid, dir,
 		               strerror(errno)),
 		       -1;
+	if (f->move_delay_ms > 0)
+		sleep_ms(f->move_delay_ms);
 	/* In a scope: what pid forked while systemd had it in the scope
 	 * itself (a running library caller can) follows it into the filter. */
 	if (f->scopes && lease_id(id)) {
@@ -423,9 +432,12 @@ static int cg_move_to(const struct fence *f, const char *path, int pid)
 {
 	char text[24];
 
-	(void)f;
 	snprintf(text, sizeof text, "%d", pid);
-	return write_file(path, "cgroup.procs", text);
+	if (write_file(path, "cgroup.procs", text) < 0)
+		return -1;
+	if (f->move_delay_ms > 0)
+		sleep_ms(f->move_delay_ms);
+	return 0;
 }
 
 static long cg_pids(const struct fence *f, const char *id, int *out, size_t cap)
@@ -477,13 +489,6 @@ static int v2_where(const struct fence *f, int pid, char *out, size_t len)
 static int v1_where(const struct fence *f, int pid, char *out, size_t len)
 {
 	return cg_where(f, pid, 0, out, len);
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-
-	nanosleep(&t, NULL);
 }
 
 /* Kill what is in dir until nothing is (v1 has no cgroup.kill; a process
@@ -980,8 +985,12 @@ void fence_choose(struct fence *f)
 	}
 	if ((strcmp(want, "v1") && probe(f, &fence_v2, 1, e2, sizeof e2) == 0) ||
 	    (strcmp(want, "v2") && probe(f, &fence_v1, 0, e1, sizeof e1) == 0)) {
+		const char *delay = getenv("GPUMAN_FENCE_MOVE_DELAY_MS");
+
 		sweep(f);
 		choose_scopes(f);
+		if (delay && *delay)
+			f->move_delay_ms = strtol(delay, NULL, 10);
 		return;
 	}
 	f->ops = NULL;

@@ -155,6 +155,10 @@ struct fence {
 	int slow_moves;
 	/* The hierarchy is mounted favordynmods: a move waits no grace period. */
 	int fast_moves;
+	/* GPUMAN_FENCE_MOVE_DELAY_MS: each move waits that much longer, on
+	 * the thread that makes it -- a kernel whose moves wait a grace period
+	 * (up to 26 ms measured), shown where they do not, for the tests. */
+	long move_delay_ms;
 	/* Where systemd is PID 1 (fence_scope.c): each lease's cgroup is
 	 * <scope_root>/<unit_prefix>-<id>.scope/job, in a transient scope
 	 * of slice; 0 with scope_why when systemd runs but cannot be asked. */

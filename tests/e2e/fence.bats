@@ -354,6 +354,67 @@ EOF
 	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/lib"
 }
 
+@test "fence: a library caller that leases again at once after each release ends where it began, alive, and its leases' cgroups go" {
+	# A lease's end moves its supervisor home on the broker's worker,
+	# after the release is answered: the next lease of the same process is
+	# asked for before it is home, and must still send it home, not into
+	# the cgroup of the lease before (which ends, and would end it too).
+	# Moves made slow, as where each waits a grace period, so that it is.
+	gpus 4
+	start_daemon GPUMAN_FENCE_MOVE_DELAY_MS=300
+	cat >"$SHARED/again.py" <<EOF
+import os, sys
+sys.path.insert(0, "$GM_ROOT/python")
+import gpuman
+home = open("/proc/self/cgroup").read()
+for i in range(4):
+    lease = gpuman.select(only="2" if i % 2 == 0 else "3")
+    lease.release()
+os.system("$TRY $SHARED/out/again after $NODES")
+print("home" if open("/proc/self/cgroup").read() == home else "moved: " + open("/proc/self/cgroup").read())
+EOF
+	chmod 644 "$SHARED/again.py"
+	local pre
+	mapfile -t pre < <(py_env)
+	run -0 as_user alice env "${pre[@]}" python3 "$SHARED/again.py"
+	[[ "$output" == *home* ]] || { echo "$output"; return 1; }
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/again" || { cat "$SHARED/out/again"; tail -20 "$BATS_TEST_TMPDIR/daemon.log"; return 1; }
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
+@test "fence: a lease's end whose supervisor's move home is slow keeps nobody else waiting, and its release returns with it home" {
+	# Where moves wait a grace period (and hold the kernel's cgroup lock
+	# meanwhile), the broker's loop makes none at a lease's end: its
+	# worker does, and the release is answered when it is done.
+	gpus 4
+	start_daemon GPUMAN_FENCE_MOVE_DELAY_MS=700
+	cat >"$SHARED/slow.py" <<EOF
+import os, subprocess, sys, time
+sys.path.insert(0, "$GM_ROOT/python")
+import gpuman
+# Started first: what the caller starts while it holds the lease ends with it.
+other = subprocess.Popen([sys.executable, "-c", "import subprocess, time; import os; [time.sleep(0.01) for _ in range(1000) if not os.path.exists('$SHARED/out/releasing')]; time.sleep(0.2); t = time.monotonic(); subprocess.run(['gpuman', 'status', '--json'], stdout=subprocess.DEVNULL, check=True); print('status %d ms' % ((time.monotonic() - t) * 1000))"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+lease = gpuman.select(only="2")
+open("$SHARED/out/releasing", "w").close()
+t0 = time.monotonic()
+lease.release()
+t1 = time.monotonic()
+os.system("$TRY $SHARED/out/slow after $NODES")
+print("release %d ms" % ((t1 - t0) * 1000), other.communicate()[0].strip())
+EOF
+	chmod 644 "$SHARED/slow.py"
+	local pre
+	mapfile -t pre < <(py_env)
+	run -0 as_user alice env "${pre[@]}" python3 "$SHARED/slow.py"
+	echo "$output"
+	[[ "$output" =~ release\ ([0-9]+)\ ms\ status\ ([0-9]+)\ ms ]]
+	# The release waits for the move (0.7 s); a status asked meanwhile
+	# does not.
+	[ "${BASH_REMATCH[1]}" -ge 600 ] && [ "${BASH_REMATCH[2]}" -lt 300 ]
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/slow"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 @test "fence: a MIG job opens only its own slice's capability nodes" {
 	mkdir -p "$SHARED/proc/driver/nvidia-caps"
 	printf 'Character devices:\n  1 mem\n195 nvidia\n238 nvidia-caps\n\nBlock devices:\n  7 loop\n' \
