@@ -255,7 +255,7 @@ if not rows:
 first = min(t for _, t, _ in rows)
 for kind in sorted({k for k, _, _ in rows}):
     mine = [v for k, _, v in rows if k == kind]
-    names = ["filter"] if kind == "granted-placed" else ["queued", "cgroup and filter", "move", "until answered"]
+    names = ["filter", "queued"] if kind == "granted-placed" else ["queued", "cgroup and filter", "move", "until answered"]
     parts = ["%s %.1f / %.1f" % (n, statistics.median(col), max(col))
              for n, col in zip(names, zip(*mine)) if len(col) == len(mine)]
     print("  fence trace, %d %s (median / max ms): %s" % (len(mine), kind, ", ".join(parts)))

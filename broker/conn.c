@@ -533,7 +533,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 				if (l->conn)
 					l->conn->lease = NULL;
 				daemon_lease_end(d, l);
-				conn_finish(d, c, m);
+				daemon_fence_released(d, c, l, m);
 				return;
 			}
 			break;

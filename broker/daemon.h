@@ -445,11 +445,14 @@ void daemon_fence_forget(struct conn *c); /* c closes: its placements answer nob
 /* Answer c's release of l (ended) once l's supervisors are home. */
 void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease *l,
                            json_t *answer);
-/* A waiter's job, placed before its grant ("preplace"); the grant's rule
- * put in place (1: the job is placed); a waiter that leaves ends it. */
+/* A waiter's job, placed before its grant ("preplace"); a waiter that
+ * leaves ends it. */
 int daemon_fence_can_preplace(void);
 void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg);
-int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *l);
+/* c's grant of l, its job placed as it waited: 1, answer (the grant)
+ * taken, sent with "placed" once l's filter is in (on the worker); 0, not
+ * placed, answer the caller's to send (the client asks "fence"). */
+int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *l, json_t *answer);
 void daemon_fence_unplace(struct daemon *d, struct conn *c);
 void daemon_fence_view(json_t *view); /* "placement" for status */
 /* After the leases are restored: the fence's record of the broker before

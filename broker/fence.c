@@ -67,6 +67,21 @@ struct end_job {
 };
 static struct end_job *ending;
 
+/* A grant whose job waits placed, its filter changed on the worker
+ * (daemon_fence_granted). */
+struct grant_job {
+	struct work w; /* its key: the lease's id */
+	struct conn *c;
+	json_t *answer; /* the grant, sent when done */
+	char user[33];
+	int pid, rc;
+	struct fence_rule rule, all;
+	char err[300];
+	uint64_t queued_us, began_us, ended_us;
+	struct grant_job *next;
+};
+static struct grant_job *granting;
+
 /* The keeper of pid (of that start, or any with start 0): one of a live
  * lease, or one on its way home. */
 static const struct keeper *keeper_of(int pid, uint64_t start)
@@ -618,6 +633,12 @@ void daemon_fence_forget(struct conn *c)
 	for (struct place_job *j = placing; j; j = j->next)
 		if (j->c == c)
 			j->c = NULL;
+	for (struct grant_job *g = granting; g; g = g->next)
+		if (g->c == c) {
+			g->c = NULL;
+			json_decref(g->answer);
+			g->answer = NULL;
+		}
 	for (struct end_job *e = ending; e; e = e->next)
 		if (e->c == c) {
 			e->c = NULL;
@@ -808,32 +829,87 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	daemon_work_submit(d, &j->w);
 }
 
-/* The grant of c, whose job waits placed: l's rule in place of the one
- * that refused all, on the loop (no move: no grace period).  1 placed, 0
- * not (the client asks "fence" as without). */
-int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *l)
+/*
+ * The grant of c, whose job waits placed: l's rule in place of the one
+ * that refused all (no move: no grace period).  On the worker, not the
+ * loop: the filter's change takes the kernel's cgroup lock, which a move
+ * being made holds for a whole grace period (20.8 ms once, traced on a
+ * lent machine), and every other user's grant and answer waited behind it
+ * on the loop.  The grant is told, "placed", once it is in.
+ */
+
+static void grant_run(struct work *w)
 {
-	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
-	char err[300];
-	int placed = 0;
-	uint64_t t0 = mono_us();
+	struct grant_job *g = (struct grant_job *)w;
+
+	g->began_us = mono_us();
+	g->rc = fence.ops->update(&fence, w->key, &g->rule, &g->all, g->err, sizeof g->err);
+	g->ended_us = mono_us();
+}
+
+static void grant_done(struct daemon *d, struct work *w)
+{
+	struct grant_job *g = (struct grant_job *)w;
+	struct conn *c = g->c;
+
+	for (struct grant_job **pp = &granting; *pp; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	if (trace && !w->cancelled)
+		daemon_say("fence trace: granted-placed pid %d at %.6f s: %.3f ms filter, %.3f ms "
+		           "queued, on the worker%s",
+		           g->pid, g->queued_us / 1e6, (g->ended_us - g->began_us) / 1e3,
+		           (g->began_us - g->queued_us) / 1e3, g->rc < 0 ? " (failed)" : "");
+	if (!w->cancelled && g->rc < 0)
+		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", g->user,
+		           g->pid, g->err);
+	if (!c) {
+		json_decref(g->answer);
+	} else {
+		/* Not placed (or cancelled: the lease ended, or the broker
+		 * stops): the client asks "fence" as it would without, and
+		 * hears then what became of its lease. */
+		if (!w->cancelled && g->rc == 0)
+			json_object_set_new(g->answer, "placed", json_true());
+		if (conn_send(d, c, g->answer) < 0)
+			conn_close(d, c);
+	}
+	fence_rule_release(&g->rule);
+	fence_rule_release(&g->all);
+	free(g);
+}
+
+int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *l, json_t *answer)
+{
+	struct grant_job *g;
 
 	if (!l->preplaced || !c->pre_placed || strcmp(c->pre_id, l->id) ||
-	    proctree_start(c->pre_pid) != c->pre_start)
+	    proctree_start(c->pre_pid) != c->pre_start || !(g = calloc(1, sizeof *g)))
 		return 0;
-	if (rule_for(d, l, 0, NULL, &rule, &all, err, sizeof err) == 0 &&
-	    fence.ops->update(&fence, l->id, &rule, &all, err, sizeof err) == 0)
-		placed = 1;
-	if (trace)
-		daemon_say(
-		    "fence trace: granted-placed pid %d at %.6f s: %.3f ms filter, on the loop%s",
-		    c->pre_pid, t0 / 1e6, (mono_us() - t0) / 1e3, placed ? "" : " (failed)");
-	if (!placed)
+	g->rule = (struct fence_rule)FENCE_RULE_INIT;
+	g->all = (struct fence_rule)FENCE_RULE_INIT;
+	if (rule_for(d, l, 0, NULL, &g->rule, &g->all, g->err, sizeof g->err) < 0) {
 		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", l->user,
-		           c->pre_pid, err);
-	fence_rule_release(&rule);
-	fence_rule_release(&all);
-	return placed;
+		           c->pre_pid, g->err);
+		fence_rule_release(&g->rule);
+		fence_rule_release(&g->all);
+		free(g);
+		return 0;
+	}
+	str_copy(g->w.key, sizeof g->w.key, l->id);
+	str_copy(g->user, sizeof g->user, l->user);
+	g->pid = c->pre_pid;
+	g->c = c;
+	g->answer = answer;
+	g->w.run = grant_run;
+	g->w.done = grant_done;
+	g->next = granting;
+	granting = g;
+	g->queued_us = mono_us();
+	daemon_work_submit(d, &g->w);
+	return 1;
 }
 
 /* A waiter that leaves the line (gave up, went away, was refused): its

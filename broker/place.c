@@ -153,11 +153,7 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		l->expires_ms = l->start_ms + c->reserve_ms;
 	}
 	daemon_lease_add(d, l);
-	placed = daemon_fence_granted(d, c, l);
-	c->pre_id[0] = '\0'; /* the lease's now: it ends with the lease */
 	json_object_set_new(m, "op", json_string("granted"));
-	if (placed)
-		json_object_set_new(m, "placed", json_true());
 	json_object_set_new(m, "id", json_string(l->id));
 	json_object_set_new(m, "token", json_string(l->token));
 	json_object_set_new(m, "share_mib", json_integer((json_int_t)l->share_mib));
@@ -172,7 +168,10 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		conn_finish(d, c, m);
 		return;
 	}
-	if (conn_send(d, c, m) < 0)
+	/* Its job waits placed: told once the lease's filter is in. */
+	placed = daemon_fence_granted(d, c, l, m);
+	c->pre_id[0] = '\0'; /* the lease's now: it ends with the lease */
+	if (!placed && conn_send(d, c, m) < 0)
 		conn_close(d, c); /* ends the lease */
 }
 

@@ -405,12 +405,12 @@ static int cg_enter(const struct fence *f, const char *id, int pid, char *err, s
 		return gm_fail(GM_ERR_INVALID, err, len, "'%s' is no lease id", id), -1;
 	fence_path(f, id, dir, sizeof dir);
 	snprintf(text, sizeof text, "%d", pid);
+	if (f->move_delay_ms > 0) /* as the kernel waits, before it moves */
+		sleep_ms(f->move_delay_ms);
 	if (write_file(dir, "cgroup.procs", text) < 0)
 		return gm_fail(GM_ERR_IO, err, len, "cannot move pid %d into '%s': %s", pid, dir,
 		               strerror(errno)),
 		       -1;
-	if (f->move_delay_ms > 0)
-		sleep_ms(f->move_delay_ms);
 	/* In a scope: what pid forked while systemd had it in the scope
 	 * itself (a running library caller can) follows it into the filter. */
 	if (f->scopes && lease_id(id)) {
@@ -433,11 +433,9 @@ static int cg_move_to(const struct fence *f, const char *path, int pid)
 	char text[24];
 
 	snprintf(text, sizeof text, "%d", pid);
-	if (write_file(path, "cgroup.procs", text) < 0)
-		return -1;
-	if (f->move_delay_ms > 0)
+	if (f->move_delay_ms > 0) /* as the kernel waits, before it moves */
 		sleep_ms(f->move_delay_ms);
-	return 0;
+	return write_file(path, "cgroup.procs", text);
 }
 
 static long cg_pids(const struct fence *f, const char *id, int *out, size_t cap)
