@@ -503,7 +503,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 				daemon_say("reservation %s of %s released", l->id, l->user);
 				daemon_fence_spare(d, l, c->pid);
 				daemon_lease_end(d, l);
-				conn_finish(d, c, m);
+				daemon_fence_released(d, c, l, m);
 				return;
 			}
 			json_decref(m);

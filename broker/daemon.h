@@ -459,7 +459,8 @@ void daemon_fence_view(json_t *view); /* "placement" for status */
  * (its keepers, the cgroups of leases that ended meanwhile: ended). */
 void daemon_fence_restore(struct daemon *d);
 /* pid asks for l's end from inside its cgroup (gpuman release in a shell
- * that evals gpuman reserve's lines): it goes home with l's keeper. */
+ * that evals gpuman reserve's lines): it goes home with l's keeper, on the
+ * worker, before the release is answered (daemon_fence_released). */
 void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid);
 /* [fence] sessions: a login session placed ("session", from the PAM hook),
  * and uid's sessions following its leases (skip: one ending) */

@@ -1000,21 +1000,41 @@ static void end_strays(struct daemon *d, const struct blease *l)
 	}
 }
 
+static int in_keepers(const struct keeper *k, int pid)
+{
+	for (; k; k = k->next)
+		if (k->pid == pid && proctree_start(pid) == k->start)
+			return 1;
+	return 0;
+}
+
 void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
 {
 	char path[PATH_MAX], here[PATH_MAX];
+	uint64_t start = pid > 1 ? proctree_start(pid) : 0;
 
 	(void)d;
-	if (!fence.ops || pid <= 1)
+	if (!fence.ops || !start)
 		return;
 	fence_path(&fence, l->id, path, sizeof path);
 	if (fence.ops->where(&fence, pid, here, sizeof here) < 0 || strcmp(here, path))
 		return;
 	/* Only where a keeper came from: never out of a login session's fence
-	 * (a reserved shell's own release ends with it, as its shell does). */
+	 * (a reserved shell's own release ends with it, as its shell does).
+	 * It becomes a keeper of the lease itself: spared at the end that
+	 * follows, and moved home on the worker with the others (a move on
+	 * the loop would keep everybody waiting a grace period). */
 	for (const struct keeper *k = keepers; k; k = k->next)
 		if (!strcmp(k->id, l->id)) {
-			fence.ops->move_to(&fence, k->origin, pid);
+			struct keeper *me;
+
+			if (in_keepers(keepers, pid) || !(me = calloc(1, sizeof *me)))
+				return;
+			*me = *k;
+			me->pid = pid;
+			me->start = start;
+			me->next = keepers;
+			keepers = me;
 			return;
 		}
 }
@@ -1079,14 +1099,6 @@ static void send_home(const char *id, const struct keeper *k)
 			else
 				fence.ops->move_to(&fence, fence.mount, k->pid);
 		}
-}
-
-static int in_keepers(const struct keeper *k, int pid)
-{
-	for (; k; k = k->next)
-		if (k->pid == pid && proctree_start(pid) == k->start)
-			return 1;
-	return 0;
 }
 
 /*

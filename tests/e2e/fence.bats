@@ -592,6 +592,45 @@ EOF
 	[[ "$output" != *"$GPUMAN_FENCE_CGROUP"* ]]
 }
 
+@test "fence: a reservation released from inside its own shell, with slow moves, keeps nobody else waiting; the release returns with the shell and itself home" {
+	# The release moves the releasing process home (it is in the
+	# reservation's cgroup): on the worker, as the shell's own move, not
+	# on the broker's loop, where it held every other user's answer.
+	gpus 4
+	start_daemon GPUMAN_FENCE_MOVE_DELAY_MS=700
+	job_script
+	cat >"$SHARED/evals.sh" <<EOF
+#!/bin/bash
+eval "\$(gpuman reserve --for 10m --only 2 2>/dev/null)"
+touch "$SHARED/out/releasing"
+t0=\$(date +%s%N)
+gpuman release "\$GPUMAN_RESERVATION" 2>/dev/null
+echo "release \$? \$(( (\$(date +%s%N) - t0) / 1000000 )) ms" >>"$SHARED/out/eval"
+"$TRY" "$SHARED/out/eval" after $NODES
+EOF
+	chmod 755 "$SHARED/evals.sh"
+	# another user's status, asked 0.2 s into the release
+	(
+		while [ ! -e "$SHARED/out/releasing" ]; do sleep 0.01; done
+		sleep 0.2
+		t0=$(date +%s%N)
+		gpuman status --json >/dev/null
+		echo "status $((($(date +%s%N) - t0) / 1000000)) ms" >"$SHARED/out/status"
+	) &
+	local observer=$!
+	cd "$SHARED/out"
+	run -0 as_user alice "$SHARED/evals.sh"
+	wait "$observer"
+	cat "$SHARED/out/eval" "$SHARED/out/status"
+	[[ "$(cat "$SHARED/out/eval")" =~ release\ 0\ ([0-9]+)\ ms ]]
+	# two moves home (the shell's and the release's own), 0.7 s each
+	[ "${BASH_REMATCH[1]}" -ge 1300 ]
+	[[ "$(cat "$SHARED/out/status")" =~ status\ ([0-9]+)\ ms ]]
+	[ "${BASH_REMATCH[1]}" -lt 300 ]
+	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/eval"
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 @test "fence: the lease's user's process on its GPU from outside its cgroup is named by waste and ended with the lease; another user's is not" {
 	gpus 4
 	start_daemon
