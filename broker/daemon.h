@@ -462,9 +462,25 @@ void daemon_fence_restore(struct daemon *d);
  * that evals gpuman reserve's lines): it goes home with l's keeper, on the
  * worker, before the release is answered (daemon_fence_released). */
 void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid);
-/* [fence] sessions: a login session placed ("session", from the PAM hook),
- * and uid's sessions following its leases (skip: one ending) */
+struct fence;
+struct fence_rule;
+/* For sessions.c: the mechanism (ops NULL: none), the rule of uid's live
+ * leases but skip, and the answer to a "fence" or "session" request. */
+const struct fence *daemon_fence_mechanism(void);
+int daemon_fence_rule(struct daemon *d, unsigned uid, const struct blease *skip,
+                      struct fence_rule *r, struct fence_rule *all, char *why, size_t len);
+void daemon_fenced(struct daemon *d, struct conn *c, int enforced, const char *why);
+
+/* ---- sessions.c: login sessions ([fence] sessions = yes) -------------------- */
+
+/* A login session placed ("session", from the PAM hook), and uid's
+ * sessions following its leases (skip: one ending), on the worker. */
 void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg);
 void daemon_fence_sessions(struct daemon *d, unsigned uid, const struct blease *skip);
+/* The answer to a grant or release that a user's sessions follow: sent
+ * once the changes queued before it are in (at once where none is). */
+void daemon_fence_answer(struct daemon *d, struct conn *c, json_t *answer);
+/* c closes: nothing is sent to it any more. */
+void daemon_sessions_forget(struct conn *c);
 
 #endif

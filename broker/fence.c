@@ -449,7 +449,18 @@ static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
 	return NULL;
 }
 
-static void fenced(struct daemon *d, struct conn *c, int enforced, const char *why)
+const struct fence *daemon_fence_mechanism(void)
+{
+	return &fence;
+}
+
+int daemon_fence_rule(struct daemon *d, unsigned uid, const struct blease *skip,
+                      struct fence_rule *r, struct fence_rule *all, char *why, size_t len)
+{
+	return rule_for(d, NULL, uid, skip, r, all, why, len);
+}
+
+void daemon_fenced(struct daemon *d, struct conn *c, int enforced, const char *why)
 {
 	json_t *m = json_object();
 
@@ -623,7 +634,7 @@ static void place_done(struct daemon *d, struct work *w)
 			 * unfenced. */
 			daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
 		else
-			fenced(d, c, 1, NULL);
+			daemon_fenced(d, c, 1, NULL);
 	}
 	place_job_free(j);
 }
@@ -645,6 +656,7 @@ void daemon_fence_forget(struct conn *c)
 			json_decref(e->answer);
 			e->answer = NULL;
 		}
+	daemon_sessions_forget(c);
 }
 
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
@@ -664,7 +676,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	if (!fence.ops) {
-		fenced(d, c, 0, fence.why);
+		daemon_fenced(d, c, 0, fence.why);
 		return;
 	}
 	if (pid <= 1) {
@@ -697,7 +709,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	    0) {
 		/* Nothing to enforce it with: the job runs as without a fence,
 		 * and says so. */
-		fenced(d, c, 0, j->err);
+		daemon_fenced(d, c, 0, j->err);
 		goto free;
 	}
 	j->adopt = !c->lease && !l->reservation && !keep;
@@ -1167,7 +1179,7 @@ static void end_done(struct daemon *d, struct work *w)
 	}
 	free_keepers(e->keepers);
 	if (e->c)
-		conn_finish(d, e->c, e->answer);
+		daemon_fence_answer(d, e->c, e->answer);
 	free(e);
 }
 
@@ -1184,7 +1196,7 @@ void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease
 			e->answer = answer;
 			return;
 		}
-	conn_finish(d, c, answer);
+	daemon_fence_answer(d, c, answer);
 }
 
 /*
@@ -1311,85 +1323,4 @@ void daemon_fence_restore(struct daemon *d)
 		           "%zu cgroup%s of leases that ended meanwhile ended",
 		           kept, kept == 1 ? "" : "s", ended, ended == 1 ? "" : "s");
 	record_write(d);
-}
-
-/* ---- login sessions ([fence] sessions = yes in gpuman.conf) -------------- */
-
-/* uid's login sessions' cgroups follow its leases: after a grant or an end
- * (skip: the lease that ends), each may open just the GPUs she holds. */
-void daemon_fence_sessions(struct daemon *d, unsigned uid, const struct blease *skip)
-{
-	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
-	char prefix[48], path[PATH_MAX], err[300];
-	int ruled = 0;
-	DIR *dir;
-
-	if (!fence.ops || !d->cfg.fence_sessions || uid == 0)
-		return;
-	snprintf(prefix, sizeof prefix, "session-%u-", uid);
-	dir = opendir(fence.root);
-	for (struct dirent *e; dir && (e = readdir(dir));) {
-		if (strncmp(e->d_name, prefix, strlen(prefix)))
-			continue;
-		/* A session that ended leaves an empty cgroup: gone now. */
-		snprintf(path, sizeof path, "%s/%s", fence.root, e->d_name);
-		if (rmdir(path) == 0)
-			continue;
-		if (!ruled && rule_for(d, NULL, uid, skip, &rule, &all, err, sizeof err) < 0)
-			break;
-		ruled = 1;
-		if (fence.ops->update(&fence, e->d_name, &rule, &all, err, sizeof err) < 0)
-			daemon_say("cannot update the fence of %s: %s", e->d_name, err);
-	}
-	if (dir)
-		closedir(dir);
-	fence_rule_release(&rule);
-	fence_rule_release(&all);
-}
-
-/* {"op":"session","pid":N,"uid":U} from the PAM hook (root): the login
- * session N of user U opens only the GPUs of U's leases from now on. */
-void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
-{
-	int pid = (int)json_integer_value(json_object_get(msg, "pid"));
-	json_int_t uid = json_integer_value(json_object_get(msg, "uid"));
-	struct fence_rule rule = FENCE_RULE_INIT, all = FENCE_RULE_INIT;
-	char id[64], err[300] = "", why[400];
-	uint64_t start;
-	int pidfd;
-
-	if (c->uid != 0) {
-		daemon_refuse(d, c, GM_ERR_INVALID,
-		              "only root (the PAM hook) places login sessions", NULL);
-		return;
-	}
-	daemon_config_fresh(d);
-	if (!d->cfg.fence_sessions) {
-		fenced(d, c, 0,
-		       "login sessions are not fenced ([fence] sessions = yes in gpuman.conf)");
-		return;
-	}
-	if (!fence.ops || uid <= 0 || uid > 0xfffffffe || pid <= 1) {
-		fenced(d, c, 0, !fence.ops ? fence.why : "root's sessions are not fenced");
-		return;
-	}
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	start = proctree_start(pid);
-	snprintf(id, sizeof id, "session-%u-%d", (unsigned)uid, pid);
-	if (pidfd < 0 || !start ||
-	    rule_for(d, NULL, (unsigned)uid, NULL, &rule, &all, err, sizeof err) < 0 ||
-	    fence.ops->update(&fence, id, &rule, &all, err, sizeof err) < 0 ||
-	    fence.ops->enter(&fence, id, pid, err, sizeof err) < 0 ||
-	    proctree_start(pid) != start) {
-		snprintf(why, sizeof why, "cannot fence login session %d of uid %u: %s", pid,
-		         (unsigned)uid, err[0] ? err : "it ended");
-		daemon_say("%s", why);
-		daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
-	} else {
-		fenced(d, c, 1, NULL);
-	}
-	if (pidfd >= 0)
-		close(pidfd);
-	fence_rule_release(&rule);
-	fence_rule_release(&all);
 }

@@ -165,7 +165,7 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		/* Nobody holds it: the connection ends, the reservation lasts. */
 		c->lease = NULL;
 		l->conn = NULL;
-		conn_finish(d, c, m);
+		daemon_fence_answer(d, c, m); /* once her sessions may open it */
 		return;
 	}
 	/* Its job waits placed: told once the lease's filter is in. */

@@ -397,6 +397,39 @@ static void sleep_ms(long ms)
 	nanosleep(&t, NULL);
 }
 
+/*
+ * GPUMAN_FENCE_MOVE_DELAY_MS shows the kernel's slow moves where they are
+ * not (a test's machine): a move waits first, and it holds the cgroup lock
+ * while it waits, as the kernel's does (cgroup_mutex, through its grace
+ * period); a filter's change and a cgroup's end wait for that lock.
+ */
+static pthread_mutex_t cgroup_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void lock_as_kernel(const struct fence *f)
+{
+	if (f->move_delay_ms > 0)
+		pthread_mutex_lock(&cgroup_lock);
+}
+
+static void unlock_as_kernel(const struct fence *f)
+{
+	if (f->move_delay_ms > 0)
+		pthread_mutex_unlock(&cgroup_lock);
+}
+
+/* A move: pid into dir, after the delay, under the lock (see above). */
+static int move_pid(const struct fence *f, const char *dir, const char *pid)
+{
+	int rc;
+
+	lock_as_kernel(f);
+	if (f->move_delay_ms > 0)
+		sleep_ms(f->move_delay_ms);
+	rc = write_file(dir, "cgroup.procs", pid);
+	unlock_as_kernel(f);
+	return rc;
+}
+
 static int cg_enter(const struct fence *f, const char *id, int pid, char *err, size_t len)
 {
 	char dir[PATH_MAX], text[24];
@@ -405,9 +438,7 @@ static int cg_enter(const struct fence *f, const char *id, int pid, char *err, s
 		return gm_fail(GM_ERR_INVALID, err, len, "'%s' is no lease id", id), -1;
 	fence_path(f, id, dir, sizeof dir);
 	snprintf(text, sizeof text, "%d", pid);
-	if (f->move_delay_ms > 0) /* as the kernel waits, before it moves */
-		sleep_ms(f->move_delay_ms);
-	if (write_file(dir, "cgroup.procs", text) < 0)
+	if (move_pid(f, dir, text) < 0)
 		return gm_fail(GM_ERR_IO, err, len, "cannot move pid %d into '%s': %s", pid, dir,
 		               strerror(errno)),
 		       -1;
@@ -433,9 +464,7 @@ static int cg_move_to(const struct fence *f, const char *path, int pid)
 	char text[24];
 
 	snprintf(text, sizeof text, "%d", pid);
-	if (f->move_delay_ms > 0) /* as the kernel waits, before it moves */
-		sleep_ms(f->move_delay_ms);
-	return write_file(path, "cgroup.procs", text);
+	return move_pid(f, path, text);
 }
 
 static long cg_pids(const struct fence *f, const char *id, int *out, size_t cap)
@@ -542,12 +571,22 @@ static int cg_end(const struct fence *f, const char *id, int v2, char *err, size
 
 static int v2_end(const struct fence *f, const char *id, char *err, size_t len)
 {
-	return cg_end(f, id, 1, err, len);
+	int rc;
+
+	lock_as_kernel(f);
+	rc = cg_end(f, id, 1, err, len);
+	unlock_as_kernel(f);
+	return rc;
 }
 
 static int v1_end(const struct fence *f, const char *id, char *err, size_t len)
 {
-	return cg_end(f, id, 0, err, len);
+	int rc;
+
+	lock_as_kernel(f);
+	rc = cg_end(f, id, 0, err, len);
+	unlock_as_kernel(f);
+	return rc;
 }
 
 /* mkdir the lease's cgroup: 1 made, 0 there already, -1 error. */
@@ -704,8 +743,8 @@ static int bpf_attach(const char *dir, int prog, char *err, size_t len)
 	return rc;
 }
 
-static int v2_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
-                     size_t len)
+static int v2_create_locked(const struct fence *f, const char *id, const struct fence_rule *r,
+                            char *err, size_t len)
 {
 	char dir[PATH_MAX];
 	int made = make_dir(f, id, dir, sizeof dir, err, len), prog, rc;
@@ -726,8 +765,8 @@ static int v2_create(const struct fence *f, const char *id, const struct fence_r
 /* A new rule for a cgroup that lives on (a login session's, when its
  * user's leases change): the new program first, then the old ones off, so
  * that nothing opens in between. */
-static int v2_update(const struct fence *f, const char *id, const struct fence_rule *r,
-                     const struct fence_rule *all, char *err, size_t len)
+static int v2_update_locked(const struct fence *f, const char *id, const struct fence_rule *r,
+                            const struct fence_rule *all, char *err, size_t len)
 {
 	char dir[PATH_MAX];
 	uint32_t ids[64], count = 64;
@@ -773,8 +812,8 @@ static int v2_update(const struct fence *f, const char *id, const struct fence_r
 
 /* ---- v1: the devices controller ------------------------------------------ */
 
-static int v1_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
-                     size_t len)
+static int v1_create_locked(const struct fence *f, const char *id, const struct fence_rule *r,
+                            char *err, size_t len)
 {
 	char dir[PATH_MAX], text[64];
 	int made = make_dir(f, id, dir, sizeof dir, err, len);
@@ -797,8 +836,8 @@ static int v1_create(const struct fence *f, const char *id, const struct fence_r
 
 /* Each device a rule could name allowed or refused as r says: an allow
  * removes just that exception, so nothing opens that should not. */
-static int v1_update(const struct fence *f, const char *id, const struct fence_rule *r,
-                     const struct fence_rule *all, char *err, size_t len)
+static int v1_update_locked(const struct fence *f, const char *id, const struct fence_rule *r,
+                            const struct fence_rule *all, char *err, size_t len)
 {
 	char dir[PATH_MAX], text[64];
 
@@ -816,6 +855,51 @@ static int v1_update(const struct fence *f, const char *id, const struct fence_r
 		}
 	}
 	return 0;
+}
+
+/* The cgroup lock's holders among the operations (see move_pid). */
+static int v2_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
+                     size_t len)
+{
+	int rc;
+
+	lock_as_kernel(f);
+	rc = v2_create_locked(f, id, r, err, len);
+	unlock_as_kernel(f);
+	return rc;
+}
+
+static int v1_create(const struct fence *f, const char *id, const struct fence_rule *r, char *err,
+                     size_t len)
+{
+	int rc;
+
+	lock_as_kernel(f);
+	rc = v1_create_locked(f, id, r, err, len);
+	unlock_as_kernel(f);
+	return rc;
+}
+
+static int v2_update(const struct fence *f, const char *id, const struct fence_rule *r,
+                     const struct fence_rule *all, char *err, size_t len)
+{
+	int rc;
+
+	lock_as_kernel(f);
+	rc = v2_update_locked(f, id, r, all, err, len);
+	unlock_as_kernel(f);
+	return rc;
+}
+
+static int v1_update(const struct fence *f, const char *id, const struct fence_rule *r,
+                     const struct fence_rule *all, char *err, size_t len)
+{
+	int rc;
+
+	lock_as_kernel(f);
+	rc = v1_update_locked(f, id, r, all, err, len);
+	unlock_as_kernel(f);
+	return rc;
 }
 
 static const struct fence_ops fence_v2 = {

@@ -871,11 +871,11 @@ scoped_run() { # scoped_run MECHANISM MOUNT CONTROLLER-LINE-PATTERN
 	check "$SHARED/out/run" self fork double setsid
 }
 
-session_test() { # the sessions test, under mechanism $1
+session_login() { # a broker fencing sessions (mechanism $1, then its env), and alice's login
 	gpus 4
 	printf '[fence]\nsessions = yes\n' >"$SHARED/gpuman.conf"
 	chmod 644 "$SHARED/gpuman.conf"
-	start_daemon GPUMAN_CONFIG="$SHARED/gpuman.conf" GPUMAN_FENCE="$1"
+	start_daemon GPUMAN_CONFIG="$SHARED/gpuman.conf" GPUMAN_FENCE="$1" "${@:2}"
 	mkdir -m 1777 "$SHARED/ask"
 	cat >"$SHARED/session.sh" <<EOF2
 #!/bin/sh
@@ -896,11 +896,16 @@ EOF2
 		PAM_TYPE=open_session PAM_USER=gmtest-alice gpuman pam-session || exit 1
 		exec setpriv --reuid=gmtest-alice --regid=gmtest-alice --clear-groups "$0/session.sh"' \
 		"$SHARED" 2>"$SHARED/out/hook.err" &
-	probe() {
-		as_user alice touch "$SHARED/ask/$1"
-		wait_for "grep -qs '^$1 ' '$SHARED/out/session'" || { cat "$SHARED/out/hook.err"; return 1; }
-		grep -m1 "^$1 " "$SHARED/out/session"
-	}
+}
+
+probe() { # what alice's session opens now, asked as $1
+	as_user alice touch "$SHARED/ask/$1"
+	wait_for "grep -qs '^$1 ' '$SHARED/out/session'" || { cat "$SHARED/out/hook.err"; return 1; }
+	grep -m1 "^$1 " "$SHARED/out/session"
+}
+
+session_test() { # the sessions test, under mechanism $1
+	session_login "$1"
 	run -0 probe none
 	[ "$output" = "none nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
 	run -0 as_user bob gpuman reserve --for 10m --only 3
@@ -925,4 +930,37 @@ EOF2
 @test "fence sessions v1: the same with the devices controller" {
 	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
 	session_test v1
+}
+
+@test "fence sessions: where moves are slow, a session follows its user's reservation on the broker's worker: nobody else waits for the change, and she is answered once it is in" {
+	# A filter's change waits for the kernel's cgroup lock, which a move
+	# holds through its grace period (here 0.7 s, bob's job's).
+	session_login v2 GPUMAN_FENCE_MOVE_DELAY_MS=700
+	run -0 probe none
+	[ "$output" = "none nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	as_user bob gpuman run --only 3 -- sleep 30 >/dev/null 2>&1 &
+	local bobs=$!
+	# its cgroup made: its move in is under way
+	wait_for "ls -d /sys/fs/cgroup/unified/$GPUMAN_FENCE_CGROUP/[0-9]* >/dev/null 2>&1" 10
+	(
+		sleep 0.1
+		t0=$(date +%s%N)
+		gpuman status --json >/dev/null
+		echo "status $((($(date +%s%N) - t0) / 1000000)) ms" >"$SHARED/out/status"
+	) &
+	local observer=$!
+	run -0 as_user alice gpuman reserve --for 10m --only 2 --json
+	id=$(jqr .id)
+	wait "$observer"
+	cat "$SHARED/out/status"
+	[[ "$(cat "$SHARED/out/status")" =~ status\ ([0-9]+)\ ms ]]
+	[ "${BASH_REMATCH[1]}" -lt 300 ]
+	# told once her session opens it
+	run -0 probe mine
+	[ "$output" = "mine nvidia2=ENXIO nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	run -0 as_user alice gpuman release "$id"
+	run -0 probe released
+	[ "$output" = "released nvidia2=EPERM nvidia3=EPERM nvidiactl=ENXIO other=OK" ]
+	kill "$bobs"
+	wait "$bobs" || true
 }
