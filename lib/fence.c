@@ -520,7 +520,7 @@ static int v1_where(const struct fence *f, int pid, char *out, size_t len)
 
 /* Kill what is in dir until nothing is (v1 has no cgroup.kill; a process
  * forked meanwhile shows up in the next reading), then remove it. */
-static int cg_end(const struct fence *f, const char *id, int v2, char *err, size_t len)
+static int cg_end_locked(const struct fence *f, const char *id, int v2, char *err, size_t len)
 {
 	char dir[PATH_MAX], scope[PATH_MAX] = "";
 	int64_t give_up = monotonic_ms() + END_PATIENCE_MS;
@@ -569,24 +569,24 @@ static int cg_end(const struct fence *f, const char *id, int v2, char *err, size
 	return -1;
 }
 
-static int v2_end(const struct fence *f, const char *id, char *err, size_t len)
+static int cg_end(const struct fence *f, const char *id, int v2, char *err, size_t len)
 {
 	int rc;
 
 	lock_as_kernel(f);
-	rc = cg_end(f, id, 1, err, len);
+	rc = cg_end_locked(f, id, v2, err, len);
 	unlock_as_kernel(f);
 	return rc;
 }
 
+static int v2_end(const struct fence *f, const char *id, char *err, size_t len)
+{
+	return cg_end(f, id, 1, err, len);
+}
+
 static int v1_end(const struct fence *f, const char *id, char *err, size_t len)
 {
-	int rc;
-
-	lock_as_kernel(f);
-	rc = cg_end(f, id, 0, err, len);
-	unlock_as_kernel(f);
-	return rc;
+	return cg_end(f, id, 0, err, len);
 }
 
 /* mkdir the lease's cgroup: 1 made, 0 there already, -1 error. */

@@ -69,6 +69,18 @@ cgroups_left() {
 		grep -c '^[0-9]*-[0-9]*-[0-9a-f]*$' || true
 }
 
+# timed_status FILE SECONDS - (in the background) once FILE exists,
+# SECONDS later: how long a gpuman status of root's takes, as "status N
+# ms" in $SHARED/out/status
+timed_status() {
+	while [ ! -e "$1" ]; do sleep 0.01; done
+	sleep "$2"
+	local t0
+	t0=$(date +%s%N)
+	gpuman status --json >/dev/null
+	echo "status $((($(date +%s%N) - t0) / 1000000)) ms" >"$SHARED/out/status"
+}
+
 # check OUT LABEL... - each LABEL's line: GPU 2 and nvidiactl reach the
 # (absent) driver, GPU 3 is refused, the device that is no GPU opens
 check() {
@@ -609,14 +621,8 @@ echo "release \$? \$(( (\$(date +%s%N) - t0) / 1000000 )) ms" >>"$SHARED/out/eva
 "$TRY" "$SHARED/out/eval" after $NODES
 EOF
 	chmod 755 "$SHARED/evals.sh"
-	# another user's status, asked 0.2 s into the release
-	(
-		while [ ! -e "$SHARED/out/releasing" ]; do sleep 0.01; done
-		sleep 0.2
-		t0=$(date +%s%N)
-		gpuman status --json >/dev/null
-		echo "status $((($(date +%s%N) - t0) / 1000000)) ms" >"$SHARED/out/status"
-	) &
+	# a status, asked 0.2 s into the release
+	timed_status "$SHARED/out/releasing" 0.2 &
 	local observer=$!
 	cd "$SHARED/out"
 	run -0 as_user alice "$SHARED/evals.sh"
@@ -942,12 +948,7 @@ session_test() { # the sessions test, under mechanism $1
 	local bobs=$!
 	# its cgroup made: its move in is under way
 	wait_for "ls -d /sys/fs/cgroup/unified/$GPUMAN_FENCE_CGROUP/[0-9]* >/dev/null 2>&1" 10
-	(
-		sleep 0.1
-		t0=$(date +%s%N)
-		gpuman status --json >/dev/null
-		echo "status $((($(date +%s%N) - t0) / 1000000)) ms" >"$SHARED/out/status"
-	) &
+	timed_status "$SHARED/gpuman.conf" 0.1 &
 	local observer=$!
 	run -0 as_user alice gpuman reserve --for 10m --only 2 --json
 	id=$(jqr .id)
