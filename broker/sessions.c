@@ -225,8 +225,9 @@ void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
 	}
 	daemon_config_fresh(d);
 	if (!d->cfg.fence_sessions) {
-		daemon_fenced(d, c, 0,
-		              "login sessions are not fenced ([fence] sessions = yes in gpuman.conf)");
+		daemon_fenced(
+		    d, c, 0,
+		    "login sessions are not fenced ([fence] sessions = yes in gpuman.conf)");
 		return;
 	}
 	if (!f->ops || uid <= 0 || uid > 0xfffffffe || pid <= 1) {
@@ -245,7 +246,10 @@ void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
 	if (pidfd < 0 || !start || !j ||
 	    daemon_fence_rule(d, (unsigned)uid, NULL, &j->rule, &j->all, err, sizeof err) < 0) {
 		snprintf(why, sizeof why, "cannot fence login session %d of uid %u: %s", pid,
-		         (unsigned)uid, !j ? "out of memory" : err[0] ? err : "it ended");
+		         (unsigned)uid,
+		         !j       ? "out of memory"
+		         : err[0] ? err
+		                  : "it ended");
 		daemon_say("%s", why);
 		daemon_refuse(d, c, GM_ERR_STATE, why, NULL);
 		if (j) {
