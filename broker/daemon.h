@@ -420,7 +420,9 @@ struct work {
 	char key[64]; /* a lease's id: see daemon_work_settle */
 	void (*run)(struct work *job);
 	void (*done)(struct daemon *d, struct work *job);
-	int early; /* can wait (a waiter's job placed early): the others go first */
+	int early; /* can wait (a waiter's job placed early): the others go
+	            * first, and one of its key that cannot wait cancels it
+	            * while it has not begun */
 	int cancelled;
 	struct work *next;
 };

@@ -13,7 +13,10 @@
  *
  * A piece of work has a key (a lease's id): daemon_work_settle(key)
  * cancels what is still queued under it and waits for the one running, so
- * that a lease's end never overtakes its own placement.
+ * that a lease's end never overtakes its own placement.  An early piece (a
+ * waiter's job placed as it waits) goes after all others; one of its key
+ * that cannot wait (its grant's placement, its end) replaces it if it has
+ * not begun, rather than waiting behind the whole line's early pieces.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -110,12 +113,28 @@ int daemon_worker_start(struct daemon *d)
 void daemon_work_submit(struct daemon *d, struct work *job)
 {
 	struct daemon_worker *w = d->worker;
-
 	struct work **at = &w->queue;
+	uint64_t one = 1;
+	int dropped = 0;
 
 	job->next = NULL;
 	job->cancelled = 0;
 	pthread_mutex_lock(&w->mu);
+	/* A piece that may not wait takes the place of its key's early one
+	 * not begun yet (a waiter granted, or gone, before its job was placed
+	 * early): that one's done is told it was cancelled. */
+	for (struct work **pp = &w->queue; !job->early && *pp;) {
+		struct work *q = *pp;
+
+		if (!q->early || strcmp(q->key, job->key)) {
+			pp = &q->next;
+			continue;
+		}
+		*pp = q->next;
+		q->cancelled = 1;
+		finish_locked(w, q);
+		dropped = 1;
+	}
 	/* After every piece that may not wait and every one of its own key
 	 * (a lease's pieces run in order): a grant's placement is not queued
 	 * behind the early placements of a whole line of waiters. */
@@ -124,10 +143,14 @@ void daemon_work_submit(struct daemon *d, struct work *job)
 			at = &(*pp)->next;
 	job->next = *at;
 	*at = job;
-	if (!job->next)
-		w->queue_tail = job;
+	w->queue_tail = NULL;
+	for (struct work *q = w->queue; q; q = q->next)
+		w->queue_tail = q;
 	pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->mu);
+	if (dropped && write(w->efd, &one, sizeof one) < 0) {
+		/* The counter is full: the loop has a wake-up pending. */
+	}
 }
 
 /* Call done for what is finished (all of it, or key's only), in order. */

@@ -2,8 +2,9 @@
  * test_worker.c - the broker's worker thread (broker/worker.c): the order
  * in which it runs the kernel calls it is given.  A grant's placement must
  * not wait behind the early placements of a whole line of waiters, yet the
- * pieces of one lease run in the order asked; settling a key cancels what
- * of it is still queued.  The thread is held on a pipe while the queue is
+ * pieces of one lease run in the order asked (an early one not begun gives
+ * way to its key's next); settling a key cancels what of it is still
+ * queued.  The thread is held on a pipe while the queue is
  * built, so the order tested is the queue's, not the timing's.
  */
 #include <pthread.h>
@@ -119,9 +120,9 @@ static void submit_all(struct daemon *d, struct piece *p, const struct step *ste
 static void test_grants_before_early_placements(void **state)
 {
 	/* the held piece; early placements of waiters a and b; a grant's
-	 * placement (lease g) goes before them all; lease a's grant after a's
-	 * own early placement but before b's; another waiter c; another grant
-	 * after the grants before it */
+	 * placement (lease g) goes before them all; lease a's grant takes the
+	 * place of a's own early placement, not begun (cancelled), before b's;
+	 * another waiter c; another grant after the grants before it */
 	static const struct step steps[] = {{'0', "hold", 0}, {'a', "a", 1}, {'b', "b", 1},
 	                                    {'g', "g", 0},    {'A', "a", 0}, {'c', "c", 1},
 	                                    {'h', "h", 0}};
@@ -133,8 +134,29 @@ static void test_grants_before_early_placements(void **state)
 	submit_all(&d, p, steps, 7);
 	assert_int_equal(write(hold[1], "", 1), 1);
 	drain(&d, 7);
-	assert_string_equal(ran, "0gaAhbc");
-	assert_string_equal(finished, "0gaAhbc");
+	assert_string_equal(ran, "0gAhbc");
+	assert_string_equal(finished, "x0gAhbc");
+	finish(&d);
+}
+
+static void test_an_early_piece_begun_goes_on_before_its_keys_next(void **state)
+{
+	/* a's early placement runs (held) when its grant's comes: it is not
+	 * cancelled, and the grant's runs after it, before b's early one */
+	static const struct step steps[] = {{'0', "a", 1}, {'b', "b", 1}, {'A', "a", 0}};
+	struct daemon d;
+	struct piece p[3];
+
+	(void)state;
+	start(&d);
+	submit(&d, &p[0], steps[0].name, steps[0].key, steps[0].early);
+	for (int i = 0; i < 5000 && !__atomic_load_n(&held, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	submit_all(&d, p + 1, steps + 1, 2);
+	assert_int_equal(write(hold[1], "", 1), 1);
+	drain(&d, 3);
+	assert_string_equal(ran, "0Ab");
+	assert_string_equal(finished, "0Ab");
 	finish(&d);
 }
 
@@ -193,6 +215,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_grants_before_early_placements),
+	    cmocka_unit_test(test_an_early_piece_begun_goes_on_before_its_keys_next),
 	    cmocka_unit_test(test_settle_cancels_the_keys_queued_pieces),
 	    cmocka_unit_test(test_stop_cancels_what_is_queued),
 	};
