@@ -35,7 +35,11 @@
 # one kernel grace period later; WAITERS_FENCE=off measures without, and the
 # broker's placement line is printed either way; WAITERS_FENCE_TRACE=1 adds,
 # for each broker line, what its placements took, step by step (and
-# WAITERS_KEEP_LOG=FILE keeps the broker's whole log there).  Run as root, the broker runs
+# WAITERS_KEEP_LOG=FILE keeps the broker's whole log there);
+# WAITERS_SLOW_MOVES=MS shows, where this machine's moves are cheap, a
+# kernel whose move into a cgroup waits an MS ms grace period that moves
+# within MS ms of one another share (GPUMAN_FENCE_MOVE_DELAY_MS=MS:shared;
+# 7 is Linux 6.18's lone move without favordynmods).  Run as root, the broker runs
 # at nice -10, as contrib/gpuman.service starts it.  Prints the load average:
 # the numbers mean little on a machine that other work keeps busy.
 set -eu
@@ -91,7 +95,8 @@ broker_nice=
 start_daemon() {
 	[ -z "$daemon" ] || { kill "$daemon"; wait "$daemon" 2>/dev/null || true; }
 	rm -f "$GPUMAN_BROKER"
-	$broker_nice gpuman daemon --socket "$GPUMAN_BROKER" --state "$state/leases.json" \
+	${WAITERS_SLOW_MOVES:+env GPUMAN_FENCE_MOVE_DELAY_MS=$WAITERS_SLOW_MOVES:shared} \
+		$broker_nice gpuman daemon --socket "$GPUMAN_BROKER" --state "$state/leases.json" \
 		2>>"$work/daemon.log" &
 	daemon=$!
 	while [ ! -S "$GPUMAN_BROKER" ]; do sleep 0.01; done
@@ -286,6 +291,8 @@ floor() { # floor N
 [ "${WAITERS_FENCE_TRACE:-0}" != 1 ] || export GPUMAN_FENCE_TRACE=1
 start_daemon
 echo "broker: $(grep -m1 'placement' "$work/daemon.log" | sed 's/^gpuman daemon: //')"
+[ -z "${WAITERS_SLOW_MOVES:-}" ] ||
+	echo "broker: each move into a cgroup made to wait a ${WAITERS_SLOW_MOVES} ms grace period, shared by moves within it (simulated)"
 for n in $lines; do
 	for t in $transports; do
 		burst "$t" "$n"

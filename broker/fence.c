@@ -530,6 +530,17 @@ static void trace_place(const char *kind, const struct place_job *j)
 	           j->rc < 0 ? " (failed)" : "");
 }
 
+/* The systemd scope's description (j's key and user set): one line in
+ * systemctl's listing. */
+static void describe(struct place_job *j, const char *command)
+{
+	snprintf(j->description, sizeof j->description, "gpuman lease %s of %s: %.200s", j->w.key,
+	         j->user, command);
+	for (char *p = j->description; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = ' ';
+}
+
 static void place_run(struct work *w)
 {
 	struct place_job *j = (struct place_job *)w;
@@ -729,12 +740,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	}
 	str_copy(j->w.key, sizeof j->w.key, l->id);
 	str_copy(j->user, sizeof j->user, l->user);
-	snprintf(j->description, sizeof j->description, "gpuman lease %s of %s: %.200s", l->id,
-	         l->user, l->command[0] ? l->command : "a reservation");
-	/* one line in systemctl's listing */
-	for (char *p = j->description; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = ' ';
+	describe(j, l->command[0] ? l->command : "a reservation");
 	j->w.run = place_run;
 	j->w.done = place_done;
 	j->c = c;
@@ -760,8 +766,8 @@ free:
  * kernel grace period (several ms where the hierarchy is mounted without
  * favordynmods); a new rule does not.  So the grace period is paid in the
  * line, not between one job's end and the next one's start.  The lease
- * takes the cgroup's name as its id (a cgroup v2 folder cannot be renamed).
- * Not in systemd scopes, which are made at the grant as before, nor where
+ * takes the cgroup's name as its id (a cgroup v2 folder cannot be renamed;
+ * nor can a systemd scope, made now too, where systemd runs).  Not where
  * moves are cheap.  Nothing is answered: a job that is not placed now is
  * placed at its grant.
  */
@@ -772,7 +778,7 @@ int daemon_fence_can_preplace(void)
 	 * GPUMAN_FENCE_PREPLACE=yes or no decides instead (for the tests). */
 	const char *want = getenv("GPUMAN_FENCE_PREPLACE");
 
-	if (!fence.ops || fence.scopes)
+	if (!fence.ops)
 		return 0;
 	if (want && (!strcmp(want, "yes") || !strcmp(want, "no")))
 		return !strcmp(want, "yes");
@@ -831,6 +837,7 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	c->pre_start = j->start;
 	str_copy(j->w.key, sizeof j->w.key, c->pre_id);
 	str_copy(j->user, sizeof j->user, c->user);
+	describe(j, c->command);
 	j->w.run = place_run;
 	j->w.done = preplace_done;
 	j->w.early = 1;
@@ -1204,7 +1211,8 @@ void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease
  * left running -- killed here, on the loop, with signals.  Its keepers
  * home and its cgroup removed come after, on the worker, in order with
  * every placement (a keeper leased again is moved in after it is home).
- * In systemd scopes, all of it here as before (systemd stops the scope).
+ * In systemd scopes the same: the scope's cgroup "job" goes, and systemd
+ * stops the scope, empty then.
  */
 void daemon_fence_end(struct daemon *d, const struct blease *l)
 {
@@ -1220,7 +1228,7 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 	daemon_work_settle(d, l->id);
 	if (!l->reservation)
 		end_strays(d, l);
-	if (!fence.scopes && (e = calloc(1, sizeof *e))) {
+	if ((e = calloc(1, sizeof *e))) {
 		str_copy(e->id, sizeof e->id, l->id);
 		e->keepers = take_keepers(l->id);
 		kill_all_but(l->id, e->keepers);

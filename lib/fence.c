@@ -401,9 +401,13 @@ static void sleep_ms(long ms)
  * GPUMAN_FENCE_MOVE_DELAY_MS shows the kernel's slow moves where they are
  * not (a test's machine): a move waits first, and it holds the cgroup lock
  * while it waits, as the kernel's does (cgroup_mutex, through its grace
- * period); a filter's change and a cgroup's end wait for that lock.
+ * period); a filter's change and a cgroup's end wait for that lock.  With
+ * ":shared", a move within the delay of the last one's end does not wait:
+ * the kernel's rcu_sync stays in its "grace period passed" state that long
+ * (measured: 0.06 ms 3 ms after another move, 5.9 ms 30 ms after).
  */
 static pthread_mutex_t cgroup_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t last_move_ms; /* under cgroup_lock */
 
 static void lock_as_kernel(const struct fence *f)
 {
@@ -423,9 +427,11 @@ static int move_pid(const struct fence *f, const char *dir, const char *pid)
 	int rc;
 
 	lock_as_kernel(f);
-	if (f->move_delay_ms > 0)
+	if (f->move_delay_ms > 0 &&
+	    !(f->move_delay_shared && monotonic_ms() - last_move_ms < f->move_delay_ms))
 		sleep_ms(f->move_delay_ms);
 	rc = write_file(dir, "cgroup.procs", pid);
+	last_move_ms = monotonic_ms();
 	unlock_as_kernel(f);
 	return rc;
 }
@@ -467,14 +473,22 @@ static int cg_move_to(const struct fence *f, const char *path, int pid)
 	return move_pid(f, path, text);
 }
 
+/* In a scope, its own processes too: forked while systemd had the job in
+ * the scope itself, before it was moved into "job", they are the job's. */
 static long cg_pids(const struct fence *f, const char *id, int *out, size_t cap)
 {
 	char dir[PATH_MAX];
+	long n, m;
 
 	if (!id_ok(id))
 		return -1;
 	fence_path(f, id, dir, sizeof dir);
-	return read_pids(dir, out, cap);
+	n = read_pids(dir, out, cap);
+	if (!f->scopes || !lease_id(id) || n < 0 || (size_t)n >= cap)
+		return n;
+	fence_scope_dir(f, id, dir, sizeof dir);
+	m = read_pids(dir, out + n, cap - (size_t)n);
+	return m > 0 ? n + m : n;
 }
 
 /* /proc/PID/cgroup's line of the hierarchy: "0::/path" for v2, or
@@ -1071,8 +1085,12 @@ void fence_choose(struct fence *f)
 
 		sweep(f);
 		choose_scopes(f);
-		if (delay && *delay)
-			f->move_delay_ms = strtol(delay, NULL, 10);
+		if (delay && *delay) {
+			char *end = NULL;
+
+			f->move_delay_ms = strtol(delay, &end, 10);
+			f->move_delay_shared = end && !strcmp(end, ":shared");
+		}
 		return;
 	}
 	f->ops = NULL;

@@ -135,8 +135,9 @@ struct fence_ops {
 	/* Kill every process in the cgroup of lease id and remove it.  0 once
 	 * it is gone (or never was), -1 while something is still in it. */
 	int (*end)(const struct fence *f, const char *id, char *err, size_t len);
-	/* The processes in the cgroup of lease id: up to cap pids into out,
-	 * how many there are returned (-1: no such cgroup). */
+	/* The processes in the cgroup of lease id (in a scope, the scope's
+	 * own too): up to cap pids into out, how many there are returned (-1:
+	 * no such cgroup). */
 	long (*pids)(const struct fence *f, const char *id, int *out, size_t cap);
 	/* The cgroup id (made if need be) refuses r's devices from now on, and
 	 * of all's (every device a rule on this machine could name) no other. */
@@ -157,8 +158,12 @@ struct fence {
 	int fast_moves;
 	/* GPUMAN_FENCE_MOVE_DELAY_MS: each move waits that much longer, on
 	 * the thread that makes it -- a kernel whose moves wait a grace period
-	 * (up to 26 ms measured), shown where they do not, for the tests. */
+	 * (up to 26 ms measured), shown where they do not, for the tests.
+	 * "N:shared" (move_delay_shared): only a move that comes N ms or more
+	 * after the last one ended waits, as the kernel's moves share a grace
+	 * period (rcu_sync): the benchmarks' model of such a kernel. */
 	long move_delay_ms;
+	int move_delay_shared;
 	/* Where systemd is PID 1 (fence_scope.c): each lease's cgroup is
 	 * <scope_root>/<unit_prefix>-<id>.scope/job, in a transient scope
 	 * of slice; 0 with scope_why when systemd runs but cannot be asked. */

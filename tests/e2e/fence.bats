@@ -143,19 +143,38 @@ hold_gpu2() {
 	wait_for "[ -s '$SHARED/pids/holder' ]"
 }
 
+# lease_cgroups MOUNT - the leases' cgroups under MOUNT: folders named by
+# lease, or with SCOPES set, the cgroup "job" of each systemd scope
+lease_cgroups() {
+	if [ -n "${SCOPES:-}" ]; then
+		ls -d "$1/$(slice_dir "$GPUMAN_FENCE_CGROUP")"/*.scope/job 2>/dev/null || true
+	else
+		ls -d "$1/$GPUMAN_FENCE_CGROUP"/*-*-* 2>/dev/null || true
+	fi
+}
+
+# cgroup_lease DIR - the lease a cgroup of lease_cgroups is named after
+cgroup_lease() {
+	local name=${1%/job}
+	name=${name##*/}
+	name=${name#"$GPUMAN_FENCE_CGROUP"-}
+	echo "${name%.scope}"
+}
+
 # waiting_cgroup MOUNT - the one lease cgroup under MOUNT that does not hold
 # alice's job: the early job's of a waiter
 waiting_cgroup() {
 	local dir
-	for dir in "$1/$GPUMAN_FENCE_CGROUP"/*-*-*; do
+	for dir in $(lease_cgroups "$1"); do
 		# (cgroupfs files have no size: read them)
 		[ -d "$dir" ] && ! grep -qx "$(cat "$SHARED/pids/holder")" "$dir/cgroup.procs" &&
 			[ -n "$(cat "$dir/cgroup.procs")" ] && echo "$dir"
 	done
 }
 
-placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
+placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT (SCOPES: systemd's)
 	gpus 4
+	[ -z "${SCOPES:-}" ] || standin "$2"
 	# as where the mount lacks favordynmods, whatever this machine's says
 	start_daemon GPUMAN_FENCE="$1" GPUMAN_FENCE_PREPLACE=yes
 	hold_gpu2
@@ -175,8 +194,8 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 	# granted, the same process in the same cgroup opens its GPU, and the
 	# lease is named after the cgroup
 	check "$SHARED/out/waited" waited
-	[ "$(cat "$SHARED/out/lease")" = "${cg##*/}" ]
-	wait_for "[ \$(cgroups_left) = 0 ]" 30
+	[ "$(cat "$SHARED/out/lease")" = "$(cgroup_lease "$cg")" ]
+	wait_for "[ \$(lease_cgroups $2 | wc -l) = 0 ]" 30
 	# a waiter that gives up leaves nothing behind: no cgroup, no process
 	rm "$SHARED/out/go"
 	hold_gpu2
@@ -184,10 +203,10 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 	local mark="gave-up-$BATS_TEST_NUMBER-$$"
 	run as_user bob gpuman run --only 2 --wait=2s -- true "$mark"
 	[ "$status" = 75 ]
-	wait_for "[ \$(cgroups_left) = 1 ]" 30
+	wait_for "[ \$(lease_cgroups $2 | wc -l) = 1 ]" 30
 	! pgrep -u gmtest-bob -f "$mark" || false
 	touch "$SHARED/out/go"
-	wait_for "[ \$(cgroups_left) = 0 ]" 30
+	wait_for "[ \$(lease_cgroups $2 | wc -l) = 0 ]" 30
 }
 
 @test "fence v2: a job that waits for its GPU is placed as it waits, refused every GPU, and opens its own once granted; a waiter that gives up leaves nothing" {
@@ -199,6 +218,13 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT
 @test "fence v1: the same with the devices controller (placed as it waits)" {
 	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
 	placed_while_waiting v1 /sys/fs/cgroup/devices
+}
+
+@test "fence scope v2: where systemd runs, a waiting job is placed as it waits in a scope of its lease-to-be, and the rest as above" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	SCOPES=1 placed_while_waiting v2 /sys/fs/cgroup/unified
+	# each scope was asked of systemd once: alice's twice, bob's twice
+	[ "$(grep -c '"StartTransientUnit"' "$SHARED/calls")" = 4 ]
 }
 
 @test "fence v2: a job placed as it waited and killed meanwhile is replaced at the grant, and the run runs fenced" {
@@ -394,12 +420,10 @@ EOF
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
-@test "fence: a lease's end whose supervisor's move home is slow keeps nobody else waiting, and its release returns with it home" {
-	# Where moves wait a grace period (and hold the kernel's cgroup lock
-	# meanwhile), the broker's loop makes none at a lease's end: its
-	# worker does, and the release is answered when it is done.
-	gpus 4
-	start_daemon GPUMAN_FENCE_MOVE_DELAY_MS=700
+# slow_end - alice's library lease of GPU 2 released, on a broker whose
+# moves take 0.7 s: the release returns with her process home (it can open
+# every GPU), and root's status asked meanwhile is answered at once
+slow_end() {
 	cat >"$SHARED/slow.py" <<EOF
 import os, subprocess, sys, time
 sys.path.insert(0, "$GM_ROOT/python")
@@ -424,6 +448,15 @@ EOF
 	# does not.
 	[ "${BASH_REMATCH[1]}" -ge 600 ] && [ "${BASH_REMATCH[2]}" -lt 300 ]
 	grep -qx "after nvidia2=ENXIO nvidia3=ENXIO nvidiactl=ENXIO other=OK" "$SHARED/out/slow"
+}
+
+@test "fence: a lease's end whose supervisor's move home is slow keeps nobody else waiting, and its release returns with it home" {
+	# Where moves wait a grace period (and hold the kernel's cgroup lock
+	# meanwhile), the broker's loop makes none at a lease's end: its
+	# worker does, and the release is answered when it is done.
+	gpus 4
+	start_daemon GPUMAN_FENCE_MOVE_DELAY_MS=700
+	slow_end
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
@@ -846,6 +879,20 @@ scoped_run() { # scoped_run MECHANISM MOUNT CONTROLLER-LINE-PATTERN
 @test "fence scope v1: the same with the devices controller" {
 	[ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices controller"
 	scoped_run v1 /sys/fs/cgroup/devices ':devices:'
+}
+
+@test "fence scope: a lease's end in its systemd scope, with slow moves, keeps nobody else waiting either" {
+	# The same end on the broker's worker where systemd makes the scopes:
+	# the loop neither moves the supervisor home nor waits for the scope's
+	# cgroup to empty.
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy at /sys/fs/cgroup/unified"
+	local sdir=/sys/fs/cgroup/unified/$(slice_dir "$GPUMAN_FENCE_CGROUP")
+	gpus 4
+	standin /sys/fs/cgroup/unified
+	start_daemon GPUMAN_FENCE=v2 GPUMAN_FENCE_MOVE_DELAY_MS=700
+	slow_end
+	grep -q '"StartTransientUnit"' "$SHARED/calls"
+	wait_for "[ -z \"\$(ls -d '$sdir'/*.scope/job 2>/dev/null)\" ]" 30
 }
 
 @test "fence scope: a systemd that does not answer refuses the job, which never runs unfenced" {
