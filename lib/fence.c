@@ -1090,6 +1090,9 @@ void fence_choose(struct fence *f)
 
 			f->move_delay_ms = strtol(delay, &end, 10);
 			f->move_delay_shared = end && !strcmp(end, ":shared");
+			/* as on such a kernel: a waiting job is placed as it waits */
+			if (f->move_delay_ms > 0)
+				f->fast_moves = 0;
 		}
 		return;
 	}
