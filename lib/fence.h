@@ -107,6 +107,8 @@ void fence_machine_release(struct fence_machine *m);
 int fence_rule_build(struct fence_rule *r, const struct fence_machine *m,
                      const struct fence_grant *g);
 void fence_rule_release(struct fence_rule *r);
+/* Does r refuse d? */
+int fence_rule_refuses(const struct fence_rule *r, const struct fence_dev *d);
 
 /*
  * The BPF_PROG_TYPE_CGROUP_DEVICE program for r: 0 (refuse) for each of

@@ -65,3 +65,19 @@ void snapshot_add_note(struct gm_snapshot *snap, const char *fmt, ...)
 	if (notes[snap->note_count])
 		snap->note_count++;
 }
+
+char *read_text_file(const char *path)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return NULL;
+	if (getdelim(&buf, &len, '\0', f) < 0) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
+}

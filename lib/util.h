@@ -20,6 +20,10 @@ enum gm_err gm_fail(enum gm_err err, char *buf, size_t len, const char *fmt, ...
 /* Copy src into dst of size bytes, truncating; dst is always terminated. */
 void str_copy(char *dst, size_t size, const char *src);
 
+/* A small file's whole text (of /proc or /sys), NUL-ended, malloc'd; NULL
+ * if it cannot be read. */
+char *read_text_file(const char *path);
+
 int64_t now_ms(void);       /* CLOCK_REALTIME, milliseconds */
 int64_t monotonic_ms(void); /* CLOCK_MONOTONIC, milliseconds */
 
