@@ -189,7 +189,7 @@ $(BUILD)/gpuman-serve: $(SERVE_OBJ) $(CMDLINE_OBJ) $(BUILD)/libgmengine.a $(BUIL
 
 # The lease broker behind `gpuman daemon`, root's server: a program of its
 # own, in its own folder, so that the commands users run carry none of it.
-$(BUILD)/broker/%.o: broker/%.c broker/daemon.h $(wildcard cmdline/*.h) $(ENGINE_PUBLIC) \
+$(BUILD)/broker/%.o: broker/%.c $(wildcard broker/*.h) $(wildcard cmdline/*.h) $(ENGINE_PUBLIC) \
 		lib/internal/gpuman-internal.h $(wildcard lib/*.h) include/gpuman.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Icmdline -Iengine -Ilib/internal $(ALL_CFLAGS) -c -o $@ $<

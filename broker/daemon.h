@@ -465,13 +465,30 @@ void daemon_fence_restore(struct daemon *d);
  * worker, before the release is answered (daemon_fence_released). */
 void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid);
 struct fence;
-struct fence_rule;
-/* For sessions.c: the mechanism (ops NULL: none), the rule of uid's live
- * leases but skip, and the answer to a "fence" or "session" request. */
+/* For sessions.c: the mechanism (ops NULL: none), and the answer to a
+ * "fence" or "session" request. */
 const struct fence *daemon_fence_mechanism(void);
-int daemon_fence_rule(struct daemon *d, unsigned uid, const struct blease *skip,
-                      struct fence_rule *r, struct fence_rule *all, char *why, size_t len);
 void daemon_fenced(struct daemon *d, struct conn *c, int enforced, const char *why);
+
+/* ---- fence_who.c: whom the fence places, and what it refuses them ------- */
+
+struct fence_rule;
+struct fence_machine;
+struct gm_snapshot;
+/* Are all of pid's uids uid (a set-uid program is not the user's)? */
+int daemon_proc_all_uids(int pid, unsigned uid);
+/* The pid, as the broker numbers it, that a client (peer) calls pid in its
+ * pid namespace; 0 if none. */
+int daemon_pid_here(int peer, int pid);
+/* The machine's GPU nodes for snap's reading (kept until the next). */
+const struct fence_machine *daemon_fence_machine(const struct gm_snapshot *snap);
+/* The devices to refuse to the job of lease one, or (one NULL) to uid's
+ * login sessions, which may open the GPUs of its live leases but skip's;
+ * all (if not NULL): every device such a rule could name.  0, or -1 with
+ * why. */
+int daemon_fence_rule(struct daemon *d, const struct blease *one, unsigned uid,
+                      const struct blease *skip, struct fence_rule *r, struct fence_rule *all,
+                      char *why, size_t len);
 
 /* ---- sessions.c: login sessions ([fence] sessions = yes) -------------------- */
 

@@ -17,14 +17,14 @@
  * The mechanism is chosen once at start-up (fence_choose); without one
  * the answer says so ("enforced":false and why) and the job runs as
  * before, and status shows that placement is advisory, and why.
+ *
+ * Here: the placements, at a grant and (a waiter's job) before it.
+ * fence_who.c checks the pid and makes the rule; fence_end.c keeps the
+ * keepers and the record, and ends a lease's cgroup.
  */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +35,7 @@
 #include "gpuman-internal.h"
 #include "cmdline.h"
 #include "daemon.h"
+#include "fence_keep.h"
 
 static struct fence fence;
 /* GPUMAN_FENCE_TRACE=1: one line of the log for each placement, with the
@@ -42,30 +43,6 @@ static struct fence fence;
  * them up).  Where a move waits a grace period only a machine of that
  * kind shows where a job's start goes; this says it there in one run. */
 static int trace;
-
-/* Supervisors to move back out of a lease's cgroup when it ends. */
-struct keeper {
-	char id[64];
-	int pid;
-	uint64_t start;
-	char origin[PATH_MAX];
-	struct keeper *next;
-};
-static struct keeper *keepers;
-
-/* A lease's end whose keepers go home on the worker (end_run): they are
- * supervisors still, on record and spared, until they are home. */
-struct end_job {
-	struct work w;
-	char id[64];            /* the lease's */
-	struct keeper *keepers; /* to move home, then freed */
-	struct conn *c;         /* its release, answered once they are home */
-	json_t *answer;
-	int rc;
-	char err[300];
-	struct end_job *next;
-};
-static struct end_job *ending;
 
 /* A grant whose job waits placed, its filter changed on the worker
  * (daemon_fence_granted). */
@@ -81,120 +58,6 @@ struct grant_job {
 	struct grant_job *next;
 };
 static struct grant_job *granting;
-
-/* The keeper of pid (of that start, or any with start 0): one of a live
- * lease, or one on its way home. */
-static const struct keeper *keeper_of(int pid, uint64_t start)
-{
-	for (const struct keeper *k = keepers; k; k = k->next)
-		if (k->pid == pid && (!start || k->start == start))
-			return k;
-	for (const struct end_job *e = ending; e; e = e->next)
-		for (const struct keeper *k = e->keepers; k; k = k->next)
-			if (k->pid == pid && (!start || k->start == start))
-				return k;
-	return NULL;
-}
-
-/*
- * The fence's record, beside the state file (<state>.fence, root's, in
- * the state directory): the leases whose cgroups this broker made and the
- * keepers it moved, with where they came from.  A broker after it (a
- * restart, a crash) reads it back: the keepers of restored leases go home
- * at their end as they would have, and the cgroups of leases that ended
- * meanwhile are ended now (keepers home first), never left running with
- * their filter.  Only the cgroups named here: another broker's, on the
- * same hierarchy, are not ours to end.  Not synced: nothing it names
- * outlives the machine.
- */
-struct fenced {
-	char id[64];
-	struct fenced *next;
-};
-static struct fenced *fenced_ids;
-
-static void keepers_json(json_t *out, const struct keeper *k)
-{
-	for (; k; k = k->next) {
-		json_t *o = json_object();
-
-		json_object_set_new(o, "id", json_string(k->id));
-		json_object_set_new(o, "pid", json_integer(k->pid));
-		json_object_set_new(o, "start", json_integer((json_int_t)k->start));
-		json_object_set_new(o, "origin", json_string(k->origin));
-		json_array_append_new(out, o);
-	}
-}
-
-static void record_write(const struct daemon *d)
-{
-	char path[PATH_MAX], tmp[PATH_MAX + 8], *text;
-	json_t *doc = json_object(), *ids = json_array(), *ks = json_array();
-	int fd, ok = 0;
-	size_t n;
-
-	for (const struct fenced *f = fenced_ids; f; f = f->next)
-		json_array_append_new(ids, json_string(f->id));
-	keepers_json(ks, keepers);
-	for (const struct end_job *e = ending; e; e = e->next)
-		keepers_json(ks, e->keepers);
-	json_object_set_new(doc, "cgroups", ids);
-	json_object_set_new(doc, "keepers", ks);
-	snprintf(path, sizeof path, "%s.fence", d->state_path);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* left by a crash */
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	/* One write: json_dumpfd() writes each token on its own, some 20
-	 * system calls each time a job's cgroup is made or ended. */
-	text = json_dumps(doc, JSON_COMPACT);
-	n = text ? strlen(text) : 0;
-	if (fd >= 0 && text && write(fd, text, n) == (ssize_t)n && close(fd) == 0) {
-		fd = -1;
-		ok = rename(tmp, path) == 0;
-	}
-	free(text);
-	if (!ok)
-		daemon_say("cannot write '%s': %s (a broker after me would not know the jobs' "
-		           "cgroups)",
-		           path, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	json_decref(doc);
-}
-
-static int fenced_has(const char *id)
-{
-	for (const struct fenced *f = fenced_ids; f; f = f->next)
-		if (!strcmp(f->id, id))
-			return 1;
-	return 0;
-}
-
-static void fenced_add(const char *id)
-{
-	struct fenced *f;
-
-	if (fenced_has(id) || !(f = calloc(1, sizeof *f)))
-		return;
-	str_copy(f->id, sizeof f->id, id);
-	f->next = fenced_ids;
-	fenced_ids = f;
-}
-
-/* Forget id; was it there? */
-static int fenced_drop(const char *id)
-{
-	for (struct fenced **pp = &fenced_ids; *pp; pp = &(*pp)->next)
-		if (!strcmp((*pp)->id, id)) {
-			struct fenced *f = *pp;
-
-			*pp = f->next;
-			free(f);
-			return 1;
-		}
-	return 0;
-}
 
 void daemon_fence_init(void)
 {
@@ -235,198 +98,6 @@ void daemon_fence_view(json_t *view)
 	json_object_set_new(view, "placement", o);
 }
 
-/* Are all of pid's uids (real, effective, saved, file system) uid?  A
- * set-uid program the user started is not theirs to fence. */
-static int proc_all_uids(int pid, unsigned uid)
-{
-	char path[64], line[256];
-	unsigned r, e, s, f;
-	int ok = 0;
-	FILE *file;
-
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	file = fopen(path, "re");
-	if (!file)
-		return 0;
-	while (fgets(line, sizeof line, file))
-		if (sscanf(line, "Uid: %u %u %u %u", &r, &e, &s, &f) == 4) {
-			ok = r == uid && e == uid && s == uid && f == uid;
-			break;
-		}
-	fclose(file);
-	return ok;
-}
-
-/* A process's parent and its pid in its own (innermost) pid namespace, from
- * /proc/PID/status.  0, or -1 when it is gone. */
-static int proc_ns_ids(int pid, int *ppid, int *ns_pid)
-{
-	char path[64], line[256];
-	FILE *file;
-
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	file = fopen(path, "re");
-	if (!file)
-		return -1;
-	*ppid = *ns_pid = 0;
-	while (fgets(line, sizeof line, file)) {
-		if (!strncmp(line, "PPid:", 5))
-			*ppid = atoi(line + 5);
-		else if (!strncmp(line, "NSpid:", 6)) {
-			char *last = strrchr(line, '\t');
-
-			*ns_pid = atoi(last ? last : line + 6);
-		}
-	}
-	fclose(file);
-	return 0;
-}
-
-/*
- * The pid, as the broker numbers it, of the process that the client (the
- * peer, whose pid the kernel gave) names pid: the same number where both
- * share a pid namespace; inside a container's, the peer itself or one of
- * its children whose pid there is that number (a job waits as the child of
- * its supervisor).  0 when no such process is found: a pid from another
- * namespace must never name a process of the broker's that happens to
- * bear the number.
- */
-static int pid_here(int peer, int pid)
-{
-	struct stat mine, theirs;
-	char path[64];
-	int ppid, ns_pid, found = 0;
-	DIR *dir;
-
-	snprintf(path, sizeof path, "/proc/%d/ns/pid", peer);
-	if (stat("/proc/self/ns/pid", &mine) < 0 || stat(path, &theirs) < 0 ||
-	    (mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev))
-		return pid;
-	if (proc_ns_ids(peer, &ppid, &ns_pid) == 0 && ns_pid == pid)
-		return peer;
-	dir = opendir("/proc");
-	for (struct dirent *e; dir && !found && (e = readdir(dir));) {
-		int q = atoi(e->d_name);
-
-		if (q > 0 && proc_ns_ids(q, &ppid, &ns_pid) == 0 && ppid == peer && ns_pid == pid)
-			found = q;
-	}
-	if (dir)
-		closedir(dir);
-	return found;
-}
-
-/* Add what l holds to g (arrays with room for every GPU of every lease). */
-static int grant_add(const struct gm_snapshot *snap, const struct blease *l, struct fence_grant *g,
-                     unsigned *minors, struct fence_slice *slices, char *why, size_t len)
-{
-	for (size_t i = 0; i < l->n; i++) {
-		long pos = snapshot_position(snap, l->indices[i]);
-		const struct gm_gpu *gpu = pos >= 0 ? &snap->gpus[pos] : NULL;
-		size_t k;
-
-		if (!gpu || gpu->minor < 0) {
-			snprintf(why, len,
-			         "GPU %u's device node is unknown (NVML gives no minor number)",
-			         l->indices[i]);
-			return -1;
-		}
-		if (!l->migs[i][0]) {
-			minors[g->gpu_count++] = (unsigned)gpu->minor;
-			continue;
-		}
-		for (k = 0; k < snap->mig_count && strcmp(snap->migs[k].uuid, l->migs[i]); k++)
-			;
-		if (k == snap->mig_count) {
-			snprintf(why, len, "MIG slice %s is gone", l->migs[i]);
-			return -1;
-		}
-		slices[g->slice_count++] =
-		    (struct fence_slice){(unsigned)gpu->minor, snap->migs[k].gpu_instance_id,
-		                         snap->migs[k].compute_instance_id};
-	}
-	return 0;
-}
-
-/*
- * The machine's GPU nodes (lib/fence.h), read once a reading, on the loop:
- * read for each placement, /dev and /proc/devices were a tenth of the
- * broker's work a job.  Nodes come and go with the driver and its GPUs,
- * which a new reading sees, and placement takes a new reading when its
- * last is SNAPSHOT_REUSE_MS old.  The MIG capability table, fixed while
- * the driver is loaded, is carried over from the last reading.
- */
-static struct fence_machine machine = FENCE_MACHINE_INIT;
-static const struct gm_snapshot *machine_snap;
-static int64_t machine_taken;
-
-static const struct fence_machine *machine_of(const struct gm_snapshot *snap)
-{
-	const char *dev = getenv("GPUMAN_DEV_DIR"), *proc = getenv("GPUMAN_PROC_DIR");
-
-	struct fence_machine now = FENCE_MACHINE_INIT;
-
-	if (snap == machine_snap && snap->taken_ms == machine_taken)
-		return &machine;
-	machine_snap = NULL;
-	if (fence_machine_read(&now, snap, dev && *dev ? dev : "/dev",
-	                       proc && *proc ? proc : "/proc", &machine) < 0) {
-		fence_machine_release(&now);
-		return NULL;
-	}
-	fence_machine_release(&machine);
-	machine = now;
-	machine_snap = snap;
-	machine_taken = snap->taken_ms;
-	return &machine;
-}
-
-/* The devices to refuse, on this machine now: to the job of lease one, or
- * (one NULL) to the login sessions of uid, which may open the GPUs of its
- * live leases and reservations but skip's.  all (if not NULL): every
- * device such a rule could name. */
-static int rule_for(struct daemon *d, const struct blease *one, unsigned uid,
-                    const struct blease *skip, struct fence_rule *r, struct fence_rule *all,
-                    char *why, size_t len)
-{
-	/* Minors and slices do not change between readings: the last one
-	 * serves, and a caller's (serve_line's) stays valid. */
-	struct gm_snapshot *snap = d->snap ? d->snap : daemon_snapshot(d, 0);
-	const struct fence_machine *m = NULL;
-	size_t cap = 1;
-	unsigned *minors;
-	struct fence_slice *slices;
-	struct fence_grant g = {0, NULL, 0, NULL}, none = {0, NULL, 0, NULL};
-	int rc = -1;
-
-	for (const struct blease *l = d->leases; l; l = l->next)
-		cap += l->n;
-	minors = calloc(cap, sizeof *minors);
-	slices = calloc(cap, sizeof *slices);
-	g.gpu_minors = minors;
-	g.slices = slices;
-	if (!snap || !minors || !slices) {
-		snprintf(why, len, "the lease broker cannot read the GPUs");
-		goto done;
-	}
-	if (one && grant_add(snap, one, &g, minors, slices, why, len) < 0)
-		goto done;
-	for (const struct blease *l = d->leases; !one && l; l = l->next)
-		if (l != skip && !l->ended && l->uid == uid &&
-		    grant_add(snap, l, &g, minors, slices, why, len) < 0)
-			goto done;
-	if (!(m = machine_of(snap)) || fence_rule_build(r, m, &g) < 0 ||
-	    (all && fence_rule_build(all, m, &none) < 0)) {
-		snprintf(why, len, "out of memory");
-		goto done;
-	}
-	rc = 0;
-done:
-	free(minors);
-	free(slices);
-	return rc;
-}
-
 /* The lease a fence request names: the connection's own, or (on a new
  * connection) by id a reservation of its user's, for a reserved shell, or
  * a lease the asking process itself was granted by the broker before this
@@ -452,12 +123,6 @@ static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
 const struct fence *daemon_fence_mechanism(void)
 {
 	return &fence;
-}
-
-int daemon_fence_rule(struct daemon *d, unsigned uid, const struct blease *skip,
-                      struct fence_rule *r, struct fence_rule *all, char *why, size_t len)
-{
-	return rule_for(d, NULL, uid, skip, r, all, why, len);
 }
 
 void daemon_fenced(struct daemon *d, struct conn *c, int enforced, const char *why)
@@ -604,6 +269,13 @@ static void placing_drop(struct place_job *j)
 		}
 }
 
+void fence_placing_ended(const char *id)
+{
+	for (struct place_job *j = placing; j; j = j->next)
+		if (!strcmp(j->w.key, id))
+			j->lease_ended = 1;
+}
+
 static void place_done(struct daemon *d, struct work *w)
 {
 	struct place_job *j = (struct place_job *)w;
@@ -626,8 +298,7 @@ static void place_done(struct daemon *d, struct work *w)
 		} else if (j->k) {
 			/* In its lease's cgroup now: home again when that ends,
 			 * even if the lease is ending already. */
-			j->k->next = keepers;
-			keepers = j->k;
+			fence_keeper_add(j->k);
 			j->k = NULL;
 		} else if (j->adopt) {
 			adopt_job(d, j);
@@ -635,8 +306,7 @@ static void place_done(struct daemon *d, struct work *w)
 	}
 	if (j->made) {
 		/* On record, with its keeper, for a broker after this one. */
-		fenced_add(w->key);
-		record_write(d);
+		fence_record_add(d, w->key);
 	}
 	/* A lease that ends has nobody to tell but a reserved shell. */
 	if (c && (!j->lease_ended || c->state == CONN_NEW)) {
@@ -661,12 +331,7 @@ void daemon_fence_forget(struct conn *c)
 			json_decref(g->answer);
 			g->answer = NULL;
 		}
-	for (struct end_job *e = ending; e; e = e->next)
-		if (e->c == c) {
-			e->c = NULL;
-			json_decref(e->answer);
-			e->answer = NULL;
-		}
+	fence_end_forget(c);
 	daemon_sessions_forget(c);
 }
 
@@ -707,17 +372,17 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	    l->preplaced || (fence_path(&fence, l->id, path, sizeof path), stat(path, &st) == 0);
 	/* A client in a container names the pid as its namespace numbers it. */
 	j->asked = pid;
-	j->pid = pid = pid_here(c->pid, pid);
+	j->pid = pid = daemon_pid_here(c->pid, pid);
 	/* Held from the check to the move: the pid cannot be reused by
 	 * another process meanwhile without our seeing that it ended. */
 	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	j->start = proctree_start(pid);
-	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !proc_all_uids(pid, c->uid))) {
+	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !daemon_proc_all_uids(pid, c->uid))) {
 		snprintf(why, sizeof why, "pid %d is not a process of yours", j->asked);
 		goto refused;
 	}
-	if (rule_for(d, l, 0, NULL, &j->rule, j->update ? &j->all : NULL, j->err, sizeof j->err) <
-	    0) {
+	if (daemon_fence_rule(d, l, 0, NULL, &j->rule, j->update ? &j->all : NULL, j->err,
+	                      sizeof j->err) < 0) {
 		/* Nothing to enforce it with: the job runs as without a fence,
 		 * and says so. */
 		daemon_fenced(d, c, 0, j->err);
@@ -728,7 +393,7 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		struct keeper *k = j->k;
 		/* Already a supervisor in another lease's cgroup (or on its
 		 * way home from one): back home, not there, at the end. */
-		const struct keeper *o = keeper_of(pid, j->start);
+		const struct keeper *o = fence_keeper_of(pid, j->start);
 
 		str_copy(k->id, sizeof k->id, l->id);
 		k->pid = pid;
@@ -796,8 +461,7 @@ static void preplace_done(struct daemon *d, struct work *w)
 	if (j->made) {
 		/* On record: a broker after this one ends it, unless a lease
 		 * of its name lives then. */
-		fenced_add(w->key);
-		record_write(d);
+		fence_record_add(d, w->key);
 	}
 	if (c && !w->cancelled && j->rc == 0 && poll(&p, 1, 0) == 0 &&
 	    proctree_start(j->pid) == j->start)
@@ -817,16 +481,16 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	struct place_job *j;
 
 	if (!daemon_fence_can_preplace() || c->pre_id[0] || c->reserve_ms > 0 || pid <= 1 ||
-	    !(snap = d->snap ? d->snap : daemon_snapshot(d, 0)) || !(m = machine_of(snap)) ||
-	    !(j = calloc(1, sizeof *j)))
+	    !(snap = d->snap ? d->snap : daemon_snapshot(d, 0)) ||
+	    !(m = daemon_fence_machine(snap)) || !(j = calloc(1, sizeof *j)))
 		return;
 	j->rule = (struct fence_rule)FENCE_RULE_INIT;
 	j->all = (struct fence_rule)FENCE_RULE_INIT;
 	j->asked = pid;
-	j->pid = pid = pid_here(c->pid, pid);
+	j->pid = pid = daemon_pid_here(c->pid, pid);
 	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	j->start = proctree_start(pid);
-	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !proc_all_uids(pid, c->uid)) ||
+	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !daemon_proc_all_uids(pid, c->uid)) ||
 	    fence_rule_build(&j->rule, m, &none) < 0) {
 		place_job_free(j);
 		return;
@@ -909,7 +573,7 @@ int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *
 		return 0;
 	g->rule = (struct fence_rule)FENCE_RULE_INIT;
 	g->all = (struct fence_rule)FENCE_RULE_INIT;
-	if (rule_for(d, l, 0, NULL, &g->rule, &g->all, g->err, sizeof g->err) < 0) {
+	if (daemon_fence_rule(d, l, 0, NULL, &g->rule, &g->all, g->err, sizeof g->err) < 0) {
 		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", l->user,
 		           c->pre_pid, g->err);
 		fence_rule_release(&g->rule);
@@ -952,8 +616,7 @@ static void unplace_done(struct daemon *d, struct work *w)
 
 	if (u->rc < 0)
 		daemon_say("the waiting job's cgroup %s: %s", w->key, u->err);
-	if (fenced_drop(w->key))
-		record_write(d);
+	fence_record_drop(d, w->key);
 	free(u);
 }
 
@@ -969,366 +632,4 @@ void daemon_fence_unplace(struct daemon *d, struct conn *c)
 	u->w.early = 1;
 	daemon_work_submit(d, &u->w);
 	c->pre_id[0] = '\0';
-}
-
-/* Is pid a supervisor of a lease (home at the end, not ended)? */
-static int is_keeper(int pid)
-{
-	return keeper_of(pid, 0) != NULL;
-}
-
-/* Does a live lease of l's user other than l (a reservation she works in,
- * another share) hold GPU index too? */
-static int held_otherwise(const struct daemon *d, const struct blease *l, unsigned index)
-{
-	for (const struct blease *o = d->leases; o; o = o->next)
-		for (size_t g = 0; o != l && !o->ended && o->uid == l->uid && g < o->n; g++)
-			if (o->indices[g] == index)
-				return 1;
-	return 0;
-}
-
-/*
- * The lease's user's processes that NVML lists on its GPUs from outside
- * its cgroup (a descriptor opened before the fence, or passed in over a
- * Unix socket: the filter acts at open) end with it too, as its own job's
- * do; waste names them "unleased" while it lives.  Not while another live
- * lease of the user's holds the GPU (she works in her reservation), nor
- * supervisors going home.
- */
-static void end_strays(struct daemon *d, const struct blease *l)
-{
-	/* The reader's last reading: NVML is never called on the event loop
-	 * (snapshot.c), and while anybody waits it is at most
-	 * RECHECK_MS old. */
-	const struct gm_snapshot *snap = d->snap;
-
-	for (size_t i = 0; snap && i < snap->proc_count; i++) {
-		const struct gm_proc *p = &snap->procs[i];
-		int held = 0;
-
-		for (size_t g = 0; g < l->n && !held; g++)
-			held = l->indices[g] == p->gpu;
-		if (!held || !p->has_user || p->uid != l->uid || p->uid == 0 || (int)p->pid <= 1 ||
-		    is_keeper((int)p->pid) || held_otherwise(d, l, p->gpu) ||
-		    !proc_all_uids((int)p->pid, l->uid))
-			continue;
-		daemon_say("lease %s of %s ended: pid %u still used GPU %u from outside it; killed",
-		           l->id, l->user, p->pid, p->gpu);
-		kill((pid_t)p->pid, SIGKILL);
-	}
-}
-
-static int in_keepers(const struct keeper *k, int pid)
-{
-	for (; k; k = k->next)
-		if (k->pid == pid && proctree_start(pid) == k->start)
-			return 1;
-	return 0;
-}
-
-void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
-{
-	char path[PATH_MAX], here[PATH_MAX];
-	uint64_t start = pid > 1 ? proctree_start(pid) : 0;
-
-	(void)d;
-	if (!fence.ops || !start)
-		return;
-	fence_path(&fence, l->id, path, sizeof path);
-	if (fence.ops->where(&fence, pid, here, sizeof here) < 0 || strcmp(here, path))
-		return;
-	/* Only where a keeper came from: never out of a login session's fence
-	 * (a reserved shell's own release ends with it, as its shell does).
-	 * It becomes a keeper of the lease itself: spared at the end that
-	 * follows, and moved home on the worker with the others (a move on
-	 * the loop would keep everybody waiting a grace period). */
-	for (const struct keeper *k = keepers; k; k = k->next)
-		if (!strcmp(k->id, l->id)) {
-			struct keeper *me;
-
-			if (in_keepers(keepers, pid) || !(me = calloc(1, sizeof *me)))
-				return;
-			*me = *k;
-			me->pid = pid;
-			me->start = start;
-			me->next = keepers;
-			keepers = me;
-			return;
-		}
-}
-
-/* Is path a lease's cgroup (or in one)? */
-static int lease_cgroup(const char *path)
-{
-	size_t n = strlen(fence.root);
-	const char *rest = path + n;
-
-	if (fence.scopes && !strncmp(path, fence.scope_root, strlen(fence.scope_root)))
-		return 1;
-	return !strncmp(path, fence.root, n) && rest[0] == '/' && rest[1] >= '0' && rest[1] <= '9';
-}
-
-/* Lease id's keepers, off the list of live leases' ones. */
-static struct keeper *take_keepers(const char *id)
-{
-	struct keeper *out = NULL, **pp = &keepers;
-
-	while (*pp) {
-		struct keeper *k = *pp;
-
-		if (strcmp(k->id, id)) {
-			pp = &k->next;
-			continue;
-		}
-		*pp = k->next;
-		k->next = out;
-		out = k;
-	}
-	return out;
-}
-
-static void free_keepers(struct keeper *k)
-{
-	while (k) {
-		struct keeper *next = k->next;
-
-		free(k);
-		k = next;
-	}
-}
-
-/* Keepers of lease id home, alive (those still ours and still in its
- * cgroup).  Each is a move: where the hierarchy is mounted without
- * favordynmods it waits a grace period holding the kernel's cgroup lock. */
-static void send_home(const char *id, const struct keeper *k)
-{
-	char path[PATH_MAX], here[PATH_MAX];
-
-	fence_path(&fence, id, path, sizeof path);
-	for (; k; k = k->next)
-		if (proctree_start(k->pid) == k->start &&
-		    fence.ops->where(&fence, k->pid, here, sizeof here) == 0 &&
-		    !strcmp(here, path) && fence.ops->move_to(&fence, k->origin, k->pid) < 0) {
-			/* Home was another lease's cgroup, ended meanwhile: the
-			 * keeper was its process, and ends as its job did.  It
-			 * never goes out of every fence that way. */
-			if (lease_cgroup(k->origin))
-				kill(k->pid, SIGKILL);
-			else
-				fence.ops->move_to(&fence, fence.mount, k->pid);
-		}
-}
-
-/*
- * Everything in lease id's cgroup but its keepers, killed with signals
- * until only they are left (a process forked meanwhile shows up in the
- * next reading), or patience runs out.  Signals and reading cgroup.procs
- * take no cgroup lock: cgroup.kill and rmdir do, and a move anywhere on the
- * machine can hold that lock for a whole grace period (4-26 ms measured),
- * every other user's grant and answer waiting on the loop behind it.
- */
-static void kill_all_but(const char *id, const struct keeper *ks)
-{
-	uint64_t give_up = mono_us() + 2000000;
-
-	for (long wait = 0;; wait = wait ? wait * 2 : 1) {
-		int pids[256];
-		long n = fence.ops->pids(&fence, id, pids, 256), left = n > 256 ? n - 256 : 0;
-		struct timespec t = {0, (wait > 20 ? 20 : wait) * 1000000L};
-
-		for (long i = 0; i < n && i < 256; i++)
-			if (!in_keepers(ks, pids[i])) {
-				kill(pids[i], SIGKILL);
-				left++;
-			}
-		if (left <= 0 || mono_us() >= give_up)
-			return;
-		nanosleep(&t, NULL);
-	}
-}
-
-/* On the worker: the keepers home, then the cgroup killed and removed. */
-static void end_run(struct work *w)
-{
-	struct end_job *e = (struct end_job *)w;
-
-	send_home(e->id, e->keepers);
-	e->rc = fence.ops->end(&fence, e->id, e->err, sizeof e->err);
-}
-
-static void end_done(struct daemon *d, struct work *w)
-{
-	struct end_job *e = (struct end_job *)w;
-	int known;
-
-	for (struct end_job **pp = &ending; *pp; pp = &(*pp)->next)
-		if (*pp == e) {
-			*pp = e->next;
-			break;
-		}
-	/* Cancelled (the broker stops): the record keeps the cgroup and its
-	 * keepers, for the broker after this one to end as at its end. */
-	if (w->cancelled) {
-		while (e->keepers) {
-			struct keeper *k = e->keepers;
-
-			e->keepers = k->next;
-			k->next = keepers;
-			keepers = k;
-		}
-	} else {
-		if (e->rc < 0)
-			daemon_say("lease %s: %s", e->id, e->err);
-		known = fenced_drop(e->id);
-		if (known || e->keepers)
-			record_write(d);
-	}
-	free_keepers(e->keepers);
-	if (e->c)
-		daemon_fence_answer(d, e->c, e->answer);
-	free(e);
-}
-
-/*
- * The release of c's lease l, just ended: answered once its keepers are
- * home (a library caller goes on outside every fence when release()
- * returns), which is now where it had none.
- */
-void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease *l, json_t *answer)
-{
-	for (struct end_job *e = ending; e; e = e->next)
-		if (!strcmp(e->id, l->id) && e->keepers && !e->c) {
-			e->c = c;
-			e->answer = answer;
-			return;
-		}
-	daemon_fence_answer(d, c, answer);
-}
-
-/*
- * A lease's end: before its GPUs go to anybody else, nothing of its job is
- * left running -- killed here, on the loop, with signals.  Its keepers
- * home and its cgroup removed come after, on the worker, in order with
- * every placement (a keeper leased again is moved in after it is home).
- * In systemd scopes the same: the scope's cgroup "job" goes, and systemd
- * stops the scope, empty then.
- */
-void daemon_fence_end(struct daemon *d, const struct blease *l)
-{
-	struct end_job *e;
-	char err[300];
-
-	if (!fence.ops)
-		return;
-	/* Its placements in flight first: none may come after the end. */
-	for (struct place_job *j = placing; j; j = j->next)
-		if (!strcmp(j->w.key, l->id))
-			j->lease_ended = 1;
-	daemon_work_settle(d, l->id);
-	if (!l->reservation)
-		end_strays(d, l);
-	if ((e = calloc(1, sizeof *e))) {
-		str_copy(e->id, sizeof e->id, l->id);
-		e->keepers = take_keepers(l->id);
-		kill_all_but(l->id, e->keepers);
-		/* Not the lease's id as the key: nothing settles it. */
-		snprintf(e->w.key, sizeof e->w.key, "end %.58s", l->id);
-		e->w.run = end_run;
-		e->w.done = end_done;
-		e->next = ending;
-		ending = e;
-		daemon_work_submit(d, &e->w);
-	} else {
-		struct keeper *ks = take_keepers(l->id);
-		int had = ks != NULL;
-
-		send_home(l->id, ks);
-		free_keepers(ks);
-		if (fence.ops->end(&fence, l->id, err, sizeof err) < 0)
-			daemon_say("lease %s of %s: %s", l->id, l->user, err);
-		if (fenced_drop(l->id) || had)
-			record_write(d);
-	}
-	daemon_fence_sessions(d, l->uid, l);
-}
-
-static const struct blease *live_lease(const struct daemon *d, const char *id)
-{
-	for (const struct blease *l = d->leases; l; l = l->next)
-		if (!l->ended && !strcmp(l->id, id))
-			return l;
-	return NULL;
-}
-
-void daemon_fence_restore(struct daemon *d)
-{
-	char path[PATH_MAX], err[300];
-	json_t *doc, *v;
-	size_t i, kept = 0, ended = 0;
-	struct keeper *ks;
-
-	if (!fence.ops)
-		return;
-	snprintf(path, sizeof path, "%s.fence", d->state_path);
-	doc = json_load_file(path, 0, NULL);
-	if (!doc)
-		return;
-	json_array_foreach(json_object_get(doc, "keepers"), i, v)
-	{
-		const char *id = json_string_value(json_object_get(v, "id"));
-		const char *origin = json_string_value(json_object_get(v, "origin"));
-		struct keeper *k;
-
-		/* Home is in the hierarchy, or nowhere. */
-		if (!id || !origin || strncmp(origin, fence.mount, strlen(fence.mount)) ||
-		    strstr(origin, "/..") || !(k = calloc(1, sizeof *k)))
-			continue;
-		str_copy(k->id, sizeof k->id, id);
-		k->pid = (int)json_integer_value(json_object_get(v, "pid"));
-		k->start = (uint64_t)json_integer_value(json_object_get(v, "start"));
-		str_copy(k->origin, sizeof k->origin, origin);
-		if (k->pid <= 1 || !k->start || proctree_start(k->pid) != k->start) {
-			free(k); /* ended meanwhile: nothing to move */
-			continue;
-		}
-		k->next = keepers;
-		keepers = k;
-	}
-	json_array_foreach(json_object_get(doc, "cgroups"), i, v)
-	{
-		const char *id = json_string_value(v);
-
-		if (!id)
-			continue;
-		if (live_lease(d, id)) {
-			fenced_add(id);
-			continue;
-		}
-		/* Its lease ended while no broker watched: as at its end. */
-		ks = take_keepers(id);
-		send_home(id, ks);
-		free_keepers(ks);
-		if (fence.ops->end(&fence, id, err, sizeof err) < 0)
-			daemon_say("lease %s (ended meanwhile): %s", id, err);
-		ended++;
-	}
-	/* Keepers of leases the record did not name (none should be). */
-	for (struct keeper **pp = &keepers; *pp;) {
-		struct keeper *k = *pp;
-
-		if (fenced_has(k->id)) {
-			pp = &k->next;
-			kept++;
-			continue;
-		}
-		*pp = k->next;
-		free(k);
-	}
-	json_decref(doc);
-	if (kept || ended)
-		daemon_say("fence: %zu supervisor%s of restored leases to move home at their end; "
-		           "%zu cgroup%s of leases that ended meanwhile ended",
-		           kept, kept == 1 ? "" : "s", ended, ended == 1 ? "" : "s");
-	record_write(d);
 }

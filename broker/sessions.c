@@ -109,7 +109,7 @@ void daemon_fence_sessions(struct daemon *d, unsigned uid, const struct blease *
 	j->rule = (struct fence_rule)FENCE_RULE_INIT;
 	j->all = (struct fence_rule)FENCE_RULE_INIT;
 	/* The rule now, in the order of the leases' changes. */
-	if (daemon_fence_rule(d, uid, skip, &j->rule, &j->all, err, sizeof err) < 0) {
+	if (daemon_fence_rule(d, NULL, uid, skip, &j->rule, &j->all, err, sizeof err) < 0) {
 		daemon_say("cannot update the fence of uid %u's sessions: %s", uid, err);
 		fence_rule_release(&j->rule);
 		fence_rule_release(&j->all);
@@ -244,7 +244,8 @@ void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
 		j->all = (struct fence_rule)FENCE_RULE_INIT;
 	}
 	if (pidfd < 0 || !start || !j ||
-	    daemon_fence_rule(d, (unsigned)uid, NULL, &j->rule, &j->all, err, sizeof err) < 0) {
+	    daemon_fence_rule(d, NULL, (unsigned)uid, NULL, &j->rule, &j->all, err, sizeof err) <
+	        0) {
 		snprintf(why, sizeof why, "cannot fence login session %d of uid %u: %s", pid,
 		         (unsigned)uid,
 		         !j       ? "out of memory"

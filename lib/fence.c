@@ -25,9 +25,6 @@
 #include "snapshot_types.h"
 #include "util.h"
 
-/* How long ending a lease may wait for its killed processes to be gone. */
-#define END_PATIENCE_MS 2000
-
 /* ---- cgroupfs ------------------------------------------------------------- */
 
 /* A lease's id starts with its grant's time; a login session's with
@@ -242,7 +239,7 @@ static int v1_where(const struct fence *f, int pid, char *out, size_t len)
 static int cg_end_locked(const struct fence *f, const char *id, int v2, char *err, size_t len)
 {
 	char dir[PATH_MAX], scope[PATH_MAX] = "";
-	int64_t give_up = monotonic_ms() + END_PATIENCE_MS;
+	int64_t give_up = monotonic_ms() + FENCE_END_PATIENCE_MS;
 	struct stat st;
 
 	if (!id_ok(id))

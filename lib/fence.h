@@ -31,6 +31,8 @@ struct bpf_insn;
  * 195:255, nvidia-modeset 195:254. */
 #define FENCE_NVIDIA_MAJOR 195
 #define FENCE_NVIDIA_LAST_GPU_MINOR 253
+/* How long ending a lease may wait for its killed processes to be gone. */
+#define FENCE_END_PATIENCE_MS 2000
 
 /* One device node a rule refuses: type 'c' or 'b'. */
 struct fence_dev {
