@@ -263,3 +263,24 @@ void csv_field(int first, const char *text)
 	}
 	putchar('"');
 }
+
+/* Is GPU g shown: selected, and (with --user) used or leased by one of
+ * the users? */
+int cli_select_gpu_shown(const struct cli_select *sel, const struct cli_look *look,
+                         const struct gm_gpu *g)
+{
+	if (!cli_select_gpu(sel, g->index))
+		return 0;
+	if (!sel->user_count)
+		return 1;
+	for (size_t i = 0; i < look->snap->proc_count; i++)
+		if (look->snap->procs[i].gpu == g->index &&
+		    cli_select_proc(sel, &look->snap->procs[i]))
+			return 1;
+	for (size_t i = 0; i < look->view->lease_count; i++)
+		for (size_t k = 0; k < look->view->leases[i].gpu_count; k++)
+			if (look->view->leases[i].indices[k] == g->index &&
+			    cli_select_user_name(sel, 1, look->view->leases[i].user))
+				return 1;
+	return 0;
+}

@@ -61,6 +61,9 @@ int cli_select_user(const struct cli_select *sel, int has_user, unsigned uid);
 int cli_select_proc(const struct cli_select *sel, const struct gm_proc *p);
 /* A user by name (leases, waiters and findings carry names). */
 int cli_select_user_name(const struct cli_select *sel, int has_user, const char *name);
+/* Is g shown: selected, and (with --user) used or leased by one of them? */
+int cli_select_gpu_shown(const struct cli_select *sel, const struct cli_look *look,
+                         const struct gm_gpu *g);
 
 /*
  * CSV output.  A command describes its columns once; the user's list picks
