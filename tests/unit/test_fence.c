@@ -62,10 +62,14 @@ static int64_t run(const struct bpf_insn *prog, size_t n, char type, unsigned ma
 	return -1;
 }
 
+/* Does r let the node open?  v2's program, run here, and v1's list
+ * (fence_rule_refuses, which devices.deny and devices.allow follow) must
+ * say the same. */
 static int allowed(const struct fence_rule *r, char type, unsigned major, unsigned minor)
 {
 	size_t n = fence_bpf_program(r, NULL, 0);
 	struct bpf_insn *prog = calloc(n, sizeof *prog);
+	struct fence_dev d = {type, major, minor};
 	int64_t v;
 
 	assert_non_null(prog);
@@ -73,6 +77,7 @@ static int allowed(const struct fence_rule *r, char type, unsigned major, unsign
 	v = run(prog, n, type, major, minor);
 	free(prog);
 	assert_true(v == 0 || v == 1);
+	assert_int_equal(fence_rule_refuses(r, &d), !v);
 	return (int)v;
 }
 
