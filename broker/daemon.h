@@ -438,7 +438,7 @@ void daemon_worker_ready(struct daemon *d);
  * placement. */
 void daemon_work_settle(struct daemon *d, const char *key);
 
-/* ---- fence.c: the kernel fence of each lease's job ---------------- */
+/* ---- fence.c, fence_end.c: the kernel fence of each lease's job ----- */
 
 void daemon_fence_init(void);                                           /* at start-up */
 void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg); /* "fence" */

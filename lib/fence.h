@@ -15,7 +15,8 @@
  * removes it.  Every call returns 0, or -1 with a message in err.
  *
  * The rule and the BPF program are pure functions of their inputs (unit
- * tested); the rest writes to cgroupfs and calls bpf(2).
+ * tested; fence_rule.c); the rest writes to cgroupfs and calls bpf(2)
+ * (fence.c, and fence_scope.c for systemd's scopes).
  */
 #ifndef GM_FENCE_H
 #define GM_FENCE_H

@@ -72,7 +72,7 @@
 #include "../snapshot_wire.h"
 /* slurm_*: batch --slurm's allocation (issue 6's back-end). */
 #include "../slurm.h"
-/* fence_*: the broker's kernel fence of each lease's job (daemon_fence.c). */
+/* fence_*: the broker's kernel fence of each lease's job (broker/fence.c). */
 #include "../fence.h"
 
 #endif
