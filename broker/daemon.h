@@ -262,6 +262,9 @@ void daemon_conn_limits(struct daemon *d);
 
 void shared_text_put(struct shared_text *t);
 
+/* Each line of /proc/PID/status ("Key:\tvalue\n") to fn until it returns
+ * nonzero: 0, or -1 when pid is gone. */
+int daemon_proc_status(int pid, int (*fn)(const char *line, void *data), void *data);
 /* The real uid of a process, or -1. */
 long daemon_proc_uid(int pid);
 

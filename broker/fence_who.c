@@ -13,50 +13,54 @@
 #include "cmdline.h"
 #include "daemon.h"
 
+/* A "Uid:" line: all four uids the one sought (*data; set to 1 if so). */
+static int uids_line(const char *line, void *data)
+{
+	unsigned *want = data, r, e, s, f;
+
+	if (sscanf(line, "Uid: %u %u %u %u", &r, &e, &s, &f) != 4)
+		return 0;
+	want[1] = r == want[0] && e == want[0] && s == want[0] && f == want[0];
+	return 1;
+}
+
 /* Are all of pid's uids (real, effective, saved, file system) uid?  A
  * set-uid program the user started is not theirs to fence. */
 int daemon_proc_all_uids(int pid, unsigned uid)
 {
-	char path[64], line[256];
-	unsigned r, e, s, f;
-	int ok = 0;
-	FILE *file;
+	unsigned want[2] = {uid, 0};
 
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	file = fopen(path, "re");
-	if (!file)
-		return 0;
-	while (fgets(line, sizeof line, file))
-		if (sscanf(line, "Uid: %u %u %u %u", &r, &e, &s, &f) == 4) {
-			ok = r == uid && e == uid && s == uid && f == uid;
-			break;
-		}
-	fclose(file);
-	return ok;
+	return daemon_proc_status(pid, uids_line, want) == 0 && want[1];
 }
 
-/* A process's parent and its pid in its own (innermost) pid namespace, from
- * /proc/PID/status.  0, or -1 when it is gone. */
+/* A process's parent and its pid in its own (innermost) pid namespace. */
+struct ns_ids {
+	int ppid, ns_pid;
+};
+
+static int ns_line(const char *line, void *data)
+{
+	struct ns_ids *ids = data;
+
+	if (!strncmp(line, "PPid:", 5)) {
+		ids->ppid = atoi(line + 5);
+	} else if (!strncmp(line, "NSpid:", 6)) {
+		const char *last = strrchr(line, '\t');
+
+		ids->ns_pid = atoi(last ? last : line + 6);
+	}
+	return 0;
+}
+
+/* 0, or -1 when pid is gone. */
 static int proc_ns_ids(int pid, int *ppid, int *ns_pid)
 {
-	char path[64], line[256];
-	FILE *file;
+	struct ns_ids ids = {0, 0};
 
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	file = fopen(path, "re");
-	if (!file)
+	if (daemon_proc_status(pid, ns_line, &ids) < 0)
 		return -1;
-	*ppid = *ns_pid = 0;
-	while (fgets(line, sizeof line, file)) {
-		if (!strncmp(line, "PPid:", 5))
-			*ppid = atoi(line + 5);
-		else if (!strncmp(line, "NSpid:", 6)) {
-			char *last = strrchr(line, '\t');
-
-			*ns_pid = atoi(last ? last : line + 6);
-		}
-	}
-	fclose(file);
+	*ppid = ids.ppid;
+	*ns_pid = ids.ns_pid;
 	return 0;
 }
 

@@ -153,23 +153,35 @@ void shared_text_put(struct shared_text *t)
 		free(t);
 }
 
-/* The real uid of a process, or -1. */
-long daemon_proc_uid(int pid)
+int daemon_proc_status(int pid, int (*fn)(const char *line, void *data), void *data)
 {
-	char path[64], line[256];
-	long uid = -1;
+	char path[64], line[4096]; /* Groups: may be long */
 	FILE *f;
 
 	snprintf(path, sizeof path, "/proc/%d/status", pid);
 	f = fopen(path, "re");
 	if (!f)
 		return -1;
-	while (fgets(line, sizeof line, f))
-		if (!strncmp(line, "Uid:", 4)) {
-			uid = strtol(line + 4, NULL, 10);
-			break;
-		}
+	while (fgets(line, sizeof line, f) && !fn(line, data))
+		;
 	fclose(f);
+	return 0;
+}
+
+static int uid_line(const char *line, void *data)
+{
+	if (strncmp(line, "Uid:", 4))
+		return 0;
+	*(long *)data = strtol(line + 4, NULL, 10);
+	return 1;
+}
+
+/* The real uid of a process, or -1. */
+long daemon_proc_uid(int pid)
+{
+	long uid = -1;
+
+	daemon_proc_status(pid, uid_line, &uid);
 	return uid;
 }
 

@@ -275,36 +275,34 @@ struct gm_snapshot *daemon_snapshot(struct daemon *d, int fresh)
 
 enum proc_view { SEE_ALL, SEE_NO_COMMAND, SEE_NOTHING };
 
+/* A "Gid:" or "Groups:" line naming the gid sought (*data; set to -1
+ * when found)? */
+static int gid_line(const char *line, void *data)
+{
+	long *gid = data;
+	const char *p;
+	char *end;
+
+	if (strncmp(line, "Gid:", 4) && strncmp(line, "Groups:", 7))
+		return 0;
+	for (p = strchr(line, ':') + 1;; p = end) {
+		unsigned long v = strtoul(p, &end, 10);
+
+		if (end == p)
+			return 0;
+		if ((long)v == *gid) {
+			*gid = -1;
+			return 1;
+		}
+	}
+}
+
 /* Is gid among pid's groups? */
 static int in_group(int pid, unsigned gid)
 {
-	char path[64], line[4096];
-	int found = 0;
-	FILE *f;
+	long sought = (long)gid;
 
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof line, f)) {
-		const char *p;
-		char *end;
-
-		if (strncmp(line, "Gid:", 4) && strncmp(line, "Groups:", 7))
-			continue;
-		p = strchr(line, ':') + 1;
-		for (;;) {
-			unsigned long v = strtoul(p, &end, 10);
-
-			if (end == p)
-				break;
-			if (v == gid)
-				found = 1;
-			p = end;
-		}
-	}
-	fclose(f);
-	return found;
+	return daemon_proc_status(pid, gid_line, &sought) == 0 && sought == -1;
 }
 
 /*

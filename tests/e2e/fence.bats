@@ -131,6 +131,23 @@ fenced_run() { # the run test, under mechanism $1
 	grep -q "cgroup v1 devices controller" "$BATS_TEST_TMPDIR/daemon.log"
 }
 
+@test "fence v2: a run in a pid namespace of its own, as in a container, names its job by that namespace's number, and the broker places that job" {
+	[ -d /sys/fs/cgroup/unified ] || grep -q cgroup2 /proc/mounts || skip "no cgroup v2 hierarchy"
+	unshare -p -f --kill-child true 2>/dev/null || skip "needs unshare -p (root, pid namespaces)"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2
+	job_script
+	# gpuman run is pid 1 there and its job pid 2: numbers that name
+	# other processes in the broker's namespace, never to be placed
+	unshare -p -f --kill-child --mount-proc setpriv --reuid=gmtest-alice --regid=gmtest-alice \
+		--clear-groups env -u XDG_CONFIG_HOME HOME=/tmp PATH="$PATH" sh -c \
+		'echo "ns $$" >"$1/out/ns"; exec gpuman run --only 2 -- "$1/job.sh" "$1/out/run"' \
+		sh "$SHARED"
+	grep -qx "ns 1" "$SHARED/out/ns"
+	check "$SHARED/out/run" self fork double setsid
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 # ---- a waiter's job, placed while it waits ---------------------------------
 
 # hold_gpu2 - alice's job holds GPU 2 until $SHARED/out/go appears.  It
