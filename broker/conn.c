@@ -402,8 +402,8 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	if (c->within[0]) {
 		const struct blease *own = d->leases;
 
-		while (own &&
-		       !(own->reservation && own->uid == c->uid && !strcmp(own->id, c->within)))
+		while (own && !(own->rec.reservation && own->rec.uid == c->uid &&
+		                !strcmp(own->rec.id, c->within)))
 			own = own->next;
 		if (!own)
 			c->within[0] = '\0';
@@ -474,8 +474,8 @@ static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 	 * restart of the broker. */
 	if (!c->lease || uid < 0 || (c->uid != 0 && (unsigned)uid != c->uid))
 		return;
-	c->lease->job_pid = pid;
-	c->lease->job_start = proctree_start(pid);
+	c->lease->rec.job_pid = pid;
+	c->lease->rec.job_start = proctree_start(pid);
 	daemon_state_lease(d, c->lease); /* its state-file record changed */
 	d->gen++;
 }
@@ -495,12 +495,12 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	for (struct blease *l = d->leases; id && !token && l; l = l->next)
-		if (l->reservation && !strcmp(l->id, id)) {
+		if (l->rec.reservation && !strcmp(l->rec.id, id)) {
 			char why[160];
 
 			/* The kernel says who asks: the owner, or root. */
-			if (l->uid == c->uid || c->uid == 0) {
-				daemon_say("reservation %s of %s released", l->id, l->user);
+			if (l->rec.uid == c->uid || c->uid == 0) {
+				daemon_say("reservation %s of %s released", l->rec.id, l->rec.user);
 				daemon_fence_spare(d, l, c->pid);
 				daemon_lease_end(d, l);
 				daemon_fence_released(d, c, l, m);
@@ -509,7 +509,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 			json_decref(m);
 			snprintf(why, sizeof why,
 			         "reservation '%.64s' is %s's: only they (or root) can release it",
-			         id, l->user);
+			         id, l->rec.user);
 			daemon_refuse(d, c, GM_ERR_INVALID, why, NULL);
 			return;
 		}
@@ -525,10 +525,10 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	for (struct blease *l = d->leases; id && token && l; l = l->next)
-		if (!strcmp(l->id, id)) {
+		if (!strcmp(l->rec.id, id)) {
 			/* The kernel says who asks; the token proves the lease was
 			 * given to them. */
-			if (l->uid == c->uid && strlen(token) == strlen(l->token) &&
+			if (l->rec.uid == c->uid && strlen(token) == strlen(l->token) &&
 			    !strcmp(l->token, token)) {
 				if (l->conn)
 					l->conn->lease = NULL;
@@ -618,7 +618,7 @@ static struct shared_text *view_build(struct daemon *d)
 		if (n < VIEW_LEASES)
 			json_array_append_new(leases, daemon_lease_json(l, 0));
 		else
-			tally_add(d, &more_leases, l->uid, 1, l->n);
+			tally_add(d, &more_leases, l->rec.uid, 1, l->rec.gpu_count);
 	n = 0;
 	for (struct conn *w = d->line_head; w; w = w->lnext, n++) {
 		json_t *o, *cand;

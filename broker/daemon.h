@@ -150,26 +150,13 @@ struct conn {
 
 struct blease {
 	enum ev_kind kind; /* EV_PIDFD, for restored leases */
-	char id[64];
+	/* The one lease record (lease_view.h, record.h).  rec.pid is the
+	 * process that asked; rec.job_pid the job it started if it said so
+	 * (0: it did not; the record shows pid then). */
+	struct lease_info rec;
 	char token[40];
-	unsigned uid;
-	char user[33];
-	int pid; /* the process that asked */
-	uint64_t pid_start;
-	int job_pid; /* the job it started, if it said so */
-	uint64_t job_start;
-	char command[256];
-	int64_t start_ms;
-	int exclusive;
-	uint64_t share_mib;
-	size_t n;
-	unsigned *indices;
-	char (*uuids)[96];
-	char (*migs)[96];   /* the MIG slice of each GPU it holds, "" none */
-	int reservation;    /* held by nobody until expires_ms */
-	int preplaced;      /* its id is its waiter's, whose job was being placed (fence.c) */
-	int64_t expires_ms; /* wall clock */
-	struct conn *conn;  /* NULL: restored, watched by pidfd, or a reservation */
+	int preplaced;     /* its id is its waiter's, whose job was being placed (fence.c) */
+	struct conn *conn; /* NULL: restored, watched by pidfd, or a reservation */
 	int pidfd;
 	struct blease *prev, *next;
 	int ended; /* freed at the end of the loop turn */

@@ -110,11 +110,12 @@ static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
 	if (c->lease)
 		return c->lease;
 	for (struct blease *l = d->leases; id && l; l = l->next) {
-		if (l->ended || strcmp(l->id, id))
+		if (l->ended || strcmp(l->rec.id, id))
 			continue;
-		if (l->reservation ? l->uid == c->uid || c->uid == 0
-		                   : l->uid == c->uid && l->pid == c->pid && !l->job_pid &&
-		                         l->pid_start && proctree_start(c->pid) == l->pid_start)
+		if (l->rec.reservation
+		        ? l->rec.uid == c->uid || c->uid == 0
+		        : l->rec.uid == c->uid && l->rec.pid == c->pid && !l->rec.job_pid &&
+		              l->rec.pid_start && proctree_start(c->pid) == l->rec.pid_start)
 			return l;
 	}
 	return NULL;
@@ -239,11 +240,11 @@ out:
 static void adopt_job(struct daemon *d, struct place_job *j)
 {
 	for (struct blease *l = d->leases; l; l = l->next)
-		if (!l->ended && !l->conn && !strcmp(l->id, j->w.key)) {
+		if (!l->ended && !l->conn && !strcmp(l->rec.id, j->w.key)) {
 			daemon_lease_watch(d, l, j->pidfd);
 			j->pidfd = -1; /* the lease's now */
-			l->job_pid = j->pid;
-			l->job_start = j->start;
+			l->rec.job_pid = j->pid;
+			l->rec.job_start = j->start;
 			daemon_state_lease(d, l);
 			d->gen++;
 			return;
@@ -368,8 +369,8 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	j->all = (struct fence_rule)FENCE_RULE_INIT;
 	/* Its job was to be placed while it waited (and may be): the cgroup
 	 * takes the lease's rule in place of the one that refuses all. */
-	j->update =
-	    l->preplaced || (fence_path(&fence, l->id, path, sizeof path), stat(path, &st) == 0);
+	j->update = l->preplaced ||
+	            (fence_path(&fence, l->rec.id, path, sizeof path), stat(path, &st) == 0);
 	/* A client in a container names the pid as its namespace numbers it. */
 	j->asked = pid;
 	j->pid = pid = daemon_pid_here(c->pid, pid);
@@ -388,14 +389,14 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		daemon_fenced(d, c, 0, j->err);
 		goto free;
 	}
-	j->adopt = !c->lease && !l->reservation && !keep;
+	j->adopt = !c->lease && !l->rec.reservation && !keep;
 	if (keep && (j->k = calloc(1, sizeof *j->k))) {
 		struct keeper *k = j->k;
 		/* Already a supervisor in another lease's cgroup (or on its
 		 * way home from one): back home, not there, at the end. */
 		const struct keeper *o = fence_keeper_of(pid, j->start);
 
-		str_copy(k->id, sizeof k->id, l->id);
+		str_copy(k->id, sizeof k->id, l->rec.id);
 		k->pid = pid;
 		k->start = j->start;
 		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
@@ -403,9 +404,9 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		if (o)
 			str_copy(k->origin, sizeof k->origin, o->origin);
 	}
-	str_copy(j->w.key, sizeof j->w.key, l->id);
-	str_copy(j->user, sizeof j->user, l->user);
-	describe(j, l->command[0] ? l->command : "a reservation");
+	str_copy(j->w.key, sizeof j->w.key, l->rec.id);
+	str_copy(j->user, sizeof j->user, l->rec.user);
+	describe(j, l->rec.command[0] ? l->rec.command : "a reservation");
 	j->w.run = place_run;
 	j->w.done = place_done;
 	j->c = c;
@@ -568,21 +569,21 @@ int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *
 {
 	struct grant_job *g;
 
-	if (!l->preplaced || !c->pre_placed || strcmp(c->pre_id, l->id) ||
+	if (!l->preplaced || !c->pre_placed || strcmp(c->pre_id, l->rec.id) ||
 	    proctree_start(c->pre_pid) != c->pre_start || !(g = calloc(1, sizeof *g)))
 		return 0;
 	g->rule = (struct fence_rule)FENCE_RULE_INIT;
 	g->all = (struct fence_rule)FENCE_RULE_INIT;
 	if (daemon_fence_rule(d, l, 0, NULL, &g->rule, &g->all, g->err, sizeof g->err) < 0) {
-		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", l->user,
-		           c->pre_pid, g->err);
+		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s",
+		           l->rec.user, c->pre_pid, g->err);
 		fence_rule_release(&g->rule);
 		fence_rule_release(&g->all);
 		free(g);
 		return 0;
 	}
-	str_copy(g->w.key, sizeof g->w.key, l->id);
-	str_copy(g->user, sizeof g->user, l->user);
+	str_copy(g->w.key, sizeof g->w.key, l->rec.id);
+	str_copy(g->user, sizeof g->user, l->rec.user);
 	g->pid = c->pre_pid;
 	g->c = c;
 	g->answer = answer;

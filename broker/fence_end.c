@@ -188,8 +188,9 @@ static int is_keeper(int pid)
 static int held_otherwise(const struct daemon *d, const struct blease *l, unsigned index)
 {
 	for (const struct blease *o = d->leases; o; o = o->next)
-		for (size_t g = 0; o != l && !o->ended && o->uid == l->uid && g < o->n; g++)
-			if (o->indices[g] == index)
+		for (size_t g = 0;
+		     o != l && !o->ended && o->rec.uid == l->rec.uid && g < o->rec.gpu_count; g++)
+			if (o->rec.indices[g] == index)
 				return 1;
 	return 0;
 }
@@ -213,14 +214,14 @@ static void end_strays(struct daemon *d, const struct blease *l)
 		const struct gm_proc *p = &snap->procs[i];
 		int held = 0;
 
-		for (size_t g = 0; g < l->n && !held; g++)
-			held = l->indices[g] == p->gpu;
-		if (!held || !p->has_user || p->uid != l->uid || p->uid == 0 || (int)p->pid <= 1 ||
-		    is_keeper((int)p->pid) || held_otherwise(d, l, p->gpu) ||
-		    !daemon_proc_all_uids((int)p->pid, l->uid))
+		for (size_t g = 0; g < l->rec.gpu_count && !held; g++)
+			held = l->rec.indices[g] == p->gpu;
+		if (!held || !p->has_user || p->uid != l->rec.uid || p->uid == 0 ||
+		    (int)p->pid <= 1 || is_keeper((int)p->pid) || held_otherwise(d, l, p->gpu) ||
+		    !daemon_proc_all_uids((int)p->pid, l->rec.uid))
 			continue;
 		daemon_say("lease %s of %s ended: pid %u still used GPU %u from outside it; killed",
-		           l->id, l->user, p->pid, p->gpu);
+		           l->rec.id, l->rec.user, p->pid, p->gpu);
 		kill((pid_t)p->pid, SIGKILL);
 	}
 }
@@ -242,7 +243,7 @@ void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
 	(void)d;
 	if (!f->ops || !start)
 		return;
-	fence_path(f, l->id, path, sizeof path);
+	fence_path(f, l->rec.id, path, sizeof path);
 	if (f->ops->where(f, pid, here, sizeof here) < 0 || strcmp(here, path))
 		return;
 	/* Only where a keeper came from: never out of a login session's fence
@@ -251,7 +252,7 @@ void daemon_fence_spare(struct daemon *d, const struct blease *l, int pid)
 	 * follows, and moved home on the worker with the others (a move on
 	 * the loop would keep everybody waiting a grace period). */
 	for (const struct keeper *k = keepers; k; k = k->next)
-		if (!strcmp(k->id, l->id)) {
+		if (!strcmp(k->id, l->rec.id)) {
 			struct keeper *me;
 
 			if (in_keepers(keepers, pid) || !(me = calloc(1, sizeof *me)))
@@ -409,7 +410,7 @@ static void end_done(struct daemon *d, struct work *w)
 void daemon_fence_released(struct daemon *d, struct conn *c, const struct blease *l, json_t *answer)
 {
 	for (struct end_job *e = ending; e; e = e->next)
-		if (!strcmp(e->id, l->id) && e->keepers && !e->c) {
+		if (!strcmp(e->id, l->rec.id) && e->keepers && !e->c) {
 			e->c = c;
 			e->answer = answer;
 			return;
@@ -434,39 +435,39 @@ void daemon_fence_end(struct daemon *d, const struct blease *l)
 	if (!f->ops)
 		return;
 	/* Its placements in flight first: none may come after the end. */
-	fence_placing_ended(l->id);
-	daemon_work_settle(d, l->id);
-	if (!l->reservation)
+	fence_placing_ended(l->rec.id);
+	daemon_work_settle(d, l->rec.id);
+	if (!l->rec.reservation)
 		end_strays(d, l);
 	if ((e = calloc(1, sizeof *e))) {
-		str_copy(e->id, sizeof e->id, l->id);
-		e->keepers = take_keepers(l->id);
-		kill_all_but(l->id, e->keepers);
+		str_copy(e->id, sizeof e->id, l->rec.id);
+		e->keepers = take_keepers(l->rec.id);
+		kill_all_but(l->rec.id, e->keepers);
 		/* Not the lease's id as the key: nothing settles it. */
-		snprintf(e->w.key, sizeof e->w.key, "end %.58s", l->id);
+		snprintf(e->w.key, sizeof e->w.key, "end %.58s", l->rec.id);
 		e->w.run = end_run;
 		e->w.done = end_done;
 		e->next = ending;
 		ending = e;
 		daemon_work_submit(d, &e->w);
 	} else {
-		struct keeper *ks = take_keepers(l->id);
+		struct keeper *ks = take_keepers(l->rec.id);
 		int had = ks != NULL;
 
-		send_home(l->id, ks);
+		send_home(l->rec.id, ks);
 		free_keepers(ks);
-		if (f->ops->end(f, l->id, err, sizeof err) < 0)
-			daemon_say("lease %s of %s: %s", l->id, l->user, err);
-		if (fenced_drop(l->id) || had)
+		if (f->ops->end(f, l->rec.id, err, sizeof err) < 0)
+			daemon_say("lease %s of %s: %s", l->rec.id, l->rec.user, err);
+		if (fenced_drop(l->rec.id) || had)
 			record_write(d);
 	}
-	daemon_fence_sessions(d, l->uid, l);
+	daemon_fence_sessions(d, l->rec.uid, l);
 }
 
 static const struct blease *live_lease(const struct daemon *d, const char *id)
 {
 	for (const struct blease *l = d->leases; l; l = l->next)
-		if (!l->ended && !strcmp(l->id, id))
+		if (!l->ended && !strcmp(l->rec.id, id))
 			return l;
 	return NULL;
 }

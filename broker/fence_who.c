@@ -102,25 +102,25 @@ int daemon_pid_here(int peer, int pid)
 static int grant_add(const struct gm_snapshot *snap, const struct blease *l, struct fence_grant *g,
                      unsigned *minors, struct fence_slice *slices, char *why, size_t len)
 {
-	for (size_t i = 0; i < l->n; i++) {
-		long pos = snapshot_position(snap, l->indices[i]);
+	for (size_t i = 0; i < l->rec.gpu_count; i++) {
+		long pos = snapshot_position(snap, l->rec.indices[i]);
 		const struct gm_gpu *gpu = pos >= 0 ? &snap->gpus[pos] : NULL;
 		size_t k;
 
 		if (!gpu || gpu->minor < 0) {
 			snprintf(why, len,
 			         "GPU %u's device node is unknown (NVML gives no minor number)",
-			         l->indices[i]);
+			         l->rec.indices[i]);
 			return -1;
 		}
-		if (!l->migs[i][0]) {
+		if (!l->rec.migs[i][0]) {
 			minors[g->gpu_count++] = (unsigned)gpu->minor;
 			continue;
 		}
-		for (k = 0; k < snap->mig_count && strcmp(snap->migs[k].uuid, l->migs[i]); k++)
+		for (k = 0; k < snap->mig_count && strcmp(snap->migs[k].uuid, l->rec.migs[i]); k++)
 			;
 		if (k == snap->mig_count) {
-			snprintf(why, len, "MIG slice %s is gone", l->migs[i]);
+			snprintf(why, len, "MIG slice %s is gone", l->rec.migs[i]);
 			return -1;
 		}
 		slices[g->slice_count++] =
@@ -182,7 +182,7 @@ int daemon_fence_rule(struct daemon *d, const struct blease *one, unsigned uid,
 	int rc = -1;
 
 	for (const struct blease *l = d->leases; l; l = l->next)
-		cap += l->n;
+		cap += l->rec.gpu_count;
 	minors = calloc(cap, sizeof *minors);
 	slices = calloc(cap, sizeof *slices);
 	g.gpu_minors = minors;
@@ -194,7 +194,7 @@ int daemon_fence_rule(struct daemon *d, const struct blease *one, unsigned uid,
 	if (one && grant_add(snap, one, &g, minors, slices, why, len) < 0)
 		goto done;
 	for (const struct blease *l = d->leases; !one && l; l = l->next)
-		if (l != skip && !l->ended && l->uid == uid &&
+		if (l != skip && !l->ended && l->rec.uid == uid &&
 		    grant_add(snap, l, &g, minors, slices, why, len) < 0)
 			goto done;
 	if (!(m = daemon_fence_machine(snap)) || fence_rule_build(r, m, &g) < 0 ||

@@ -35,9 +35,9 @@ int64_t daemon_day_start(int64_t at_ms)
 /* What l held since day (GPU-ms), up to now. */
 static int64_t held_since(const struct blease *l, int64_t day, int64_t now)
 {
-	int64_t from = l->start_ms > day ? l->start_ms : day;
+	int64_t from = l->rec.start_ms > day ? l->rec.start_ms : day;
 
-	return now > from ? (now - from) * (int64_t)l->n : 0;
+	return now > from ? (now - from) * (int64_t)l->rec.gpu_count : 0;
 }
 
 static struct hours_use *entry(struct daemon *d, unsigned uid, int64_t day, int add)
@@ -74,7 +74,7 @@ void daemon_hours_charge(struct daemon *d, const struct blease *l)
 	int64_t now = now_ms(), day = daemon_day_start(now), used = held_since(l, day, now);
 	struct hours_use *h;
 
-	if (used <= 0 || !(h = entry(d, l->uid, day, 1)))
+	if (used <= 0 || !(h = entry(d, l->rec.uid, day, 1)))
 		return;
 	h->used_ms += used;
 	daemon_state_hours(d, entry_json(h)); /* this user's entry alone */
@@ -88,7 +88,7 @@ int64_t daemon_hours_used(struct daemon *d, unsigned uid)
 	if (h)
 		used = h->used_ms;
 	for (const struct blease *l = d->leases; l; l = l->next)
-		if (l->uid == uid)
+		if (l->rec.uid == uid)
 			used += held_since(l, day, now);
 	return used;
 }

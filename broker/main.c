@@ -230,30 +230,18 @@ static int pidfd_open_(int pid)
 
 json_t *daemon_lease_json(const struct blease *l, int secret)
 {
-	struct lease_info li = {0};
+	/* The one lease record (record.h), shared, not copied; a lease whose
+	 * job was not named shows its asker there, as a lease file does. */
+	struct lease_info li = l->rec;
 	json_t *o;
 
-	/* The one lease record (record.h), plus what only the broker keeps. */
-	str_copy(li.id, sizeof li.id, l->id);
-	li.uid = l->uid;
-	str_copy(li.user, sizeof li.user, l->user);
-	li.pid = l->pid;
-	li.job_pid = l->job_pid ? l->job_pid : l->pid;
-	str_copy(li.command, sizeof li.command, l->command);
-	li.start_ms = l->start_ms;
-	li.exclusive = l->exclusive;
-	li.share_mib = l->share_mib;
-	li.gpu_count = l->n;
-	li.uuids = l->uuids;
-	li.indices = l->indices;
-	li.migs = l->migs;
-	li.reservation = l->reservation;
-	li.expires_ms = l->expires_ms;
+	if (!li.job_pid)
+		li.job_pid = li.pid;
 	o = record_lease_json(&li);
 	if (o && secret) {
 		json_object_set_new(o, "token", json_string(l->token));
-		json_object_set_new(o, "pid_start", json_integer((json_int_t)l->pid_start));
-		json_object_set_new(o, "job_start", json_integer((json_int_t)l->job_start));
+		json_object_set_new(o, "pid_start", json_integer((json_int_t)l->rec.pid_start));
+		json_object_set_new(o, "job_start", json_integer((json_int_t)l->rec.job_start));
 	}
 	return o;
 }
@@ -261,9 +249,7 @@ json_t *daemon_lease_json(const struct blease *l, int secret)
 void daemon_lease_free(struct blease *l)
 {
 	free(l->record);
-	free(l->indices);
-	free(l->uuids);
-	free(l->migs);
+	record_lease_release(&l->rec);
 	free(l);
 }
 
@@ -297,14 +283,14 @@ void daemon_lease_end(struct daemon *d, struct blease *l)
 		l->conn->lease = NULL;
 	daemon_hours_charge(d, l);
 	{
-		struct user_slot *u = daemon_user(d, l->uid);
+		struct user_slot *u = daemon_user(d, l->rec.uid);
 
 		if (u) {
-			u->gpus -= (unsigned)l->n;
-			u->reservations -= l->reservation ? 1 : 0;
+			u->gpus -= (unsigned)l->rec.gpu_count;
+			u->reservations -= l->rec.reservation ? 1 : 0;
 		}
 	}
-	d->reservation_count -= l->reservation ? 1 : 0;
+	d->reservation_count -= l->rec.reservation ? 1 : 0;
 	d->gen++;
 	d->lease_count--;
 	d->dirty = 1;
@@ -324,16 +310,16 @@ void daemon_lease_add(struct daemon *d, struct blease *l)
 	d->lease_count++;
 	daemon_state_lease(d, l);
 	{
-		struct user_slot *u = daemon_user(d, l->uid);
+		struct user_slot *u = daemon_user(d, l->rec.uid);
 
 		if (u) {
-			u->gpus += (unsigned)l->n;
-			u->reservations += l->reservation ? 1 : 0;
+			u->gpus += (unsigned)l->rec.gpu_count;
+			u->reservations += l->rec.reservation ? 1 : 0;
 		}
 	}
-	d->reservation_count += l->reservation ? 1 : 0;
+	d->reservation_count += l->rec.reservation ? 1 : 0;
 	d->gen++;
-	daemon_fence_sessions(d, l->uid, NULL); /* her sessions may open it now */
+	daemon_fence_sessions(d, l->rec.uid, NULL); /* her sessions may open it now */
 }
 
 /* ---- start-up ------------------------------------------------------------- */
@@ -384,38 +370,23 @@ static int restore(struct daemon *d)
 	json_array_foreach(arr, i, o)
 	{
 		struct blease *l = calloc(1, sizeof *l);
-		struct lease_info li;
 		int watch;
 		uint64_t start;
 
-		if (!l || record_lease_parse(o, &li) < 0) {
+		/* pid_start and job_start come beside the record (secret). */
+		if (!l || record_lease_parse(o, &l->rec) < 0) {
 			free(l);
 			break;
 		}
 		l->kind = EV_PIDFD;
 		l->pidfd = -1;
-		str_copy(l->id, sizeof l->id, li.id);
 		str_copy(l->token, sizeof l->token,
 		         json_string_value(json_object_get(o, "token")) ?: "");
-		l->uid = li.uid;
-		str_copy(l->user, sizeof l->user, li.user);
-		l->pid = li.pid;
-		l->pid_start = (uint64_t)json_integer_value(json_object_get(o, "pid_start"));
-		l->job_start = (uint64_t)json_integer_value(json_object_get(o, "job_start"));
-		l->job_pid = l->job_start ? li.job_pid : 0;
-		str_copy(l->command, sizeof l->command, li.command);
-		l->start_ms = li.start_ms;
-		l->exclusive = li.exclusive;
-		l->share_mib = li.share_mib;
-		l->n = li.gpu_count;
-		l->indices = li.indices;
-		l->uuids = li.uuids;
-		l->migs = li.migs;
-		if (li.reservation) {
+		if (!l->rec.job_start)
+			l->rec.job_pid = 0; /* the record showed its asker */
+		if (l->rec.reservation) {
 			/* Held by nobody: kept until it expires. */
-			l->reservation = 1;
-			l->expires_ms = li.expires_ms;
-			if (l->expires_ms <= now_ms()) {
+			if (l->rec.expires_ms <= now_ms()) {
 				daemon_lease_free(l);
 				ended++;
 				continue;
@@ -425,8 +396,8 @@ static int restore(struct daemon *d)
 			continue;
 		}
 		/* The job, if it was started; else whoever asked. */
-		watch = l->job_pid ? l->job_pid : l->pid;
-		start = l->job_pid ? l->job_start : l->pid_start;
+		watch = l->rec.job_pid ? l->rec.job_pid : l->rec.pid;
+		start = l->rec.job_pid ? l->rec.job_start : l->rec.pid_start;
 		if (watch > 0 && start && proctree_start(watch) == start)
 			l->pidfd = pidfd_open_(watch);
 		/* Opened after the check: the process may have ended between. */

@@ -65,13 +65,13 @@ int64_t daemon_expire(struct daemon *d)
 
 	for (struct blease *l = d->leases, *n; l; l = n) {
 		n = l->next;
-		if (!l->reservation)
+		if (!l->rec.reservation)
 			continue;
-		if (l->expires_ms <= now) {
-			daemon_say("reservation %s of %s expired", l->id, l->user);
+		if (l->rec.expires_ms <= now) {
+			daemon_say("reservation %s of %s expired", l->rec.id, l->rec.user);
 			daemon_lease_end(d, l);
-		} else if (next < 0 || l->expires_ms < next) {
-			next = l->expires_ms;
+		} else if (next < 0 || l->rec.expires_ms < next) {
+			next = l->rec.expires_ms;
 		}
 	}
 	return next;
@@ -87,11 +87,11 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	int placed;
 
 	if (l) {
-		l->indices = calloc(res->count + 1, sizeof *l->indices);
-		l->uuids = calloc(res->count + 1, sizeof *l->uuids);
-		l->migs = calloc(res->count + 1, sizeof *l->migs);
+		l->rec.indices = calloc(res->count + 1, sizeof *l->rec.indices);
+		l->rec.uuids = calloc(res->count + 1, sizeof *l->rec.uuids);
+		l->rec.migs = calloc(res->count + 1, sizeof *l->rec.migs);
 	}
-	if (!l || !l->indices || !l->uuids || !l->migs) {
+	if (!l || !l->rec.indices || !l->rec.uuids || !l->rec.migs) {
 		if (l)
 			daemon_lease_free(l);
 		daemon_line_remove(d, c);
@@ -102,23 +102,23 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	l->pidfd = -1;
 	if (c->pre_id[0]) {
 		/* Its job waits in a cgroup of this name (fence.c). */
-		str_copy(l->id, sizeof l->id, c->pre_id);
+		str_copy(l->rec.id, sizeof l->rec.id, c->pre_id);
 		l->preplaced = 1;
 	} else {
-		snprintf(l->id, sizeof l->id, "%lld-%d-", (long long)now_ms(), c->pid);
-		daemon_random_hex(l->id + strlen(l->id), 4);
+		snprintf(l->rec.id, sizeof l->rec.id, "%lld-%d-", (long long)now_ms(), c->pid);
+		daemon_random_hex(l->rec.id + strlen(l->rec.id), 4);
 	}
 	daemon_random_hex(l->token, 16);
-	l->uid = c->uid;
-	str_copy(l->user, sizeof l->user, daemon_user_cached(d, c->uid));
-	l->pid = c->pid;
+	l->rec.uid = c->uid;
+	str_copy(l->rec.user, sizeof l->rec.user, daemon_user_cached(d, c->uid));
+	l->rec.pid = c->pid;
 	/* Read as it joined the line: the process that asked, even if its pid
 	 * names another by now. */
-	l->pid_start = c->pid_start ? c->pid_start : proctree_start(c->pid);
-	str_copy(l->command, sizeof l->command, c->command);
-	l->start_ms = now_ms();
-	l->exclusive = !c->req->share;
-	l->n = res->count;
+	l->rec.pid_start = c->pid_start ? c->pid_start : proctree_start(c->pid);
+	str_copy(l->rec.command, sizeof l->rec.command, c->command);
+	l->rec.start_ms = now_ms();
+	l->rec.exclusive = !c->req->share;
+	l->rec.gpu_count = res->count;
 	m = json_object();
 	gpus = json_array();
 	for (size_t i = 0; i < res->count; i++) {
@@ -130,15 +130,15 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		uint64_t share = c->req->share ? size_mib(&c->req->mem, g->mem_total_mib) : 0;
 		json_t *jg = json_object();
 
-		l->indices[i] = g->index;
-		str_copy(l->uuids[i], sizeof l->uuids[i], g->uuid);
+		l->rec.indices[i] = g->index;
+		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], g->uuid);
 		if (mig) {
-			str_copy(l->migs[i], sizeof l->migs[i], mig->uuid);
+			str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig->uuid);
 			json_object_set_new(jg, "mig_uuid", json_string(mig->uuid));
 		}
 		/* One number for the lease: the smallest GPU's share. */
-		if (c->req->share && (!l->share_mib || share < l->share_mib))
-			l->share_mib = share;
+		if (c->req->share && (!l->rec.share_mib || share < l->rec.share_mib))
+			l->rec.share_mib = share;
 		json_object_set_new(jg, "index", json_integer(g->index));
 		json_object_set_new(jg, "uuid", json_string(g->uuid));
 		json_object_set_new(jg, "total_mib", json_integer((json_int_t)g->mem_total_mib));
@@ -149,19 +149,19 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	c->lease = l;
 	l->conn = c;
 	if (c->reserve_ms > 0) {
-		l->reservation = 1;
-		l->expires_ms = l->start_ms + c->reserve_ms;
+		l->rec.reservation = 1;
+		l->rec.expires_ms = l->rec.start_ms + c->reserve_ms;
 	}
 	daemon_lease_add(d, l);
 	json_object_set_new(m, "op", json_string("granted"));
-	json_object_set_new(m, "id", json_string(l->id));
+	json_object_set_new(m, "id", json_string(l->rec.id));
 	json_object_set_new(m, "token", json_string(l->token));
-	json_object_set_new(m, "share_mib", json_integer((json_int_t)l->share_mib));
+	json_object_set_new(m, "share_mib", json_integer((json_int_t)l->rec.share_mib));
 	json_object_set_new(m, "gpus", gpus);
 	/* On record before the caller hears of it: a broker killed right
 	 * after still knows the lease when it starts again. */
 	daemon_persist(d);
-	if (l->reservation) {
+	if (l->rec.reservation) {
 		/* Nobody holds it: the connection ends, the reservation lasts. */
 		c->lease = NULL;
 		l->conn = NULL;
@@ -205,19 +205,8 @@ static struct line_lease *line_leases(const struct daemon *d, size_t *count, int
 
 	*shares = 0;
 	for (const struct blease *l = d->leases; ll && l; l = l->next) {
-		ll[n++] = (struct line_lease){l->id,
-		                              l->uid,
-		                              l->user,
-		                              l->pid,
-		                              l->job_pid,
-		                              l->reservation,
-		                              l->expires_ms,
-		                              l->exclusive,
-		                              l->share_mib,
-		                              l->n,
-		                              (const char(*)[96])l->uuids,
-		                              (const char(*)[96])l->migs};
-		*shares |= !l->exclusive;
+		ll[n++] = line_lease_of(&l->rec);
+		*shares |= !l->rec.exclusive;
 	}
 	*count = n;
 	return ll;

@@ -151,7 +151,7 @@ void daemon_state_lease(struct daemon *d, struct blease *l)
 
 void daemon_state_lease_end(struct daemon *d, const struct blease *l)
 {
-	pend_json(d, "end", json_string(l->id));
+	pend_json(d, "end", json_string(l->rec.id));
 }
 
 void daemon_state_place(struct daemon *d, struct conn *c)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "caps.h"
+#include "lease_view.h"
 #include "line.h"
 #include "parse.h"
 #include "pick.h"
@@ -26,6 +27,22 @@ const char *line_summary(const struct gm_request *req, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%u GPU%s exclusive", req->count, req->count == 1 ? "" : "s");
 	return buf;
+}
+
+struct line_lease line_lease_of(const struct lease_info *li)
+{
+	return (struct line_lease){li->id,
+	                           li->uid,
+	                           li->user,
+	                           li->pid,
+	                           li->job_pid,
+	                           li->reservation,
+	                           li->expires_ms,
+	                           li->exclusive,
+	                           li->share_mib,
+	                           li->gpu_count,
+	                           (const char(*)[96])li->uuids,
+	                           (const char(*)[96])li->migs};
 }
 
 void line_holder(const struct line_lease *l, int64_t now_ms, char *buf, size_t len)

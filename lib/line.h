@@ -58,6 +58,11 @@ struct line_lease {
 	const char (*migs)[96];  /* per GPU: the slice it holds, "" whole; may be NULL */
 };
 
+/* A lease's one record (lease_view.h) as the rules read it, pointing
+ * into it: the registry's lease files and the broker's leases alike. */
+struct lease_info;
+struct line_lease line_lease_of(const struct lease_info *li);
+
 /* One waiter of the line, or a request that does not wait. */
 struct line_waiter {
 	unsigned uid;

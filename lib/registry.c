@@ -231,23 +231,6 @@ static void attempt_release(struct attempt *a)
 	memset(a, 0, sizeof *a);
 }
 
-/* A lease file as the rules (line.h) read it. */
-static struct line_lease line_lease_of(const struct lease_info *li)
-{
-	return (struct line_lease){li->id,
-	                           li->uid,
-	                           li->user,
-	                           li->pid,
-	                           li->job_pid,
-	                           li->reservation,
-	                           li->expires_ms,
-	                           li->exclusive,
-	                           li->share_mib,
-	                           li->gpu_count,
-	                           (const char(*)[96])li->uuids,
-	                           (const char(*)[96])li->migs};
-}
-
 /*
  * Ask the rules (line.h) about the waiters of a->view whose ticket sorts
  * before `mine` (all of them when mine is NULL), then about this request.
