@@ -621,32 +621,27 @@ static struct shared_text *view_build(struct daemon *d)
 			tally_add(d, &more_leases, l->rec.uid, 1, l->rec.gpu_count);
 	n = 0;
 	for (struct conn *w = d->line_head; w; w = w->lnext, n++) {
-		json_t *o, *cand;
+		/* The one waiter record (record.h), as the registry's tickets
+		 * show theirs: what the broker places it by stays its own. */
+		struct waiter_info wi = {.uid = w->uid,
+		                         .pid = w->pid,
+		                         .since_ms = w->since_ms,
+		                         .cand_count = w->cand_count,
+		                         .cand = w->cand};
 		struct user_slot *u;
-		char name[64];
 
 		if (n >= VIEW_WAITERS) {
 			tally_add(d, &more_waiters, w->uid, 0, 0);
 			continue;
 		}
 		u = daemon_user(d, w->uid);
-		o = json_object();
-		cand = json_array();
-		snprintf(name, sizeof name, "wait.%020llu", (unsigned long long)w->seq);
-		json_object_set_new(o, "name", json_string(name));
-		json_object_set_new(o, "uid", json_integer(w->uid));
-		json_object_set_new(o, "user", json_string(u ? u->name : "?"));
-		json_object_set_new(o, "pid", json_integer(w->pid));
-		json_object_set_new(o, "command",
-		                    json_string(w->queued_job ? RECORD_QUEUED_JOB : w->command));
-		json_object_set_new(o, "since_ms", json_integer(w->since_ms));
-		json_object_set_new(o, "summary", json_string(w->summary));
-		if (w->limit[0])
-			json_object_set_new(o, "limit", json_string(w->limit));
-		for (size_t i = 0; i < w->cand_count; i++)
-			json_array_append_new(cand, json_string(w->cand[i]));
-		json_object_set_new(o, "candidates", cand);
-		json_array_append_new(waiters, o);
+		snprintf(wi.name, sizeof wi.name, "wait.%020llu", (unsigned long long)w->seq);
+		str_copy(wi.user, sizeof wi.user, u ? u->name : "?");
+		str_copy(wi.command, sizeof wi.command,
+		         w->queued_job ? RECORD_QUEUED_JOB : w->command);
+		str_copy(wi.summary, sizeof wi.summary, w->summary);
+		str_copy(wi.limit, sizeof wi.limit, w->limit);
+		json_array_append_new(waiters, record_waiter_json(&wi));
 	}
 	json_object_set_new(m, "op", json_string("view"));
 	json_object_set_new(m, "leases", leases);

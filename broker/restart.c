@@ -36,24 +36,27 @@ void daemon_place_token(struct conn *c)
 	daemon_random_hex(c->place, 16);
 }
 
+/* The one waiter record (record.h), plus what only the broker keeps: its
+ * turn, the token that claims it and, for a reservation, how long. */
 static json_t *place_json(const struct conn *c)
 {
-	json_t *o = json_object();
+	struct waiter_info wi = {.uid = c->uid,
+	                         .pid = c->pid,
+	                         .pid_start = c->pid_start,
+	                         .since_ms = c->since_ms,
+	                         .req = c->req,
+	                         .usable = c->usable,
+	                         .usable_migs = c->usable_migs};
+	json_t *o;
 
-	json_object_set_new(o, "seq", json_integer((json_int_t)c->seq));
-	json_object_set_new(o, "since_ms", json_integer(c->since_ms));
-	json_object_set_new(o, "uid", json_integer(c->uid));
-	json_object_set_new(o, "pid", json_integer(c->pid));
-	json_object_set_new(o, "pid_start", json_integer((json_int_t)c->pid_start));
-	json_object_set_new(o, "place", json_string(c->place));
-	json_object_set_new(o, "request", record_request_json(c->req));
-	json_object_set_new(o, "reserve_ms", json_integer(c->reserve_ms));
-	json_object_set_new(o, "within", json_string(c->within));
-	json_object_set_new(o, "command", json_string(c->command));
-	if (c->usable)
-		json_object_set_new(o, "usable", json_incref(c->usable));
-	if (c->usable_migs)
-		json_object_set_new(o, "usable_migs", json_incref(c->usable_migs));
+	str_copy(wi.command, sizeof wi.command, c->command);
+	str_copy(wi.within, sizeof wi.within, c->within);
+	o = record_waiter_json(&wi);
+	if (o) {
+		json_object_set_new(o, "seq", json_integer((json_int_t)c->seq));
+		json_object_set_new(o, "place", json_string(c->place));
+		json_object_set_new(o, "reserve_ms", json_integer(c->reserve_ms));
+	}
 	return o;
 }
 
@@ -110,6 +113,7 @@ void daemon_places_restore(struct daemon *d, json_t *arr)
 		const char *token = json_string_value(json_object_get(o, "place"));
 		json_t *usable = json_object_get(o, "usable");
 		json_t *usable_migs = json_object_get(o, "usable_migs");
+		struct waiter_info wi;
 
 		if (!g)
 			break;
@@ -118,17 +122,19 @@ void daemon_places_restore(struct daemon *d, json_t *arr)
 		g->ghost = 1;
 		g->wait = 1;
 		g->state = CONN_WAITING;
+		if (record_waiter_parse(o, &wi) == 0) {
+			g->since_ms = wi.since_ms;
+			g->uid = wi.uid;
+			g->pid = wi.pid;
+			g->pid_start = wi.pid_start;
+			str_copy(g->within, sizeof g->within, wi.within);
+			str_copy(g->command, sizeof g->command, wi.command[0] ? wi.command : "?");
+			g->req = wi.req;
+			wi.req = NULL;
+		}
+		record_waiter_release(&wi);
 		g->seq = (uint64_t)json_integer_value(json_object_get(o, "seq"));
-		g->since_ms = json_integer_value(json_object_get(o, "since_ms"));
-		g->uid = (unsigned)json_integer_value(json_object_get(o, "uid"));
-		g->pid = (int)json_integer_value(json_object_get(o, "pid"));
-		g->pid_start = (uint64_t)json_integer_value(json_object_get(o, "pid_start"));
 		g->reserve_ms = json_integer_value(json_object_get(o, "reserve_ms"));
-		str_copy(g->within, sizeof g->within,
-		         json_string_value(json_object_get(o, "within")) ?: "");
-		str_copy(g->command, sizeof g->command,
-		         json_string_value(json_object_get(o, "command")) ?: "?");
-		g->req = record_request_parse(json_object_get(o, "request"), NULL, NULL, 0);
 		/* Its process is gone (or the pid is another's now): nobody will
 		 * come back for it. */
 		if (!token || strlen(token) != 32 || !g->req || g->pid <= 0 || !g->pid_start ||

@@ -52,7 +52,7 @@ struct waiter_info {
 	char command[256];
 	int64_t since_ms;
 	char summary[128]; /* "2 GPUs exclusive", "1 GPU, 8 GiB share" */
-	char limit[200];   /* why its user's max_gpus keeps it waiting now; "" if not */
+	char limit[256];   /* why its user's max_gpus keeps it waiting now; "" if not */
 	size_t cand_count; /* GPUs it may be placed on (UUIDs) */
 	char (*cand)[96];
 	/* What the rules (line.h) place it by, from its ticket (record.h);
