@@ -79,6 +79,21 @@ int64_t daemon_expire(struct daemon *d)
 
 /* ---- placement ------------------------------------------------------------ */
 
+/* The i-th GPU (or slice) the rules chose. */
+static const struct gm_mig *grant_mig(const struct gm_snapshot *snap,
+                                      const struct policy_result *res, size_t i)
+{
+	return res->mig ? &snap->migs[res->chosen[i]] : NULL;
+}
+
+static const struct gm_gpu *grant_gpu(const struct gm_snapshot *snap,
+                                      const struct policy_result *res, size_t i)
+{
+	const struct gm_mig *mig = grant_mig(snap, res, i);
+
+	return mig ? &snap->gpus[snapshot_position(snap, mig->gpu)] : &snap->gpus[res->chosen[i]];
+}
+
 void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *snap,
                   const struct policy_result *res)
 {
@@ -119,30 +134,20 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 	l->rec.start_ms = now_ms();
 	l->rec.exclusive = !c->req->share;
 	l->rec.gpu_count = res->count;
-	m = json_object();
-	gpus = json_array();
 	for (size_t i = 0; i < res->count; i++) {
 		/* A slice: the lease names its GPU, exclusive, and the slice,
 		 * as the registry's lease files do. */
-		const struct gm_mig *mig = res->mig ? &snap->migs[res->chosen[i]] : NULL;
-		const struct gm_gpu *g = mig ? &snap->gpus[snapshot_position(snap, mig->gpu)]
-		                             : &snap->gpus[res->chosen[i]];
+		const struct gm_mig *mig = grant_mig(snap, res, i);
+		const struct gm_gpu *g = grant_gpu(snap, res, i);
 		uint64_t share = c->req->share ? size_mib(&c->req->mem, g->mem_total_mib) : 0;
-		json_t *jg = json_object();
 
 		l->rec.indices[i] = g->index;
 		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], g->uuid);
-		if (mig) {
+		if (mig)
 			str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig->uuid);
-			json_object_set_new(jg, "mig_uuid", json_string(mig->uuid));
-		}
 		/* One number for the lease: the smallest GPU's share. */
 		if (c->req->share && (!l->rec.share_mib || share < l->rec.share_mib))
 			l->rec.share_mib = share;
-		json_object_set_new(jg, "index", json_integer(g->index));
-		json_object_set_new(jg, "uuid", json_string(g->uuid));
-		json_object_set_new(jg, "total_mib", json_integer((json_int_t)g->mem_total_mib));
-		json_array_append_new(gpus, jg);
 	}
 	daemon_line_remove(d, c);
 	c->state = CONN_LEASED;
@@ -153,11 +158,16 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		l->rec.expires_ms = l->rec.start_ms + c->reserve_ms;
 	}
 	daemon_lease_add(d, l);
+	/* The holder is told the lease's one record (record.h), with the
+	 * token that proves it and each GPU's memory (a share's fraction). */
+	m = daemon_lease_json(l, 0) ?: json_object();
 	json_object_set_new(m, "op", json_string("granted"));
-	json_object_set_new(m, "id", json_string(l->rec.id));
 	json_object_set_new(m, "token", json_string(l->token));
-	json_object_set_new(m, "share_mib", json_integer((json_int_t)l->rec.share_mib));
-	json_object_set_new(m, "gpus", gpus);
+	gpus = json_object_get(m, "gpus");
+	for (size_t i = 0; i < json_array_size(gpus); i++)
+		json_object_set_new(
+		    json_array_get(gpus, i), "total_mib",
+		    json_integer((json_int_t)grant_gpu(snap, res, i)->mem_total_mib));
 	/* On record before the caller hears of it: a broker killed right
 	 * after still knows the lease when it starts again. */
 	daemon_persist(d);

@@ -135,43 +135,48 @@ static int preplace(const struct acquire_opts *opts, int fd)
 	return 1;
 }
 
+/* The grant is the lease's one record (record.h), with its token and each
+ * GPU's memory. */
 static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
                                          const struct pick_env *env, const struct gm_snapshot *snap,
                                          int exclusive)
 {
-	json_t *gpus = json_object_get(msg, "gpus"), *g;
+	json_t *gpus = json_object_get(msg, "gpus");
 	struct gm_lease *l = calloc(1, sizeof *l);
-	size_t n = json_array_size(gpus), i, ilen = 1, *pos;
+	struct lease_info got;
+	size_t n = json_array_size(gpus), ilen = 1, *pos;
 	uint64_t min_total = 0;
 
 	if (!l)
 		return NULL;
+	if (record_lease_parse(msg, &got) < 0) {
+		free(l);
+		return NULL;
+	}
 	l->fd = fd;
 	l->indices_text = calloc(n + 1, 12);
 	l->broker = strdup(path);
 	pos = calloc(n + 1, sizeof *pos);
 	if (lease_gpus_alloc(l, n) < 0 || !l->indices_text || !l->broker || !pos || !n)
 		goto failed;
-	str_copy(l->rec.id, sizeof l->rec.id, json_string_value(json_object_get(msg, "id")) ?: "");
+	str_copy(l->rec.id, sizeof l->rec.id, got.id);
 	str_copy(l->token, sizeof l->token, json_string_value(json_object_get(msg, "token")) ?: "");
 	l->rec.exclusive = exclusive;
-	l->rec.share_mib =
-	    exclusive ? 0 : (uint64_t)json_integer_value(json_object_get(msg, "share_mib"));
-	json_array_foreach(gpus, i, g)
-	{
-		const char *uuid = json_string_value(json_object_get(g, "uuid"));
-		const char *mig = json_string_value(json_object_get(g, "mig_uuid"));
+	l->rec.share_mib = exclusive ? 0 : got.share_mib;
+	for (size_t i = 0; i < n; i++) {
+		json_t *g = json_array_get(gpus, i);
+		const char *uuid = got.uuids[i][0] ? got.uuids[i] : NULL;
+		const char *mig = got.migs[i][0] ? got.migs[i] : NULL;
 		const struct gm_gpu *gpu = uuid && snap ? gm_snapshot_find(snap, uuid) : NULL;
-		json_t *index = json_object_get(g, "index");
 		uint64_t total = (uint64_t)json_integer_value(json_object_get(g, "total_mib"));
 
 		/* Both sides see the same machine; a GPU we do not see is one
 		 * we cannot tell a child how to reach. */
-		if ((snap ? !gpu : !uuid || !json_is_integer(index)) ||
+		if ((snap ? !gpu : !uuid || !json_is_integer(json_object_get(g, "index"))) ||
 		    (mig && (n != 1 || strncmp(mig, "MIG-", 4))))
 			goto failed;
 		pos[i] = snap ? (size_t)(gpu - snap->gpus) : 0;
-		l->rec.indices[i] = gpu ? gpu->index : (unsigned)json_integer_value(index);
+		l->rec.indices[i] = gpu ? gpu->index : got.indices[i];
 		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], gpu ? gpu->uuid : uuid);
 		str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig ? mig : "");
 		if (mig && !(l->cuda_visible = strdup(mig)))
@@ -187,9 +192,11 @@ static struct gm_lease *lease_from_grant(json_t *msg, const char *path, int fd,
 		goto failed;
 	l->mem_fraction =
 	    !exclusive && min_total ? (double)l->rec.share_mib / (double)min_total : 0.0;
+	record_lease_release(&got);
 	free(pos);
 	return l;
 failed:
+	record_lease_release(&got);
 	free(pos);
 	lease_free(l);
 	return NULL;

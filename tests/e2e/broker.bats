@@ -45,7 +45,7 @@ job() { # job SECONDS - a stand-in training job that records where it ran
 
 leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 
-@test "broker: run, status and pick go through it; a lease is shown in the kernel's name for its user" {
+@test "broker: run, status and pick go through it; a share is told its part; a lease is shown in the kernel's name for its user" {
 	gpus 2
 	start_daemon
 	bg a - gpuman run -- $(job 30)
@@ -59,6 +59,9 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	run -0 gpuman pick
 	[ "$output" != "$(leases '.gpus[0].index')" ]
 	run -0 gpuman run -- true
+	# a share is told its part of the GPU's memory, as without the broker
+	run -0 gpuman run --mem 4G -- sh -c 'echo $XLA_CLIENT_MEM_FRACTION'
+	[ "$output" = 0.256 ]
 	# both GPUs leased: no --wait answers 75 at once, with the holder named
 	bg b - gpuman run -- $(job 30)
 	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 2 ]'
