@@ -59,8 +59,10 @@
  *                              session N of U opens only U's leases' GPUs
  *   broker -> client
  *     {"op":"queued","position":N,"why":"...","place":T[,"preplace":true]}
- *     {"op":"granted","id":ID,"token":T,"share_mib":N,
- *      "gpus":[{"index":I,"uuid":U,"total_mib":M}][,"placed":true]}
+ *     {"op":"granted","token":T,...}   the lease's record (record.h: "id",
+ *                              "share_mib", "gpus":[{"index","uuid",
+ *                              "mig_uuid"}], ...), each GPU with its
+ *                              "total_mib" [,"placed":true]
  *     {"op":"refused","code":N,"error":"...","explain":"..."}  (code: gm_err)
  *     {"op":"view","leases":[...],"waiters":[...]}   a reservation's lease
  *                              has "reservation":true and "expires_ms"; a
