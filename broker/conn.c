@@ -172,7 +172,7 @@ void daemon_line_remove(struct daemon *d, struct conn *c)
 	c->in_line = 0;
 	d->gen++;
 	if (c->reserve_ms > 0) {
-		struct user_slot *u = daemon_user(d, c->uid);
+		struct user_slot *u = daemon_user(d, c->w.uid);
 
 		if (u)
 			u->reserve_waiting--;
@@ -197,11 +197,8 @@ void conn_free(struct conn *c)
 	shared_text_put(c->shared);
 	free(c->out);
 	free(c->pend);
-	free(c->cand);
 	free(c->place_record);
-	json_decref(c->usable);
-	json_decref(c->usable_migs);
-	gm_request_free(c->req);
+	record_waiter_release(&c->w);
 	free(c);
 }
 
@@ -226,7 +223,7 @@ void conn_close(struct daemon *d, struct conn *c)
 	d->out_total -= c->out_len;
 	d->conn_count--;
 	{
-		struct user_slot *u = daemon_user(d, c->uid);
+		struct user_slot *u = daemon_user(d, c->w.uid);
 
 		if (u)
 			u->conns--;
@@ -349,8 +346,8 @@ void daemon_accept_all(struct daemon *d)
 		}
 		c->kind = EV_CONN;
 		c->fd = fd;
-		c->uid = cred.uid;
-		c->pid = cred.pid;
+		c->w.uid = cred.uid;
+		c->w.pid = cred.pid;
 		c->state = CONN_NEW;
 		c->opened_ms = monotonic_ms();
 		c->next = d->conns;
@@ -376,7 +373,7 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 	struct gm_snapshot *snap;
 
 	if ((usable && !json_is_object(usable)) || (usable_migs && !json_is_object(usable_migs)) ||
-	    !(c->req =
+	    !(c->w.req =
 	          record_request_parse(json_object_get(msg, "request"), NULL, err, sizeof err))) {
 		daemon_refuse(d, c, GM_ERR_INVALID, err[0] ? err : "malformed request", NULL);
 		return;
@@ -395,27 +392,27 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 		return;
 	}
 	c->reserve_ms = v ? json_integer_value(v) : 0;
-	str_copy(c->within, sizeof c->within,
+	str_copy(c->w.within, sizeof c->w.within,
 	         json_string_value(json_object_get(msg, "within")) ?: "");
 	/* A reservation that is not the caller's (or not live) changes
 	 * nothing: forget it now rather than look for it at every pass. */
-	if (c->within[0]) {
+	if (c->w.within[0]) {
 		const struct blease *own = d->leases;
 
-		while (own && !(own->rec.reservation && own->rec.uid == c->uid &&
-		                !strcmp(own->rec.id, c->within)))
+		while (own && !(own->rec.reservation && own->rec.uid == c->w.uid &&
+		                !strcmp(own->rec.id, c->w.within)))
 			own = own->next;
 		if (!own)
-			c->within[0] = '\0';
+			c->w.within[0] = '\0';
 	}
 	daemon_config_fresh(d);
 	if (c->reserve_ms > 0 &&
-	    caps_reserve_ok(&d->cfg, c->uid, c->reserve_ms, err, sizeof err) < 0) {
+	    caps_reserve_ok(&d->cfg, c->w.uid, c->reserve_ms, err, sizeof err) < 0) {
 		daemon_refuse(d, c, GM_ERR_INVALID, err, NULL);
 		return;
 	}
 	if (c->reserve_ms > 0) {
-		struct user_slot *me = daemon_user(d, c->uid);
+		struct user_slot *me = daemon_user(d, c->w.uid);
 
 		/* Reservations hold no connection: their own caps bound them
 		 * (and the state file), those waiting to be granted included. */
@@ -439,17 +436,17 @@ static void on_acquire(struct daemon *d, struct conn *c, json_t *msg)
 			return;
 		}
 	}
-	c->usable = json_incref(usable);
-	c->usable_migs = json_incref(usable_migs);
+	c->w.usable = json_incref(usable);
+	c->w.usable_migs = json_incref(usable_migs);
 	c->queued_job = json_is_true(json_object_get(msg, "queued_job"));
 	if (cmd)
-		str_copy(c->command, sizeof c->command, cmd);
+		str_copy(c->w.command, sizeof c->w.command, cmd);
 	else
-		daemon_proc_command(c->pid, c->command, sizeof c->command);
-	line_summary(c->req, c->summary, sizeof c->summary);
+		daemon_proc_command(c->w.pid, c->w.command, sizeof c->w.command);
+	line_summary(c->w.req, c->w.summary, sizeof c->w.summary);
 	/* The name the broker gives this uid everywhere (its leases too). */
-	str_copy(c->user, sizeof c->user, daemon_user_cached(d, c->uid));
-	c->since_ms = now_ms();
+	str_copy(c->w.user, sizeof c->w.user, daemon_user_cached(d, c->w.uid));
+	c->w.since_ms = now_ms();
 	c->seq = ++d->next_seq;
 	/* The GPUs it could ever use: what it holds back while it waits,
 	 * and what status shows. */
@@ -472,7 +469,7 @@ static void on_job(struct daemon *d, struct conn *c, json_t *msg)
 
 	/* Only a process of the lease's own user can keep it alive across a
 	 * restart of the broker. */
-	if (!c->lease || uid < 0 || (c->uid != 0 && (unsigned)uid != c->uid))
+	if (!c->lease || uid < 0 || (c->w.uid != 0 && (unsigned)uid != c->w.uid))
 		return;
 	c->lease->rec.job_pid = pid;
 	c->lease->rec.job_start = proctree_start(pid);
@@ -499,9 +496,9 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 			char why[160];
 
 			/* The kernel says who asks: the owner, or root. */
-			if (l->rec.uid == c->uid || c->uid == 0) {
+			if (l->rec.uid == c->w.uid || c->w.uid == 0) {
 				daemon_say("reservation %s of %s released", l->rec.id, l->rec.user);
-				daemon_fence_spare(d, l, c->pid);
+				daemon_fence_spare(d, l, c->w.pid);
 				daemon_lease_end(d, l);
 				daemon_fence_released(d, c, l, m);
 				return;
@@ -528,7 +525,7 @@ static void on_release(struct daemon *d, struct conn *c, json_t *msg)
 		if (!strcmp(l->rec.id, id)) {
 			/* The kernel says who asks; the token proves the lease was
 			 * given to them. */
-			if (l->rec.uid == c->uid && strlen(token) == strlen(l->token) &&
+			if (l->rec.uid == c->w.uid && strlen(token) == strlen(l->token) &&
 			    !strcmp(l->token, token)) {
 				if (l->conn)
 					l->conn->lease = NULL;
@@ -620,27 +617,24 @@ static struct shared_text *view_build(struct daemon *d)
 		else
 			tally_add(d, &more_leases, l->rec.uid, 1, l->rec.gpu_count);
 	n = 0;
-	for (struct conn *w = d->line_head; w; w = w->lnext, n++) {
+	for (struct conn *c = d->line_head; c; c = c->lnext, n++) {
 		/* The one waiter record (record.h), as the registry's tickets
-		 * show theirs: what the broker places it by stays its own. */
-		struct waiter_info wi = {.uid = w->uid,
-		                         .pid = w->pid,
-		                         .since_ms = w->since_ms,
-		                         .cand_count = w->cand_count,
-		                         .cand = w->cand};
-		struct user_slot *u;
+		 * show theirs, less what the broker places it by. */
+		struct waiter_info wi = c->w;
 
 		if (n >= VIEW_WAITERS) {
-			tally_add(d, &more_waiters, w->uid, 0, 0);
+			tally_add(d, &more_waiters, c->w.uid, 0, 0);
 			continue;
 		}
-		u = daemon_user(d, w->uid);
-		snprintf(wi.name, sizeof wi.name, "wait.%020llu", (unsigned long long)w->seq);
-		str_copy(wi.user, sizeof wi.user, u ? u->name : "?");
-		str_copy(wi.command, sizeof wi.command,
-		         w->queued_job ? RECORD_QUEUED_JOB : w->command);
-		str_copy(wi.summary, sizeof wi.summary, w->summary);
-		str_copy(wi.limit, sizeof wi.limit, w->limit);
+		wi.req = NULL;
+		wi.usable = wi.usable_migs = NULL;
+		wi.pid_start = 0;
+		wi.within[0] = '\0';
+		snprintf(wi.name, sizeof wi.name, "wait.%020llu", (unsigned long long)c->seq);
+		if (!wi.user[0])
+			str_copy(wi.user, sizeof wi.user, "?");
+		if (c->queued_job)
+			str_copy(wi.command, sizeof wi.command, RECORD_QUEUED_JOB);
 		json_array_append_new(waiters, record_waiter_json(&wi));
 	}
 	json_object_set_new(m, "op", json_string("view"));

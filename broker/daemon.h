@@ -95,8 +95,11 @@ struct shared_text {
 struct conn {
 	enum ev_kind kind; /* first: epoll's data points here */
 	int fd;
-	unsigned uid;
-	int pid;
+	/* Who is at the other end (SO_PEERCRED: w.uid, w.pid), and, for a
+	 * request, the one waiter record (lease_view.h, record.h) that the
+	 * view and the state file show: its request, command, summary,
+	 * candidates, its user's limit, reservation and usable GPUs. */
+	struct waiter_info w;
 	enum conn_state state;
 	int64_t opened_ms; /* monotonic */
 	char *pend;        /* a partial line received */
@@ -106,31 +109,19 @@ struct conn {
 	struct shared_text *shared; /* the view, sent after out */
 	size_t shared_off;
 	/* in the line */
-	struct gm_request *req;
 	int wait;
 	int64_t reserve_ms; /* > 0: a reservation for this long */
-	char within[64];    /* inside this reservation of its user's; "" none */
 	int told;           /* "queued" sent */
 	int queued_job;     /* a queue's next job (keep_place): shown as RECORD_QUEUED_JOB */
-	int64_t since_ms;   /* wall clock */
 	uint64_t seq;
-	char command[256];
-	char summary[128];
-	char user[33];       /* its user's name, looked up once */
-	char limit[256];     /* its user's limit keeps it waiting (line.h), "" not */
-	json_t *usable;      /* UUID -> pick_env usable value; NULL: all */
-	json_t *usable_migs; /* the same for MIG slices; NULL: as their GPU */
-	char (*cand)[96];
-	size_t cand_count;
 	struct conn *prev, *next;   /* every connection */
 	struct conn *lprev, *lnext; /* the line, in arrival order */
 	int in_line;
 	struct blease *lease;
 	/* Its place in line across a restart (restart.c): the token told in
-	 * "queued", its pid's start time, and whether it is a place restored
-	 * from the state file that no connection holds yet. */
+	 * "queued" (its pid's start time is w.pid_start), and whether it is a
+	 * place restored from the state file that no connection holds yet. */
 	char place[40];
-	uint64_t pid_start;
 	int ghost;
 	char *place_record; /* its state file entry, made once */
 	size_t place_record_len;

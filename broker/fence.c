@@ -113,9 +113,9 @@ static struct blease *named_lease(struct daemon *d, struct conn *c, json_t *msg)
 		if (l->ended || strcmp(l->rec.id, id))
 			continue;
 		if (l->rec.reservation
-		        ? l->rec.uid == c->uid || c->uid == 0
-		        : l->rec.uid == c->uid && l->rec.pid == c->pid && !l->rec.job_pid &&
-		              l->rec.pid_start && proctree_start(c->pid) == l->rec.pid_start)
+		        ? l->rec.uid == c->w.uid || c->w.uid == 0
+		        : l->rec.uid == c->w.uid && l->rec.pid == c->w.pid && !l->rec.job_pid &&
+		              l->rec.pid_start && proctree_start(c->w.pid) == l->rec.pid_start)
 			return l;
 	}
 	return NULL;
@@ -373,12 +373,12 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 	            (fence_path(&fence, l->rec.id, path, sizeof path), stat(path, &st) == 0);
 	/* A client in a container names the pid as its namespace numbers it. */
 	j->asked = pid;
-	j->pid = pid = daemon_pid_here(c->pid, pid);
+	j->pid = pid = daemon_pid_here(c->w.pid, pid);
 	/* Held from the check to the move: the pid cannot be reused by
 	 * another process meanwhile without our seeing that it ended. */
 	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	j->start = proctree_start(pid);
-	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !daemon_proc_all_uids(pid, c->uid))) {
+	if (j->pidfd < 0 || !j->start || (c->w.uid != 0 && !daemon_proc_all_uids(pid, c->w.uid))) {
 		snprintf(why, sizeof why, "pid %d is not a process of yours", j->asked);
 		goto refused;
 	}
@@ -488,21 +488,21 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	j->rule = (struct fence_rule)FENCE_RULE_INIT;
 	j->all = (struct fence_rule)FENCE_RULE_INIT;
 	j->asked = pid;
-	j->pid = pid = daemon_pid_here(c->pid, pid);
+	j->pid = pid = daemon_pid_here(c->w.pid, pid);
 	j->pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 	j->start = proctree_start(pid);
-	if (j->pidfd < 0 || !j->start || (c->uid != 0 && !daemon_proc_all_uids(pid, c->uid)) ||
+	if (j->pidfd < 0 || !j->start || (c->w.uid != 0 && !daemon_proc_all_uids(pid, c->w.uid)) ||
 	    fence_rule_build(&j->rule, m, &none) < 0) {
 		place_job_free(j);
 		return;
 	}
-	snprintf(c->pre_id, sizeof c->pre_id, "%lld-%d-", (long long)now_ms(), c->pid);
+	snprintf(c->pre_id, sizeof c->pre_id, "%lld-%d-", (long long)now_ms(), c->w.pid);
 	daemon_random_hex(c->pre_id + strlen(c->pre_id), 4);
 	c->pre_pid = pid;
 	c->pre_start = j->start;
 	str_copy(j->w.key, sizeof j->w.key, c->pre_id);
-	str_copy(j->user, sizeof j->user, c->user);
-	describe(j, c->command);
+	str_copy(j->user, sizeof j->user, c->w.user);
+	describe(j, c->w.command);
 	j->w.run = place_run;
 	j->w.done = preplace_done;
 	j->w.early = 1;

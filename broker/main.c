@@ -663,7 +663,7 @@ static int daemon_run(struct cli *cli, int argc, char **argv)
 					daemon_lease_end(d, l);
 			} else {
 				struct conn *c = (struct conn *)kind;
-				struct user_slot *u = daemon_user(d, c->uid);
+				struct user_slot *u = daemon_user(d, c->w.uid);
 
 				if (c->dead)
 					continue;

@@ -120,33 +120,33 @@ void daemon_grant(struct daemon *d, struct conn *c, const struct gm_snapshot *sn
 		str_copy(l->rec.id, sizeof l->rec.id, c->pre_id);
 		l->preplaced = 1;
 	} else {
-		snprintf(l->rec.id, sizeof l->rec.id, "%lld-%d-", (long long)now_ms(), c->pid);
+		snprintf(l->rec.id, sizeof l->rec.id, "%lld-%d-", (long long)now_ms(), c->w.pid);
 		daemon_random_hex(l->rec.id + strlen(l->rec.id), 4);
 	}
 	daemon_random_hex(l->token, 16);
-	l->rec.uid = c->uid;
-	str_copy(l->rec.user, sizeof l->rec.user, daemon_user_cached(d, c->uid));
-	l->rec.pid = c->pid;
+	l->rec.uid = c->w.uid;
+	str_copy(l->rec.user, sizeof l->rec.user, daemon_user_cached(d, c->w.uid));
+	l->rec.pid = c->w.pid;
 	/* Read as it joined the line: the process that asked, even if its pid
 	 * names another by now. */
-	l->rec.pid_start = c->pid_start ? c->pid_start : proctree_start(c->pid);
-	str_copy(l->rec.command, sizeof l->rec.command, c->command);
+	l->rec.pid_start = c->w.pid_start ? c->w.pid_start : proctree_start(c->w.pid);
+	str_copy(l->rec.command, sizeof l->rec.command, c->w.command);
 	l->rec.start_ms = now_ms();
-	l->rec.exclusive = !c->req->share;
+	l->rec.exclusive = !c->w.req->share;
 	l->rec.gpu_count = res->count;
 	for (size_t i = 0; i < res->count; i++) {
 		/* A slice: the lease names its GPU, exclusive, and the slice,
 		 * as the registry's lease files do. */
 		const struct gm_mig *mig = grant_mig(snap, res, i);
 		const struct gm_gpu *g = grant_gpu(snap, res, i);
-		uint64_t share = c->req->share ? size_mib(&c->req->mem, g->mem_total_mib) : 0;
+		uint64_t share = c->w.req->share ? size_mib(&c->w.req->mem, g->mem_total_mib) : 0;
 
 		l->rec.indices[i] = g->index;
 		str_copy(l->rec.uuids[i], sizeof l->rec.uuids[i], g->uuid);
 		if (mig)
 			str_copy(l->rec.migs[i], sizeof l->rec.migs[i], mig->uuid);
 		/* One number for the lease: the smallest GPU's share. */
-		if (c->req->share && (!l->rec.share_mib || share < l->rec.share_mib))
+		if (c->w.req->share && (!l->rec.share_mib || share < l->rec.share_mib))
 			l->rec.share_mib = share;
 	}
 	daemon_line_remove(d, c);
@@ -227,10 +227,10 @@ void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapsho
 	size_t lease_count = 0;
 	int shares;
 	struct line_lease *ll = line_leases(d, &lease_count, &shares);
-	unsigned char *u = record_usable_from(c->usable, snap);
-	unsigned char *mu = record_usable_migs_from(c->usable_migs, snap);
+	unsigned char *u = record_usable_from(c->w.usable, snap);
+	unsigned char *mu = record_usable_migs_from(c->w.usable_migs, snap);
 	unsigned char *cand = calloc(snap->gpu_count + 1, 1);
-	struct line_waiter w = {c->uid, c->user, c->pid, c->req, u, mu, c->within, c->wait, 0};
+	struct line_waiter w = line_waiter_of(&c->w, u, mu, c->wait, 0);
 	struct line_input in = {.snap = snap,
 	                        .cfg = &d->cfg,
 	                        .now_ms = now_ms(),
@@ -239,11 +239,13 @@ void daemon_candidates(struct daemon *d, struct conn *c, const struct gm_snapsho
 	                        .waiters = &w,
 	                        .waiter_count = 1};
 
-	c->cand = calloc(snap->gpu_count + 1, sizeof *c->cand);
-	if (ll && cand && c->cand && line_candidates(&in, 0, cand) == 0)
+	free(c->w.cand);
+	c->w.cand_count = 0;
+	c->w.cand = calloc(snap->gpu_count + 1, sizeof *c->w.cand);
+	if (ll && cand && c->w.cand && line_candidates(&in, 0, cand) == 0)
 		for (size_t pos = 0; pos < snap->gpu_count; pos++)
 			if (cand[pos])
-				str_copy(c->cand[c->cand_count++], sizeof c->cand[0],
+				str_copy(c->w.cand[c->w.cand_count++], sizeof c->w.cand[0],
 				         snap->gpus[pos].uuid);
 	free(ll);
 	free(u);
@@ -285,11 +287,9 @@ void daemon_serve_line(struct daemon *d, int fresh)
 		goto done;
 	for (struct conn *c = d->line_head; c && n < d->line_len; c = c->lnext, n++) {
 		conns[n] = c;
-		usable[2 * n] = record_usable_from(c->usable, in.snap);
-		usable[2 * n + 1] = record_usable_migs_from(c->usable_migs, in.snap);
-		lw[n] = (struct line_waiter){c->uid,    c->user,       c->pid,
-		                             c->req,    usable[2 * n], usable[2 * n + 1],
-		                             c->within, c->wait,       !c->told};
+		usable[2 * n] = record_usable_from(c->w.usable, in.snap);
+		usable[2 * n + 1] = record_usable_migs_from(c->w.usable_migs, in.snap);
+		lw[n] = line_waiter_of(&c->w, usable[2 * n], usable[2 * n + 1], c->wait, !c->told);
 	}
 	in.cfg = &d->cfg;
 	in.now_ms = now_ms();
@@ -309,8 +309,8 @@ void daemon_serve_line(struct daemon *d, int fresh)
 
 		if (c->ghost)
 			continue; /* held for its waiter: never granted, never told */
-		if (strncmp(c->limit, dec->capped ? dec->why : "", sizeof c->limit - 1)) {
-			str_copy(c->limit, sizeof c->limit, dec->capped ? dec->why : "");
+		if (strncmp(c->w.limit, dec->capped ? dec->why : "", sizeof c->w.limit - 1)) {
+			str_copy(c->w.limit, sizeof c->w.limit, dec->capped ? dec->why : "");
 			d->gen++; /* the view shows it: not the one built before */
 		}
 		if (dec->verdict == LINE_GRANT) {
@@ -319,7 +319,7 @@ void daemon_serve_line(struct daemon *d, int fresh)
 		}
 		if (dec->verdict == LINE_WAIT && c->wait && c->told)
 			continue;
-		why = line_explain(in.snap, dec, c->req->count);
+		why = line_explain(in.snap, dec, c->w.req->count);
 		if (dec->verdict == LINE_NEVER || !c->wait)
 			daemon_refuse(
 			    d, c, dec->verdict == LINE_NEVER ? GM_ERR_NEVER : GM_ERR_UNAVAILABLE,

@@ -40,17 +40,14 @@ void daemon_place_token(struct conn *c)
  * turn, the token that claims it and, for a reservation, how long. */
 static json_t *place_json(const struct conn *c)
 {
-	struct waiter_info wi = {.uid = c->uid,
-	                         .pid = c->pid,
-	                         .pid_start = c->pid_start,
-	                         .since_ms = c->since_ms,
-	                         .req = c->req,
-	                         .usable = c->usable,
-	                         .usable_migs = c->usable_migs};
+	/* What it asked for; what it is shown (its candidates, its user's
+	 * limit) is worked out again by the broker that reads it. */
+	struct waiter_info wi = c->w;
 	json_t *o;
 
-	str_copy(wi.command, sizeof wi.command, c->command);
-	str_copy(wi.within, sizeof wi.within, c->within);
+	wi.cand = NULL;
+	wi.cand_count = 0;
+	wi.summary[0] = wi.limit[0] = wi.user[0] = '\0';
 	o = record_waiter_json(&wi);
 	if (o) {
 		json_object_set_new(o, "seq", json_integer((json_int_t)c->seq));
@@ -63,7 +60,7 @@ static json_t *place_json(const struct conn *c)
 const char *daemon_place_record(struct conn *c)
 {
 	/* What it says does not change while it waits: made once. */
-	if (!c->place_record && c->wait && c->place[0] && c->req) {
+	if (!c->place_record && c->wait && c->place[0] && c->w.req) {
 		json_t *o = place_json(c);
 
 		c->place_record = json_dumps(o, JSON_COMPACT);
@@ -79,7 +76,7 @@ static void line_insert(struct daemon *d, struct conn *c, struct conn *next)
 {
 	c->in_line = 1;
 	if (c->reserve_ms > 0) {
-		struct user_slot *me = daemon_user(d, c->uid);
+		struct user_slot *me = daemon_user(d, c->w.uid);
 
 		if (me)
 			me->reserve_waiting++;
@@ -111,9 +108,6 @@ void daemon_places_restore(struct daemon *d, json_t *arr)
 	{
 		struct conn *g = calloc(1, sizeof *g);
 		const char *token = json_string_value(json_object_get(o, "place"));
-		json_t *usable = json_object_get(o, "usable");
-		json_t *usable_migs = json_object_get(o, "usable_migs");
-		struct waiter_info wi;
 
 		if (!g)
 			break;
@@ -122,34 +116,25 @@ void daemon_places_restore(struct daemon *d, json_t *arr)
 		g->ghost = 1;
 		g->wait = 1;
 		g->state = CONN_WAITING;
-		if (record_waiter_parse(o, &wi) == 0) {
-			g->since_ms = wi.since_ms;
-			g->uid = wi.uid;
-			g->pid = wi.pid;
-			g->pid_start = wi.pid_start;
-			str_copy(g->within, sizeof g->within, wi.within);
-			str_copy(g->command, sizeof g->command, wi.command[0] ? wi.command : "?");
-			g->req = wi.req;
-			wi.req = NULL;
-		}
-		record_waiter_release(&wi);
+		/* Its request unreadable: its req stays NULL (dropped below). */
+		(void)record_waiter_parse(o, &g->w);
+		if (!g->w.command[0])
+			str_copy(g->w.command, sizeof g->w.command, "?");
 		g->seq = (uint64_t)json_integer_value(json_object_get(o, "seq"));
 		g->reserve_ms = json_integer_value(json_object_get(o, "reserve_ms"));
 		/* Its process is gone (or the pid is another's now): nobody will
 		 * come back for it. */
-		if (!token || strlen(token) != 32 || !g->req || g->pid <= 0 || !g->pid_start ||
-		    proctree_start(g->pid) != g->pid_start || !snap ||
-		    (usable && !json_is_object(usable)) ||
-		    (usable_migs && !json_is_object(usable_migs))) {
+		if (!token || strlen(token) != 32 || !g->w.req || g->w.pid <= 0 ||
+		    !g->w.pid_start || proctree_start(g->w.pid) != g->w.pid_start || !snap ||
+		    (g->w.usable && !json_is_object(g->w.usable)) ||
+		    (g->w.usable_migs && !json_is_object(g->w.usable_migs))) {
 			conn_free(g);
 			gone++;
 			continue;
 		}
 		str_copy(g->place, sizeof g->place, token);
-		g->usable = json_incref(usable);
-		g->usable_migs = json_incref(usable_migs);
-		line_summary(g->req, g->summary, sizeof g->summary);
-		daemon_user_name(g->uid, g->user, sizeof g->user);
+		line_summary(g->w.req, g->w.summary, sizeof g->w.summary);
+		daemon_user_name(g->w.uid, g->w.user, sizeof g->w.user);
 		daemon_candidates(d, g, snap);
 		if (g->seq > d->next_seq)
 			d->next_seq = g->seq;
@@ -173,7 +158,7 @@ int daemon_place_take(struct daemon *d, struct conn *c, const char *token)
 {
 	struct conn *g = NULL, *next;
 
-	c->pid_start = proctree_start(c->pid);
+	c->w.pid_start = proctree_start(c->w.pid);
 	/* Only a restored place (a ghost) is ever taken, and only by its
 	 * token: without one, g stays NULL, however like the line's head the
 	 * caller looks (one process's many connections share uid and pid). */
@@ -184,15 +169,15 @@ int daemon_place_take(struct daemon *d, struct conn *c, const char *token)
 		}
 	/* The kernel's word on this connection against the entry: the same
 	 * user, the same process (a pid reused since is another process). */
-	if (!g || g->uid != c->uid || g->pid != c->pid || !c->pid_start ||
-	    g->pid_start != c->pid_start) {
+	if (!g || g->w.uid != c->w.uid || g->w.pid != c->w.pid || !c->w.pid_start ||
+	    g->w.pid_start != c->w.pid_start) {
 		daemon_place_token(c);
 		line_insert(d, c, NULL);
 		return 0;
 	}
 	str_copy(c->place, sizeof c->place, g->place);
 	c->seq = g->seq;
-	c->since_ms = g->since_ms;
+	c->w.since_ms = g->w.since_ms;
 	/* c stands where g stood. */
 	next = g->lnext;
 	place_drop(d, g);
@@ -215,7 +200,7 @@ int64_t daemon_places_due(struct daemon *d)
 			daemon_say(
 			    "dropped the place of pid %d (uid %u): it did not come back within "
 			    "%d s",
-			    g->pid, g->uid, PLACE_GRACE_MS / 1000);
+			    g->w.pid, g->w.uid, PLACE_GRACE_MS / 1000);
 			place_drop(d, g);
 		}
 	}

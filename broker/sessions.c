@@ -218,7 +218,7 @@ void daemon_fence_session(struct daemon *d, struct conn *c, json_t *msg)
 	uint64_t start;
 	int pidfd;
 
-	if (c->uid != 0) {
+	if (c->w.uid != 0) {
 		daemon_refuse(d, c, GM_ERR_INVALID,
 		              "only root (the PAM hook) places login sessions", NULL);
 		return;

@@ -319,9 +319,9 @@ static enum proc_view caller_view(const struct conn *c)
 	long gid = -1;
 	FILE *f;
 
-	if (c->uid == 0)
+	if (c->w.uid == 0)
 		return SEE_ALL;
-	snprintf(path, sizeof path, "/proc/%d/mountinfo", c->pid);
+	snprintf(path, sizeof path, "/proc/%d/mountinfo", c->w.pid);
 	f = fopen(path, "re");
 	if (!f)
 		return SEE_NOTHING;
@@ -350,7 +350,7 @@ static enum proc_view caller_view(const struct conn *c)
 		}
 	}
 	fclose(f);
-	if (view != SEE_ALL && gid >= 0 && in_group(c->pid, (unsigned)gid))
+	if (view != SEE_ALL && gid >= 0 && in_group(c->w.pid, (unsigned)gid))
 		view = SEE_ALL;
 	return view;
 }
@@ -378,7 +378,7 @@ static json_t *snapshot_for(const struct daemon *d, const struct conn *c)
 	{
 		const struct gm_proc *pr = &d->snap->procs[i];
 
-		if (pr->has_user && pr->uid == c->uid)
+		if (pr->has_user && pr->uid == c->w.uid)
 			continue;
 		json_object_del(p, "command");
 		if (view == SEE_NOTHING) {

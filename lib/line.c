@@ -45,6 +45,13 @@ struct line_lease line_lease_of(const struct lease_info *li)
 	                           (const char(*)[96])li->migs};
 }
 
+struct line_waiter line_waiter_of(const struct waiter_info *wi, const unsigned char *usable,
+                                  const unsigned char *mig_usable, int wait, int ask)
+{
+	return (struct line_waiter){wi->uid,    wi->user,   wi->pid, wi->req, usable,
+	                            mig_usable, wi->within, wait,    ask};
+}
+
 void line_holder(const struct line_lease *l, int64_t now_ms, char *buf, size_t len)
 {
 	if (l->reservation)

@@ -82,6 +82,12 @@ struct line_waiter {
 	int ask;
 };
 
+/* A waiter's one record (lease_view.h) as the rules read it, with what its
+ * usable GPUs and slices come to on this snapshot (record_usable_from). */
+struct waiter_info;
+struct line_waiter line_waiter_of(const struct waiter_info *wi, const unsigned char *usable,
+                                  const unsigned char *mig_usable, int wait, int ask);
+
 struct line_input {
 	const struct gm_snapshot *snap;
 	const struct config *cfg; /* the admin's limits */

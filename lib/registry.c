@@ -275,9 +275,7 @@ static enum gm_err attempt_decide(struct registry *reg, const struct gm_request 
 			continue;
 		usable[2 * n] = record_usable_from(wi->usable, a->snap);
 		usable[2 * n + 1] = record_usable_migs_from(wi->usable_migs, a->snap);
-		lw[n] = (struct line_waiter){
-		    wi->uid,           wi->user,   wi->pid, wi->req, usable[2 * n],
-		    usable[2 * n + 1], wi->within, 1,       0};
+		lw[n] = line_waiter_of(wi, usable[2 * n], usable[2 * n + 1], 1, 0);
 		n++;
 	}
 	/* No name: it would only describe this request to waiters behind it,
