@@ -108,6 +108,16 @@ static void *locker_main(void *arg)
 	return NULL;
 }
 
+/* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
+int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
+{
+	struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
+
+	if (opts && opts->interrupted && *opts->interrupted)
+		return 1;
+	return w->cancel_fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
 struct locker *locker_start(int fd, int how)
 {
 	struct locker *lk = calloc(1, sizeof *lk);

@@ -118,16 +118,6 @@ int registry_ahead_room(const struct waiting *w)
 	return ahead_leaves_room(&w->ah);
 }
 
-/* Asked to stop: a flag set by a signal handler, or gm_cancel(). */
-int registry_cancelled(const struct waiting *w, const struct acquire_opts *opts)
-{
-	struct pollfd pfd = {w->cancel_fd, POLLIN, 0};
-
-	if (opts && opts->interrupted && *opts->interrupted)
-		return 1;
-	return w->cancel_fd >= 0 && poll(&pfd, 1, 0) > 0;
-}
-
 /* Without inotify (the kernel allows 128 instances per user), a waiter with
  * room re-checks this often. */
 #define POLL_FALLBACK_MS 50
