@@ -1,5 +1,7 @@
 /*
- * nvml.c - the NVML backend, and the only file of gpuman that knows NVML.
+ * nvml.c - the NVML backend: the library loaded and kept, its errors in
+ * words, and what an answer means for a field (nvml_gpu.c and nvml_procs.c
+ * read the fields).
  *
  * The library is loaded at run time with dlopen (never linked), so that gpuman
  * starts on machines without the driver and can be pointed at the simulator.
@@ -336,4 +338,71 @@ void nvml_close(struct nvml *nv)
 	if (nv->refs > 0)
 		nv->refs--;
 	pthread_mutex_unlock(&cache_lock);
+}
+
+/* ---- answers: an NVML call's result in the snapshot's terms --------- */
+
+enum answer nvml_answer(struct gpu_query *q, const char *what, int rc)
+{
+	char text[160];
+
+	switch (rc) {
+	case NVML_SUCCESS:
+		return ANSWER_OK;
+	case NVML_ERROR_GPU_IS_LOST:
+		return ANSWER_LOST;
+	case NVML_ERROR_NOT_SUPPORTED:
+	case NVML_ERROR_FUNCTION_NOT_FOUND:
+		return ANSWER_NONE;
+	default:
+		/* Unexpected, but one field must not cost the GPU: say it. */
+		nvml_err_text(q->nv, rc, text, sizeof text);
+		snapshot_add_note(q->snap, "GPU %u: %s: %s", q->gpu->index, what, text);
+		return ANSWER_NONE;
+	}
+}
+
+/* NVML may fill a buffer to the last byte without a terminator. */
+void nvml_terminate(char *buf, size_t len)
+{
+	buf[len - 1] = '\0';
+}
+
+/* Total, free and used MiB of a device (a GPU or a MIG slice); NVML's
+ * answer. */
+int nvml_read_memory(struct nvml *nv, nvml_dev dev, uint64_t *total, uint64_t *free_mib,
+                     uint64_t *used)
+{
+	struct nvml_memory_v2 m2;
+	struct nvml_memory_v1 m1;
+	int rc = NVML_ERROR_FUNCTION_NOT_FOUND;
+
+	/* v2 first: its "used" excludes the driver's reservation, as nvidia-smi
+	 * shows it; v1's includes it. */
+	if (level_get(nv, OP_MEMORY) == 0 && nv->memory_v2) {
+		memset(&m2, 0, sizeof m2);
+		m2.version = NVML_MEMORY_V2;
+		rc = nv->memory_v2(dev, &m2);
+		/* Newer drivers answer a struct version they do not know with
+		 * ARGUMENT_VERSION_MISMATCH rather than FUNCTION_NOT_FOUND. */
+		if (rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+			rc = NVML_ERROR_FUNCTION_NOT_FOUND;
+		if (rc == NVML_ERROR_FUNCTION_NOT_FOUND)
+			level_raise(nv, OP_MEMORY, 1);
+		else if (rc == NVML_SUCCESS) {
+			*total = m2.total / MIB;
+			*free_mib = m2.free / MIB;
+			*used = m2.used / MIB;
+		}
+	}
+	if (rc == NVML_ERROR_FUNCTION_NOT_FOUND && nv->memory_v1) {
+		memset(&m1, 0, sizeof m1);
+		rc = nv->memory_v1(dev, &m1);
+		if (rc == NVML_SUCCESS) {
+			*total = m1.total / MIB;
+			*free_mib = m1.free / MIB;
+			*used = m1.used / MIB;
+		}
+	}
+	return rc;
 }

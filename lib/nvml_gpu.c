@@ -16,32 +16,6 @@
 
 /* ---- one GPU ----------------------------------------------------------- */
 
-enum answer nvml_answer(struct gpu_query *q, const char *what, int rc)
-{
-	char text[160];
-
-	switch (rc) {
-	case NVML_SUCCESS:
-		return ANSWER_OK;
-	case NVML_ERROR_GPU_IS_LOST:
-		return ANSWER_LOST;
-	case NVML_ERROR_NOT_SUPPORTED:
-	case NVML_ERROR_FUNCTION_NOT_FOUND:
-		return ANSWER_NONE;
-	default:
-		/* Unexpected, but one field must not cost the GPU: say it. */
-		nvml_err_text(q->nv, rc, text, sizeof text);
-		snapshot_add_note(q->snap, "GPU %u: %s: %s", q->gpu->index, what, text);
-		return ANSWER_NONE;
-	}
-}
-
-/* NVML may fill a buffer to the last byte without a terminator. */
-void nvml_terminate(char *buf, size_t len)
-{
-	buf[len - 1] = '\0';
-}
-
 /* Canonical "00000000:02:00.0" from a bus id string in either NVML form
  * ("0000:02:00.0" legacy, or the 8-digit domain); 0 if s is not one. */
 static int pci_canonical(const char *s, char *out, size_t len)
@@ -63,45 +37,6 @@ static void pci_bus_id(struct nvml_pci *pci, char *out, size_t len)
 	if (pci_canonical(pci->bus_id, out, len) || pci_canonical(pci->bus_id_legacy, out, len))
 		return;
 	snprintf(out, len, "%08X:%02X:%02X.0", pci->domain, pci->bus & 0xff, pci->device & 0xff);
-}
-
-/* Total, free and used MiB of a device (a GPU or a MIG slice); NVML's
- * answer. */
-int nvml_read_memory(struct nvml *nv, nvml_dev dev, uint64_t *total, uint64_t *free_mib,
-                     uint64_t *used)
-{
-	struct nvml_memory_v2 m2;
-	struct nvml_memory_v1 m1;
-	int rc = NVML_ERROR_FUNCTION_NOT_FOUND;
-
-	/* v2 first: its "used" excludes the driver's reservation, as nvidia-smi
-	 * shows it; v1's includes it. */
-	if (level_get(nv, OP_MEMORY) == 0 && nv->memory_v2) {
-		memset(&m2, 0, sizeof m2);
-		m2.version = NVML_MEMORY_V2;
-		rc = nv->memory_v2(dev, &m2);
-		/* Newer drivers answer a struct version they do not know with
-		 * ARGUMENT_VERSION_MISMATCH rather than FUNCTION_NOT_FOUND. */
-		if (rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-			rc = NVML_ERROR_FUNCTION_NOT_FOUND;
-		if (rc == NVML_ERROR_FUNCTION_NOT_FOUND)
-			level_raise(nv, OP_MEMORY, 1);
-		else if (rc == NVML_SUCCESS) {
-			*total = m2.total / MIB;
-			*free_mib = m2.free / MIB;
-			*used = m2.used / MIB;
-		}
-	}
-	if (rc == NVML_ERROR_FUNCTION_NOT_FOUND && nv->memory_v1) {
-		memset(&m1, 0, sizeof m1);
-		rc = nv->memory_v1(dev, &m1);
-		if (rc == NVML_SUCCESS) {
-			*total = m1.total / MIB;
-			*free_mib = m1.free / MIB;
-			*used = m1.used / MIB;
-		}
-	}
-	return rc;
 }
 
 static enum answer query_memory(struct gpu_query *q)
