@@ -200,16 +200,7 @@ void engine_write_job_record(struct engine *e, int64_t id);
 void engine_record_end(struct engine *e, struct slot *s, int64_t id, int fd);
 void engine_refresh_snapshot(struct engine *e);
 void engine_flush_accounting(struct engine *e);
-/* loop.c */
-int engine_commit_go(struct engine *e);
 
-/* heuristics.c */
-void engine_batch_learn(struct engine *e, const struct slot *s, const struct job *upd);
-long engine_snap_pos(const struct gm_snapshot *snap, unsigned index);
-int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsigned *excl,
-                          size_t *nexcl);
-
-/* runner.c */
 /*
  * The time limit a job's runner keeps, in seconds (0 none): submit --time,
  * or the admin's max_lease (gpuman.conf) where that is shorter -- then
@@ -218,6 +209,13 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
 long long engine_time_limit_s(const struct engine *e, const struct job *job, char *where,
                               size_t len);
 
+/* heuristics.c */
+void engine_batch_learn(struct engine *e, const struct slot *s, const struct job *upd);
+long engine_snap_pos(const struct gm_snapshot *snap, unsigned index);
+int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsigned *excl,
+                          size_t *nexcl);
+
+/* runner.c */
 int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
                         size_t len);
 void engine_runner_ended(struct engine *e, struct slot *s, int killed);
@@ -225,6 +223,8 @@ void engine_adopt(struct engine *e);
 int engine_adopted_ended(struct engine *e, struct slot *s);
 
 /* place.c */
+/* Commit the round's writes, then let its claimed jobs go: 0, or -1. */
+int engine_commit_go(struct engine *e);
 /* A round of placing: queued jobs in order, while they start. */
 void engine_schedule(struct engine *e);
 

@@ -411,6 +411,38 @@ static int batch_gpus_all_ours(struct engine *e)
 	return ours + req->count > e->snap->gpu_count;
 }
 
+/* Commit what is written, then let the claimed jobs go: a job starts only
+ * once its start is on record (a dispatcher killed in between must not
+ * run it twice).  Also after each job placed, not only at the round's end:
+ * the go of the first of several GPUs freed at once would otherwise wait
+ * for every later placement.  0, or -1 when the commit failed. */
+int engine_commit_go(struct engine *e)
+{
+	int ok = 1;
+
+	if (e->in_tx) {
+		if (e->failed || jobstore_commit(e->cfg->store, e->err, sizeof e->err) != GM_OK) {
+			jobstore_rollback(e->cfg->store);
+			ok = 0;
+			e->failed = 1;
+		}
+		e->in_tx = 0;
+	}
+	for (size_t i = 0; i < e->nslots; i++) {
+		struct slot *s = e->slots[i];
+
+		if (s->go_fd < 0)
+			continue;
+		if (ok && !s->abort && protocol_give_go(s->go_fd) < 0)
+			s->abort = 1;
+		close(s->go_fd);
+		s->go_fd = -1;
+	}
+	if (ok)
+		e->nheld = 0;
+	return ok ? 0 : -1;
+}
+
 /* ---- placement_local -------------------------------------------------- */
 
 static int local_init(struct engine *e, char *err, size_t len)

@@ -86,6 +86,25 @@ void engine_write_job_record(struct engine *e, int64_t id)
 	job_release(&job);
 }
 
+long long engine_time_limit_s(const struct engine *e, const struct job *job, char *where,
+                              size_t len)
+{
+	const struct registry *reg = e->cfg->reg;
+	char from[96];
+	int64_t ms;
+	long long s;
+
+	where[0] = '\0';
+	if (!reg)
+		return job->time_limit_s; /* on Slurm: its own limits apply */
+	ms = config_max_lease_ms(&reg->cfg, (unsigned)getuid(), from, sizeof from);
+	s = (long long)((ms + 999) / 1000);
+	if (!s || (job->time_limit_s > 0 && job->time_limit_s <= s))
+		return job->time_limit_s;
+	snprintf(where, len, "max_lease in %s of %s", from, reg->cfg.system_path);
+	return s;
+}
+
 /*
  * Record how a running job ended, from its run file's result (text NULL:
  * none, the runner died).  s carries the accounting (NULL at adoption).

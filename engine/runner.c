@@ -259,25 +259,6 @@ int engine_adopted_ended(struct engine *e, struct slot *s)
 	return ended;
 }
 
-long long engine_time_limit_s(const struct engine *e, const struct job *job, char *where,
-                              size_t len)
-{
-	const struct registry *reg = e->cfg->reg;
-	char from[96];
-	int64_t ms;
-	long long s;
-
-	where[0] = '\0';
-	if (!reg)
-		return job->time_limit_s; /* on Slurm: its own limits apply */
-	ms = config_max_lease_ms(&reg->cfg, (unsigned)getuid(), from, sizeof from);
-	s = (long long)((ms + 999) / 1000);
-	if (!s || (job->time_limit_s > 0 && job->time_limit_s <= s))
-		return job->time_limit_s;
-	snprintf(where, len, "max_lease in %s of %s", from, reg->cfg.system_path);
-	return s;
-}
-
 /*
  * Start gpuman-runner for a claimed job (see runner/gpuman-runner.c for its
  * arguments).  posix_spawn (vfork and exec) rather than fork: see there.
