@@ -21,17 +21,6 @@
 #define DEFAULT_CUDA_DRIVER_VERSION 13000
 #define MAX_SCENARIO_BYTES (16u << 20)
 
-static const struct {
-	const char *name;
-	int code;
-} nvml_errors[] = {
-    {"uninitialized", 1},     {"invalid_argument", 2},   {"not_supported", 3},
-    {"no_permission", 4},     {"not_found", 6},          {"insufficient_size", 7},
-    {"driver_not_loaded", 9}, {"library_not_found", 12}, {"function_not_found", 13},
-    {"gpu_is_lost", 15},      {"operating_system", 17},  {"lib_rm_version_mismatch", 18},
-    {"unknown", 999},
-};
-
 static const char *const function_names[FN_COUNT] = {
 #define SCENARIO_FN_NAME(name) #name,
     SCENARIO_FUNCTIONS(SCENARIO_FN_NAME)
@@ -326,26 +315,6 @@ void scenario_free(struct scenario *sc)
 	free(sc->path);
 	free(sc->realpath);
 	free(sc);
-}
-
-int scenario_error_code(const char *name)
-{
-	size_t i;
-
-	for (i = 0; i < ARRAY_SIZE(nvml_errors); i++)
-		if (!strcmp(nvml_errors[i].name, name))
-			return nvml_errors[i].code;
-	return -1;
-}
-
-const char *scenario_error_name(int code)
-{
-	size_t i;
-
-	for (i = 0; i < ARRAY_SIZE(nvml_errors); i++)
-		if (nvml_errors[i].code == code)
-			return nvml_errors[i].name;
-	return NULL;
 }
 
 const char *scenario_function_name(enum scenario_fn fn)

@@ -13,6 +13,38 @@
 #include "scenario_load.h"
 #include "../lib/spell.h"
 
+/* The NVML errors a scenario may name, with their codes. */
+static const struct {
+	const char *name;
+	int code;
+} nvml_errors[] = {
+    {"uninitialized", 1},     {"invalid_argument", 2},   {"not_supported", 3},
+    {"no_permission", 4},     {"not_found", 6},          {"insufficient_size", 7},
+    {"driver_not_loaded", 9}, {"library_not_found", 12}, {"function_not_found", 13},
+    {"gpu_is_lost", 15},      {"operating_system", 17},  {"lib_rm_version_mismatch", 18},
+    {"unknown", 999},
+};
+
+int scenario_error_code(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(nvml_errors); i++)
+		if (!strcmp(nvml_errors[i].name, name))
+			return nvml_errors[i].code;
+	return -1;
+}
+
+const char *scenario_error_name(int code)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(nvml_errors); i++)
+		if (nvml_errors[i].code == code)
+			return nvml_errors[i].name;
+	return NULL;
+}
+
 int loader_bad(struct loader *ld, const char *where, const char *key, const char *fmt, ...)
 {
 	char msg[512];
@@ -133,6 +165,8 @@ int loader_get_string(struct loader *ld, const json_t *obj, const char *where, c
 int loader_get_error_name(struct loader *ld, const json_t *obj, const char *where, const char *key,
                           int *code)
 {
+	char names[512];
+	size_t used = 0;
 	const char *name;
 	int f = loader_get_string(ld, obj, where, key, 64, &name);
 
@@ -142,13 +176,14 @@ int loader_get_error_name(struct loader *ld, const json_t *obj, const char *wher
 	if (f != FIELD_SET)
 		return 0;
 	*code = scenario_error_code(name);
-	if (*code < 0)
-		return loader_bad(
-		    ld, where, key,
-		    "unknown NVML error '%s' (use uninitialized, invalid_argument, "
-		    "not_supported, no_permission, not_found, insufficient_size, "
-		    "driver_not_loaded, library_not_found, function_not_found, gpu_is_lost, "
-		    "operating_system, lib_rm_version_mismatch or unknown)",
-		    name);
-	return 0;
+	if (*code >= 0)
+		return 0;
+	names[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(nvml_errors) && used < sizeof names; i++)
+		used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+		                         !i                                ? ""
+		                         : i + 1 < ARRAY_SIZE(nvml_errors) ? ", "
+		                                                           : " or ",
+		                         nvml_errors[i].name);
+	return loader_bad(ld, where, key, "unknown NVML error '%s' (use %s)", name, names);
 }

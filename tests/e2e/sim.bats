@@ -156,6 +156,11 @@ uuid_lines() {
 	GPUMAN_SIM="$f" run nvmlq init
 	[[ "$output" == *"sim_error=$f: gpus[0]: memory in use"*"exceeds memory_total_mib (100 MiB)"* ]]
 
+	# A misspelt NVML error lists every name the simulator knows.
+	jq '.init_error = "gpu_lost"' "$ROOT/examples/lab-8gpu.json" >"$f"
+	GPUMAN_SIM="$f" run nvmlq init
+	has "sim_error=$f: init_error: unknown NVML error 'gpu_lost' (use uninitialized, invalid_argument, not_supported, no_permission, not_found, insufficient_size, driver_not_loaded, library_not_found, function_not_found, gpu_is_lost, operating_system, lib_rm_version_mismatch or unknown)"
+
 	# simload reports the same message.
 	GPUMAN_SIM="$ROOT/tests/fixtures/bad-key.json" run "$SIMLOAD" --mem 1 --util 0 --seconds 0
 	[ "$status" -eq 1 ]
