@@ -4,6 +4,9 @@
 # librust-nvml-wrapper-dev) loads libnvidia-ml.so with dlopen and looks each
 # function up itself; tests/clients/nvml-wrapper/src/main.rs prints what it
 # reads.  Built by `make clients` (part of `make check`).
+# not under ASan: the probe is built once, in the plain build, and the
+# simulator it loads carries no sanitizers in either build; the ASan pass
+# would only repeat `gpuman status --json`, which status.bats runs there.
 
 load helpers
 
