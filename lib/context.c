@@ -109,10 +109,13 @@ static int find_simulator(char *out, size_t len)
  * The simulator is built once per driver branch (GM_SIM_BRANCHES, oldest
  * first, from the Makefile), each exporting exactly the functions its
  * branch had: the newest is the default library, the older ones are in r390/,
- * r470/, ... beside it.  Use the one of the scenario's driver: the newest
- * branch not newer than it, the oldest for older drivers.  Without a
- * readable driver version, or without that directory, the default library
- * is used; it reports a malformed or mismatched scenario itself.
+ * r470/, ... beside it.  The default library refuses a scenario of an older
+ * driver as a real library refuses another version's kernel module; then use
+ * the one of the scenario's driver: the newest branch not newer than it, the
+ * oldest for older drivers.  (Reading the scenario only then spares every
+ * other start a parse of it that no real driver would cost.)  Without a
+ * readable driver version, or without that directory, the path is left as
+ * it was.
  */
 static void simulator_for_scenario(char *path, size_t len, const char *scenario)
 {
@@ -187,9 +190,16 @@ enum gm_err context_load_nvml(struct gm_context *ctx, char *errbuf, size_t errle
 			               "(looked beside gpuman and in '%s'); set GPUMAN_NVML to "
 			               "its path",
 			               GM_PKGLIBDIR);
-		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
 	}
 	err = nvml_open(ctx->nvml_path[0] ? ctx->nvml_path : NULL, &ctx->nvml, errbuf, errlen);
+	if (err != GM_OK && !(path && *path) && sim && *sim && nvml_wrong_version(ctx->nvml_path)) {
+		char first[sizeof ctx->nvml_path];
+
+		snprintf(first, sizeof first, "%s", ctx->nvml_path);
+		simulator_for_scenario(ctx->nvml_path, sizeof ctx->nvml_path, sim);
+		if (strcmp(first, ctx->nvml_path))
+			err = nvml_open(ctx->nvml_path, &ctx->nvml, errbuf, errlen);
+	}
 	if (err == GM_OK && !ctx->nvml_path[0])
 		snprintf(ctx->nvml_path, sizeof ctx->nvml_path, "libnvidia-ml.so.1");
 	return err;

@@ -185,6 +185,7 @@ static enum gm_err nvml_init_locked(struct nvml *nv, char *errbuf, size_t errlen
 	int rc;
 
 	CALL_VERSIONED(rc, nv, OP_INIT, nv->init);
+	nv->init_rc = rc;
 	if (rc == NVML_SUCCESS) {
 		nv->init_ms = (double)(monotonic_us() - start_us) / 1000.0;
 		nv->initialised = 1;
@@ -316,6 +317,20 @@ enum gm_err nvml_open(const char *path, struct nvml **out, char *errbuf, size_t 
 out:
 	pthread_mutex_unlock(&cache_lock);
 	return err;
+}
+
+int nvml_wrong_version(const char *path)
+{
+	struct nvml *nv;
+	int wrong = 0;
+
+	pthread_mutex_lock(&cache_lock);
+	for (nv = cache; nv; nv = nv->next)
+		if (same_path(nv->path, path))
+			wrong =
+			    !nv->initialised && nv->init_rc == NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+	pthread_mutex_unlock(&cache_lock);
+	return wrong;
 }
 
 /*

@@ -20,6 +20,9 @@ struct nvml;
  */
 enum gm_err nvml_open(const char *path, struct nvml **out, char *errbuf, size_t errlen);
 void nvml_close(struct nvml *nv);
+/* Whether the library at path (as given to nvml_open) refused to start
+ * because it is not the driver's version (LIB_RM_VERSION_MISMATCH). */
+int nvml_wrong_version(const char *path);
 /* How long the library's nvmlInit took in this process, ms. */
 double nvml_init_ms(const struct nvml *nv);
 

@@ -168,6 +168,7 @@ struct nvml {
 	void *dl;
 	int refs;        /* open handles; informational, see nvml_close */
 	int initialised; /* nvmlInit succeeded */
+	int init_rc;     /* the last nvmlInit's answer */
 	atomic_uint level[OP_COUNT_OF];
 
 	/* Index 0 is the newest version. NULL: not exported. */

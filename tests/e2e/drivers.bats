@@ -30,6 +30,27 @@ as_driver() {
 	done
 }
 
+# the files a `gpuman pick` opened: "PATH = fd" or "PATH ENOENT", one a line
+opened() {
+	strace -f -e trace=openat -o "$BATS_TEST_TMPDIR/calls" gpuman pick >/dev/null || return 1
+	sed -n 's/.*openat([^"]*"\([^"]*\)".*) = \(-1 \([A-Z]*\)\|\([0-9]*\)\).*/\1 \3\4/p' "$BATS_TEST_TMPDIR/calls"
+}
+
+@test "the scenario is read once where the newest library serves it, and an older branch's library is found after it refuses" {
+	command -v strace >/dev/null || skip "strace is missing (scripts/ensure-deps check installs it)"
+	# R580: only the library reads the scenario; gpuman does not parse it first
+	as_driver d580 580.95.05
+	run -0 opened
+	[ "$(grep -c "^$GPUMAN_SIM " <<<"$output")" = 1 ]
+	! grep -q '/r[0-9]*/libnvidia-ml.so.1 [0-9]' <<<"$output" || false
+	# R470: the newest library refuses it (another version's driver), then
+	# gpuman reads the driver's version and loads r470/
+	as_driver d470 470.256.02
+	run -0 opened
+	grep -q '/r470/libnvidia-ml.so.1 [0-9]' <<<"$output"
+	[ "$(grep -c "^$GPUMAN_SIM " <<<"$output")" = 3 ]
+}
+
 @test "before R510, mixed GPUs: CUDA's order is unknown, shown as such, never guessed" {
 	as_driver r470 470.256.02
 	run -0 gpuman status --json
