@@ -1,9 +1,9 @@
 /*
  * daemon.h - private to `gpuman daemon`, the lease broker (main.c: its
- * start-up and small helpers; state.c: its state file; conn.c:
- * connections and requests; place.c: the limits and the line): its
- * connections, its leases, the daemon itself and the functions its files
- * share.
+ * start-up; lease.c: its leases; util.c: small helpers; state.c: its
+ * state file; conn.c: connections and requests; place.c: the limits and
+ * the line): its connections, its leases, the daemon itself and the
+ * functions its files share.
  */
 #ifndef GM_BROKER_DAEMON_H
 #define GM_BROKER_DAEMON_H

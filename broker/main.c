@@ -25,23 +25,21 @@
  * reservation longer than max_reserve is refused.  The file is read again
  * when it changes.
  *
- * This file: start-up, restoring the state file and small helpers; state.c
- * the state file; conn.c the connections and their requests; place.c the
- * admin's limits and serving the line; daemon.h what they share.
+ * This file: start-up and restoring the state file; lease.c the list of
+ * leases; util.c small helpers; state.c the state file; conn.c the
+ * connections and their requests; place.c the admin's limits and serving
+ * the line; daemon.h what they share.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -61,265 +59,9 @@ static void on_stop(int sig)
 	stopping = 1;
 }
 
-/* ---- small helpers ------------------------------------------------------ */
-
-void daemon_say(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("gpuman daemon: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-void daemon_user_name(unsigned uid, char *out, size_t len)
-{
-	struct passwd pw, *res = NULL;
-	char buf[1024];
-
-	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
-		str_copy(out, len, pw.pw_name);
-	else
-		snprintf(out, len, "%u", uid);
-}
-
-static struct user_slot *slot_find(const struct daemon *d, unsigned uid)
-{
-	size_t mask = d->users_cap - 1, i;
-
-	if (!d->users_cap)
-		return NULL;
-	for (i = (uid * 2654435761u) & mask;; i = (i + 1) & mask) {
-		struct user_slot *s = &d->users[i];
-
-		if (!s->used)
-			return NULL;
-		if (s->uid == uid)
-			return s;
-	}
-}
-
-struct user_slot *daemon_user(struct daemon *d, unsigned uid)
-{
-	struct user_slot *s = slot_find(d, uid);
-	size_t mask, i;
-
-	if (s)
-		return s;
-	if ((d->users_used + 1) * 2 > d->users_cap) {
-		/* Grow: rehash every slot into a table twice the size. */
-		size_t cap = d->users_cap ? d->users_cap * 2 : 64;
-		struct user_slot *old = d->users, *grown = calloc(cap, sizeof *grown);
-		size_t old_cap = d->users_cap;
-
-		if (!grown)
-			return NULL;
-		d->users = grown;
-		d->users_cap = cap;
-		for (size_t k = 0; k < old_cap; k++) {
-			if (!old[k].used)
-				continue;
-			for (i = (old[k].uid * 2654435761u) & (cap - 1); grown[i].used;
-			     i = (i + 1) & (cap - 1))
-				;
-			grown[i] = old[k];
-		}
-		free(old);
-	}
-	mask = d->users_cap - 1;
-	for (i = (uid * 2654435761u) & mask; d->users[i].used; i = (i + 1) & mask)
-		;
-	s = &d->users[i];
-	memset(s, 0, sizeof *s);
-	s->used = 1;
-	s->uid = uid;
-	daemon_user_name(uid, s->name, sizeof s->name);
-	d->users_used++;
-	return s;
-}
-
-const char *daemon_user_cached(struct daemon *d, unsigned uid)
-{
-	struct user_slot *s = daemon_user(d, uid);
-
-	return s ? s->name : "?";
-}
-
-void shared_text_put(struct shared_text *t)
-{
-	if (t && --t->refs == 0)
-		free(t);
-}
-
-int daemon_proc_status(int pid, int (*fn)(const char *line, void *data), void *data)
-{
-	char path[64], line[4096]; /* Groups: may be long */
-	FILE *f;
-
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f) && !fn(line, data))
-		;
-	fclose(f);
-	return 0;
-}
-
-static int uid_line(const char *line, void *data)
-{
-	if (strncmp(line, "Uid:", 4))
-		return 0;
-	*(long *)data = strtol(line + 4, NULL, 10);
-	return 1;
-}
-
-/* The real uid of a process, or -1. */
-long daemon_proc_uid(int pid)
-{
-	long uid = -1;
-
-	daemon_proc_status(pid, uid_line, &uid);
-	return uid;
-}
-
-void daemon_proc_command(int pid, char *out, size_t len)
-{
-	char path[64];
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, out, len - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0) {
-		str_copy(out, len, "?");
-		return;
-	}
-	while (n > 0 && out[n - 1] == '\0')
-		n--;
-	for (ssize_t i = 0; i < n; i++)
-		if (out[i] == '\0')
-			out[i] = ' ';
-	out[n] = '\0';
-}
-
-void daemon_random_hex(char *buf, size_t bytes)
-{
-	unsigned char r[32];
-
-	if (bytes > sizeof r)
-		bytes = sizeof r;
-	if (getrandom(r, bytes, 0) != (ssize_t)bytes)
-		for (size_t i = 0; i < bytes; i++)
-			r[i] = (unsigned char)(now_ms() >> (i % 8)) ^ (unsigned char)rand();
-	for (size_t i = 0; i < bytes; i++)
-		sprintf(buf + 2 * i, "%02x", r[i]);
-}
-
 static int pidfd_open_(int pid)
 {
 	return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
-/* ---- leases ------------------------------------------------------------- */
-
-json_t *daemon_lease_json(const struct blease *l, int secret)
-{
-	/* The one lease record (record.h), shared, not copied; a lease whose
-	 * job was not named shows its asker there, as a lease file does. */
-	struct lease_info li = l->rec;
-	json_t *o;
-
-	if (!li.job_pid)
-		li.job_pid = li.pid;
-	o = record_lease_json(&li);
-	if (o && secret) {
-		json_object_set_new(o, "token", json_string(l->token));
-		json_object_set_new(o, "pid_start", json_integer((json_int_t)l->rec.pid_start));
-		json_object_set_new(o, "job_start", json_integer((json_int_t)l->rec.job_start));
-	}
-	return o;
-}
-
-void daemon_lease_free(struct blease *l)
-{
-	free(l->record);
-	record_lease_release(&l->rec);
-	free(l);
-}
-
-void daemon_lease_watch(struct daemon *d, struct blease *l, int pidfd)
-{
-	struct epoll_event ev = {EPOLLIN, {.ptr = l}};
-
-	if (l->pidfd >= 0 && l->pidfd != pidfd) {
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->pidfd, NULL);
-		close(l->pidfd);
-	}
-	l->pidfd = pidfd;
-	epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->pidfd, &ev);
-}
-
-void daemon_lease_end(struct daemon *d, struct blease *l)
-{
-	daemon_fence_end(d, l); /* nothing of its job outlives it */
-	if (l->prev)
-		l->prev->next = l->next;
-	else
-		d->leases = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
-	if (l->pidfd >= 0) {
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->pidfd, NULL);
-		close(l->pidfd);
-		l->pidfd = -1;
-	}
-	if (l->conn)
-		l->conn->lease = NULL;
-	daemon_hours_charge(d, l);
-	{
-		struct user_slot *u = daemon_user(d, l->rec.uid);
-
-		if (u) {
-			u->gpus -= (unsigned)l->rec.gpu_count;
-			u->reservations -= l->rec.reservation ? 1 : 0;
-		}
-	}
-	d->reservation_count -= l->rec.reservation ? 1 : 0;
-	d->gen++;
-	d->lease_count--;
-	d->dirty = 1;
-	daemon_state_lease_end(d, l);
-	l->ended = 1;
-	l->grave = d->ended_leases;
-	d->ended_leases = l;
-}
-
-void daemon_lease_add(struct daemon *d, struct blease *l)
-{
-	l->prev = NULL;
-	l->next = d->leases;
-	if (d->leases)
-		d->leases->prev = l;
-	d->leases = l;
-	d->lease_count++;
-	daemon_state_lease(d, l);
-	{
-		struct user_slot *u = daemon_user(d, l->rec.uid);
-
-		if (u) {
-			u->gpus += (unsigned)l->rec.gpu_count;
-			u->reservations += l->rec.reservation ? 1 : 0;
-		}
-	}
-	d->reservation_count += l->rec.reservation ? 1 : 0;
-	d->gen++;
-	daemon_fence_sessions(d, l->rec.uid, NULL); /* her sessions may open it now */
 }
 
 /* ---- start-up ------------------------------------------------------------- */
