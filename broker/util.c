@@ -137,25 +137,8 @@ long daemon_proc_uid(int pid)
 
 void daemon_proc_command(int pid, char *out, size_t len)
 {
-	char path[64];
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd >= 0 ? read(fd, out, len - 1) : -1;
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0) {
+	if (proctree_command(pid, out, len) <= 0)
 		str_copy(out, len, "?");
-		return;
-	}
-	while (n > 0 && out[n - 1] == '\0')
-		n--;
-	for (ssize_t i = 0; i < n; i++)
-		if (out[i] == '\0')
-			out[i] = ' ';
-	out[n] = '\0';
 }
 
 void daemon_random_hex(char *buf, size_t bytes)

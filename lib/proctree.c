@@ -72,6 +72,37 @@ int proctree_parent(int pid)
 	return ppid;
 }
 
+int proctree_command(int pid, char *out, size_t len)
+{
+	char path[64];
+	ssize_t n = -1;
+	int fd;
+
+	if (!len)
+		return -1;
+	if (pid > 0)
+		snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+	else
+		snprintf(path, sizeof path, "/proc/self/cmdline");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, out, len - 1);
+		close(fd);
+	}
+	if (n < 0) {
+		out[0] = '\0';
+		return -1;
+	}
+	/* Arguments are NUL-separated; a trailing NUL ends the last one. */
+	while (n > 0 && out[n - 1] == '\0')
+		n--;
+	for (ssize_t i = 0; i < n; i++)
+		if (out[i] == '\0' || out[i] == '\n')
+			out[i] = ' ';
+	out[n] = '\0';
+	return (int)n;
+}
+
 int proctree_read(struct proctree *tree)
 {
 	size_t cap = 0;

@@ -36,6 +36,11 @@ unsigned long long proctree_start_of(const char *stat_fields);
  * or not ours to read).  Needs nothing else of the library: the runner
  * links it alone. */
 int proctree_parent(int pid);
+/* The command line of pid (0: this process), its arguments joined by
+ * spaces (a newline in one becomes a space too), into out of len bytes;
+ * the bytes kept, or -1 when it cannot be read (gone, or not ours): out is
+ * then "".  The one reader of /proc/PID/cmdline. */
+int proctree_command(int pid, char *out, size_t len);
 /* Read every process's parent; an unreadable /proc gives an empty tree.
  * Returns 0, -1 on out-of-memory. */
 int proctree_read(struct proctree *tree);

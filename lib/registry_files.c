@@ -164,22 +164,8 @@ static void full_why(const struct registry *reg, int err_no, char *out, size_t l
 static char *self_command(void)
 {
 	char buf[256];
-	ssize_t n;
-	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0)
-		return strdup("?");
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return strdup("?");
-	while (n > 0 && buf[n - 1] == '\0')
-		n--;
-	for (ssize_t i = 0; i < n; i++)
-		if (buf[i] == '\0')
-			buf[i] = ' ';
-	buf[n] = '\0';
-	return strdup(buf);
+	return strdup(proctree_command(0, buf, sizeof buf) > 0 ? buf : "?");
 }
 
 enum gm_err registry_write_ticket(struct registry *reg, struct attempt *a,

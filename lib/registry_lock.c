@@ -249,19 +249,8 @@ static void holder_describe(struct lock_holder *h)
 		if ((p = strstr(buf, "\nUid:\t")) && sscanf(p + 6, "%u", &uid) == 1)
 			registry_user_name(uid, user, sizeof user);
 	}
-	snprintf(path, sizeof path, "/proc/%d/cmdline", h->pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
-		n = read(fd, raw, sizeof raw - 1);
-		close(fd);
-		while (n > 0 && raw[n - 1] == '\0')
-			n--;
-		for (ssize_t i = 0; i < n; i++)
-			if (raw[i] == '\0')
-				raw[i] = ' ';
-		raw[n > 0 ? n : 0] = '\0';
-		if (n > 0)
-			text_printable(cmd, sizeof cmd, raw);
-	}
+	if (proctree_command(h->pid, raw, sizeof raw) > 0)
+		text_printable(cmd, sizeof cmd, raw);
 	snprintf(h->who, sizeof h->who, "pid %d (user %s: %s)", h->pid, user, cmd);
 }
 

@@ -17,6 +17,7 @@
 #include "context.h"
 #include "gpu_fields.h"
 #include "parse.h"
+#include "proctree.h"
 #include "snapshot.h"
 #include "util.h"
 #include "visible.h"
@@ -27,8 +28,6 @@ static void proc_fill_from_procfs(struct gm_proc *proc, unsigned *last_uid, char
 {
 	char path[64];
 	struct stat st;
-	ssize_t n;
-	int fd;
 
 	snprintf(path, sizeof path, "/proc/%u", proc->pid);
 	if (stat(path, &st) < 0)
@@ -47,21 +46,7 @@ static void proc_fill_from_procfs(struct gm_proc *proc, unsigned *last_uid, char
 	}
 	snprintf(proc->user, sizeof proc->user, "%s", last_user);
 
-	snprintf(path, sizeof path, "/proc/%u/cmdline", proc->pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	n = read(fd, proc->command, sizeof proc->command - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	/* Arguments are NUL separated; a trailing NUL ends the last one. */
-	while (n > 0 && proc->command[n - 1] == '\0')
-		n--;
-	for (ssize_t i = 0; i < n; i++)
-		if (proc->command[i] == '\0' || proc->command[i] == '\n')
-			proc->command[i] = ' ';
-	proc->command[n] = '\0';
+	proctree_command((int)proc->pid, proc->command, sizeof proc->command);
 }
 
 static int gpu_cmp(const void *a, const void *b)

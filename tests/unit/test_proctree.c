@@ -1,11 +1,13 @@
 /*
  * test_proctree.c - the process tree from /proc: a parent read through a
- * command name that mimics the stat line, the tree's descendants, and the
- * answer for a process that is gone.
+ * command name that mimics the stat line, the tree's descendants, a
+ * command line, and the answer for a process that is gone.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <cmocka.h>
 #include <signal.h>
@@ -62,11 +64,56 @@ static void test_tree_within(void **s)
 	waitpid(child, NULL, 0);
 }
 
+/* A child that has exec'd: sleep 30 "two words" "a<newline>b". */
+static pid_t exec_child(void)
+{
+	int fds[2];
+	pid_t pid;
+	char c;
+
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		close(fds[0]);
+		fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* closed by the exec */
+		execlp("sleep", "sleep", "30", "two words", "a\nb", (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &c, 1), 0); /* EOF: it has exec'd */
+	close(fds[0]);
+	return pid;
+}
+
+static void test_command(void **s)
+{
+	char out[64], small[9];
+	pid_t child;
+
+	(void)s;
+	child = exec_child();
+	assert_int_equal(proctree_command((int)child, out, sizeof out), 22);
+	assert_string_equal(out, "sleep 30 two words a b");
+	/* cut to its room, still terminated */
+	assert_int_equal(proctree_command((int)child, small, sizeof small), 8);
+	assert_string_equal(small, "sleep 30");
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	assert_int_equal(proctree_command((int)child, out, sizeof out), -1); /* gone */
+	assert_string_equal(out, "");
+	/* 0: this process */
+	assert_true(proctree_command(0, out, sizeof out) > 0);
+	assert_non_null(strstr(out, "proctree"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_parent_through_tricky_name),
 	    cmocka_unit_test(test_tree_within),
+	    cmocka_unit_test(test_command),
 	};
 
 	return cmocka_run_group_tests_name("proctree", tests, NULL, NULL);
