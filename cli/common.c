@@ -80,20 +80,7 @@ void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_s
 
 char *fmt_age(char *buf, size_t len, int64_t since_ms)
 {
-	struct timespec ts;
-	int64_t s;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	s = ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - since_ms) / 1000;
-	if (s < 0)
-		s = 0;
-	if (s < 60)
-		snprintf(buf, len, "%llds", (long long)s);
-	else if (s < 3600)
-		snprintf(buf, len, "%lldm", (long long)(s / 60));
-	else
-		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600),
-		         (long long)(s % 3600 / 60));
+	age_text(buf, len, now_ms() - since_ms);
 	return buf;
 }
 

@@ -81,3 +81,17 @@ char *read_text_file(const char *path)
 	fclose(f);
 	return buf;
 }
+
+const char *age_text(char *buf, size_t len, int64_t ms)
+{
+	int64_t s = ms > 0 ? ms / 1000 : 0;
+
+	if (s < 60)
+		snprintf(buf, len, "%llds", (long long)s);
+	else if (s < 3600)
+		snprintf(buf, len, "%lldm", (long long)(s / 60));
+	else
+		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600),
+		         (long long)(s % 3600 / 60));
+	return buf;
+}

@@ -24,6 +24,10 @@ void str_copy(char *dst, size_t size, const char *src);
  * if it cannot be read. */
 char *read_text_file(const char *path);
 
+/* An age at a glance, ms long: "42s", "5m", "1h05m" (negative: "0s").
+ * Returns buf. */
+const char *age_text(char *buf, size_t len, int64_t ms);
+
 int64_t now_ms(void);       /* CLOCK_REALTIME, milliseconds */
 int64_t monotonic_ms(void); /* CLOCK_MONOTONIC, milliseconds */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "parse.h"
 #include "text.h"
+#include "util.h"
 #include "waste.h"
 
 #define BIT(i) ((uint64_t)1 << ((i)&63))
@@ -325,20 +326,6 @@ static const char *size_text(char *buf, size_t len, uint64_t mib)
 		snprintf(buf, len, "%lluM", (unsigned long long)mib);
 	else
 		snprintf(buf, len, "%.1fG", mib / 1024.0);
-	return buf;
-}
-
-static const char *age_text(char *buf, size_t len, int64_t ms)
-{
-	int64_t s = ms / 1000;
-
-	if (s < 60)
-		snprintf(buf, len, "%llds", (long long)s);
-	else if (s < 3600)
-		snprintf(buf, len, "%lldm", (long long)(s / 60));
-	else
-		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600),
-		         (long long)(s % 3600 / 60));
 	return buf;
 }
 
