@@ -121,6 +121,12 @@ int fence_rule_refuses(const struct fence_rule *r, const struct fence_dev *d);
  */
 size_t fence_bpf_program(const struct fence_rule *r, struct bpf_insn *out, size_t cap);
 
+/* fence_bpf.c, for cgroup v2: r's program attached to the cgroup dir (a
+ * program loaded for an earlier cgroup of the same rule is reused); or in
+ * place of the programs dir had.  0, or -1 with err. */
+int fence_bpf_attach(const char *dir, const struct fence_rule *r, char *err, size_t len);
+int fence_bpf_replace(const char *dir, const struct fence_rule *r, char *err, size_t len);
+
 /* ---- the mechanisms ------------------------------------------------------ */
 
 struct fence;
