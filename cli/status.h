@@ -1,6 +1,6 @@
 /*
- * status.h - what cmd_status.c takes from status_csv.c: status's CSV
- * columns and nvidia-smi's names for them.
+ * status.h - what cmd_status.c takes from status_csv.c (status's CSV
+ * columns and nvidia-smi's names for them) and status_table.c (the table).
  */
 #ifndef GM_CLI_STATUS_H
 #define GM_CLI_STATUS_H
@@ -23,5 +23,14 @@ int status_smi_columns(struct cli *cli, const char *query, char *out, size_t len
  * sel->smi. */
 void status_print_csv(const struct cli_select *sel, const struct cli_look *look, const size_t *idx,
                       size_t n);
+
+/* The table of what look shows, under sel's -i and -u, with the waste
+ * found (its first few findings). */
+void status_print_table(const struct cli *cli, const struct cli_select *sel,
+                        const struct cli_look *look, const struct waste_opts *wopts,
+                        const struct waste_report *waste);
+/* A finding status shows under -i and -u: one of those users', on one of
+ * those GPUs (the table and the JSON alike). */
+int status_waste_shown(const struct cli_select *sel, const struct waste_item *it);
 
 #endif
