@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 #include "fence.h"
-#include "snapshot_types.h"
 #include "util.h"
 
 /* ---- cgroupfs ------------------------------------------------------------- */

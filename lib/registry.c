@@ -4,7 +4,8 @@
  * directory and its safety checks, one attempt (read everything, ask the
  * rules) and the atomic choose-and-lease step with first-come-first-served
  * waiting.  Its parts: registry_read.c (which files to believe, and the
- * admin's caps on what they hold), registry_files.c (writing them),
+ * admin's caps on what they hold), registry_holder.c (whether a file's
+ * holder lives), registry_files.c (writing them),
  * registry_wait.c (the wait line), registry_lock.c (the registry lock);
  * registry_impl.h what they share.  See registry.h for the
  * directory's layout and the locking protocol.

@@ -138,6 +138,17 @@ struct registry_scope {
 enum gm_err registry_read_scoped(struct registry *reg, struct registry_view *view,
                                  struct registry_scope *scope, char *err, size_t len);
 
+/* registry_holder.c: what the kernel says of process pid, which must
+ * belong to uid and, when start is not 0, have started then
+ * (proctree_start), in pid namespace pidns. */
+enum registry_holder {
+	REGISTRY_HOLDER_GONE,    /* no such process, a zombie, or one of another user */
+	REGISTRY_HOLDER_UNKNOWN, /* cannot be looked up here: trust the lock alone */
+	REGISTRY_HOLDER_RUNNING,
+	REGISTRY_HOLDER_STOPPED, /* Ctrl-Z or a debugger: alive, but makes no progress */
+};
+enum registry_holder registry_holder_state(int pid, unsigned uid, unsigned long long start,
+                                           json_int_t pidns);
 /* Is the holder of a ticket (pid of user uid, in our pid namespace) still
  * running -- neither gone nor stopped? */
 int registry_holder_runs(int pid, unsigned uid);

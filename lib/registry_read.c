@@ -1,37 +1,24 @@
 /*
  * registry_read.c - reading the registry: each lease and ticket file whose
  * holder still holds its lock, and which of them to believe (the uid a file
- * names is its owner's; its holder is a live, running process of that owner;
- * a ticket does not claim to be older than it is), and the admin's caps on
- * what they hold.  See registry.h.
+ * names is its owner's; its holder is a live, running process of that owner,
+ * as registry_holder.c finds; a ticket does not claim to be older than it
+ * is), and the admin's caps on what they hold.  See registry.h.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <poll.h>
-#include <pthread.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/wait.h>
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 #include "caps.h"
-#include "context.h"
 #include "lease.h"
 #include "parse.h"
-#include "pick.h"
-#include "proctree.h"
-#include "policy.h"
 #include "record.h"
 #include "registry.h"
 #include "snapshot.h"
@@ -80,144 +67,7 @@ done:
 	return rc;
 }
 
-/* Names of the few users whose leases a reader meets, remembered: every
- * read of the registry names each lease's owner, and getpwuid_r reads
- * /etc/passwd each time (a dispatcher reads the registry per task). */
-void registry_user_name(unsigned uid, char *out, size_t len)
-{
-	static _Thread_local struct {
-		unsigned uid;
-		int set;
-		char name[33];
-	} cache[4];
-	static _Thread_local unsigned next;
-	struct passwd pw, *res = NULL;
-	char buf[1024];
-
-	for (size_t i = 0; i < ARRAY_SIZE(cache); i++)
-		if (cache[i].set && cache[i].uid == uid) {
-			snprintf(out, len, "%s", cache[i].name);
-			return;
-		}
-	if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
-		snprintf(out, len, "%s", pw.pw_name);
-	else
-		snprintf(out, len, "%u", uid);
-	cache[next].uid = uid;
-	cache[next].set = 1;
-	str_copy(cache[next].name, sizeof cache[next].name, out);
-	next = (next + 1) % ARRAY_SIZE(cache);
-}
-
-/* ---- who may be believed ------------------------------------------------ */
-
-/*
- * The pid namespace we live in (the inode of /proc/self/ns/pid), written in
- * every lease and ticket: a pid of another namespace (a container sharing
- * the state directory) cannot be looked up here, only trusted.
- */
-json_int_t registry_own_pidns(void)
-{
-	static json_int_t ns = -1;
-	struct stat st;
-
-	if (ns < 0)
-		ns = stat("/proc/self/ns/pid", &st) == 0 ? (json_int_t)st.st_ino : 0;
-	return ns;
-}
-
-enum holder {
-	HOLDER_GONE,    /* no such process, a zombie, or one of another user */
-	HOLDER_UNKNOWN, /* cannot be looked up here: trust the lock alone */
-	HOLDER_RUNNING,
-	HOLDER_STOPPED, /* Ctrl-Z or a debugger: alive, but makes no progress */
-};
-
-/* Whether pid's real or effective uid is uid, as its status says. */
-static int uid_in_status(int pid, unsigned uid)
-{
-	char path[64], buf[2048], *p;
-	unsigned ruid, euid;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof path, "/proc/%d/status", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	return (p = strstr(buf, "\nUid:\t")) && sscanf(p + 6, "%u %u", &ruid, &euid) == 2 &&
-	       (ruid == uid || euid == uid);
-}
-
-/*
- * Holders found running, remembered for a second: a waiter reads every
- * ticket ahead of it at each attempt, and /proc/PID/stat is most of the
- * cost.  A death is still seen at once (kill), a stop or a zombie within
- * HOLDER_CACHE_MS.
- */
-#define HOLDER_CACHE_MS 1000
-
-static _Thread_local struct {
-	int pid;
-	unsigned uid;
-	unsigned long long start;
-	int64_t at_ms;
-} holder_cache[256];
-
-/*
- * What the kernel says of process pid, which must belong to uid and, when
- * start is not 0, have started then (proctree_start): a pid the kernel gave
- * again to another process of the same user is not the holder.  A file's
- * lock proves only that somebody holds it (anyone who can read a file can
- * flock it); that its writer still lives is proved by the process itself.
- */
-static enum holder holder_state(int pid, unsigned uid, unsigned long long start, json_int_t pidns)
-{
-	char path[64], buf[512];
-	const char *p;
-	struct stat st;
-	int state = 0, slot = pid & 255;
-	int64_t now;
-
-	if (pid <= 0)
-		return HOLDER_GONE;
-	if (pidns != registry_own_pidns() || !registry_own_pidns())
-		return HOLDER_UNKNOWN;
-	/* kill() sees through hidepid; ESRCH is final, EPERM means alive. */
-	if (kill(pid, 0) < 0 && errno == ESRCH)
-		return HOLDER_GONE;
-	now = monotonic_ms();
-	if (holder_cache[slot].pid == pid && holder_cache[slot].uid == uid &&
-	    (!start || holder_cache[slot].start == start) &&
-	    now - holder_cache[slot].at_ms < HOLDER_CACHE_MS)
-		return HOLDER_RUNNING;
-	/* The owner of /proc/PID is the process's effective uid (root for one
-	 * that is not dumpable: then its status says).  stat() is cheap, and
-	 * every read of the registry looks at every holder. */
-	snprintf(path, sizeof path, "/proc/%d", pid);
-	if (stat(path, &st) < 0)
-		return errno == ENOENT && kill(pid, 0) < 0 && errno == ESRCH ? HOLDER_GONE
-		                                                             : HOLDER_UNKNOWN;
-	if (st.st_uid != uid && !(st.st_uid == 0 && uid_in_status(pid, uid)))
-		return HOLDER_GONE;
-	p = proctree_stat(pid, buf, sizeof buf);
-	if (!p)
-		return kill(pid, 0) < 0 && errno == ESRCH ? HOLDER_GONE : HOLDER_UNKNOWN;
-	state = p[0];
-	if (!state || state == 'Z' || state == 'X' || state == 'x' ||
-	    (start && proctree_start_of(p) != start))
-		return HOLDER_GONE;
-	if (state == 'T' || state == 't')
-		return HOLDER_STOPPED;
-	holder_cache[slot].pid = pid;
-	holder_cache[slot].uid = uid;
-	holder_cache[slot].start = start;
-	holder_cache[slot].at_ms = now;
-	return HOLDER_RUNNING;
-}
+/* ---- who may be believed (their holders: registry_holder.c) ---------- */
 
 /* The uid a file claims must be its owner's: nobody writes in another's
  * name, and a file without one (an older gpuman's) is its owner's too. */
@@ -273,8 +123,10 @@ static int parse_lease(const char *text, const struct stat *st, struct lease_inf
 	if (!uid_matches(o, st) || li->reservation != resv ||
 	    (resv && !json_object_get(o, "uid")) ||
 	    (!li->reservation &&
-	     holder_state(li->pid, st->st_uid, li->pid_start, file_pidns(o)) == HOLDER_GONE &&
-	     holder_state(li->job_pid, st->st_uid, li->job_start, file_pidns(o)) == HOLDER_GONE)) {
+	     registry_holder_state(li->pid, st->st_uid, li->pid_start, file_pidns(o)) ==
+	         REGISTRY_HOLDER_GONE &&
+	     registry_holder_state(li->job_pid, st->st_uid, li->job_start, file_pidns(o)) ==
+	         REGISTRY_HOLDER_GONE)) {
 		json_decref(o);
 		return 1;
 	}
@@ -356,7 +208,7 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
                         struct waiter_info *wi)
 {
 	json_t *o = json_loads(text, 0, NULL);
-	enum holder h;
+	enum registry_holder h;
 	int rc;
 
 	if (!o)
@@ -372,9 +224,10 @@ static int parse_waiter(const char *name, const char *text, const struct stat *s
 	}
 	/* A stopped waiter would hold its GPUs back from everyone behind it
 	 * while taking none: it keeps its place, and counts again once it runs. */
-	h = holder_state(wi->pid, st->st_uid, wi->pid_start, file_pidns(o));
-	if (rc > 0 || !uid_matches(o, st) || h == HOLDER_GONE || h == HOLDER_STOPPED ||
-	    !ticket_time_honest(name, st) || (!wi->req && waiter_request_old(wi) < 0)) {
+	h = registry_holder_state(wi->pid, st->st_uid, wi->pid_start, file_pidns(o));
+	if (rc > 0 || !uid_matches(o, st) || h == REGISTRY_HOLDER_GONE ||
+	    h == REGISTRY_HOLDER_STOPPED || !ticket_time_honest(name, st) ||
+	    (!wi->req && waiter_request_old(wi) < 0)) {
 		record_waiter_release(wi);
 		json_decref(o);
 		return 1;
@@ -841,13 +694,4 @@ enum gm_err registry_files_read(struct registry *reg, struct registry_view *view
 
 	(void)with; /* NVML's readings carry no leases */
 	return registry_read_scoped(reg, view, &scope, err, len);
-}
-
-/* Is the holder of a ticket (pid of user uid, in our pid namespace) still
- * running -- neither gone nor stopped? */
-int registry_holder_runs(int pid, unsigned uid)
-{
-	enum holder h = holder_state(pid, uid, 0, registry_own_pidns());
-
-	return h != HOLDER_GONE && h != HOLDER_STOPPED;
 }
