@@ -54,6 +54,17 @@ static void json_only_selected(json_t *o, const struct cli_select *sel, const st
 		if (i < look->view->waiter_count &&
 		    !cli_select_user_name(sel, 1, look->view->waiters[i].user))
 			json_array_remove(arr, i);
+	/* A long line's tail, counted per user (the broker lists its head). */
+	arr = json_object_get(o, "waiters_more");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < look->view->more_waiter_count &&
+		    !cli_select_user_name(sel, 1, look->view->more_waiters[i].user))
+			json_array_remove(arr, i);
+	arr = json_object_get(o, "leases_more");
+	for (i = json_array_size(arr); i-- > 0;)
+		if (i < look->view->more_lease_count &&
+		    !cli_select_user_name(sel, 1, look->view->more_leases[i].user))
+			json_array_remove(arr, i);
 	arr = json_object_get(o, "waste");
 	for (i = json_array_size(arr); i-- > 0;)
 		if (i < waste->count && !status_waste_shown(sel, &waste->items[i]))

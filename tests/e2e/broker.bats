@@ -263,6 +263,40 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --all --json | jq -r ".[0].reason")" = null ]
 }
 
+@test "broker: a line longer than status lists is counted per user after its head, in the table and the JSON" {
+	gm_user bob
+	gpus 1
+	start_daemon
+	bg holder - gpuman run -- $(job 600)
+	wait_for '[ "$(grep -c ^start "$SHARED/rec")" = 1 ]'
+	# in line: all waiters, listed or counted
+	total() { gpuman status --json | jq '(.waiters | length) + ([.waiters_more[]?.count] | add // 0)'; }
+	# 300 of ours, then 20 of bob's once ours are all in line: the broker
+	# lists the first 256 and counts the rest per user, in the order met
+	for i in $(seq 300); do
+		sh -c 'echo $$ >"$0"; exec "$@"' "$SHARED/pids/w$i" gpuman run --wait -- true >/dev/null 2>&1 &
+	done
+	wait_for '[ "$(total)" = 300 ]' 120
+	for i in $(seq 20); do
+		as_user bob sh -c 'echo $$ >"$0"; exec "$@"' "$SHARED/pids/b$i" gpuman run --wait -- true >/dev/null 2>&1 &
+	done
+	wait_for '[ "$(total)" = 320 ]' 60
+	run -0 gpuman status --json
+	[ "$(jqr '.waiters | length')" = 256 ]
+	[ "$(jqr '[.waiters[].user] | unique | join(",")')" = "$(id -un)" ]
+	[ "$(jqr '[.waiters_more[] | "\(.user) \(.count)"] | join(",")')" = "$(id -un) 44,gmtest-bob 20" ]
+	run -0 gpuman status
+	[[ "$output" == *"... and 44 more from $(id -un)"* ]]
+	[[ "$output" == *"... and 20 more from gmtest-bob"* ]]
+	# -u shows that user's part of the tail alone, in the table and the JSON
+	run -0 gpuman status -u gmtest-bob
+	[[ "$output" == *"... and 20 more from gmtest-bob"* ]]
+	[[ "$output" != *"more from $(id -un)"* ]]
+	run -0 gpuman status --json -u gmtest-bob
+	[ "$(jqr '.waiters | length')" = 0 ]
+	[ "$(jqr '[.waiters_more[] | "\(.user) \(.count)"] | join(",")')" = "gmtest-bob 20" ]
+}
+
 @test "broker: a queued job cancelled while it keeps its place gives the place up" {
 	gpus 2
 	start_daemon
