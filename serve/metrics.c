@@ -259,13 +259,32 @@ static void leases(struct out *o, const struct gm_snapshot *snap, const struct r
 	}
 }
 
+/* The waiters of user, listed and, past the head of a long line the
+ * broker lists, counted. */
+static size_t user_waiting(const struct registry_view *view, const char *user)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < view->waiter_count; k++)
+		n += !strcmp(view->waiters[k].user, user);
+	for (size_t k = 0; k < view->more_waiter_count; k++)
+		if (!strcmp(view->more_waiters[k].user, user))
+			n += view->more_waiters[k].count;
+	return n;
+}
+
 static void line(struct out *o, const struct registry_view *view, int64_t now)
 {
 	char pos[32];
+	size_t total = view->waiter_count;
 
+	for (size_t i = 0; i < view->more_waiter_count; i++)
+		total += view->more_waiters[i].count;
 	head(o, "gpuman_line_length", "gauge", "Requests waiting for GPUs.");
 	host_series(o, "gpuman_line_length");
-	fprintf(o->f, "%zu\n", view->waiter_count);
+	fprintf(o->f, "%zu\n", total);
+	/* One series a listed waiter: a long line's tail, which the broker
+	 * counts per user, is in the length and the users' requests only. */
 	head(o, "gpuman_line_wait_seconds", "gauge",
 	     "How long each waiting request has waited, by its place in the line.");
 	for (size_t i = 0; i < view->waiter_count; i++) {
@@ -279,23 +298,24 @@ static void line(struct out *o, const struct registry_view *view, int64_t now)
 		label(o, 0, "hostname", o->host);
 		fprintf(o->f, "} %.3f\n", (now - w->since_ms) / 1000.0);
 	}
-	/* The queue depth of each user: how many of their requests wait. */
+	/* The queue depth of each user, once each, in the line's order. */
 	head(o, "gpuman_line_requests", "gauge", "Waiting requests of each user.");
-	for (size_t i = 0; i < view->waiter_count; i++) {
-		size_t n = 0, seen = 0;
+	for (size_t i = 0; i < view->waiter_count + view->more_waiter_count; i++) {
+		const char *user = i < view->waiter_count
+		                       ? view->waiters[i].user
+		                       : view->more_waiters[i - view->waiter_count].user;
+		int seen = 0;
 
-		for (size_t k = 0; k < view->waiter_count; k++) {
-			if (strcmp(view->waiters[k].user, view->waiters[i].user))
-				continue;
-			seen |= k < i;
-			n++;
-		}
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = !strcmp(user, k < view->waiter_count
+			                         ? view->waiters[k].user
+			                         : view->more_waiters[k - view->waiter_count].user);
 		if (seen)
 			continue;
 		fputs("gpuman_line_requests{", o->f);
-		label(o, 1, "user", view->waiters[i].user);
+		label(o, 1, "user", user);
 		label(o, 0, "hostname", o->host);
-		fprintf(o->f, "} %zu\n", n);
+		fprintf(o->f, "} %zu\n", user_waiting(view, user));
 	}
 }
 

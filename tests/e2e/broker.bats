@@ -263,7 +263,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --all --json | jq -r ".[0].reason")" = null ]
 }
 
-@test "broker: a line longer than status lists is counted per user after its head, in the table and the JSON" {
+@test "broker: a line longer than status lists is counted per user after its head: status, its JSON, /metrics and the page" {
 	gm_user bob
 	gpus 1
 	start_daemon
@@ -295,6 +295,22 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	run -0 gpuman status --json -u gmtest-bob
 	[ "$(jqr '.waiters | length')" = 0 ]
 	[ "$(jqr '[.waiters_more[] | "\(.user) \(.count)"] | join(",")')" = "gmtest-bob 20" ]
+	# serve: the whole line in /metrics, and the tail on the page
+	gpuman serve --listen 127.0.0.1:0 --interval 0.3 2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
+	echo $! >"$SHARED/pids/serve"
+	wait_for "grep -q '(port [0-9]*)' '$BATS_TEST_TMPDIR/serve.log'"
+	local url=http://127.0.0.1:$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$BATS_TEST_TMPDIR/serve.log")
+	wait_for "curl -sf '$url/metrics' | grep -q '^gpuman_line_length{.*} 320$'"
+	run -0 curl -sf "$url/metrics"
+	[[ "$output" == *"gpuman_line_requests{user=\"$(id -un)\","*"} 300"* ]]
+	[[ "$output" == *'gpuman_line_requests{user="gmtest-bob",'*'} 20'* ]]
+	[ "$(grep -c '^gpuman_line_wait_seconds{' <<<"$output")" = 256 ]
+	command -v chromium >/dev/null || skip "chromium is not installed (Debian package chromium): the page's tail unchecked"
+	timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+		--user-data-dir="$BATS_TEST_TMPDIR/chrome" --dump-dom "$url/" >"$BATS_TEST_TMPDIR/dom.html" 2>/dev/null
+	run -0 cat "$BATS_TEST_TMPDIR/dom.html"
+	[[ "$output" == *"<td>…</td><td>$(id -un)</td><td>44 more</td>"* ]]
+	[[ "$output" == *"<td>…</td><td>gmtest-bob</td><td>20 more</td>"* ]]
 }
 
 @test "broker: a queued job cancelled while it keeps its place gives the place up" {
