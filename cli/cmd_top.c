@@ -375,8 +375,13 @@ static void draw(struct top *t)
 	mvprintw(LINES - 2, 0, "waste: %zu hog%s, %zu idle lease%s, %zu outside gpuman%s", hogs,
 	         hogs == 1 ? "" : "s", idle, idle == 1 ? "" : "s", out,
 	         hogs + idle + out ? "  (gpuman waste explains)" : "");
-	if (view->waiter_count > 3)
-		printw("  +%zu more waiting", view->waiter_count - 3);
+	if (view->waiter_count > 3) {
+		size_t more = view->waiter_count - 3; /* and the tail the broker counts */
+
+		for (size_t i = 0; i < view->more_waiter_count; i++)
+			more += view->more_waiters[i].count;
+		printw("  +%zu more waiting", more);
+	}
 	mvprintw(LINES - 1, 0, "%s", t->message);
 	clrtoeol();
 	refresh();

@@ -89,6 +89,25 @@ int queue_show_others(struct cli *cli, const char *user, unsigned me)
 		       fmt_age(age, sizeof age, w->since_ms), cli_safe(cmd, w->command), c_dim(cli),
 		       i + 1, cli_safe(what, w->summary), c_reset(cli));
 	}
+	/* A long line's tail, which the broker counts per user after its head. */
+	for (size_t i = 0; i < view.more_waiter_count; i++) {
+		const struct view_more *m = &view.more_waiters[i];
+
+		if (m->uid == me || (user && strcmp(m->user, user)))
+			continue;
+		if (list) {
+			json_array_append_new(list,
+			                      json_pack("{s:s,s:s,s:I}", "user", m->user, "state",
+			                                "waiting", "count", (json_int_t)m->count));
+			continue;
+		}
+		if (!shown++)
+			printf("%s%-12s %-8s %-9s %8s  %s%s\n", c_bold(cli), "USER", "STATE", "GPU",
+			       "SINCE", "COMMAND", c_reset(cli));
+		printf("%-12s %s%-8s%s %-9s %8s  %s%zu more, further back in the line%s\n",
+		       cli_safe(who, m->user), c_yellow(cli), "waiting", c_reset(cli), "-", "-",
+		       c_dim(cli), m->count, c_reset(cli));
+	}
 	registry_view_release(&view);
 	registry_close(reg);
 	if (list)

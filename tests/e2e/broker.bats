@@ -14,6 +14,7 @@ setup() {
 }
 
 teardown() {
+	tmux -L "gm-broker-$$" kill-server 2>/dev/null || true
 	broker_teardown
 }
 
@@ -263,7 +264,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --all --json | jq -r ".[0].reason")" = null ]
 }
 
-@test "broker: a line longer than status lists is counted per user after its head: status, its JSON, /metrics and the page" {
+@test "broker: a line longer than status lists is counted per user after its head: status, queue -u, top, /metrics and the page" {
 	gm_user bob
 	gpus 1
 	start_daemon
@@ -295,6 +296,12 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	run -0 gpuman status --json -u gmtest-bob
 	[ "$(jqr '.waiters | length')" = 0 ]
 	[ "$(jqr '[.waiters_more[] | "\(.user) \(.count)"] | join(",")')" = "gmtest-bob 20" ]
+	# what others wait for: bob's requests, all in the tail
+	run -0 gpuman queue -u gmtest-bob
+	[[ "$output" == *"gmtest-bob"*"waiting"*"20 more, further back in the line"* ]]
+	[[ "$output" != *"waits for no GPU"* ]]
+	run -0 gpuman queue -u gmtest-bob --json
+	[ "$(jqr -c '[.[] | select(.state == "waiting")]')" = '[{"user":"gmtest-bob","state":"waiting","count":20}]' ]
 	# serve: the whole line in /metrics, and the tail on the page
 	gpuman serve --listen 127.0.0.1:0 --interval 0.3 2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
 	echo $! >"$SHARED/pids/serve"
@@ -305,6 +312,13 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[[ "$output" == *"gpuman_line_requests{user=\"$(id -un)\","*"} 300"* ]]
 	[[ "$output" == *'gpuman_line_requests{user="gmtest-bob",'*'} 20'* ]]
 	[ "$(grep -c '^gpuman_line_wait_seconds{' <<<"$output")" = 256 ]
+	# top: three waiters shown, the 317 others counted
+	command -v tmux >/dev/null || skip "tmux is missing (scripts/ensure-deps installs it): top unchecked"
+	tmux -L "gm-broker-$$" new-session -d -x 120 -y 30 \
+		"env PATH='$PATH' GPUMAN_SIM='$GPUMAN_SIM' GPUMAN_SIM_STATE='$GPUMAN_SIM_STATE' \
+		 GPUMAN_BROKER='$GPUMAN_BROKER' gpuman top -d 0.3; sleep 60"
+	wait_for "tmux -L gm-broker-$$ capture-pane -p | grep -q '+317 more waiting'" ||
+		{ tmux -L "gm-broker-$$" capture-pane -p; false; }
 	command -v chromium >/dev/null || skip "chromium is not installed (Debian package chromium): the page's tail unchecked"
 	timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
 		--user-data-dir="$BATS_TEST_TMPDIR/chrome" --dump-dom "$url/" >"$BATS_TEST_TMPDIR/dom.html" 2>/dev/null
