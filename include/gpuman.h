@@ -356,8 +356,10 @@ GM_API enum gm_err gm_pick(struct gm_context *ctx, const struct gm_snapshot *sna
 /*
  * Every live lease and waiting request of the machine (all users), as the
  * JSON object {"leases": [...], "waiters": [...]} whose members are those
- * of `gpuman status --json`.  On GM_OK *json is the text (caller frees with
- * gm_free); GM_ERR_STATE when the state directory is unusable.
+ * of `gpuman status --json`; the lease broker lists the first 256 waiters
+ * (2048 leases) and counts the rest per user in "waiters_more" ("leases_more"),
+ * absent when nothing is left out.  On GM_OK *json is the text (caller
+ * frees with gm_free); GM_ERR_STATE when the state directory is unusable.
  */
 GM_API enum gm_err gm_leases_json(char **json, char *errbuf, size_t errlen);
 

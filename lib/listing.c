@@ -196,6 +196,15 @@ GM_API enum gm_err gm_leases_json(char **json, char *errbuf, size_t errlen)
 	if (rc == GM_OK) {
 		o = json_pack("{s:o, s:o}", "leases", listing_leases_json(&view), "waiters",
 		              listing_waiters_json(&view));
+		/* past the head of a long line the broker lists, as status has it */
+		if (o && view.more_waiter_count)
+			json_object_set_new(
+			    o, "waiters_more",
+			    listing_more_json(view.more_waiters, view.more_waiter_count));
+		if (o && view.more_lease_count)
+			json_object_set_new(
+			    o, "leases_more",
+			    listing_more_json(view.more_leases, view.more_lease_count));
 		*json = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		if (!*json)
 			rc = gm_fail(GM_ERR_NOMEM, errbuf, errlen, "out of memory");

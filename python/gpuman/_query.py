@@ -1,7 +1,8 @@
-"""pick(), leases(), waiters() and request_text(): looking without leasing."""
+"""pick(), leases(), waiters(), waiting() and request_text(): looking without
+leasing."""
 
 import os
-from typing import List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 from . import _lease, _native
 from ._lease import CVD, Duration, GpuList, Size, _options
@@ -56,8 +57,21 @@ def leases() -> List[dict]:
 def waiters() -> List[dict]:
     """The requests waiting for GPUs, first in line first: dicts with
     "position", "user", "uid", "pid", "command", "since_ms" and "request"
-    ("2 GPUs exclusive")."""
+    ("2 GPUs exclusive").  The lease broker lists the first 256 of a
+    longer line: waiting() counts them all."""
     return _native.leases_json()["waiters"]
+
+
+def waiting() -> Dict[str, int]:
+    """How many requests each user has waiting in line, the whole line
+    counted (past the 256 the broker lists one by one too)."""
+    line = _native.leases_json()
+    counts: Dict[str, int] = {}
+    for w in line["waiters"]:
+        counts[w["user"]] = counts.get(w["user"], 0) + 1
+    for m in line.get("waiters_more", []):
+        counts[m["user"]] = counts.get(m["user"], 0) + m["count"]
+    return counts
 
 
 def request_text(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,

@@ -264,7 +264,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[ "$(GPUMAN_QUEUE_DIR=$SHARED/aq as_user alice gpuman queue --all --json | jq -r ".[0].reason")" = null ]
 }
 
-@test "broker: a line longer than status lists is counted per user after its head: status, queue -u, top, /metrics and the page" {
+@test "broker: a line longer than status lists is counted per user after its head: status, queue -u, the library, top, /metrics and the page" {
 	gm_user bob
 	gpus 1
 	start_daemon
@@ -302,6 +302,9 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[[ "$output" != *"waits for no GPU"* ]]
 	run -0 gpuman queue -u gmtest-bob --json
 	[ "$(jqr -c '[.[] | select(.state == "waiting")]')" = '[{"user":"gmtest-bob","state":"waiting","count":20}]' ]
+	# the C library's gm_leases_json and the Python binding count it whole
+	run -0 py_gpuman -c 'import gpuman, json; print(len(gpuman.waiters()), json.dumps(gpuman.waiting(), sort_keys=True))'
+	[ "$output" = "256 {\"gmtest-bob\": 20, \"$(id -un)\": 300}" ]
 	# serve: the whole line in /metrics, and the tail on the page
 	gpuman serve --listen 127.0.0.1:0 --interval 0.3 2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
 	echo $! >"$SHARED/pids/serve"
