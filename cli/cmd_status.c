@@ -27,6 +27,15 @@ static int lease_shown(const struct cli_select *sel, const struct cli_look *look
 	return 0;
 }
 
+/* The counts of users -u selects: arr is more's JSON, entry i more[i]. */
+static void users_only_selected(json_t *arr, const struct cli_select *sel,
+                                const struct view_more *more, size_t count)
+{
+	for (size_t i = json_array_size(arr); i-- > 0;)
+		if (i < count && !cli_select_user_name(sel, 1, more[i].user))
+			json_array_remove(arr, i);
+}
+
 /* The JSON of what the table shows under -i and -u (and, inside a Slurm
  * job, the GPUs of its allocation): the arrays are built in the order of
  * the snapshot, the view and the report, so position i is entry i. */
@@ -55,16 +64,10 @@ static void json_only_selected(json_t *o, const struct cli_select *sel, const st
 		    !cli_select_user_name(sel, 1, look->view->waiters[i].user))
 			json_array_remove(arr, i);
 	/* A long line's tail, counted per user (the broker lists its head). */
-	arr = json_object_get(o, "waiters_more");
-	for (i = json_array_size(arr); i-- > 0;)
-		if (i < look->view->more_waiter_count &&
-		    !cli_select_user_name(sel, 1, look->view->more_waiters[i].user))
-			json_array_remove(arr, i);
-	arr = json_object_get(o, "leases_more");
-	for (i = json_array_size(arr); i-- > 0;)
-		if (i < look->view->more_lease_count &&
-		    !cli_select_user_name(sel, 1, look->view->more_leases[i].user))
-			json_array_remove(arr, i);
+	users_only_selected(json_object_get(o, "waiters_more"), sel, look->view->more_waiters,
+	                    look->view->more_waiter_count);
+	users_only_selected(json_object_get(o, "leases_more"), sel, look->view->more_leases,
+	                    look->view->more_lease_count);
 	arr = json_object_get(o, "waste");
 	for (i = json_array_size(arr); i-- > 0;)
 		if (i < waste->count && !status_waste_shown(sel, &waste->items[i]))
