@@ -308,7 +308,7 @@ void daemon_accept_all(struct daemon *d)
 		struct epoll_event ev;
 		struct user_slot *u;
 		struct conn *c;
-		char why[200];
+		char why[320];
 
 		if (fd < 0)
 			return;
@@ -327,10 +327,13 @@ void daemon_accept_all(struct daemon *d)
 			/* Bounded: one user's flood cannot take every descriptor,
 			 * nor a few users' together. */
 			if (d->conn_count < d->max_conns)
-				snprintf(why, sizeof why,
-				         "%s has %zu connections to the lease broker open, its cap "
-				         "(waiting requests and leases each hold one); end some",
-				         u->name, u->conns);
+				snprintf(
+				    why, sizeof why,
+				    "%s has %zu connections to the lease broker open, its cap "
+				    "(waiting requests and leases each hold one); end some, or "
+				    "give many tasks to one gpuman batch or gpuman submit, "
+				    "which wait in line once",
+				    u->name, u->conns);
 			else
 				snprintf(why, sizeof why,
 				         "the lease broker serves %zu connections, its cap; try "

@@ -250,6 +250,8 @@ open(\"$SHARED/planted\", \"w\").close(); time.sleep(60)" &
 	wait_long '[ "$(gpuman status --json | jq ".waiters | length")" -ge 255 ]' 30
 	run -75 as_user mallory gpuman run --wait -- true
 	[[ "$output" == *"gmtest-mallory has $cap connections to the lease broker open, its cap"* ]]
+	# and says what a sweep of many runs can do instead
+	[[ "$output" == *"or give many tasks to one gpuman batch or gpuman submit, which wait in line once"* ]]
 	# others are served meanwhile
 	answer acquire
 	answer view
