@@ -24,14 +24,15 @@ $GPUMAN_LIB, the source tree's build/, a copy bundled by pip, or the system.
 from . import _native
 from ._native import GpumanError, InvalidArgument, NoDriver, Unavailable
 from ._lease import Device, Lease, auto_choice, select
-from ._query import leases, pick, request_text, waiters, waiting
+from ._query import leases, pick, request_text, waiters, waiting_by_user
 from ._reserve import Reservation, release, reservations, reserve
 
 __version__ = "0.4.0"
 
 __all__ = ["Device", "GpumanError", "InvalidArgument", "Lease", "NoDriver", "Reservation",
            "Unavailable", "auto_choice", "devices", "leases", "pick", "release", "request_text",
-           "reservations", "reserve", "select", "snapshot", "version", "waiters", "waiting"]
+           "reservations", "reserve", "select", "snapshot", "version", "waiters",
+           "waiting_by_user"]
 
 
 def snapshot() -> dict:

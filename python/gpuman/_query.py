@@ -1,5 +1,5 @@
-"""pick(), leases(), waiters(), waiting() and request_text(): looking without
-leasing."""
+"""pick(), leases(), waiters(), waiting_by_user() and request_text():
+looking without leasing."""
 
 import os
 from typing import Dict, List, Optional, Union
@@ -58,11 +58,11 @@ def waiters() -> List[dict]:
     """The requests waiting for GPUs, first in line first: dicts with
     "position", "user", "uid", "pid", "command", "since_ms" and "request"
     ("2 GPUs exclusive").  The lease broker lists the first 256 of a
-    longer line: waiting() counts them all."""
+    longer line: waiting_by_user() counts them all."""
     return _native.leases_json()["waiters"]
 
 
-def waiting() -> Dict[str, int]:
+def waiting_by_user() -> Dict[str, int]:
     """How many requests each user has waiting in line, the whole line
     counted (past the 256 the broker lists one by one too)."""
     line = _native.leases_json()

@@ -303,7 +303,7 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	run -0 gpuman queue -u gmtest-bob --json
 	[ "$(jqr -c '[.[] | select(.state == "waiting")]')" = '[{"user":"gmtest-bob","state":"waiting","count":20}]' ]
 	# the C library's gm_leases_json and the Python binding count it whole
-	run -0 py_gpuman -c 'import gpuman, json; print(len(gpuman.waiters()), json.dumps(gpuman.waiting(), sort_keys=True))'
+	run -0 py_gpuman -c 'import gpuman, json; print(len(gpuman.waiters()), json.dumps(gpuman.waiting_by_user(), sort_keys=True))'
 	[ "$output" = "256 {\"gmtest-bob\": 20, \"$(id -un)\": 300}" ]
 	# serve: the whole line in /metrics, and the tail on the page
 	gpuman serve --listen 127.0.0.1:0 --interval 0.3 2>"$BATS_TEST_TMPDIR/serve.log" 3>&- &
