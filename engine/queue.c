@@ -269,26 +269,6 @@ int queue_has_work(struct queue *q)
 	return live;
 }
 
-int queue_dispatcher_pid(const struct queue *q)
-{
-	char path[PATH_MAX + 32], buf[32];
-	int fd = open(queue_path(q, "dispatcher.lock", path, sizeof path), O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-	int pid = 0;
-
-	if (fd < 0)
-		return 0;
-	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
-		n = pread(fd, buf, sizeof buf - 1, 0);
-		if (n > 0) {
-			buf[n] = '\0';
-			pid = atoi(buf);
-		}
-	}
-	close(fd);
-	return pid;
-}
-
 int queue_ensure_dispatcher(const struct queue *q, char *err, size_t len)
 {
 	char **machines = NULL;

@@ -76,8 +76,6 @@ int queue_prune(struct queue *q, int64_t ended_before_ms, size_t *count, char *e
 int queue_drain_events(int ifd);
 /* Does any job wait or run?  (Then a dispatcher must live.) */
 int queue_has_work(struct queue *q);
-/* The dispatcher's pid from its lock file, 0 if none holds it. */
-int queue_dispatcher_pid(const struct queue *q);
 
 /*
  * Each job keeps its own machine: the variables of its environment that

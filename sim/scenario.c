@@ -317,11 +317,6 @@ void scenario_free(struct scenario *sc)
 	free(sc);
 }
 
-const char *scenario_function_name(enum scenario_fn fn)
-{
-	return (unsigned)fn < FN_COUNT ? function_names[fn] : "?";
-}
-
 long scenario_find_uuid(const struct scenario *sc, const char *uuid)
 {
 	size_t i;

@@ -340,8 +340,6 @@ int scenario_error_code(const char *name);
 const char *scenario_error_name(int code);
 /* The scenario name of a compute mode ("exclusive_process"). */
 const char *scenario_compute_mode_name(int mode);
-/* The NVML function's name ("nvmlInit_v2"). */
-const char *scenario_function_name(enum scenario_fn fn);
 
 /* Position in sc->gpus of the GPU with exactly this UUID, or -1. */
 long scenario_find_uuid(const struct scenario *sc, const char *uuid);

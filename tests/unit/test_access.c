@@ -188,6 +188,10 @@ static void test_mig_slices_and_their_processes(void **state)
 	assert_string_equal(gm_mig_uuid(m), "MIG-3a");
 	assert_string_equal(gm_mig_profile(m), "3g.40gb");
 	assert_string_equal(gm_mig_name(m), "Test GPU MIG 3g.40gb");
+	/* what each slice reported, as bits: the second lost its memory */
+	assert_true(gm_mig_valid(m) & GM_MIG_HAS_MEMORY);
+	assert_false(gm_mig_valid(m) & GM_MIG_HAS_INSTANCE);
+	assert_false(gm_mig_valid(gm_snapshot_mig(&snap, 1)) & GM_MIG_HAS_MEMORY);
 	assert_true(gm_mig_value(m, GM_MIG_MEM_FREE_MIB, &v));
 	assert_int_equal(v, 10000);
 	assert_true(gm_mig_value(m, GM_MIG_MEM_USED_MIB, &v));
