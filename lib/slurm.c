@@ -414,7 +414,8 @@ static void explain_refusal(const char *out, char *err, size_t len)
 		    "here:\n%s",
 		    line, gres);
 	} else if (strcasestr(out, "node configuration is not available") ||
-	           strcasestr(out, "Invalid generic resource") || strcasestr(out, "gres")) {
+	           strcasestr(out, "Invalid generic resource") || strcasestr(out, "gres") ||
+	           strcasestr(out, "Invalid feature")) {
 		capture(argv, gres, sizeof gres, 15000);
 		say(err, len,
 		    "Slurm: no node can ever give what was asked (%s): check the --gres type and "

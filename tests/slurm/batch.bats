@@ -150,6 +150,21 @@ TXT
 	[ -z "$(squeue -h -t PD,R -p gpu)" ]
 }
 
+@test "slurm batch: --constraint, --salloc-arg and --srun-arg reach Slurm as given; a constraint no node meets is refused in Slurm's words" {
+	echo true >t.txt
+	run -1 gpuman batch --slurm --constraint=nvlink t.txt
+	[[ "$output" == *"no node can ever give what was asked (Job submit/allocate failed: Invalid feature specification)"* ]]
+	[[ "$output" == *"gpu:a100:2,gpu:t4:2"* ]]     # what there is
+	# salloc's own option (a comment on the allocation) and each step's
+	# (an environment variable for the task), as a user would pass them
+	echo "squeue -h -j \$SLURM_JOB_ID -o %k >$PWD/comment; echo \"\$GM_PROBE\" >$PWD/probe" >p.txt
+	run -0 gpuman batch --slurm --gres=gpu:1 --salloc-arg=--comment=gm-probe \
+		--srun-arg=--export=ALL,GM_PROBE=from-srun p.txt
+	[ "$(cat comment)" = gm-probe ]
+	[ "$(cat probe)" = from-srun ]
+	[ -z "$(squeue -h -t PD,R -p gpu)" ]
+}
+
 @test "slurm batch: the log directory passes the local batch's checks; logs 0600 in 0700 whatever the umask" {
 	gm_user mallory
 	# a shared directory like /tmp, where another user can plant things
