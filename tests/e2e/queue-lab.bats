@@ -13,6 +13,9 @@ setup() {
 
 teardown() {
 	queue_teardown
+	# what "cancel -u USER as root" made, even when it failed half-way
+	# (left, it would make every later run skip that test)
+	[ -z "${MADE_HOME:-}" ] || rm -rf "$MADE_HOME" "${SHARED:-}"
 }
 
 # rss_kib CMD... - run CMD (output discarded), print its peak RSS in KiB
@@ -344,6 +347,7 @@ one_gpu() {
 	echo '{ "gpus": [ { "name": "g", "memory_total_mib": 16000 } ] }' >"$SHARED/gpus.json"
 	chmod 644 "$SHARED/gpus.json"
 	install -d -o gmtest-alice -g gmtest-alice -m 700 /home/gmtest-alice
+	MADE_HOME=/home/gmtest-alice
 	export GPUMAN_SIM=$SHARED/gpus.json GPUMAN_STATE_DIR=$SHARED/state GPUMAN_SIM_STATE=$SHARED/sim
 	cd "$SHARED"
 	alice() { as_user alice env -u GPUMAN_QUEUE_DIR HOME=/home/gmtest-alice "$@"; }
@@ -358,5 +362,4 @@ one_gpu() {
 	[ "$(jqr '[.[].state] | join(",")')" = cancelled,cancelled ]
 	# root's own queue was not touched, nor made in alice's name
 	[ "$(stat -c %U /home/gmtest-alice/.local/state/gpuman)" = gmtest-alice ]
-	rm -rf /home/gmtest-alice "$SHARED"
 }
