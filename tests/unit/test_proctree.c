@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,7 +65,25 @@ static void test_tree_within(void **s)
 	waitpid(child, NULL, 0);
 }
 
-/* A child that has exec'd: sleep 30 "two words" "a<newline>b". */
+/* Has pid's /proc/PID/cmdline any bytes yet? */
+static int cmdline_ready(pid_t pid)
+{
+	char path[64], c;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, &c, 1);
+	close(fd);
+	return n > 0;
+}
+
+/* A child that has exec'd: this program again, as "holder" "two words"
+ * "a<newline>b", which waits to be killed (main).  Not sleep: it takes
+ * every argument for a time and exits at once on "two words". */
 static pid_t exec_child(void)
 {
 	int fds[2];
@@ -77,13 +96,18 @@ static pid_t exec_child(void)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 		close(fds[0]);
 		fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* closed by the exec */
-		execlp("sleep", "sleep", "30", "two words", "a\nb", (char *)NULL);
+		execl("/proc/self/exe", "holder", "two words", "a\nb", (char *)NULL);
 		_exit(127);
 	}
 	assert_true(pid > 0);
 	close(fds[1]);
-	assert_int_equal(read(fds[0], &c, 1), 0); /* EOF: it has exec'd */
+	assert_int_equal(read(fds[0], &c, 1), 0); /* EOF: it is exec'ing */
 	close(fds[0]);
+	/* The kernel closes the pipe before it lays out the new program's
+	 * arguments: until then /proc/PID/cmdline is empty (CI once read it
+	 * there).  Wait for them, 2 s at most. */
+	for (int i = 0; i < 200 && !cmdline_ready(pid); i++)
+		usleep(10000);
 	return pid;
 }
 
@@ -94,11 +118,11 @@ static void test_command(void **s)
 
 	(void)s;
 	child = exec_child();
-	assert_int_equal(proctree_command((int)child, out, sizeof out), 22);
-	assert_string_equal(out, "sleep 30 two words a b");
+	assert_int_equal(proctree_command((int)child, out, sizeof out), 20);
+	assert_string_equal(out, "holder two words a b");
 	/* cut to its room, still terminated */
 	assert_int_equal(proctree_command((int)child, small, sizeof small), 8);
-	assert_string_equal(small, "sleep 30");
+	assert_string_equal(small, "holder t");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	assert_int_equal(proctree_command((int)child, out, sizeof out), -1); /* gone */
@@ -108,8 +132,13 @@ static void test_command(void **s)
 	assert_non_null(strstr(out, "proctree"));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	/* exec_child's holder: wait for the SIGKILL */
+	if (argc == 3 && !strcmp(argv[1], "two words")) {
+		for (;;)
+			pause();
+	}
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_parent_through_tricky_name),
 	    cmocka_unit_test(test_tree_within),
