@@ -1,39 +1,26 @@
 /*
  * registry.c - the daemonless registry as a lease transport (transport.h):
- * leases shared by every process and user of the machine: the state
- * directory and its safety checks, one attempt (read everything, ask the
- * rules) and the atomic choose-and-lease step with first-come-first-served
- * waiting.  Its parts: registry_read.c (which files to believe, and the
- * admin's caps on what they hold), registry_holder.c (whether a file's
- * holder lives), registry_files.c (writing them),
+ * leases shared by every process and user of the machine: one attempt
+ * (read everything, ask the rules) and the atomic choose-and-lease step
+ * with first-come-first-served waiting.  Its parts: registry_dir.c (the
+ * state directory and its safety checks), registry_read.c (which files to
+ * believe, and the admin's caps on what they hold), registry_holder.c
+ * (whether a file's holder lives), registry_files.c (writing them),
  * registry_wait.c (the wait line), registry_lock.c (the registry lock);
  * registry_impl.h what they share.  See registry.h for the
  * directory's layout and the locking protocol.
  */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
-#include <poll.h>
-#include <pthread.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/wait.h>
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 #include "caps.h"
 #include "context.h"
 #include "lease.h"
-#include "parse.h"
 #include "pick.h"
 #include "line.h"
 #include "proctree.h"
@@ -42,99 +29,14 @@
 #include "registry.h"
 #include "registry_impl.h"
 #include "snapshot.h"
-#include "text.h"
 #include "transport.h"
 #include "util.h"
 
-/* ---- the directory ------------------------------------------------------ */
-
-static enum gm_err check_dir(const char *dir, struct stat *out, char *err, size_t len)
-{
-	struct stat st;
-
-	if (lstat(dir, &st) < 0)
-		return gm_fail(GM_ERR_STATE, err, len, "state directory '%s': %s", dir,
-		               strerror(errno));
-	if (S_ISLNK(st.st_mode))
-		return gm_fail(
-		    GM_ERR_STATE, err, len,
-		    "state directory '%s' is a symbolic link; refusing it (another user "
-		    "could redirect everyone's leases); point GPUMAN_STATE_DIR at a real "
-		    "directory",
-		    dir);
-	if (!S_ISDIR(st.st_mode))
-		return gm_fail(GM_ERR_STATE, err, len, "state directory '%s' is not a directory",
-		               dir);
-	if (st.st_uid != 0 && st.st_uid != geteuid()) {
-		struct passwd *pw = getpwuid(st.st_uid);
-
-		return gm_fail(GM_ERR_STATE, err, len,
-		               "state directory '%s' is owned by user '%s', who could remove "
-		               "everyone's leases; for a registry shared by all users an admin "
-		               "should run 'install -d -m 1777 /run/gpuman' (see "
-		               "contrib/gpuman.tmpfiles.conf), or set GPUMAN_STATE_DIR to a "
-		               "directory owned by root or by you",
-		               dir, pw ? pw->pw_name : "?");
-	}
-	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
-		return gm_fail(GM_ERR_STATE, err, len,
-		               "state directory '%s' is writable by others without the sticky bit, "
-		               "so anyone could remove your leases; fix it with 'chmod +t %s'",
-		               dir, dir);
-	*out = st;
-	return GM_OK;
-}
-
-/* Shared by every user, so world-writable and sticky: each user may add
- * files but only remove their own. */
-static enum gm_err make_shared_dir(const char *dir, char *err, size_t len)
-{
-	if (mkdir(dir, 01777) == 0) {
-		if (chmod(dir, 01777) < 0) /* mkdir obeys the umask */
-			return gm_fail(GM_ERR_STATE, err, len, "state directory '%s': chmod: %s",
-			               dir, strerror(errno));
-	} else if (errno != EEXIST) {
-		return gm_fail(GM_ERR_STATE, err, len,
-		               "cannot create state directory '%s': %s (set GPUMAN_STATE_DIR)", dir,
-		               strerror(errno));
-	}
-	return GM_OK;
-}
-
-/* The files transport's open: the state directory, checked, and its lock. */
+/* The files transport's open: the state directory (registry_dir.c). */
 static enum gm_err files_open(struct registry *reg, const char *sock, char *err, size_t len)
 {
-	const char *env = getenv("GPUMAN_STATE_DIR");
-	struct stat st, fst;
-	enum gm_err rc;
-
 	(void)sock;
-	if (env && *env)
-		snprintf(reg->dir, sizeof reg->dir, "%s", env);
-	else if (stat("/run/gpuman", &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(reg->dir, sizeof reg->dir, "/run/gpuman");
-	else
-		snprintf(reg->dir, sizeof reg->dir, "/tmp/gpuman");
-	rc = make_shared_dir(reg->dir, err, len);
-	if (rc == GM_OK)
-		rc = check_dir(reg->dir, &st, err, len);
-	if (rc != GM_OK)
-		return rc;
-	/*
-	 * The lock is the directory itself: nobody but its owner (root, or
-	 * this user) can rename or replace it, unlike a file in it, which its
-	 * creator could rename away so that later callers lock another inode.
-	 * Read-only, like every flock here: it needs no write access.
-	 */
-	reg->lock_fd = open(reg->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (reg->lock_fd < 0 || fstat(reg->lock_fd, &fst) < 0)
-		return gm_fail(GM_ERR_STATE, err, len, "cannot open state directory '%s': %s",
-		               reg->dir, strerror(errno));
-	if (fst.st_dev != st.st_dev || fst.st_ino != st.st_ino)
-		return gm_fail(GM_ERR_STATE, err, len,
-		               "state directory '%s' was replaced while it was opened; try again",
-		               reg->dir);
-	return GM_OK;
+	return registry_dir_open(reg, err, len);
 }
 
 /*

@@ -1,6 +1,6 @@
 /*
- * registry_impl.h - private to the registry's files (registry.c: the
- * directory, one attempt and the transport; registry_read.c,
+ * registry_impl.h - private to the registry's files (registry.c: one
+ * attempt and the transport; registry_dir.c, registry_read.c,
  * registry_files.c, registry_wait.c, registry_lock.c): the names of the
  * files in the state directory, one attempt and one waiter, and the
  * functions they call across files.  Callers use lease_api.h.
@@ -101,6 +101,10 @@ void registry_user_name(unsigned uid, char *out, size_t len);
  * the state directory) cannot be looked up here, only trusted.
  */
 json_int_t registry_own_pidns(void);
+
+/* The state directory, made if need be, checked against another user's
+ * tampering, and opened as reg->lock_fd (registry_dir.c). */
+enum gm_err registry_dir_open(struct registry *reg, char *err, size_t len);
 
 /* Would count more GPUs take uid beyond its cap?  caps_over(). */
 int registry_over_cap(const struct registry *reg, const struct registry_view *view, unsigned uid,
