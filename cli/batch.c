@@ -65,7 +65,8 @@ void tasks_free(struct task *t, size_t n)
 	free(t);
 }
 
-/* Each non-empty line that is not a comment (# first) is a task. */
+/* Each non-empty line that is not a comment (# first) is a task; CRLF line
+ * ends and a leading byte order mark are taken as a text editor meant them. */
 int read_tasks(FILE *f, const char *name, struct task **out, size_t *count, char *err,
                size_t errlen)
 {
@@ -77,7 +78,10 @@ int read_tasks(FILE *f, const char *name, struct task **out, size_t *count, char
 	while ((len = getline(&line, &sz, f)) >= 0) {
 		char *s = line, *e = line + len;
 
-		lineno++;
+		/* A file saved by a Windows editor starts with a byte order mark,
+		 * which would otherwise be the first task's first word. */
+		if (++lineno == 1 && len >= 3 && !memcmp(s, "\xef\xbb\xbf", 3))
+			s += 3;
 		while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
 			*--e = '\0';
 		s += strspn(s, " \t");

@@ -259,6 +259,13 @@ int scenario_load(const char *path, struct scenario **out, char *err, size_t err
 	text = read_file(&ld, path, &len);
 	if (!text)
 		goto done;
+	/* jansson would say only "'{' expected near" an invisible character */
+	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
+		loader_bad(&ld, "", NULL,
+		           "the file starts with a byte order mark (U+FEFF); save it as UTF-8 "
+		           "without one");
+		goto done;
+	}
 	/* Duplicate keys are rejected: the second would silently win. */
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {

@@ -340,3 +340,16 @@ EOF
 	run -0 gpuman batch fine.txt
 	[ "$(head -1 ok-1)" = "$HOME 0 GPU-00000000-0000-0000-0000-000000000000 1" ]
 }
+
+@test "a task file saved by a Windows editor (a byte order mark, CRLF line ends) runs as written" {
+	gpus one.json 1.0
+	printf '\xef\xbb\xbfecho one >out-{task}\r\n# a comment\r\n\r\necho two >out-{task}\r\n' >win.txt
+	run -0 gpuman batch --dry-run win.txt
+	[[ "$output" == *"1  echo one >out-1"* ]]
+	[[ "$output" == *"2 tasks"* ]]
+	run -0 gpuman batch win.txt
+	[ "$(cat out-1)" = one ]
+	[ "$(cat out-2)" = two ]
+	[ "$(jq -r '.tasks[0].command' gpuman-logs/win.txt/summary.json)" = "echo one >out-{task}" ]
+	[ "$(jq -r '.tasks[1].command' gpuman-logs/win.txt/summary.json)" = "echo two >out-{task}" ]
+}

@@ -97,6 +97,11 @@ JSON
 	run -1 gpuman status
 	[[ "$output" == *"typo.json"* ]]
 	[[ "$output" == *"memory_totl_mib"* ]]
+	# an invisible byte order mark is named, not left for jansson to trip on
+	export GPUMAN_SIM=$BATS_TEST_TMPDIR/bom.json
+	printf '\xef\xbb\xbf{ "gpus": [ { "name": "x", "memory_total_mib": 100 } ] }\n' >"$GPUMAN_SIM"
+	run -1 gpuman status
+	[[ "$output" == *"bom.json: the file starts with a byte order mark (U+FEFF); save it as UTF-8 without one"* ]]
 }
 
 @test "a scenario file that does not exist is a usage error" {
