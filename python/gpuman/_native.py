@@ -283,10 +283,19 @@ def pick(ctx, req):
     return rc, chosen, why
 
 
+def _as_argument(message, key):
+    """The library's "--min-free '12Q': ..." as a Python caller wrote it:
+    "min_free='12Q': ..."."""
+    option = ("-" if len(key) == 1 else "--") + key
+    if message.startswith(option + " "):
+        return key.replace("-", "_") + "=" + message[len(option) + 1:]
+    return message
+
+
 def request(options):
     """A gm_request with options [(key, value or None)] set; the caller
     frees it with gm_request_free.  Raises InvalidArgument naming a bad
-    option."""
+    argument by its Python name."""
     L = lib()
     req = L.gm_request_new()
     if not req:
@@ -297,5 +306,5 @@ def request(options):
         rc = L.gm_request_set(req, key.encode(), raw, err, ERRBUF_SIZE)
         if rc != OK:
             L.gm_request_free(req)
-            raise error_for(rc, text(err.value))
+            raise error_for(rc, _as_argument(text(err.value), key))
     return req
