@@ -24,6 +24,10 @@ const struct cmd_entry *const *cli_commands(size_t *count);
  * that a GPU that looks idle is not passed over without a word. */
 void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap);
 
+/* The policy's per-GPU explanation (pick_explain) without its last line
+ * end, for the end of a message; "" for none. */
+const char *cli_explained(char *explain);
+
 /* EXIT_UNAVAILABLE, having said why and that not_done ("no task was
  * run"), when no GPU of this machine could ever take cli->req (in snap, or
  * a reading taken here when NULL); EXIT_OK otherwise, also when NVML

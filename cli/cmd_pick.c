@@ -39,11 +39,11 @@ static int pick_exec(struct cli *cli, int argc, char **argv)
 		return rc;
 	err = registry_pick(ctx, snap, cli->req, &idx, &n, &mig_pos, &explain, why, sizeof why);
 	if (err == GM_ERR_UNAVAILABLE || err == GM_ERR_NEVER) {
-		rc = cli_error(
-		    cli, EXIT_UNAVAILABLE, "%s:\n%s%s",
-		    err == GM_ERR_NEVER ? "no GPU of this machine can ever meet the request"
-		                        : "no GPU meets the request now",
-		    explain ? explain : "", snap->gpu_count ? "" : "(no NVIDIA GPU found)\n");
+		rc = cli_error(cli, EXIT_UNAVAILABLE, "%s:\n%s",
+		               err == GM_ERR_NEVER
+		                   ? "no GPU of this machine can ever meet the request"
+		                   : "no GPU meets the request now",
+		               snap->gpu_count ? cli_explained(explain) : "(no NVIDIA GPU found)");
 		goto done;
 	} else if (err != GM_OK) {
 		rc = cli_error(cli, EXIT_FAIL, "%s", *why ? why : gm_strerror(err));

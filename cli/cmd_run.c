@@ -432,9 +432,10 @@ static int run_exec(struct cli *cli, int argc, char **argv)
 			status = run_on_cpu(&r, err);
 			break;
 		}
-		status = cli_error(cli, EXIT_UNAVAILABLE, "%s%s\n%s", err,
+		status = cli_error(cli, EXIT_UNAVAILABLE, "%s%s%s%s", err,
 		                   rc == GM_ERR_UNAVAILABLE ? " (add --wait to queue for it)" : "",
-		                   explain ? explain : "");
+		                   explain && *cli_explained(explain) ? ":\n" : "",
+		                   cli_explained(explain));
 		break;
 	case GM_ERR_INTERRUPTED:
 		status = cli_error(cli, 128 + SIGINT, "%s", err);

@@ -637,7 +637,8 @@ const struct cmd_entry cmd_top = {
     "Without a terminal it prints `gpuman status --watch` instead.\n"
     "\n"
     "  -d, --delay SEC        refresh every SEC seconds (default 2)\n"
-    "  -i, --id GPU[,GPU]     only these GPUs: NVML indices or UUID prefixes\n"
+    "  -i, --id GPU[,GPU]     only these GPUs: NVML indices, ranges (0-3) or UUID\n"
+    "                         prefixes\n"
     "  -u, --user USER[,USER] only these users' processes\n"
     "  --sim FILE             use the NVML simulator with this scenario\n",
     top_exec,

@@ -176,6 +176,15 @@ int cli_exec_sibling(struct cli *cli, const struct cmd_entry *cmd, const char *p
 	                 path, strerror(errno));
 }
 
+const char *cli_explained(char *explain)
+{
+	size_t n = explain ? strlen(explain) : 0;
+
+	while (n && explain[n - 1] == '\n')
+		explain[--n] = '\0';
+	return n ? explain : "";
+}
+
 int cli_never_fits(struct cli *cli, struct gm_context *ctx, const struct gm_snapshot *snap,
                    const char *not_done)
 {
@@ -191,13 +200,11 @@ int cli_never_fits(struct cli *cli, struct gm_context *ctx, const struct gm_snap
 		snap = own;
 	}
 	if (gm_pick(ctx, snap, cli->req, &indices, &count, &explain) == GM_ERR_NEVER) {
-		size_t n = explain ? strlen(explain) : 0;
+		const char *why = cli_explained(explain);
 
-		while (n && explain[n - 1] == '\n')
-			explain[--n] = '\0';
 		status = cli_error(cli, EXIT_UNAVAILABLE,
 		                   "no GPU of this machine can ever meet the request; %s%s%s",
-		                   not_done, n ? "\n" : "", n ? explain : "");
+		                   not_done, *why ? "\n" : "", why);
 	}
 	free(indices);
 	free(explain);

@@ -146,7 +146,27 @@ int cli_select_resolve(struct cli *cli, struct cli_select *sel, const struct gm_
 	if (!list)
 		return cli_error(cli, EXIT_FAIL, "out of memory");
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		g = gm_snapshot_find(snap, tok);
+		unsigned lo, hi;
+		int named = 0;
+
+		if (gpu_index_range(tok, strlen(tok), &lo, &hi)) {
+			if (lo > hi) {
+				rc = cli_usage(cli,
+				               "-i '%s': a range of indices runs upwards (%u-%u)",
+				               tok, hi, lo);
+				break;
+			}
+			for (size_t i = 0; i < snap->gpu_count; i++)
+				if (lo <= snap->gpus[i].index && snap->gpus[i].index <= hi) {
+					sel->gpus |= (uint64_t)1 << (snap->gpus[i].index & 63);
+					named = 1;
+				}
+			if (named)
+				continue;
+			g = NULL;
+		} else {
+			g = gm_snapshot_find(snap, tok);
+		}
 		if (!g) {
 			rc = cli_usage(cli,
 			               "-i '%s': names no GPU (an NVML index 0-%zu or a "

@@ -12,7 +12,8 @@
 	"                     power (draw/limit, lowest first), util (lowest first), index\n"      \
 	"  --min-free SIZE    only GPUs with at least SIZE free (8G, 8192 = MiB, 50%)\n"           \
 	"  --max-util PCT     only GPUs at most PCT percent busy\n"                                \
-	"  --only LIST        only these GPUs (NVML indices or UUID prefixes: 0,3 or GPU-b120)\n"  \
+	"  --only LIST        only these GPUs: NVML indices, ranges or UUID prefixes\n"            \
+	"                     (0,3 or 0-3 or GPU-b120)\n"                                          \
 	"  --exclude LIST     never these GPUs\n"                                                  \
 	"  --mig PROFILE      one MIG slice of this profile (1g.10gb, 3g.40gb; any: any\n"         \
 	"                     slice) instead of a GPU: CUDA_VISIBLE_DEVICES=MIG-<uuid>.\n"         \

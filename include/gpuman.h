@@ -317,7 +317,8 @@ GM_API void gm_request_free(struct gm_request *req);
  *   gm_lease_gpu_uuid and gm_lease_cuda_visible are the slice's "MIG-..."
  *   UUID; not with "mem" or an "n" above 1).
  * SIZE: 8192 (MiB), 8G, 8GiB, 512M, 1T, 50%.  DURATION: 90, 90s, 15m, 2h,
- * 1h30m.  LIST: NVML indices or UUID prefixes, comma separated.
+ * 1h30m.  LIST: NVML indices, ranges of them (0-3) or UUID prefixes, comma
+ * separated.
  * GM_ERR_INVALID with a message naming the option on bad input; the
  * request is then as it was.
  */

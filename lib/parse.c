@@ -369,6 +369,24 @@ int parse_count(const char *s, unsigned *n, char *err, size_t errlen)
 	return 0;
 }
 
+int gpu_index_range(const char *item, size_t len, unsigned *lo, unsigned *hi)
+{
+	const char *dash = memchr(item, '-', len);
+	uint64_t a, b;
+	size_t la, lb;
+
+	if (!dash)
+		return 0;
+	la = (size_t)(dash - item);
+	lb = len - la - 1;
+	if (la < 1 || la > 4 || lb < 1 || lb > 4 || scan_whole(item, la, &a) ||
+	    scan_whole(dash + 1, lb, &b))
+		return 0;
+	*lo = (unsigned)a;
+	*hi = (unsigned)b;
+	return 1;
+}
+
 void gpu_list_release(struct gpu_list *list)
 {
 	size_t i;
@@ -385,6 +403,7 @@ int gpu_list_parse(const char *s, struct gpu_list *out, char *err, size_t errlen
 	struct gpu_list list = GPU_LIST_INIT;
 	const char *item, *end, *c;
 	size_t len, n = 1;
+	unsigned lo, hi;
 
 	out->count = 0;
 	out->items = NULL;
@@ -416,6 +435,11 @@ int gpu_list_parse(const char *s, struct gpu_list *out, char *err, size_t errlen
 				    (int)len, item);
 				goto done;
 			}
+		}
+		if (gpu_index_range(item, len, &lo, &hi) && lo > hi) {
+			bad(err, errlen, "'%.*s': a range of indices runs upwards (%u-%u)",
+			    (int)len, item, hi, lo);
+			goto done;
 		}
 		list.items[list.count] = strndup(item, len);
 		if (!list.items[list.count])
@@ -460,9 +484,15 @@ int gpu_spec_matches(const char *spec, unsigned index, const char *uuid)
 int gpu_list_matches(const struct gpu_list *list, unsigned index, const char *uuid)
 {
 	size_t i;
+	unsigned lo, hi;
 
-	for (i = 0; i < list->count; i++)
-		if (gpu_spec_matches(list->items[i], index, uuid))
+	for (i = 0; i < list->count; i++) {
+		const char *item = list->items[i];
+
+		if (gpu_index_range(item, strlen(item), &lo, &hi)
+		        ? lo <= index && index <= hi
+		        : gpu_spec_matches(item, index, uuid))
 			return 1;
+	}
 	return 0;
 }

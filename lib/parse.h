@@ -42,7 +42,8 @@ int parse_percent(const char *s, unsigned *pct, char *err, size_t errlen);
 /* A positive count ("1".."1024"). */
 int parse_count(const char *s, unsigned *n, char *err, size_t errlen);
 
-/* A LIST of GPUs: NVML indices or UUID prefixes ("0,3", "GPU-8f3,2"). */
+/* A LIST of GPUs: NVML indices, ranges of them or UUID prefixes ("0,3",
+ * "0-3,6", "GPU-8f3,2"). */
 struct gpu_list {
 	size_t count;
 	char **items; /* owned */
@@ -52,16 +53,21 @@ struct gpu_list {
 		0, NULL                                                                            \
 	}
 
-/* Empty items, or characters other than [A-Za-z0-9-] are errors. */
+/* Empty items, characters other than [A-Za-z0-9-] and a range that runs
+ * downwards ("5-2") are errors. */
 int gpu_list_parse(const char *s, struct gpu_list *out, char *err, size_t errlen);
 void gpu_list_release(struct gpu_list *list);
 /*
  * Does one item of the list name the GPU with this NVML index and UUID?
- * A number names the index; anything else is a UUID prefix, matched with or
- * without the "GPU-" and case-insensitively.
+ * A number names the index, "2-5" the indices 2 to 5; anything else is a
+ * UUID prefix, matched with or without the "GPU-" and case-insensitively.
  */
 int gpu_list_matches(const struct gpu_list *list, unsigned index, const char *uuid);
-/* Does the string name this GPU (same rules as one list item)? */
+/* An item "2-5": indices 2 to 5, as taskset and Slurm write them.  At most
+ * four digits a side, so that no UUID prefix (eight hex digits before its
+ * first '-') reads as one.  1: a range, in *lo and *hi; 0: not one. */
+int gpu_index_range(const char *item, size_t len, unsigned *lo, unsigned *hi);
+/* Does the string name this GPU (the rules of one list item, but a range)? */
 int gpu_spec_matches(const char *spec, unsigned index, const char *uuid);
 
 #endif

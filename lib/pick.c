@@ -113,6 +113,21 @@ char *pick_explain(const struct gm_snapshot *snap, const struct policy_result *r
 	if (!out)
 		return NULL;
 	*p = '\0';
+	/* One reason for every GPU (--only naming none, --mig on a machine
+	 * without MIG) is said once, not once a GPU. */
+	if (res->gpu_count > 1 && res->why[0][0]) {
+		size_t same = 1;
+
+		while (same < res->gpu_count && !strcmp(res->why[same], res->why[0]))
+			same++;
+		if (same == res->gpu_count) {
+			if (same == 2)
+				sprintf(p, "both GPUs: %s\n", res->why[0]);
+			else
+				sprintf(p, "all %zu GPUs: %s\n", same, res->why[0]);
+			return out;
+		}
+	}
 	for (size_t i = 0; i < res->gpu_count; i++) {
 		if (!res->why[i][0]) {
 			fit++;

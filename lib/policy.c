@@ -116,7 +116,6 @@ static void say(char *why, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* "pid 28329" or "pids 28329, 28330, ..." for the processes on a GPU. */
 /* --only and --exclude.  An --only that names no GPU here at all (a
  * mistyped index or UUID prefix) says so, rather than leave every GPU
  * "not in --only". */
@@ -144,6 +143,7 @@ static int listed_out(const struct policy_input *in, const struct gm_request *re
 	return 0;
 }
 
+/* "pid 28329" or "pids 28329, 28330, ..." for the processes on a GPU. */
 static void say_pids(char *buf, size_t len, const struct gm_snapshot *snap,
                      const struct gm_gpu *gpu)
 {

@@ -367,7 +367,7 @@ def select(*, n: int = 1, by: str = "memory", min_free: Optional[Size] = None,
     SIZE against its free memory, instead of taking it whole; wait: True
     (forever), seconds, or a duration such as "15m" -- queue first come,
     first served until GPUs fit (Ctrl-C leaves the line at once); only /
-    exclude: NVML indices or UUID prefixes (list or "0,3"); idle: only GPUs
+    exclude: NVML indices or UUID prefixes (list, or "0,3" or "0-3"); idle: only GPUs
     with no process at all; mig: one MIG slice of this profile ("1g.10gb",
     or "any") instead of a GPU, CUDA_VISIBLE_DEVICES=MIG-<uuid> (a GPU in
     MIG mode is never leased whole); fallback="cpu": instead of raising Unavailable

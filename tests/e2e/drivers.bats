@@ -69,7 +69,7 @@ opened() {
 	as_driver r470 470.256.02
 	export CUDA_VISIBLE_DEVICES=0,1
 	run -75 gpuman pick
-	[[ "$output" == *"GPU 0 (NVIDIA GeForce GTX 1080 Ti): CUDA_VISIBLE_DEVICES index: this driver hides CUDA's fastest-first order"* ]]
+	[[ "$output" == *"all 4 GPUs: CUDA_VISIBLE_DEVICES index: this driver hides CUDA's fastest-first order"* ]]
 	[[ "$output" == *"use UUIDs or CUDA_DEVICE_ORDER=PCI_BUS_ID"* ]]
 	run -75 gpuman run -- true
 	[[ "$output" == *"hides CUDA's fastest-first order"* ]]

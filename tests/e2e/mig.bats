@@ -176,9 +176,10 @@ PY
 	[[ "$output" == *"--mem '2G': --mig takes a whole slice, never a share of it"* ]]
 	run -2 gpuman run -n 2 --mig 1g.10gb -- true
 	[[ "$output" == *"one slice per job"* ]]
-	# a machine without MIG: every GPU says so
+	# a machine without MIG: said once for all its GPUs
 	run -75 gpuman --sim "$GM_ROOT/examples/lab-8gpu.json" pick --mig 1g.10gb
-	[ "$(grep -c 'not in MIG mode' <<<"$output")" = 8 ]
+	[ "${lines[1]}" = "all 8 GPUs: not in MIG mode (--mig asks for a slice of a GPU in MIG mode)" ]
+	[ "${#lines[@]}" = 2 ]
 }
 
 @test "two jobs on two slices of one GPU, a third waits for a slice; each gets CUDA_VISIBLE_DEVICES=MIG-<uuid>" {

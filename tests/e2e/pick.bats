@@ -75,6 +75,22 @@ JSON
 	[[ "$output" == *"GPU 1 (Test GPU B): "*"3000001"* ]]
 	run -75 gpuman pick --only 3 --exclude 3
 	[[ "$output" == *"excluded by --exclude"* ]]
+	# ranges of indices, as taskset and Slurm write them
+	run -0 gpuman pick -n 2 --only 1-2
+	[ "$output" = "1,2" ]
+	run -0 gpuman pick -n 2 --exclude 0-1
+	[ "$output" = "2,3" ]
+	run -0 gpuman pick --exclude 0-1,GPU-cccc --only 0-3
+	[ "$output" = 3 ]
+	run -2 gpuman pick --only 3-1
+	[[ "$output" == *"--only '3-1': '3-1': a range of indices runs upwards (1-3)"* ]]
+	# a reason every GPU shares is said once
+	run -75 gpuman pick --exclude 0-3
+	[ "$output" = "gpuman pick: no GPU of this machine can ever meet the request:
+all 4 GPUs: excluded by --exclude" ]
+	run -75 gpuman run --only 9 -- true
+	[ "$output" = "gpuman run: no GPU of this machine can ever meet the request:
+all 4 GPUs: not in --only, which names no GPU of this machine (gpuman status lists their indices and UUIDs)" ]
 }
 
 @test "--format uuid and cuda print what CUDA cannot misread; --json gives both" {

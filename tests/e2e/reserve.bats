@@ -230,6 +230,9 @@ four_gpus() {
 	[ "$output" = 0 ]
 	run -75 gpuman run -n 2 -- true
 	[[ "$output" == *"GPU 1 (g1): kept out of gpuman by the admin (keep_out in $GPUMAN_CONFIG)"* ]]
+	printf '[limits]\nkeep_out = 1-3\n' >"$GPUMAN_CONFIG" # a range
+	run -75 gpuman run -n 2 -- true
+	[[ "$output" == *"GPU 1 (g1): kept out of gpuman by the admin"* ]]
 	printf '[group root]\ngpus = 0\n' >"$GPUMAN_CONFIG"
 	run -75 as_user alice gpuman run -n 2 -- true
 	[[ "$output" == *"GPU 0 (g0): kept for group root ([group] gpus in $GPUMAN_CONFIG)"* ]]

@@ -4,7 +4,7 @@
 
 load helpers
 
-@test "-i picks GPUs by index or UUID prefix in status and ps; a wrong one is a usage error" {
+@test "-i picks GPUs by index, range or UUID prefix in status and ps; a wrong one is a usage error" {
 	four_gpus
 	run -0 gpuman status -i 1,dddd
 	[[ "$output" == *"Test GPU B"* && "$output" == *"Test GPU D"* ]]
@@ -13,6 +13,13 @@ load helpers
 	[ "$(jqr '[.[].pid] | join(",")')" = 3000002,3000003 ]
 	run -2 gpuman ps -i 7
 	[[ "$output" == *"-i '7': names no GPU"* ]]
+	# ranges of indices
+	run -0 gpuman status --json -i 1-2,dddd
+	[ "$(jqr '[.gpus[].index] | join(",")')" = 1,2,3 ]
+	run -2 gpuman ps -i 5-9
+	[[ "$output" == *"-i '5-9': names no GPU"* ]]
+	run -2 gpuman status -i 3-1
+	[[ "$output" == *"-i '3-1': a range of indices runs upwards (1-3)"* ]]
 	run -2 gpuman status -u no-such-user-here
 	[[ "$output" == *"-u 'no-such-user-here': no such user"* ]]
 }

@@ -308,8 +308,11 @@ class BindingTest(unittest.TestCase):
 
     def test_bad_arguments_name_the_option(self):
         """bad arguments raise GpumanError naming the option, even with fallback"""
-        cases = [({"min_free": "12Q"}, "min-free", "12Q"), ({"by": "nope"}, "by", "nope"),
-                 ({"n": 0}, "-n", "0"), ({"wait": "soon"}, "wait", "soon"),
+        cases = [({"min_free": "12Q"}, "min_free='12Q': unknown unit 'Q'", "12Q"),
+                 ({"by": "nope"}, "by='nope': unknown policy", "nope"),
+                 ({"n": 0}, "n='0': count must be between 1 and 1024", "0"),
+                 ({"max_util": 300}, "max_util='300': percentage", "300"),
+                 ({"wait": "soon"}, "wait='soon'", "soon"),
                  ({"fallback": "gpu"}, "fallback", "gpu")]
         for kwargs, option, value in cases:
             with self.subTest(**kwargs):
@@ -391,8 +394,8 @@ class BindingTest(unittest.TestCase):
         with self.assertRaises(gpuman.Unavailable) as cm:
             gpuman.pick()
         self.assertEqual(cm.exception.code, 6)
-        self.assertIn("GPU 0", str(cm.exception))
-        self.assertIn("leased", str(cm.exception))
+        # one reason for both GPUs, said once
+        self.assertIn("both GPUs: leased exclusively by", str(cm.exception))
         with self.assertRaises(gpuman.Unavailable) as cm:
             gpuman.pick(n=3)
         self.assertEqual(cm.exception.code, 12)

@@ -335,6 +335,37 @@ static void test_list_matches(void **state)
 	assert_false(gpu_list_matches(&list, 0, UUID_A));
 }
 
+/* "2-5" is indices 2 to 5; a UUID prefix with a dash stays a prefix. */
+static void test_list_ranges(void **state)
+{
+	struct gpu_list list = GPU_LIST_INIT;
+
+	(void)state;
+	assert_int_equal(gpu_list_parse("2-4,7", &list, err, sizeof err), 0);
+	assert_false(gpu_list_matches(&list, 1, UUID_A));
+	assert_true(gpu_list_matches(&list, 2, UUID_A));
+	assert_true(gpu_list_matches(&list, 3, UUID_A));
+	assert_true(gpu_list_matches(&list, 4, UUID_A));
+	assert_false(gpu_list_matches(&list, 5, UUID_A));
+	assert_true(gpu_list_matches(&list, 7, UUID_A));
+	gpu_list_release(&list);
+	assert_int_equal(gpu_list_parse("3-3", &list, err, sizeof err), 0);
+	assert_true(gpu_list_matches(&list, 3, UUID_A));
+	assert_false(gpu_list_matches(&list, 2, UUID_A));
+	gpu_list_release(&list);
+	/* eight hex digits before the dash: a UUID's first group, not a range */
+	assert_int_equal(gpu_list_parse("8f3a1c2e-1111", &list, err, sizeof err), 0);
+	assert_true(gpu_list_matches(&list, 0, UUID_A));
+	gpu_list_release(&list);
+	assert_int_equal(gpu_list_parse("GPU-8f3a", &list, err, sizeof err), 0);
+	assert_true(gpu_list_matches(&list, 0, UUID_A));
+	gpu_list_release(&list);
+	/* downwards is refused, naming the item and the range meant */
+	assert_int_equal(gpu_list_parse("0,5-2", &list, err, sizeof err), -1);
+	assert_string_equal(err, "'5-2': a range of indices runs upwards (2-5)");
+	assert_int_equal(list.count, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -355,6 +386,7 @@ int main(void)
 	    cmocka_unit_test(test_list_errors),
 	    cmocka_unit_test(test_spec_matches),
 	    cmocka_unit_test(test_list_matches),
+	    cmocka_unit_test(test_list_ranges),
 	};
 
 	return cmocka_run_group_tests_name("parse", tests, NULL, NULL);
