@@ -242,6 +242,8 @@ four_gpus() {
 	broker
 	run -75 as_user alice gpuman run -n 2 -- true
 	[[ "$output" == *"kept for group root"* ]]
+	run -0 gpuman run --exclude 0-0 -- sh -c 'echo $GPUMAN_GPUS' # a range, on the wire
+	[ "$output" = 1 ]
 	run -0 as_user alice gpuman reserve --for 10s
 	run -0 gpuman run -- sh -c 'echo $GPUMAN_GPUS'
 	[ "$output" = 0 ]
