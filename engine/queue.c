@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -397,7 +398,7 @@ char *queue_machine_key(void)
 		if (!v || !*v || strchr(v, '\n'))
 			continue;
 		if (strcmp(machine_vars[i], "GPUMAN_RESERVATION") &&
-		    (strcmp(machine_vars[i], "GPUMAN_BROKER") || strcmp(v, "off")))
+		    (strcmp(machine_vars[i], "GPUMAN_BROKER") || strcasecmp(v, "off")))
 			absolute(v, path, sizeof path);
 		else
 			snprintf(path, sizeof path, "%s", v);

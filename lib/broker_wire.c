@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,7 +26,7 @@ int broker_wanted(char *buf, size_t len)
 	const char *env = getenv("GPUMAN_BROKER");
 	struct stat st;
 
-	if (env && !strcmp(env, "off"))
+	if (env && !strcasecmp(env, "off"))
 		return 0;
 	if (env && *env) {
 		str_copy(buf, len, env);
@@ -75,6 +76,14 @@ int broker_connect(const char *path, char *err, size_t len)
 
 	if (strlen(path) >= sizeof sa.sun_path) {
 		gm_fail(GM_ERR_STATE, err, len, "broker socket path '%s' is too long", path);
+		return -1;
+	}
+	/* "no" or "0" meant off: said at once, not after waiting for a broker */
+	if (!strchr(path, '/')) {
+		gm_fail(GM_ERR_STATE, err, len,
+		        "GPUMAN_BROKER='%s' is neither 'off' nor the path of a broker's socket "
+		        "(such as %s)",
+		        path, BROKER_DEFAULT_SOCKET);
 		return -1;
 	}
 	memcpy(sa.sun_path, path, strlen(path) + 1);

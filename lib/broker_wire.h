@@ -121,9 +121,11 @@ struct json_t;
 /*
  * Which transport leases go through: the rule, in this order.
  *
- *  1. GPUMAN_BROKER=off: the daemonless registry (the caller's own choice).
+ *  1. GPUMAN_BROKER=off (any case): the daemonless registry (the caller's
+ *     own choice).
  *  2. GPUMAN_BROKER=PATH: the broker at PATH, which broker_connect() takes
- *     only if root or this very user serves it.
+ *     only if root or this very user serves it; a value without a '/' is
+ *     refused as neither.
  *  3. Otherwise, BROKER_DIR decides.  Where it is a directory owned by root
  *     that no one else can write (made by gpuman.socket, or by a broker
  *     root started on the default path), this machine has a broker: the

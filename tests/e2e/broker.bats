@@ -446,6 +446,13 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	[[ "$output" == *"'$GPUMAN_BROKER'"*"does not answer"*"start gpuman daemon there"* ]]
 	run -1 py_gpuman -c 'import gpuman; gpuman.pick()'
 	[[ "$output" == *"'$GPUMAN_BROKER'"*"does not answer"* ]]
+	# a word that is not 'off' is refused at once, not waited for as a socket
+	for v in no 0 gpuman.sock; do
+		GPUMAN_BROKER=$v run -1 timeout 2 gpuman run -- true
+		[ "$output" = "gpuman run: GPUMAN_BROKER='$v' is neither 'off' nor the path of a broker's socket (such as /run/gpuman-broker/gpuman.sock)" ]
+	done
+	# 'off' in any case is off
+	GPUMAN_BROKER=Off run -0 gpuman run -- true
 }
 
 @test "broker: MIG slices are leased one per job, the lease names its slice, and two users never share one" {
