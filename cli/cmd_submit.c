@@ -494,7 +494,8 @@ static int submit_exec(struct cli *cli, int argc, char **argv)
 		status = cli_error(cli, EXIT_FAIL, "out of memory (or an argument is not UTF-8)");
 		goto done;
 	}
-	if (config_load(&cfg, 1, err, sizeof err) != GM_OK) {
+	/* the dispatcher leases as the environment of this submit says */
+	if (config_load(&cfg, 1, err, sizeof err) != GM_OK || lease_env_check(err, sizeof err)) {
 		status = cli_error(cli, EXIT_FAIL, "%s", err);
 		goto done;
 	}

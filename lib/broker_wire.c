@@ -38,6 +38,27 @@ int broker_wanted(char *buf, size_t len)
 	       !(st.st_mode & (S_IWGRP | S_IWOTH));
 }
 
+enum gm_err lease_env_check(char *err, size_t len)
+{
+	const char *broker = getenv("GPUMAN_BROKER"), *dir = getenv("GPUMAN_STATE_DIR");
+	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+	/* "no" or "0" meant off: said at once, not after waiting for a broker */
+	if (broker && *broker && strcasecmp(broker, "off") && !strchr(broker, '/'))
+		return gm_fail(GM_ERR_STATE, err, len,
+		               "GPUMAN_BROKER='%s' is neither 'off' nor the path of a broker's "
+		               "socket (such as %s)",
+		               broker, BROKER_DEFAULT_SOCKET);
+	/* Relative, it would be a registry a working directory: two jobs
+	 * started from two directories would not see each other's leases. */
+	if (dir && *dir && *dir != '/' && !broker_wanted(sock, sizeof sock))
+		return gm_fail(GM_ERR_STATE, err, len,
+		               "GPUMAN_STATE_DIR '%s' is a relative path, so each working "
+		               "directory would have leases of its own; give an absolute path",
+		               dir);
+	return GM_OK;
+}
+
 /* What to do when nobody serves path. */
 static void no_answer(const char *path, int error, char *err, size_t len)
 {
@@ -78,14 +99,8 @@ int broker_connect(const char *path, char *err, size_t len)
 		gm_fail(GM_ERR_STATE, err, len, "broker socket path '%s' is too long", path);
 		return -1;
 	}
-	/* "no" or "0" meant off: said at once, not after waiting for a broker */
-	if (!strchr(path, '/')) {
-		gm_fail(GM_ERR_STATE, err, len,
-		        "GPUMAN_BROKER='%s' is neither 'off' nor the path of a broker's socket "
-		        "(such as %s)",
-		        path, BROKER_DEFAULT_SOCKET);
+	if (lease_env_check(err, len) != GM_OK)
 		return -1;
-	}
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	for (;;) {
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -142,6 +142,12 @@ struct json_t;
  */
 int broker_wanted(char *buf, size_t len);
 
+/* The lease variables as set are usable: GPUMAN_BROKER 'off' or a path
+ * (a word such as "no" is neither), and GPUMAN_STATE_DIR, where the
+ * registry is used, absolute.  GM_ERR_STATE naming the culprit if not:
+ * the transports check at their use, submit before a job is queued. */
+enum gm_err lease_env_check(char *err, size_t len);
+
 /* The broker at the default path stands for this machine's (rule 3). */
 int broker_is_default(const char *path);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "broker_wire.h"
 #include "registry_impl.h"
 #include "util.h"
 
@@ -75,6 +76,9 @@ enum gm_err registry_dir_open(struct registry *reg, char *err, size_t len)
 	struct stat st, fst;
 	enum gm_err rc;
 
+	rc = lease_env_check(err, len);
+	if (rc != GM_OK)
+		return rc;
 	if (env && *env)
 		snprintf(reg->dir, sizeof reg->dir, "%s", env);
 	else if (stat("/run/gpuman", &st) == 0 && S_ISDIR(st.st_mode))

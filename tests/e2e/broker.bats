@@ -450,6 +450,9 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	for v in no 0 gpuman.sock; do
 		GPUMAN_BROKER=$v run -1 timeout 2 gpuman run -- true
 		[ "$output" = "gpuman run: GPUMAN_BROKER='$v' is neither 'off' nor the path of a broker's socket (such as /run/gpuman-broker/gpuman.sock)" ]
+		# nor queued for a dispatcher to take as a path
+		GPUMAN_BROKER=$v run -1 timeout 2 gpuman submit -- true
+		[[ "$output" == *"GPUMAN_BROKER='$v' is neither 'off' nor the path"* ]]
 	done
 	# 'off' in any case is off
 	GPUMAN_BROKER=Off run -0 gpuman run -- true

@@ -374,6 +374,17 @@ JSON
 	chown nobody "$BATS_TEST_TMPDIR/theirs"
 	GPUMAN_STATE_DIR=$BATS_TEST_TMPDIR/theirs run -1 gpuman run -- true
 	[[ "$output" == *"owned by user 'nobody'"* ]]
+	# relative: a registry a working directory, blind to the others' leases
+	cd "$BATS_TEST_TMPDIR"
+	echo true >tasks.txt
+	for cmd in "run -- true" "submit -- true" "batch tasks.txt"; do
+		GPUMAN_STATE_DIR=rel run -1 gpuman $cmd
+		[[ "$output" == *"GPUMAN_STATE_DIR 'rel' is a relative path, so each working directory would have leases of its own; give an absolute path"* ]]
+	done
+	[ ! -e rel ]
+	[ ! -e gpuman-logs ]
+	run -0 gpuman queue --all --json
+	[ "$output" = "[]" ]
 }
 
 @test "another user can see my lease but not release it" {
