@@ -53,24 +53,6 @@ done:
 	return rc;
 }
 
-/* "17" or "17-36" (at most 100000 ids): 0, -1 if it is neither. */
-static int parse_id_range(const char *s, int64_t *lo, int64_t *hi)
-{
-	const char *dash = strchr(s, '-');
-	char first[32];
-
-	if (!dash) {
-		*lo = *hi = parse_job_id(s);
-		return *lo < 0 ? -1 : 0;
-	}
-	if ((size_t)(dash - s) >= sizeof first)
-		return -1;
-	snprintf(first, sizeof first, "%.*s", (int)(dash - s), s);
-	*lo = parse_job_id(first);
-	*hi = parse_job_id(dash + 1);
-	return *lo < 0 || *hi < *lo || *hi - *lo >= 100000 ? -1 : 0;
-}
-
 /* ended_ok: a job that has already ended is no error (cancel --all); 2:
  * nor is one that is not there (a range). */
 static int cancel_one(struct cli *cli, struct queue *q, int64_t id, int ended_ok)

@@ -1,6 +1,6 @@
 /*
- * cmd_wait.c - `gpuman wait ID...`: block until the jobs have ended; exit 0
- * if all succeeded.  It sleeps on the queue directory's events file, which
+ * cmd_wait.c - `gpuman wait ID|FIRST-LAST...|--all`: block until the jobs
+ * have ended; exit 0 if all succeeded.  It sleeps on the queue directory's events file, which
  * the dispatcher rewrites when jobs end, and looks once a second whether a
  * dispatcher still lives (starting one if not).
  *
@@ -85,6 +85,84 @@ static void tell_held(struct cli *cli, struct queue *q, const struct pending *p,
 	job_release(&job);
 }
 
+/* --all and ranges: the ids of the jobs of the queue in lo..hi, of every
+ * state or only of those not yet ended (live), appended to *ids. */
+static enum gm_err ids_in(struct queue *q, int64_t lo, int64_t hi, int live, int64_t **ids,
+                          size_t *n, size_t *cap, char *err, size_t len)
+{
+	for (int s = 0; s < JOB_STATE_COUNT; s++) {
+		int64_t *got = NULL;
+		size_t count = 0;
+		enum gm_err rc;
+
+		if (live && job_state_final((enum job_state)s))
+			continue;
+		rc = jobstore_ids(q->store, (enum job_state)s, &got, &count, err, len);
+		for (size_t i = 0; rc == GM_OK && i < count; i++) {
+			if (got[i] < lo || got[i] > hi)
+				continue;
+			if (*n == *cap) {
+				int64_t *grown =
+				    realloc(*ids, (*cap = *cap ? *cap * 2 : 64) * sizeof *grown);
+
+				if (!grown) {
+					rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
+					break;
+				}
+				*ids = grown;
+			}
+			(*ids)[(*n)++] = got[i];
+		}
+		free(got);
+		if (rc != GM_OK)
+			return rc;
+	}
+	return GM_OK;
+}
+
+/* The operands (ids and FIRST-LAST ranges) or --all as ids, in order: a
+ * range is the ids of it in the queue, --all the jobs not yet ended.  An
+ * exit status (EXIT_OK: *ids and *n set, *n perhaps 0 with --all). */
+static int wanted_ids(struct cli *cli, struct queue *q, int all, int argc, char **argv,
+                      int64_t **ids, size_t *n)
+{
+	char err[GM_ERRBUF_SIZE];
+	size_t cap = 0;
+
+	*ids = NULL;
+	*n = 0;
+	if (all) {
+		if (ids_in(q, 1, INT64_MAX, 1, ids, n, &cap, err, sizeof err) != GM_OK)
+			return cli_error(cli, EXIT_FAIL, "%s", err);
+		qsort(*ids, *n, sizeof **ids, cmp_id);
+		return EXIT_OK;
+	}
+	for (int i = optind; i < argc; i++) {
+		int64_t lo, hi;
+		size_t before = *n;
+
+		parse_id_range(argv[i], &lo, &hi);
+		if (lo == hi) {
+			if (*n == cap) {
+				int64_t *grown =
+				    realloc(*ids, (cap = cap ? cap * 2 : 64) * sizeof *grown);
+
+				if (!grown)
+					return cli_error(cli, EXIT_FAIL, "out of memory");
+				*ids = grown;
+			}
+			(*ids)[(*n)++] = lo; /* one not there is said by the first look */
+			continue;
+		}
+		if (ids_in(q, lo, hi, 0, ids, n, &cap, err, sizeof err) != GM_OK)
+			return cli_error(cli, EXIT_FAIL, "%s", err);
+		if (*n == before)
+			return cli_error(cli, EXIT_USAGE, "no job of yours in %s", argv[i]);
+		qsort(*ids + before, *n - before, sizeof **ids, cmp_id);
+	}
+	return EXIT_OK;
+}
+
 static int report(struct cli *cli, struct queue *q, const int64_t *ids, size_t n)
 {
 	json_t *arr = cli->json ? json_array() : NULL;
@@ -114,42 +192,68 @@ static int report(struct cli *cli, struct queue *q, const int64_t *ids, size_t n
 	return failed ? EXIT_FAIL : EXIT_OK;
 }
 
+enum { OPT_ALL = OPT_CMD_BASE };
+
+static int wait_option(struct cli *cli, int opt, const char *arg, void *data)
+{
+	(void)cli;
+	(void)arg;
+	if (opt != 'a' && opt != OPT_ALL)
+		return -1;
+	*(int *)data = 1;
+	return CLI_CONTINUE;
+}
+
 static int wait_exec(struct cli *cli, int argc, char **argv)
 {
-	static const struct option longopts[] = {CLI_COMMON_OPTIONS, {0}};
+	static const struct option longopts[] = {
+	    CLI_COMMON_OPTIONS, {"all", no_argument, NULL, OPT_ALL}, {0}};
 	struct queue q = {.store = NULL};
 	struct pending p = {NULL, 0};
 	char err[GM_ERRBUF_SIZE], said[GM_ERRBUF_SIZE + 256] = "";
-	int status, ifd = -1;
+	int status, ifd = -1, all = 0;
 	size_t n;
 	int64_t *ids = NULL, last_look, last_full;
 	enum gm_err rc;
 
-	status = cli_parse(cli, &cmd_wait, argc, argv, "", longopts, NULL, NULL);
+	status = cli_parse(cli, &cmd_wait, argc, argv, "a", longopts, wait_option, &all);
 	if (status != CLI_CONTINUE)
 		return status;
-	if (optind >= argc)
-		return cli_usage(cli, "which jobs? (gpuman wait ID...)");
-	n = (size_t)(argc - optind);
-	ids = calloc(n, sizeof *ids);
-	p.ids = calloc(n, sizeof *p.ids);
-	if (!ids || !p.ids) {
-		status = cli_error(cli, EXIT_FAIL, "out of memory");
-		goto done;
+	if (all && optind < argc)
+		return cli_usage(cli, "--all or job ids, not both ('%s')", argv[optind]);
+	if (!all && optind >= argc)
+		return cli_usage(cli, "which jobs? (gpuman wait ID..., FIRST-LAST or --all)");
+	for (int i = optind; i < argc; i++) {
+		int64_t lo, hi;
+
+		if (parse_id_range(argv[i], &lo, &hi) < 0)
+			return cli_usage(cli, "'%s' is not a job id or range of ids (17, 17-36)",
+			                 argv[i]);
 	}
-	for (size_t i = 0; i < n; i++)
-		if ((ids[i] = p.ids[i] = parse_job_id(argv[optind + (int)i])) < 0) {
-			status = cli_usage(cli, "'%s' is not a job id", argv[optind + (int)i]);
-			goto done;
-		}
-	qsort(p.ids, n, sizeof *p.ids, cmp_id);
-	for (size_t i = 0; i < n; i++)
-		if (!p.n || p.ids[p.n - 1] != p.ids[i])
-			p.ids[p.n++] = p.ids[i];
 	if (cli_queue_open(cli, &q) != EXIT_OK) {
 		status = EXIT_FAIL;
 		goto done;
 	}
+	status = wanted_ids(cli, &q, all, argc, argv, &ids, &n);
+	if (status != EXIT_OK)
+		goto done;
+	if (!n) { /* --all with nothing queued or running */
+		if (cli->json)
+			cli_print_json(json_array());
+		else
+			fprintf(stderr, "gpuman wait: no job of yours is queued or running\n");
+		goto done;
+	}
+	p.ids = malloc(n * sizeof *p.ids);
+	if (!p.ids) {
+		status = cli_error(cli, EXIT_FAIL, "out of memory");
+		goto done;
+	}
+	memcpy(p.ids, ids, n * sizeof *ids);
+	qsort(p.ids, n, sizeof *p.ids, cmp_id);
+	for (size_t i = 0; i < n; i++)
+		if (!p.n || p.ids[p.n - 1] != p.ids[i])
+			p.ids[p.n++] = p.ids[i];
 	ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 	if (ifd < 0 || inotify_add_watch(ifd, q.dir, IN_CLOSE_WRITE) < 0) {
 		status = cli_error(cli, EXIT_FAIL, "cannot watch '%s': %s", q.dir, strerror(errno));
@@ -209,16 +313,20 @@ done:
 const struct cmd_entry cmd_wait = {
     "wait",
     "wait until queued jobs have ended",
-    "usage: gpuman wait [--json] ID...\n"
+    "usage: gpuman wait [--json] ID|FIRST-LAST...\n"
+    "       gpuman wait [--json] --all\n"
     "\n"
     "Block until every job named has ended, then print one line per job (id,\n"
-    "state and, unless done, why).  Starts the dispatcher if it has died, and\n"
+    "state and, unless done, why).  FIRST-LAST: every job of yours in that\n"
+    "range (an array's ids, as submit --array prints them).  Starts the dispatcher if it has died, "
+    "and\n"
     "says on stderr, once, what of the machine keeps the jobs queued (a\n"
     "dispatcher that cannot start, a full disk) until that is mended.  Each\n"
     "time jobs end it reads only the jobs that ended lately (and, once a second,\n"
     "the ones it still waits for): waiting on thousands of jobs slows nothing\n"
     "down.\n"
     "\n"
+    "  -a, --all    every job of yours queued or running now\n"
     "  --json       [{\"id\", \"state\", \"reason\"}] instead of the lines\n"
     "\n"
     "Exit status: 0 every job succeeded, 1 one did not, 2 no such job.\n",

@@ -62,6 +62,23 @@ int64_t parse_job_id(const char *s)
 	return v;
 }
 
+int parse_id_range(const char *s, int64_t *lo, int64_t *hi)
+{
+	const char *dash = strchr(s, '-');
+	char first[32];
+
+	if (!dash) {
+		*lo = *hi = parse_job_id(s);
+		return *lo < 0 ? -1 : 0;
+	}
+	if ((size_t)(dash - s) >= sizeof first)
+		return -1;
+	snprintf(first, sizeof first, "%.*s", (int)(dash - s), s);
+	*lo = parse_job_id(first);
+	*hi = parse_job_id(dash + 1);
+	return *lo < 0 || *hi < *lo || *hi - *lo >= 100000 ? -1 : 0;
+}
+
 void job_tell_held(struct cli *cli, const struct job *job, char *said, size_t len)
 {
 	if (job->state != JOB_QUEUED || !job->reason ||

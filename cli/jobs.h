@@ -28,6 +28,9 @@ char *fmt_peak(char *buf, size_t len, const struct job *job);
 char *fmt_util(char *buf, size_t len, const struct job *job);
 /* Parse a job id operand; -1 if it is not one. */
 int64_t parse_job_id(const char *s);
+/* "17" or "17-36" (an array's ids; at most 100000): 0 with *lo..*hi, -1 if
+ * it is neither. */
+int parse_id_range(const char *s, int64_t *lo, int64_t *hi);
 /* A queued job that something of its machine, not the GPUs, holds back
  * (a dispatcher that cannot start, a full disk): say why on stderr, as
  * wait and logs -f wait for it, unless said already holds that reason;

@@ -60,3 +60,35 @@ teardown() {
 	run -0 gpuman queue --all --json
 	[ "$output" = "[]" ]
 }
+
+@test "wait FIRST-LAST waits for an array by its range, wait --all for whatever is queued or running" {
+	gpus 2
+	run -0 gpuman wait --all
+	[ "$output" = "gpuman wait: no job of yours is queued or running" ]
+	run -0 gpuman wait --all --json
+	[ "$output" = "[]" ]
+	gpuman submit -- true >/dev/null
+	run -0 gpuman wait 1
+	ids=$(gpuman submit --array 1-3 -- sh -c 'while [ ! -e go ]; do sleep 0.05; done; exit $(({task} - 1))')
+	[ "$ids" = "2 3 4" ]
+	# it waits: nothing has ended yet
+	run -124 timeout 1 gpuman wait 2-4
+	run -124 timeout 1 gpuman wait --all
+	touch go
+	run -1 gpuman wait 2-4
+	[ "$output" = "2 done
+3 failed: exit status 1
+4 failed: exit status 2" ]
+	# --all takes only what has not ended: job 5
+	gpuman submit -- sh -c 'while [ ! -e go2 ]; do sleep 0.05; done' >/dev/null
+	(sleep 1; touch go2) &
+	run -0 gpuman wait -a --json
+	[ "$(jqr '[.[] | "\(.id) \(.state)"] | join(",")')" = "5 done" ]
+	# a range with none of mine, a range upside down, both at once
+	run -2 gpuman wait 6-9
+	[ "$output" = "gpuman wait: no job of yours in 6-9" ]
+	run -2 gpuman wait 4-2
+	[[ "$output" == *"'4-2' is not a job id or range of ids (17, 17-36)"* ]]
+	run -2 gpuman wait --all 2
+	[[ "$output" == *"--all or job ids, not both ('2')"* ]]
+}
