@@ -338,7 +338,7 @@ const struct cmd_entry cmd_batch = {
     "examples:\n"
     "  gpuman batch sweep.txt\n"
     "  gpuman batch -n 2 --min-free 20G --retries 1 sweep.txt\n"
-    "  seq 100 | sed 's/.*/python shot.py --shot & --gpu-note {gpu}/' | gpuman batch -\n"
+    "  seq 100 | sed 's/.*/python shot.py --shot & --gpu {gpu}/' | gpuman batch -\n"
     "  gpuman batch --slurm -N 4 --gres=gpu:a100:2,gpu:t4:2 -t 2:00:00 sweep.txt\n",
     batch_exec,
     NULL,

@@ -196,8 +196,8 @@ done:
 const struct cmd_entry cmd_ps = {
     "ps",
     "processes on the GPUs: gpu, pid, user, memory, utilization, command",
-    "usage: gpuman ps [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]] [--json]\n"
-    "                 [--sim FILE]\n"
+    "usage: gpuman ps [-i GPU[,GPU]] [-u USER[,USER]] [--format csv[=COLUMNS]]\n"
+    "                 [--json] [--sim FILE]\n"
     "\n"
     "Every process NVML reports on any GPU: its GPU (NVML index), pid, user,\n"
     "memory, utilization (its own, averaged over the last 10 s; '-' where the\n"

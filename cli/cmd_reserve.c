@@ -301,8 +301,8 @@ static int release_exec(struct cli *cli, int argc, char **argv)
 const struct cmd_entry cmd_reserve = {
     "reserve",
     "hold GPUs for interactive work for a while (a notebook, a debugger)",
-    "usage: gpuman reserve --for DURATION [SELECT] [--mem SIZE | --exclusive] [--idle]\n"
-    "                      [--wait[=DURATION]] [--json] [--sim FILE]\n"
+    "usage: gpuman reserve --for DURATION [SELECT] [--mem SIZE | --exclusive]\n"
+    "                      [--idle] [--wait[=DURATION]] [--json] [--sim FILE]\n"
     "       gpuman reserve --release ID       (the same as gpuman release ID)\n"
     "       gpuman reserve --enter ID [PID]   (the line eval runs under the broker)\n"
     "\n"

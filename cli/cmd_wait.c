@@ -318,18 +318,18 @@ const struct cmd_entry cmd_wait = {
     "\n"
     "Block until every job named has ended, then print one line per job (id,\n"
     "state and, unless done, why).  FIRST-LAST: every job of yours in that\n"
-    "range (an array's ids, as submit --array prints them).  Starts the dispatcher if it has died, "
-    "and\n"
-    "says on stderr, once, what of the machine keeps the jobs queued (a\n"
-    "dispatcher that cannot start, a full disk) until that is mended.  Each\n"
-    "time jobs end it reads only the jobs that ended lately (and, once a second,\n"
-    "the ones it still waits for): waiting on thousands of jobs slows nothing\n"
-    "down.\n"
+    "range (an array's ids, as submit --array prints them).  Starts the\n"
+    "dispatcher if it has died, and says on stderr, once, what of the machine\n"
+    "keeps the jobs queued (a dispatcher that cannot start, a full disk) until\n"
+    "that is mended.  Each time jobs end it reads only the jobs that ended\n"
+    "lately (and, once a second, the ones it still waits for): waiting on\n"
+    "thousands of jobs slows nothing down.\n"
     "\n"
     "  -a, --all    every job of yours queued or running now\n"
     "  --json       [{\"id\", \"state\", \"reason\"}] instead of the lines\n"
     "\n"
-    "Exit status: 0 every job succeeded, 1 one did not, 2 no such job.\n",
+    "Exit status: 0 every job succeeded, 1 one did not, 2 no such job (or none\n"
+    "in a range).\n",
     wait_exec,
     NULL,
 };

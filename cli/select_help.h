@@ -9,7 +9,8 @@
 	"select:\n"                                                                                \
 	"  -n N               GPUs per request (default 1)\n"                                      \
 	"  --by POLICY        memory (most free MiB, default), memory-rate (free/total),\n"        \
-	"                     power (draw/limit, lowest first), util (lowest first), index\n"      \
+	"                     power (draw/limit, lowest first), util (lowest first),\n"            \
+	"                     index\n"                                                             \
 	"  --min-free SIZE    only GPUs with at least SIZE free (8G, 8192 = MiB, 50%)\n"           \
 	"  --max-util PCT     only GPUs at most PCT percent busy\n"                                \
 	"  --only LIST        only these GPUs: NVML indices, ranges or UUID prefixes\n"            \

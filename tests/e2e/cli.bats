@@ -150,3 +150,14 @@ LAB=$GM_ROOT/examples/lab-8gpu.json
 	run -2 --separate-stderr timeout 10 gpuman-serve --sim "$LAB" --json --listen 127.0.0.1:0
 	[[ "$stderr" == *"serve has no JSON output"* ]]
 }
+
+@test "every --help fits an 80-column terminal" {
+	local c long=
+	for c in "" $(gpuman --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
+		long+=$(gpuman $c --help | awk -v c="gpuman $c" 'length > 80 { print c ": " $0 }')$'\n'
+	done
+	for c in gpuman-runner gpuman-simload; do
+		long+=$("$c" --help 2>&1 | awk -v c="$c" 'length > 80 { print c ": " $0 }')$'\n'
+	done
+	[ -z "${long//$'\n'/}" ] || { echo "$long"; false; }
+}
