@@ -24,6 +24,10 @@ const struct cmd_entry *const *cli_commands(size_t *count);
  * that a GPU that looks idle is not passed over without a word. */
 void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap);
 
+/* Why exec of prog failed with err, for people: "not found in PATH" for
+ * a bare name, "is a directory", or strerror's text. */
+const char *cli_exec_why(const char *prog, int err);
+
 /* The policy's per-GPU explanation (pick_explain) without its last line
  * end, for the end of a message; "" for none. */
 const char *cli_explained(char *explain);

@@ -169,8 +169,11 @@ static int reserve_shell(struct cli *cli, const struct gm_reservation *r, char *
 		if (read(go[0], &c, 1) != 1)
 			_exit(EXIT_FAIL);
 		execvpe(cmd[0], cmd, env.vars);
-		fprintf(stderr, "gpuman reserve: cannot run '%s': %s\n", cmd[0], strerror(errno));
-		_exit(errno == ENOENT ? 127 : 126);
+		int why = errno;
+
+		fprintf(stderr, "gpuman reserve: cannot run '%s': %s\n", cmd[0],
+		        cli_exec_why(cmd[0], why));
+		_exit(why == ENOENT ? 127 : 126);
 	}
 	close(go[0]);
 	child_env_release(&env);

@@ -166,6 +166,8 @@ static char **receive_env(int fd)
 static void child_exec(struct run *r, int lease_fd)
 {
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM};
+	int err;
+
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], SIG_DFL);
 	char **vars = r->env.vars;
@@ -179,8 +181,10 @@ static void child_exec(struct run *r, int lease_fd)
 	if (lease_fd >= 0)
 		fcntl(lease_fd, F_SETFD, 0);
 	execvpe(r->argv[0], r->argv, vars);
-	fprintf(stderr, "gpuman run: cannot run '%s': %s\n", r->argv[0], strerror(errno));
-	_exit(errno == ENOENT ? 127 : 126);
+	err = errno;
+	fprintf(stderr, "gpuman run: cannot run '%s': %s\n", r->argv[0],
+	        cli_exec_why(r->argv[0], err));
+	_exit(err == ENOENT ? 127 : 126);
 }
 
 static int start_child(struct run *r, int lease_fd, char *err, size_t len)

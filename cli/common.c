@@ -3,6 +3,7 @@
  * the subcommands (the command line itself: cmdline/cmdline.c).
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,17 @@ int cli_exec_sibling(struct cli *cli, const struct cmd_entry *cmd, const char *p
 	execv(path, argv);
 	return cli_error(cli, EXIT_FAIL, "cannot run '%s': %s (it is installed next to gpuman)",
 	                 path, strerror(errno));
+}
+
+const char *cli_exec_why(const char *prog, int err)
+{
+	struct stat st;
+
+	if (err == ENOENT && !strchr(prog, '/'))
+		return "not found in PATH";
+	if (err == EACCES && strchr(prog, '/') && stat(prog, &st) == 0 && S_ISDIR(st.st_mode))
+		return "is a directory";
+	return strerror(err);
 }
 
 const char *cli_explained(char *explain)

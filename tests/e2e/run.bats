@@ -82,7 +82,11 @@ BURST=${GM_BURST:-200}
 	run -3 gpuman run -- sh -c 'exit 3'
 	run -137 gpuman run -- sh -c 'kill -9 $$'
 	run -127 gpuman run -- /nonexistent/command
-	[[ "$output" == *"cannot run '/nonexistent/command'"* ]]
+	[[ "$output" == *"cannot run '/nonexistent/command': No such file or directory"* ]]
+	run -127 gpuman run -- no-such-command-here
+	[ "$output" = "gpuman run: cannot run 'no-such-command-here': not found in PATH" ]
+	run -126 gpuman run -- /tmp
+	[ "$output" = "gpuman run: cannot run '/tmp': is a directory" ]
 	run -2 gpuman run
 	[[ "$output" == *"no command to run"* ]]
 }
