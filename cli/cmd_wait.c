@@ -134,7 +134,8 @@ static int wanted_ids(struct cli *cli, struct queue *q, int all, int argc, char 
 	if (all) {
 		if (ids_in(q, 1, INT64_MAX, 1, ids, n, &cap, err, sizeof err) != GM_OK)
 			return cli_error(cli, EXIT_FAIL, "%s", err);
-		qsort(*ids, *n, sizeof **ids, cmp_id);
+		if (*n)
+			qsort(*ids, *n, sizeof **ids, cmp_id);
 		return EXIT_OK;
 	}
 	for (int i = optind; i < argc; i++) {
