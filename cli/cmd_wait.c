@@ -85,6 +85,20 @@ static void tell_held(struct cli *cli, struct queue *q, const struct pending *p,
 	job_release(&job);
 }
 
+/* Append id to *ids (*n of *cap); -1 out of memory. */
+static int push_id(int64_t **ids, size_t *n, size_t *cap, int64_t id)
+{
+	if (*n == *cap) {
+		int64_t *grown = realloc(*ids, (*cap = *cap ? *cap * 2 : 64) * sizeof *grown);
+
+		if (!grown)
+			return -1;
+		*ids = grown;
+	}
+	(*ids)[(*n)++] = id;
+	return 0;
+}
+
 /* --all and ranges: the ids of the jobs of the queue in lo..hi, of every
  * state or only of those not yet ended (live), appended to *ids. */
 static enum gm_err ids_in(struct queue *q, int64_t lo, int64_t hi, int live, int64_t **ids,
@@ -99,19 +113,8 @@ static enum gm_err ids_in(struct queue *q, int64_t lo, int64_t hi, int live, int
 			continue;
 		rc = jobstore_ids(q->store, (enum job_state)s, &got, &count, err, len);
 		for (size_t i = 0; rc == GM_OK && i < count; i++) {
-			if (got[i] < lo || got[i] > hi)
-				continue;
-			if (*n == *cap) {
-				int64_t *grown =
-				    realloc(*ids, (*cap = *cap ? *cap * 2 : 64) * sizeof *grown);
-
-				if (!grown) {
-					rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
-					break;
-				}
-				*ids = grown;
-			}
-			(*ids)[(*n)++] = got[i];
+			if (got[i] >= lo && got[i] <= hi && push_id(ids, n, cap, got[i]) < 0)
+				rc = gm_fail(GM_ERR_NOMEM, err, len, "out of memory");
 		}
 		free(got);
 		if (rc != GM_OK)
@@ -143,16 +146,9 @@ static int wanted_ids(struct cli *cli, struct queue *q, int all, int argc, char 
 		size_t before = *n;
 
 		parse_id_range(argv[i], &lo, &hi);
-		if (lo == hi) {
-			if (*n == cap) {
-				int64_t *grown =
-				    realloc(*ids, (cap = cap ? cap * 2 : 64) * sizeof *grown);
-
-				if (!grown)
-					return cli_error(cli, EXIT_FAIL, "out of memory");
-				*ids = grown;
-			}
-			(*ids)[(*n)++] = lo; /* one not there is said by the first look */
+		if (lo == hi) { /* one not there is said by the first look */
+			if (push_id(ids, n, &cap, lo) < 0)
+				return cli_error(cli, EXIT_FAIL, "out of memory");
 			continue;
 		}
 		if (ids_in(q, lo, hi, 0, ids, n, &cap, err, sizeof err) != GM_OK)
