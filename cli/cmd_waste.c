@@ -222,7 +222,7 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 	struct waste_opts opts;
 	struct waste_report rep = WASTE_REPORT_INIT;
 	struct cli_look look;
-	size_t idx[WASTE_COLUMNS];
+	size_t idx[WASTE_COLUMNS], shown = 0;
 	int rc, ncols = 0;
 
 	rc = cli_look_with(cli, &cmd_waste, argc, argv, CLI_SELECT_SHORTOPTS, own, waste_option,
@@ -243,6 +243,8 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 		goto done;
 	}
 	keep_selected(&args.sel, &rep);
+	for (size_t i = 0; i < look.snap->gpu_count; i++) /* those -i looks at */
+		shown += cli_select_gpu(&args.sel, look.snap->gpus[i].index) != 0;
 	if (cli->json) {
 		json_t *o = json_object();
 
@@ -256,13 +258,13 @@ static int waste_exec(struct cli *cli, int argc, char **argv)
 	} else if (rep.count == 0) {
 		printf("no waste found on %zu GPU%s (per-process utilization over the last %us; "
 		       "leases older than %llds)\n",
-		       look.snap->gpu_count, look.snap->gpu_count == 1 ? "" : "s", opts.window_s,
+		       shown, shown == 1 ? "" : "s", opts.window_s,
 		       (long long)(opts.lease_grace_ms / 1000));
 	} else {
-		printf("%sgpuman waste%s: %zu finding%s on %zu GPUs (per-process utilization over "
+		printf("%sgpuman waste%s: %zu finding%s on %zu GPU%s (per-process utilization over "
 		       "the last %us; leases older than %llds)\n",
-		       c_bold(cli), c_reset(cli), rep.count, rep.count == 1 ? "" : "s",
-		       look.snap->gpu_count, opts.window_s,
+		       c_bold(cli), c_reset(cli), rep.count, rep.count == 1 ? "" : "s", shown,
+		       shown == 1 ? "" : "s", opts.window_s,
 		       (long long)(opts.lease_grace_ms / 1000));
 		cli_waste_print(cli, &look, &opts, &rep);
 	}

@@ -69,6 +69,8 @@ teardown() {
 	two_gpus
 	run -0 gpuman waste
 	[[ "$output" == "no waste found on 2 GPUs"* ]]
+	run -0 gpuman waste -i 1 # the GPUs -i looks at
+	[[ "$output" == "no waste found on 1 GPU ("* ]]
 	run -0 gpuman waste --json
 	[ "$(jqr '.waste | length')" = 0 ]
 	run -0 gpuman status
