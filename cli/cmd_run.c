@@ -285,12 +285,17 @@ static void prespawn_drop(void *data)
 	r->early = 0;
 }
 
+/* Once, as the wait begins: for what, and why it waits (the rules' reason,
+ * per GPU or for all; none where it queued on sight of a line). */
 static void tell_waiting(void *data, const char *why)
 {
 	struct run *r = data;
+	int n = (int)strlen(why);
 
-	(void)why;
-	fprintf(stderr, "gpuman run: waiting for GPUs for '%s' (Ctrl-C to give up)\n", r->argv[0]);
+	while (n && why[n - 1] == '\n')
+		n--;
+	fprintf(stderr, "gpuman run: waiting for GPUs for '%s' (Ctrl-C to give up)%s%.*s\n",
+	        r->argv[0], n ? ":\n" : "", n, why);
 }
 
 static void tell_lock_wait(void *data, const char *who)

@@ -461,7 +461,12 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 				goto done;
 			registry_ahead_refresh(&w);
 			if (opts && opts->on_wait)
-				opts->on_wait(opts->on_wait_data, a.why ? a.why : "");
+				opts->on_wait(
+				    opts->on_wait_data,
+				    a.why      ? a.why
+				    : a.unread ? "behind earlier requests in line (gpuman status "
+				                 "lists them)"
+				               : "");
 			told = 1;
 			goto wait;
 		}

@@ -502,3 +502,35 @@ leases() { gpuman status --json | jq -r "[.leases[] | $1] | join(\",\")"; }
 	touch "$SHARED/env-b.stop"
 	wait_for '[ -z "$(leases .id)" ]'
 }
+
+@test "a waiter says why it waits: its GPU's holder, or the line ahead; through the broker and the registry" {
+	gpus 1
+	start_daemon
+	local n=0 t
+	for t in "$GPUMAN_BROKER" off; do
+		n=$((n + 1))
+		rm -f "$SHARED/go"
+		GPUMAN_BROKER=$t bg hold$n - gpuman run -- sh -c "while [ ! -e '$SHARED/go' ]; do sleep 0.05; done"
+		wait_for "[ \"\$(GPUMAN_BROKER=$t gpuman status --json | jq '.leases | length')\" = 1 ]"
+		GPUMAN_BROKER=$t gpuman run --wait -- true 2>"$SHARED/first$n" &
+		first=$!
+		wait_for "[ \"\$(GPUMAN_BROKER=$t gpuman status --json | jq '.waiters | length')\" = 1 ]"
+		GPUMAN_BROKER=$t gpuman run --wait -- true 2>"$SHARED/second$n" &
+		second=$!
+		wait_for "[ \"\$(GPUMAN_BROKER=$t gpuman status --json | jq '.waiters | length')\" = 2 ]"
+		touch "$SHARED/go"
+		wait "$first" "$second"
+		run -0 cat "$SHARED/first$n"
+		[ "${lines[0]}" = "gpuman run: waiting for GPUs for 'true' (Ctrl-C to give up):" ]
+		[[ "${lines[1]}" =~ ^"GPU 0 (g1): leased exclusively by root (pid "[0-9]+")"$ ]]
+		[ "${#lines[@]}" = 2 ]
+		run -0 cat "$SHARED/second$n"
+		[ "${lines[0]}" = "gpuman run: waiting for GPUs for 'true' (Ctrl-C to give up):" ]
+		# the broker reads the line; the registry queues behind it unread
+		if [ "$t" = off ]; then
+			[ "${lines[1]}" = "behind earlier requests in line (gpuman status lists them)" ]
+		else
+			[[ "${lines[1]}" == "every GPU it could use is held for earlier requests in line, the first root's 1 GPU exclusive (pid "* ]]
+		fi
+	done
+}

@@ -124,11 +124,13 @@ no_double_booking() {
 	no_double_booking noaccess
 }
 
-# only_waited NAME - bob's waiter NAME said it waits, then ran, and nothing else
+# only_waited NAME - bob's waiter NAME said it waits, and why: alice's
+# lease, though he cannot see its holder; then ran, and nothing else
 only_waited() {
-	grep -qx "gpuman run: waiting for GPUs for 'sh' (Ctrl-C to give up)" "$SHARED/out/$1"
-	! grep -vx -e "gpuman run: waiting for GPUs for 'sh' (Ctrl-C to give up)" \
-		-e 'bob on GPU-.*' "$SHARED/out/$1" || false
+	cat "$SHARED/out/$1"
+	[ "$(sed -n 1p "$SHARED/out/$1")" = "gpuman run: waiting for GPUs for 'sh' (Ctrl-C to give up):" ]
+	[[ "$(sed -n 2p "$SHARED/out/$1")" == *": leased exclusively by gmtest-alice (pid "* ]]
+	[ "$(sed -n '3,$p' "$SHARED/out/$1" | grep -vc '^bob on GPU-')" = 0 ]
 }
 
 # 2 and 3: a lease ends with its job, or with the death of its holder and
