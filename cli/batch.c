@@ -161,6 +161,18 @@ void batch_progress(void *data, const struct engine_counts *c)
 	batch_bar_draw(data, c, 0);
 }
 
+void batch_blocked(void *data, const char *why)
+{
+	struct batch_bar *p = data;
+	int n = (int)strlen(why);
+
+	while (n && why[n - 1] == '\n')
+		n--;
+	fprintf(stderr, "%sgpuman batch: no task can start; waiting for GPUs others hold:\n%.*s\n",
+	        p->drawn && p->tty ? "\r\033[K" : "", n, why);
+	p->last_ms = 0; /* the progress line again, below it */
+}
+
 void batch_progress_end(struct batch_bar *p, struct jobstore *st, int64_t elapsed_ms)
 {
 	size_t c[JOB_STATE_COUNT];

@@ -90,6 +90,8 @@ struct batch_bar {
 void batch_bar_draw(struct batch_bar *p, const struct engine_counts *c, int force);
 /* The engine's progress callback (data: struct batch_bar). */
 void batch_progress(void *data, const struct engine_counts *c);
+/* The engine's blocked callback: why no task can start (data: the bar). */
+void batch_blocked(void *data, const char *why);
 /* The last progress line, from the store's counts, and its newline. */
 void batch_progress_end(struct batch_bar *p, struct jobstore *st, int64_t elapsed_ms);
 

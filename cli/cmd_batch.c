@@ -198,6 +198,8 @@ static int batch_exec(struct cli *cli, int argc, char **argv)
 	cfg.dispatcher_lock_fd = -1;
 	cfg.progress = batch_progress;
 	cfg.progress_data = &prog;
+	cfg.blocked = batch_blocked;
+	cfg.blocked_data = &prog;
 	started = now_ms();
 	res = engine_run(&cfg, err, sizeof err);
 	ended = now_ms();

@@ -97,6 +97,11 @@ struct engine_config {
 	FILE *log;               /* messages for people (dispatcher.log); may be NULL */
 	void (*progress)(void *data, const struct engine_counts *counts);
 	void *progress_data;
+	/* Batch: none of its tasks runs and the first waits for GPUs that
+	 * others hold.  Called with the rules' reason once, and again only
+	 * after a task has started since; may be NULL. */
+	void (*blocked)(void *data, const char *why);
+	void *blocked_data;
 	/* Queue: called after each round has committed (the dispatcher tells
 	 * the ends that --notify asked for); may be NULL. */
 	void (*round_done)(void *data);

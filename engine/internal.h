@@ -113,6 +113,7 @@ struct engine {
 	int failed; /* a store error: stop */
 	/* what keeps queued jobs from starting (a full disk...), said once */
 	char wait_said[GM_ERRBUF_SIZE + 64];
+	int blocked_told; /* batch: cfg->blocked said since a task last started */
 };
 
 /*

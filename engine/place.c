@@ -103,15 +103,23 @@ static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...
 /* The head of the queue's reason while the GPUs keep it waiting (who
  * holds them), as gpuman run --wait would say; the jobs behind it wait
  * for it.  Cleared when it starts.  A reason of its own (requeued after
- * running out of memory) stays; batch's tasks show none. */
+ * running out of memory) stays.  Batch's tasks show none; a batch none of
+ * whose tasks runs is told (cfg->blocked). */
 static const char BLOCKED[] = "waiting for GPUs";
 
 static void note_blocked(struct engine *e, struct job *job, const char *explain)
 {
 	char reason[2048];
 
-	if (e->cfg->batch || !explain || !*explain)
+	if (!explain || !*explain)
 		return;
+	if (e->cfg->batch) {
+		if (e->cfg->blocked && !e->blocked_told && !e->counts.running) {
+			e->blocked_told = 1;
+			e->cfg->blocked(e->cfg->blocked_data, explain);
+		}
+		return;
+	}
 	if (job->reason && strncmp(job->reason, BLOCKED, strlen(BLOCKED)) &&
 	    strncmp(job->reason, WAITING, strlen(WAITING)))
 		return;
@@ -564,8 +572,10 @@ void engine_schedule(struct engine *e)
 			i++; /* it waits in its place; a later job may fit */
 			continue;
 		}
-		if (p == PLACE_STARTED)
+		if (p == PLACE_STARTED) {
 			engine_commit_go(e);
+			e->blocked_told = 0;
+		}
 		/* Started, or no longer queued: out of the in-memory queue. */
 		if (i == e->qhead) {
 			e->qhead++;

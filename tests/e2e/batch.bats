@@ -353,3 +353,26 @@ EOF
 	[ "$(jq -r '.tasks[0].command' gpuman-logs/win.txt/summary.json)" = "echo one >out-{task}" ]
 	[ "$(jq -r '.tasks[1].command' gpuman-logs/win.txt/summary.json)" = "echo two >out-{task}" ]
 }
+
+@test "a batch none of whose tasks can start says why, once, and runs when the GPU frees" {
+	gpus two.json 1.0 1.0
+	gpuman run -n 2 -- sh -c 'while [ ! -e go ]; do sleep 0.05; done' &
+	holder=$!
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	printf 'echo a\necho b\necho c\n' >three.txt
+	gpuman batch three.txt 2>err.txt >/dev/null &
+	batch=$!
+	wait_for 'grep -q "no task can start" err.txt'
+	sleep 0.5 # and it says so once
+	touch go
+	wait "$holder"
+	wait "$batch"
+	[ "$(grep -c 'no task can start' err.txt)" = 1 ]
+	[ "$(sed -n 1p err.txt)" = "gpuman batch: no task can start; waiting for GPUs others hold:" ]
+	[[ "$(sed -n 2p err.txt)" =~ ^"both GPUs: leased exclusively by root (pid "[0-9]+")"$ ]]
+	[ "$(jq -r '[.tasks[].state] | unique | join(",")' gpuman-logs/three.txt/summary.json)" = done ]
+	# a batch whose own tasks fill the GPUs is not blocked by others: no word
+	printf 'sleep 0.2\nsleep 0.2\nsleep 0.2\nsleep 0.2\n' >four.txt
+	run -0 --separate-stderr gpuman batch four.txt
+	[[ "$stderr" != *"no task can start"* ]]
+}
