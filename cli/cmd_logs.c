@@ -151,7 +151,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		}
 	} else if (job.state == JOB_QUEUED && access(path, F_OK) < 0) {
 		cli_error(cli, 0, "job %lld has not started yet", (long long)id);
-		job_tell_held(cli, &job, said, sizeof said);
+		job_tell_held(cli, &job, 1, said, sizeof said);
 	}
 	if (o.tail >= 0)
 		off = tail_offset(path, o.tail);
@@ -166,7 +166,7 @@ static int logs_exec(struct cli *cli, int argc, char **argv)
 		job_release(&job);
 		if (jobstore_get(q.store, id, 0, &job, err, sizeof err) != GM_OK)
 			break;
-		job_tell_held(cli, &job, said, sizeof said);
+		job_tell_held(cli, &job, 1, said, sizeof said);
 		/* Once a second: the probe is itself an event on the directory. */
 		if (monotonic_ms() - checked >= 1000) {
 			checked = monotonic_ms();
@@ -196,7 +196,8 @@ const struct cmd_entry cmd_logs = {
     "'--- gpuman: attempt N' line.\n"
     "\n"
     "  -f, --follow       keep printing as the job writes, until it ends (and\n"
-    "                     say what of the machine keeps it queued, if anything)\n"
+    "                     say what keeps it queued: the machine, or who holds\n"
+    "                     the GPUs it waits for)\n"
     "  --tail N           only the last N lines (then, with -f, what follows)\n",
     logs_exec,
     NULL,

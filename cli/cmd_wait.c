@@ -81,7 +81,7 @@ static void tell_held(struct cli *cli, struct queue *q, const struct pending *p,
 
 	if (!p->n || jobstore_get(q->store, p->ids[0], 0, &job, err, sizeof err) != GM_OK)
 		return;
-	job_tell_held(cli, &job, said, len);
+	job_tell_held(cli, &job, 0, said, len);
 	job_release(&job);
 }
 

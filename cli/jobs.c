@@ -79,10 +79,16 @@ int parse_id_range(const char *s, int64_t *lo, int64_t *hi)
 	return *lo < 0 || *hi < *lo || *hi - *lo >= 100000 ? -1 : 0;
 }
 
-void job_tell_held(struct cli *cli, const struct job *job, char *said, size_t len)
+void job_tell_held(struct cli *cli, const struct job *job, int gpus, char *said, size_t len)
 {
-	if (job->state != JOB_QUEUED || !job->reason ||
-	    strncmp(job->reason, JOB_WAITING, strlen(JOB_WAITING)) || !strcmp(said, job->reason))
+	int blocked = job->reason && !strncmp(job->reason, JOB_BLOCKED, strlen(JOB_BLOCKED));
+
+	if (job->state != JOB_QUEUED || !job->reason || !strcmp(said, job->reason))
+		return;
+	/* the GPUs' holders change at each hand-off: said once */
+	if (blocked && (!gpus || !strncmp(said, JOB_BLOCKED, strlen(JOB_BLOCKED))))
+		return;
+	if (!blocked && strncmp(job->reason, JOB_WAITING, strlen(JOB_WAITING)))
 		return;
 	cli_error(cli, 0, "job %lld is queued, %s", (long long)job->id, job->reason);
 	snprintf(said, len, "%s", job->reason);

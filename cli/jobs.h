@@ -31,11 +31,12 @@ int64_t parse_job_id(const char *s);
 /* "17" or "17-36" (an array's ids; at most 100000): 0 with *lo..*hi, -1 if
  * it is neither. */
 int parse_id_range(const char *s, int64_t *lo, int64_t *hi);
-/* A queued job that something of its machine, not the GPUs, holds back
- * (a dispatcher that cannot start, a full disk): say why on stderr, as
- * wait and logs -f wait for it, unless said already holds that reason;
- * said (len bytes, "" at first) then holds it. */
-void job_tell_held(struct cli *cli, const struct job *job, char *said, size_t len);
+/* A queued job that something of its machine holds back (a dispatcher
+ * that cannot start, a full disk), or with gpus, other jobs' GPUs (said
+ * once, however often their holders change): say why on stderr, as wait
+ * and logs -f wait for it, unless said already holds that reason; said
+ * (len bytes, "" at first) then holds it. */
+void job_tell_held(struct cli *cli, const struct job *job, int gpus, char *said, size_t len);
 
 /* ---- jobspec.c: what submit records beside the command ---------------- */
 

@@ -36,6 +36,9 @@
  * keeps it from starting (a full disk, a dispatcher that cannot start);
  * cleared when it starts. */
 #define JOB_WAITING "waiting: "
+/* The first queued job's reason while the GPUs keep it waiting: this, then
+ * who holds them; cleared when it starts. */
+#define JOB_BLOCKED "waiting for GPUs"
 
 enum job_state {
 	JOB_QUEUED = 0,
@@ -70,7 +73,7 @@ struct job {
 	int has_exit;
 	int exit_status;         /* exit code, or 128+N when killed by signal N */
 	char *reason;            /* why it failed, was requeued or cancelled;
-	                          * queued: JOB_WAITING... or "waiting for GPUs..." */
+	                          * queued: JOB_WAITING... or JOB_BLOCKED... */
 	int attempts;            /* starts so far, retries and requeues included */
 	int retries;             /* further starts allowed after a failure */
 	int ooms;                /* requeues after CUDA out-of-memory errors */

@@ -105,7 +105,7 @@ static void note_waiting(struct engine *e, struct job *job, const char *fmt, ...
  * for it.  Cleared when it starts.  A reason of its own (requeued after
  * running out of memory) stays.  Batch's tasks show none; a batch none of
  * whose tasks runs is told (cfg->blocked). */
-static const char BLOCKED[] = "waiting for GPUs";
+static const char BLOCKED[] = JOB_BLOCKED;
 
 static void note_blocked(struct engine *e, struct job *job, const char *explain)
 {

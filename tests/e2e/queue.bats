@@ -370,3 +370,26 @@ ran" ]
 	run -0 gpuman submit --help
 	[[ "$output" == *"Slurm's -n counts tasks"* ]]
 }
+
+@test "logs of a job that waits for GPUs says who holds them, once; wait does not" {
+	gpus 1
+	gpuman run -- sh -c 'while [ ! -e go ]; do sleep 0.05; done' &
+	holder=$!
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	run -0 gpuman submit -- echo hello
+	wait_for 'gpuman queue --json | jq -e ".[0].reason // \"\" | startswith(\"waiting for GPUs\")" >/dev/null'
+	run -0 gpuman logs 1
+	[ "${lines[0]}" = "gpuman logs: job 1 has not started yet" ]
+	[[ "${lines[1]}" =~ ^"gpuman logs: job 1 is queued, waiting for GPUs; GPU 0 (Sim): leased exclusively by root (pid "[0-9]+")"$ ]]
+	gpuman logs -f 1 >out.txt 2>err.txt &
+	follow=$!
+	timeout 5 gpuman wait 1 >wait.out 2>wait.err &
+	sleep 1.5 # the holder stays: said once all the same
+	touch go
+	wait "$holder" "$follow"
+	[ "$(cat out.txt)" = hello ]
+	[ "$(grep -c 'waiting for GPUs' err.txt)" = 1 ]
+	wait
+	[ "$(cat wait.out)" = "1 done" ]
+	[ ! -s wait.err ]
+}
