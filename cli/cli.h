@@ -24,6 +24,10 @@ const struct cmd_entry *const *cli_commands(size_t *count);
  * that a GPU that looks idle is not passed over without a word. */
 void cli_note_mig_gpus(const struct cli *cli, const char *cmd, const struct gm_snapshot *snap);
 
+/* On stderr as a wait begins: "gpuman CMD: waiting for GPUs[ for 'WHAT']
+ * (Ctrl-C to give up):" and the rules' reason (none: the first line only). */
+void cli_say_waiting(const char *cmd, const char *what, const char *why);
+
 /* Why exec of prog failed with err, for people: "not found in PATH" for
  * a bare name, "is a directory", or strerror's text. */
 const char *cli_exec_why(const char *prog, int err);

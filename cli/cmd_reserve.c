@@ -141,6 +141,13 @@ static void print_reserved(struct cli *cli, const struct gm_reservation *r, int6
  * ends when it exits, and its end (expiry, gpuman release) ends whatever
  * is left of it.
  */
+/* As the wait begins (--wait): why, as run says it. */
+static void tell_waiting(void *data, const char *why)
+{
+	(void)data;
+	cli_say_waiting("reserve", NULL, why);
+}
+
 static int reserve_shell(struct cli *cli, const struct gm_reservation *r, char **cmd)
 {
 	const char *id = gm_reservation_id(r), *sh = getenv("SHELL");
@@ -260,7 +267,8 @@ static int reserve_exec(struct cli *cli, int argc, char **argv)
 		return cli_usage(cli, "--mig: MIG slices cannot be reserved yet; reserve the GPU");
 	rc = gm_open(&ctx, err, sizeof err);
 	if (rc == GM_OK)
-		rc = gm_reserve(ctx, cli->req, args.for_text, &resv, err, sizeof err);
+		rc = reserve_telling(ctx, cli->req, args.for_text, tell_waiting, NULL, &resv, err,
+		                     sizeof err);
 	/* gm_reserve appends the per-GPU reasons after ":\n"; the advice to
 	 * wait belongs to the first line. */
 	why = strstr(err, ":\n");

@@ -290,12 +290,8 @@ static void prespawn_drop(void *data)
 static void tell_waiting(void *data, const char *why)
 {
 	struct run *r = data;
-	int n = (int)strlen(why);
 
-	while (n && why[n - 1] == '\n')
-		n--;
-	fprintf(stderr, "gpuman run: waiting for GPUs for '%s' (Ctrl-C to give up)%s%.*s\n",
-	        r->argv[0], n ? ":\n" : "", n, why);
+	cli_say_waiting("run", r->argv[0], why);
 }
 
 static void tell_lock_wait(void *data, const char *who)

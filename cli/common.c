@@ -177,6 +177,16 @@ int cli_exec_sibling(struct cli *cli, const struct cmd_entry *cmd, const char *p
 	                 path, strerror(errno));
 }
 
+void cli_say_waiting(const char *cmd, const char *what, const char *why)
+{
+	int n = (int)strlen(why);
+
+	while (n && why[n - 1] == '\n')
+		n--;
+	fprintf(stderr, "gpuman %s: waiting for GPUs%s%s%s (Ctrl-C to give up)%s%.*s\n", cmd,
+	        what ? " for '" : "", what ? what : "", what ? "'" : "", n ? ":\n" : "", n, why);
+}
+
 const char *cli_exec_why(const char *prog, int err)
 {
 	struct stat st;

@@ -21,6 +21,13 @@
 enum gm_err registry_open(struct registry **out, char *errbuf, size_t errlen);
 void registry_close(struct registry *reg);
 
+/* gm_reserve, and on_wait(data, why) (may be NULL) told once as a wait
+ * begins, with the rules' reason, as `gpuman run --wait` is
+ * (reserve_api.c). */
+enum gm_err reserve_telling(struct gm_context *ctx, const struct gm_request *req,
+                            const char *duration, void (*on_wait)(void *data, const char *why),
+                            void *data, struct gm_reservation **out, char *errbuf, size_t errlen);
+
 /* Read the live leases and waiters; dead files are skipped and removed
  * where permitted.  Needs no lock. */
 enum gm_err registry_read(struct registry *reg, struct registry_view *view, char *errbuf,

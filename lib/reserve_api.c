@@ -81,7 +81,14 @@ GM_API enum gm_err gm_reserve(struct gm_context *ctx, const struct gm_request *r
                               const char *duration, struct gm_reservation **out, char *errbuf,
                               size_t errlen)
 {
-	struct acquire_opts opts = {0};
+	return reserve_telling(ctx, req, duration, NULL, NULL, out, errbuf, errlen);
+}
+
+enum gm_err reserve_telling(struct gm_context *ctx, const struct gm_request *req,
+                            const char *duration, void (*on_wait)(void *data, const char *why),
+                            void *data, struct gm_reservation **out, char *errbuf, size_t errlen)
+{
+	struct acquire_opts opts = {.on_wait = on_wait, .on_wait_data = data};
 	struct registry *reg = NULL;
 	struct gm_lease *lease = NULL;
 	char *explain = NULL, why[128] = "";

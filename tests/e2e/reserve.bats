@@ -305,3 +305,17 @@ four_gpus() {
 	run -0 gpuman waste --grace 1h
 	[[ "$output" != *"reservation $id"* ]]
 }
+
+@test "reserve --wait says why it waits, as run does, and reserves once the GPUs free" {
+	gpuman run -n 2 -- sh -c "while [ ! -e '$SHARED/go' ]; do sleep 0.05; done" &
+	holder=$!
+	wait_for '[ "$(gpuman status --json | jq ".leases | length")" = 1 ]'
+	gpuman reserve --for 5s --wait >"$SHARED/env" 2>"$SHARED/err" &
+	rsv=$!
+	wait_for "grep -q 'leased exclusively' '$SHARED/err'"
+	touch "$SHARED/go"
+	wait "$holder" "$rsv"
+	[ "$(sed -n 1p "$SHARED/err")" = "gpuman reserve: waiting for GPUs (Ctrl-C to give up):" ]
+	[[ "$(sed -n 2p "$SHARED/err")" =~ ^"both GPUs: leased exclusively by root (pid "[0-9]+")"$ ]]
+	grep -q '^export GPUMAN_RESERVATION=' "$SHARED/env"
+}
