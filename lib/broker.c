@@ -20,6 +20,7 @@
 #include "broker.h"
 #include "context.h"
 #include "lease.h"
+#include "parse.h"
 #include "pick.h"
 #include "policy.h"
 #include "record.h"
@@ -353,8 +354,11 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			break;
 		}
 		if (got == 0) {
+			char waited[32];
+
+			duration_text(waited, sizeof waited, req->wait_ms);
 			rc = gm_fail(GM_ERR_TIMEOUT, err, len,
-			             "no GPU met the request within the wait");
+			             "no GPU met the request within the wait (%s)", waited);
 			break;
 		}
 		if (got == -2) {

@@ -23,6 +23,7 @@
 #include "lease.h"
 #include "pick.h"
 #include "line.h"
+#include "parse.h"
 #include "proctree.h"
 #include "record.h"
 #include "policy.h"
@@ -580,7 +581,13 @@ static enum gm_err files_acquire(struct registry *reg, struct gm_context *ctx,
 				attempt_release(&a);
 				attempt_run(reg, ctx, NULL, req, ticket, &a, err, len);
 			}
-			gm_fail(rc, err, len, "no GPU met the request within the wait");
+			{
+				char waited[32];
+
+				duration_text(waited, sizeof waited, req->wait_ms);
+				gm_fail(rc, err, len, "no GPU met the request within the wait (%s)",
+				        waited);
+			}
 			if (explain)
 				*explain = a.why ? strdup(a.why) : NULL;
 			goto done;

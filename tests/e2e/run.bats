@@ -342,7 +342,7 @@ JSON
 	run -0 gpuman run --wait=0.3s --fallback cpu -- sh -c 'echo "[$CUDA_VISIBLE_DEVICES]"'
 	[[ "$output" == *"[]"* ]]
 	run -75 gpuman run --wait=0.2s -- true
-	[[ "$output" == *"within the wait"* ]]
+	[[ "$output" == *"within the wait (200ms)"* ]]
 	kill %1; wait || true
 }
 
