@@ -99,7 +99,18 @@ start_daemon() {
 		$broker_nice gpuman daemon --socket "$GPUMAN_BROKER" --state "$state/leases.json" \
 		2>>"$work/daemon.log" &
 	daemon=$!
-	while [ ! -S "$GPUMAN_BROKER" ]; do sleep 0.01; done
+	# Its socket, or its death said (a build half linked, a bad option):
+	# never a silent wait.
+	i=0
+	while [ ! -S "$GPUMAN_BROKER" ]; do
+		if ! kill -0 "$daemon" 2>/dev/null || [ $i -ge 1000 ]; then
+			echo "waiters.sh: the broker did not start (gpuman daemon --socket $GPUMAN_BROKER); its log:" >&2
+			tail -n 5 "$work/daemon.log" >&2
+			exit 1
+		fi
+		sleep 0.01
+		i=$((i + 1))
+	done
 }
 
 # Another user for the queued jobs, as the tests make them (root only).
