@@ -66,6 +66,7 @@ enum conn_state {
 };
 
 struct blease;
+struct keeper;
 
 /* One user's holdings, counted as they change: what an accept or a pass
  * asks of a user costs O(1), not a walk of every connection. */
@@ -133,6 +134,7 @@ struct conn {
 	int pre_placed; /* the job is in it, under a rule that refuses every GPU */
 	int pre_pid;
 	uint64_t pre_start;
+	struct keeper *pre_keep; /* the job is a supervisor ("keep"), or NULL */
 	/* Closed: freed at the end of the loop turn, as an event of the same
 	 * turn may still name it. */
 	int dead;

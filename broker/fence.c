@@ -52,6 +52,7 @@ struct grant_job {
 	json_t *answer; /* the grant, sent when done */
 	char user[33];
 	int pid, rc;
+	struct keeper *k; /* its job's, a supervisor: the lease's keeper once in */
 	struct fence_rule rule, all;
 	char err[300];
 	uint64_t queued_us, began_us, ended_us;
@@ -277,6 +278,27 @@ void fence_placing_ended(const char *id)
 			j->lease_ended = 1;
 }
 
+/* Supervisor pid (of that start), to be moved into lease id's cgroup, and
+ * home again at its end: from where it is now.  NULL out of memory. */
+static struct keeper *keeper_new(const char *id, int pid, uint64_t start)
+{
+	struct keeper *k = calloc(1, sizeof *k);
+	/* Already a supervisor in another lease's cgroup (or on its way home
+	 * from one): back home, not there, at the end. */
+	const struct keeper *o = fence_keeper_of(pid, start);
+
+	if (!k)
+		return NULL;
+	str_copy(k->id, sizeof k->id, id);
+	k->pid = pid;
+	k->start = start;
+	if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
+		str_copy(k->origin, sizeof k->origin, fence.mount);
+	if (o)
+		str_copy(k->origin, sizeof k->origin, o->origin);
+	return k;
+}
+
 static void place_done(struct daemon *d, struct work *w)
 {
 	struct place_job *j = (struct place_job *)w;
@@ -390,20 +412,8 @@ void daemon_fence_place(struct daemon *d, struct conn *c, json_t *msg)
 		goto free;
 	}
 	j->adopt = !c->lease && !l->rec.reservation && !keep;
-	if (keep && (j->k = calloc(1, sizeof *j->k))) {
-		struct keeper *k = j->k;
-		/* Already a supervisor in another lease's cgroup (or on its
-		 * way home from one): back home, not there, at the end. */
-		const struct keeper *o = fence_keeper_of(pid, j->start);
-
-		str_copy(k->id, sizeof k->id, l->rec.id);
-		k->pid = pid;
-		k->start = j->start;
-		if (fence.ops->where(&fence, pid, k->origin, sizeof k->origin) < 0)
-			str_copy(k->origin, sizeof k->origin, fence.mount);
-		if (o)
-			str_copy(k->origin, sizeof k->origin, o->origin);
-	}
+	if (keep)
+		j->k = keeper_new(l->rec.id, pid, j->start);
 	str_copy(j->w.key, sizeof j->w.key, l->rec.id);
 	str_copy(j->user, sizeof j->user, l->rec.user);
 	describe(j, l->rec.command[0] ? l->rec.command : "a reservation");
@@ -500,6 +510,12 @@ void daemon_fence_preplace(struct daemon *d, struct conn *c, json_t *msg)
 	daemon_random_hex(c->pre_id + strlen(c->pre_id), 4);
 	c->pre_pid = pid;
 	c->pre_start = j->start;
+	/* A supervisor (the queue's runner): home again, alive, at the end of
+	 * the lease it is granted; from where it is before this move. */
+	free(c->pre_keep);
+	c->pre_keep = json_is_true(json_object_get(msg, "keep"))
+	                  ? keeper_new(c->pre_id, pid, j->start)
+	                  : NULL;
 	str_copy(j->w.key, sizeof j->w.key, c->pre_id);
 	str_copy(j->user, sizeof j->user, c->w.user);
 	describe(j, c->w.command);
@@ -549,6 +565,13 @@ static void grant_done(struct daemon *d, struct work *w)
 	if (!w->cancelled && g->rc < 0)
 		daemon_say("cannot give %s's waiting job (pid %d) its lease's GPUs: %s", g->user,
 		           g->pid, g->err);
+	if (!w->cancelled && g->rc == 0 && g->k) {
+		/* Its keeper from now on (on record for a broker after this). */
+		fence_keeper_add(g->k);
+		g->k = NULL;
+		fence_record_add(d, w->key);
+	}
+	free(g->k);
 	if (!c) {
 		json_decref(g->answer);
 	} else {
@@ -569,9 +592,15 @@ int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *
 {
 	struct grant_job *g;
 
+	struct keeper *k = c->pre_keep;
+
+	c->pre_keep = NULL;
 	if (!l->preplaced || !c->pre_placed || strcmp(c->pre_id, l->rec.id) ||
-	    proctree_start(c->pre_pid) != c->pre_start || !(g = calloc(1, sizeof *g)))
+	    proctree_start(c->pre_pid) != c->pre_start || !(g = calloc(1, sizeof *g))) {
+		free(k);
 		return 0;
+	}
+	g->k = k;
 	g->rule = (struct fence_rule)FENCE_RULE_INIT;
 	g->all = (struct fence_rule)FENCE_RULE_INIT;
 	if (daemon_fence_rule(d, l, 0, NULL, &g->rule, &g->all, g->err, sizeof g->err) < 0) {
@@ -579,6 +608,7 @@ int daemon_fence_granted(struct daemon *d, struct conn *c, const struct blease *
 		           l->rec.user, c->pre_pid, g->err);
 		fence_rule_release(&g->rule);
 		fence_rule_release(&g->all);
+		free(g->k);
 		free(g);
 		return 0;
 	}
@@ -625,6 +655,8 @@ void daemon_fence_unplace(struct daemon *d, struct conn *c)
 {
 	struct unplace_job *u;
 
+	free(c->pre_keep);
+	c->pre_keep = NULL;
 	if (!c->pre_id[0] || !fence.ops || !(u = calloc(1, sizeof *u)))
 		return;
 	str_copy(u->w.key, sizeof u->w.key, c->pre_id);

@@ -99,68 +99,9 @@ struct run {
 /*
  * A child forked while we wait in the broker's line (prespawn: the broker
  * places it meanwhile) learns its environment, which the grant decides,
- * down the go pipe: the count of variables and their bytes, then each
- * with its NUL, then the go.  Nothing comes if we die first.
+ * down the go socket (protocol_send_strings), then the go.  Nothing comes
+ * if we die first.
  */
-#define ENV_MAX_BYTES (4u << 20)
-
-static int send_env(int fd, char *const *vars)
-{
-	uint32_t head[2] = {0, 0};
-	size_t total, off = sizeof head;
-	char *blob;
-	int rc = 0;
-
-	for (char *const *v = vars; *v; v++, head[0]++)
-		head[1] += (uint32_t)strlen(*v) + 1;
-	total = sizeof head + head[1];
-	if (head[1] > ENV_MAX_BYTES || !(blob = malloc(total)))
-		return -1;
-	memcpy(blob, head, sizeof head);
-	for (char *const *v = vars; *v; v++) {
-		memcpy(blob + off, *v, strlen(*v) + 1);
-		off += strlen(*v) + 1;
-	}
-	for (size_t done = 0; done < total && rc == 0;) {
-		ssize_t n = send(fd, blob + done, total - done, MSG_NOSIGNAL);
-
-		if (n > 0)
-			done += (size_t)n;
-		else if (n < 0 && errno != EINTR)
-			rc = -1;
-	}
-	free(blob);
-	return rc;
-}
-
-/* In the child: the environment send_env sent (exactly its bytes: the go
- * follows), or NULL. */
-static char **receive_env(int fd)
-{
-	uint32_t head[2];
-	size_t have = 0, at = 0;
-	char *blob, **vars;
-
-	if (read(fd, head, sizeof head) != sizeof head || head[1] > ENV_MAX_BYTES ||
-	    head[0] > head[1] || !(blob = malloc(head[1] + 1)) ||
-	    !(vars = calloc(head[0] + 1, sizeof *vars)))
-		return NULL;
-	while (have < head[1]) {
-		ssize_t n = read(fd, blob + have, head[1] - have);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return NULL;
-		have += (size_t)n;
-	}
-	blob[have] = '\0';
-	for (uint32_t i = 0; i < head[0] && at < have; i++) {
-		vars[i] = blob + at;
-		at += strlen(blob + at) + 1;
-	}
-	return vars;
-}
 
 /* In the child: wait for the go, then become the job.  Never returns. */
 static void child_exec(struct run *r, int lease_fd)
@@ -174,7 +115,8 @@ static void child_exec(struct run *r, int lease_fd)
 
 	protocol_sched_restore(&r->sched);
 	close(r->go[1]);
-	if ((r->early && !(vars = receive_env(r->go[0]))) || protocol_await_go(r->go[0]) < 0)
+	if ((r->early && !(vars = protocol_receive_strings(r->go[0]))) ||
+	    protocol_await_go(r->go[0]) < 0)
 		_exit(EXIT_FAIL); /* gpuman died before the lease was ours */
 	close(r->go[0]);
 	/* Keep the lease's descriptor across exec: the job holds its lease. */
@@ -190,7 +132,7 @@ static void child_exec(struct run *r, int lease_fd)
 static int start_child(struct run *r, int lease_fd, char *err, size_t len)
 {
 	/* A socket pair rather than a pipe: a job that was killed as it
-	 * waited is a failed send, not a SIGPIPE (send_env). */
+	 * waited is a failed send, not a SIGPIPE (protocol_send_strings). */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r->go) < 0) {
 		snprintf(err, len, "socketpair: %s", strerror(errno));
 		return -1;
@@ -234,7 +176,7 @@ static int spawn_for_lease(void *data, const struct gm_lease *lease, pid_t *job_
 		close(r->go[1]);
 		r->go[1] = -1;
 		r->pid = r->early = placed = 0;
-	} else if (r->pid > 0 && send_env(r->go[1], r->env.vars) < 0) {
+	} else if (r->pid > 0 && protocol_send_strings(r->go[1], r->env.vars) < 0) {
 		prespawn_drop(r);
 		placed = 0;
 	}

@@ -46,9 +46,21 @@ struct launch {
 	int no_framework_env;
 	const char *log; /* log path */
 	int run_fd;
-	int go[2];
+	int go[2]; /* the runner's end, ours */
 	pid_t runner;
+	/* Its runner, started as it waited in the broker's line (early.c),
+	 * until the grant takes it; 0 none */
+	pid_t early_pid;
+	int early_pidfd;
 	char err[256];
+};
+
+/* The queue head's early runner between rounds (early.c); pid 0: none. */
+struct early_runner {
+	int64_t job;
+	int attempt;
+	pid_t pid;
+	int pidfd, run_fd, run_slot, go;
 };
 
 /* ---- the engine's state ---------------------------------------------- */
@@ -62,7 +74,7 @@ struct slot {
 	pid_t runner;
 	int own;   /* our child (SIGCHLD); else adopted (pidfd / tick) */
 	int pidfd; /* adopted runner: readable once it exits; -1 */
-	int go_fd; /* write end of the go pipe until the go is given */
+	int go_fd; /* our end of the go socket until the go is given */
 	int abort; /* the claim did not commit: no go */
 	int64_t start_ms;
 	size_t ngpu;
@@ -114,6 +126,7 @@ struct engine {
 	/* what keeps queued jobs from starting (a full disk...), said once */
 	char wait_said[GM_ERRBUF_SIZE + 64];
 	int blocked_told; /* batch: cfg->blocked said since a task last started */
+	struct early_runner early;
 };
 
 /*
@@ -219,9 +232,28 @@ int engine_batch_holdback(struct engine *e, const struct gm_request *req, unsign
 /* runner.c */
 int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
                         size_t len);
+pid_t engine_prespawn_runner(void *data, int fd);
 void engine_runner_ended(struct engine *e, struct slot *s, int killed);
 void engine_adopt(struct engine *e);
 int engine_adopted_ended(struct engine *e, struct slot *s);
+
+/* early.c: the head job's runner, started as it waits in the broker's line */
+/* L's runner is pid, started now: 0, or -1 (no pidfd: it is not used). */
+int engine_early_started(struct launch *L, pid_t pid);
+/* Is L's early runner still there? */
+int engine_early_alive(const struct launch *L);
+/* The grant took it as the job's runner. */
+void engine_early_taken(struct launch *L);
+/* acquire_opts' prespawn_drop: L's early runner ends (its go with it). */
+void engine_prespawn_drop(void *data);
+/* The engine's early runner ends, and what it held is closed. */
+void engine_early_drop(struct engine *e);
+/* Into L, for this job's placement: its run slot (L->run_fd and L->go[1]
+ * set), or -1 (none; one of another job is ended). */
+int engine_early_take(struct engine *e, struct launch *L, int64_t job, int attempt);
+/* After the placement: L's early runner back to the engine while its job
+ * waits in the line (waits), else ended. */
+void engine_early_keep(struct engine *e, struct launch *L, int run_slot, int waits);
 
 /* place.c */
 /* Commit the round's writes, then let its claimed jobs go: 0, or -1. */

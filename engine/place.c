@@ -190,6 +190,35 @@ static void tell_lock_wait(void *data, const char *who)
 	engine_say(L->e, "job %lld: waiting: %s", (long long)L->job->id, who);
 }
 
+/* A free run slot, locked and prepared (*fd): not ours in memory, and not
+ * locked by a runner (one that got no go may still be on its way out).
+ * Its number, or -1 (none: why is in job's record). */
+static int free_run_slot(struct engine *e, struct job *job, int *fd)
+{
+	char path[4200];
+
+	for (int n = 0; n < MAX_RUN_SLOTS; n++) {
+		if (engine_slot_number_busy(e, n))
+			continue;
+		engine_run_path(e, n, path, sizeof path);
+		*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (*fd < 0) {
+			note_waiting(e, job, "cannot create '%s': %s", path, strerror(errno));
+			return -1;
+		}
+		if (flock(*fd, LOCK_EX | LOCK_NB) < 0) {
+			close(*fd);
+			*fd = -1;
+			continue;
+		}
+		if (run_file_prepare(*fd) == 0)
+			return n;
+		note_waiting(e, job, "cannot prepare '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	return -1;
+}
+
 static enum place try_place(struct engine *e, int64_t id)
 {
 	struct job job;
@@ -197,16 +226,15 @@ static enum place try_place(struct engine *e, int64_t id)
 	struct launch L;
 	struct acquire_opts opts;
 	struct gm_lease *lease = NULL;
-	char path[4200], logbuf[4200], err[GM_ERRBUF_SIZE], *explain = NULL;
+	char logbuf[4200], err[GM_ERRBUF_SIZE], *explain = NULL;
 	unsigned *excl = NULL;
 	size_t nexcl = 0;
 	int owned = 0, nfe = 0, changed = 0, run_slot = -1;
 	enum place result = PLACE_BLOCKED;
-	enum gm_err rc;
+	enum gm_err rc = GM_ERR_STATE;
 
 	memset(&L, 0, sizeof L);
-	L.run_fd = L.go[0] = L.go[1] = -1;
-	path[0] = '\0';
+	L.run_fd = L.go[0] = L.go[1] = L.early_pidfd = -1;
 	if (jobstore_get(e->cfg->store, id, 1, &job, e->err, sizeof e->err) != GM_OK) {
 		if (strncmp(e->err, "no job", 6))
 			e->failed = 1;
@@ -248,34 +276,20 @@ static enum place try_place(struct engine *e, int64_t id)
 	L.batch = e->cfg->batch;
 	L.no_framework_env = nfe;
 	L.log = logbuf;
-	/* A free run slot: not ours in memory, and not locked by a runner
-	 * (one that got no go may still be on its way out). */
-	for (run_slot = 0; run_slot < MAX_RUN_SLOTS; run_slot++) {
-		if (engine_slot_number_busy(e, run_slot))
-			continue;
-		engine_run_path(e, run_slot, path, sizeof path);
-		L.run_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (L.run_fd < 0) {
-			note_waiting(e, &job, "cannot create '%s': %s", path, strerror(errno));
-			goto done;
-		}
-		if (flock(L.run_fd, LOCK_EX | LOCK_NB) == 0)
-			break;
-		close(L.run_fd);
-		L.run_fd = -1;
-	}
-	if (L.run_fd < 0)
-		goto done;
-	if (run_file_prepare(L.run_fd) < 0) {
-		note_waiting(e, &job, "cannot prepare '%s': %s", path, strerror(errno));
-		goto done;
-	}
-	if (pipe2(L.go, O_CLOEXEC) < 0)
+	/* Its runner, started as it waited in the broker's line, holds its
+	 * run slot; else a free one. */
+	run_slot = engine_early_take(e, &L, id, job.attempts + 1);
+	if (run_slot < 0 && (run_slot = free_run_slot(e, &job, &L.run_fd)) < 0)
 		goto done;
 	memset(&opts, 0, sizeof opts);
 	opts.command = job.command;
 	opts.spawn = engine_spawn_runner;
 	opts.spawn_data = &L;
+	/* Where the broker places a waiter's job as it waits, the runner
+	 * waits placed too: at the grant nothing is moved. */
+	opts.prespawn = engine_prespawn_runner;
+	opts.prespawn_drop = engine_prespawn_drop;
+	opts.prespawn_keeps = 1;
 	opts.snapshot = e->snap;
 	opts.on_lock_wait = tell_lock_wait;
 	opts.on_wait_data = &L;
@@ -392,6 +406,8 @@ static enum place try_place(struct engine *e, int64_t id)
 		L.go[1] = -1;
 	}
 done:
+	/* Still in line: its early runner waits on with it. */
+	engine_early_keep(e, &L, run_slot, rc == GM_ERR_UNAVAILABLE && result == PLACE_BLOCKED);
 	if (L.run_fd >= 0)
 		close(L.run_fd);
 	if (L.go[0] >= 0)
@@ -525,6 +541,7 @@ static void local_interrupt(struct engine *e)
 
 static void local_release(struct engine *e)
 {
+	engine_early_drop(e);
 	free(e->done_ms);
 	free(e->done_n);
 	free(e->floor_mib);
@@ -555,9 +572,12 @@ void engine_schedule(struct engine *e)
 	size_t i = e->qhead;
 
 	e->dirty = 0;
-	/* Its last waiting job gone (cancelled): nobody to keep a place for. */
-	if (e->qhead == e->qcount && e->cfg->reg)
+	/* Its last waiting job gone (cancelled): nobody to keep a place for
+	 * (its early runner holds the place's connection: it ends first). */
+	if (e->qhead == e->qcount && e->cfg->reg) {
+		engine_early_drop(e);
 		registry_drop_place(e->cfg->reg);
+	}
 	while (i < e->qcount && !e->interrupt && !e->stop && !e->failed && !e->closed) {
 		enum place p;
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,7 +23,79 @@ int protocol_give_go(int fd)
 {
 	char byte = GO_BYTE;
 
-	return write(fd, &byte, 1) == 1 ? 0 : -1;
+	ssize_t n = send(fd, &byte, 1, MSG_NOSIGNAL);
+
+	if (n < 0 && errno == ENOTSOCK)
+		n = write(fd, &byte, 1);
+	return n == 1 ? 0 : -1;
+}
+
+/* Sanity, not a quota: an environment or a runner's arguments. */
+#define STRINGS_MAX_BYTES (4u << 20)
+
+int protocol_send_strings(int fd, char *const *v)
+{
+	uint32_t head[2] = {0, 0};
+	size_t total, off = sizeof head;
+	char *blob;
+	int rc = 0;
+
+	for (char *const *p = v; *p; p++, head[0]++)
+		head[1] += (uint32_t)strlen(*p) + 1;
+	total = sizeof head + head[1];
+	if (head[1] > STRINGS_MAX_BYTES || !(blob = malloc(total)))
+		return -1;
+	memcpy(blob, head, sizeof head);
+	for (char *const *p = v; *p; p++) {
+		memcpy(blob + off, *p, strlen(*p) + 1);
+		off += strlen(*p) + 1;
+	}
+	for (size_t done = 0; done < total && rc == 0;) {
+		ssize_t n = send(fd, blob + done, total - done, MSG_NOSIGNAL);
+
+		if (n > 0)
+			done += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			rc = -1;
+	}
+	free(blob);
+	return rc;
+}
+
+char **protocol_receive_strings(int fd)
+{
+	uint32_t head[2];
+	size_t have = 0, at = 0;
+	char *blob, **v;
+	ssize_t n;
+
+	do
+		n = read(fd, head, sizeof head);
+	while (n < 0 && errno == EINTR);
+	if (n != sizeof head || head[1] > STRINGS_MAX_BYTES || head[0] > head[1] ||
+	    !(blob = malloc(head[1] + 1)))
+		return NULL;
+	if (!(v = calloc(head[0] + 1, sizeof *v))) {
+		free(blob);
+		return NULL;
+	}
+	while (have < head[1]) {
+		n = read(fd, blob + have, head[1] - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			free(blob);
+			free(v);
+			return NULL;
+		}
+		have += (size_t)n;
+	}
+	blob[have] = '\0';
+	for (uint32_t i = 0; i < head[0] && at < have; i++) {
+		v[i] = blob + at;
+		at += strlen(blob + at) + 1;
+	}
+	return v;
 }
 
 int protocol_await_go(int fd)

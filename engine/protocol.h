@@ -13,6 +13,9 @@
  *     locked, with PROTOCOL_RESULT_ROOM
  *     bytes of room (protocol_run_path)
  *   posix_spawn(gpuman-runner ...)  ----->  holds the lease and run file
+ *     (or, --late, as the job waits
+ *     in the broker's line; at the
+ *     grant, the lease's arguments  ----->  protocol_receive_strings)
  *   commit the claim; the go byte   ----->  protocol_await_go: runs the job
  *     (end of file: "do not run")           (or writes stop=aborted)
  *   SIGTERM (cancel), SIGUSR1 (Ctrl-C),     SIGTERM to the job's group,
@@ -39,6 +42,19 @@ int protocol_give_go(int fd);
 /* Wait for the go on fd (retrying EINTR): 0 go, -1 anything else (end of
  * file: the parent died or the claim was not recorded; do not run). */
 int protocol_await_go(int fd);
+
+/*
+ * What a supervisor started before its grant learns at the grant, down the
+ * go socket before the go: a list of strings (`gpuman run`'s child: its
+ * environment; an early gpuman-runner: its lease's arguments), as their
+ * count and bytes, then each with its NUL.  Sending to a reader that died
+ * fails rather than raise SIGPIPE.  0, or -1.
+ */
+int protocol_send_strings(int fd, char *const *v);
+/* The list sent (NULL-terminated, one allocation for the strings, v[0]'s
+ * base, and one for the array), or NULL: end of file, a read error, out
+ * of memory, or a count past sanity. */
+char **protocol_receive_strings(int fd);
 
 /* ---- scheduling ---------------------------------------------------------- */
 

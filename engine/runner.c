@@ -16,6 +16,7 @@
 #include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -260,82 +261,104 @@ int engine_adopted_ended(struct engine *e, struct slot *s)
 }
 
 /*
- * Start gpuman-runner for a claimed job (see runner/gpuman-runner.c for its
- * arguments).  posix_spawn (vfork and exec) rather than fork: see there.
- * Called by the registry under its lock, with the GPUs chosen and before
- * the lease is published, so that the lease names the runner from the
- * start; the runner is the ancestor of the job's processes.
+ * gpuman-runner's arguments for L's job: the job's (head), then its
+ * command (tail), around the lease's (lease_args).  0, -1 out of memory.
  */
-int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
-                        size_t len)
+static int job_args(const struct launch *L, int lease_fd, char ***args, size_t *n)
 {
-	static const int defaults[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGCHLD,
-	                               SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
-	struct launch *L = data;
 	const struct job *job = L->job;
-	struct child_env env = CHILD_ENV_INIT;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t set;
-	char **args = NULL, **jargv = NULL, *uuids = NULL, where[300];
-	size_t n = 0, ulen = 1;
-	long long limit_s;
-	pid_t pid;
-	int rc = -1, erc;
+	char where[300];
+	long long limit_s = engine_time_limit_s(L->e, job, where, sizeof where);
+
+	/* The runner keeps the time: the limit holds while the engine is away. */
+	return strv_add(args, n, "gpuman-runner") ||
+	               strv_add(args, n, "--job=%lld", (long long)job->id) ||
+	               strv_add(args, n, "--attempt=%d", job->attempts + 1) ||
+	               strv_add(args, n, "--run-fd=%d", L->run_fd) ||
+	               strv_add(args, n, "--go-fd=%d", L->go[0]) ||
+	               strv_add(args, n, "--lease-fd=%d", lease_fd) ||
+	               strv_add(args, n, "--log=%s", L->log) ||
+	               (limit_s > 0 && strv_add(args, n, "--time-limit=%lld", limit_s)) ||
+	               (L->batch && strv_add(args, n, "--task")) ||
+	               (job->cwd && strv_add(args, n, "--cwd=%s", job->cwd))
+	           ? -1
+	           : 0;
+}
+
+static int command_args(const struct job *job, char ***args, size_t *n)
+{
+	char **jargv = NULL;
+	int rc = 0;
+
+	if (!job->argv)
+		return strv_add(args, n, "--line=%s", job->command) ? -1 : 0;
+	jargv = json_argv(job->argv);
+	if (!jargv || strv_add(args, n, "--"))
+		rc = -1;
+	for (size_t i = 0; rc == 0 && jargv[i]; i++)
+		if (strv_add(args, n, "%s", jargv[i]))
+			rc = -1;
+	free_strv(jargv);
+	return rc;
+}
+
+/* What the lease decides: its id, its GPUs, its memory share. */
+static int lease_args(const struct launch *L, const struct gm_lease *lease, char ***args, size_t *n)
+{
+	size_t ulen = 1;
+	char *uuids;
+	int rc;
 
 	for (size_t i = 0; i < gm_lease_gpu_count(lease); i++)
 		ulen += strlen(gm_lease_gpu_uuid(lease, i)) + 1;
-	uuids = calloc(1, ulen);
-	if (!uuids)
-		goto oom;
+	if (!(uuids = calloc(1, ulen)))
+		return -1;
 	for (size_t i = 0; i < gm_lease_gpu_count(lease); i++) {
 		if (i)
 			strcat(uuids, ",");
 		strcat(uuids, gm_lease_gpu_uuid(lease, i));
 	}
-	if (strv_add(&args, &n, "gpuman-runner") ||
-	    strv_add(&args, &n, "--job=%lld", (long long)job->id) ||
-	    strv_add(&args, &n, "--attempt=%d", job->attempts + 1) ||
-	    strv_add(&args, &n, "--run-fd=%d", L->run_fd) ||
-	    strv_add(&args, &n, "--go-fd=%d", L->go[0]) ||
-	    strv_add(&args, &n, "--lease-fd=%d", lease->fd) ||
-	    strv_add(&args, &n, "--lease-path=%s", lease->path) ||
-	    strv_add(&args, &n, "--lease-id=%s", gm_lease_id(lease)) ||
-	    strv_add(&args, &n, "--gpus=%s", gm_lease_indices(lease)) ||
-	    strv_add(&args, &n, "--uuids=%s", uuids) ||
-	    strv_add(&args, &n, "--cuda-visible=%s", gm_lease_cuda_visible(lease)) ||
-	    strv_add(&args, &n, "--log=%s", L->log))
-		goto oom;
-	/* The runner keeps the time: the limit holds while the engine is away. */
-	limit_s = engine_time_limit_s(L->e, job, where, sizeof where);
-	if (limit_s > 0 && strv_add(&args, &n, "--time-limit=%lld", limit_s))
-		goto oom;
-	if (!lease->rec.exclusive &&
-	    (strv_add(&args, &n, "--mem-fraction=%.6f", gm_lease_mem_fraction(lease)) ||
-	     (L->no_framework_env && strv_add(&args, &n, "--no-framework-env"))))
-		goto oom;
-	if ((L->batch && strv_add(&args, &n, "--task")) ||
-	    (job->cwd && strv_add(&args, &n, "--cwd=%s", job->cwd)))
-		goto oom;
-	if (job->argv) {
-		jargv = json_argv(job->argv);
-		if (!jargv || strv_add(&args, &n, "--"))
-			goto oom;
-		for (size_t i = 0; jargv[i]; i++)
-			if (strv_add(&args, &n, "%s", jargv[i]))
-				goto oom;
-	} else if (strv_add(&args, &n, "--line=%s", job->command)) {
-		goto oom;
-	}
-	if (job->env && child_env_init_block(&env, job->env, job->env_len) < 0)
-		goto oom;
+	rc = strv_add(args, n, "--lease-path=%s", lease->path) ||
+	             strv_add(args, n, "--lease-id=%s", gm_lease_id(lease)) ||
+	             strv_add(args, n, "--gpus=%s", gm_lease_indices(lease)) ||
+	             strv_add(args, n, "--uuids=%s", uuids) ||
+	             strv_add(args, n, "--cuda-visible=%s", gm_lease_cuda_visible(lease)) ||
+	             (!lease->rec.exclusive &&
+	              (strv_add(args, n, "--mem-fraction=%.6f", gm_lease_mem_fraction(lease)) ||
+	               (L->no_framework_env && strv_add(args, n, "--no-framework-env"))))
+	         ? -1
+	         : 0;
+	free(uuids);
+	return rc;
+}
 
+/*
+ * posix_spawn (vfork and exec) gpuman-runner with args, holding L's run
+ * file, its end of the go socket (made here) and lease_fd: its pid, or -1
+ * with L->err said.
+ */
+static pid_t spawn(struct launch *L, char **args, int lease_fd)
+{
+	static const int defaults[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGCHLD,
+	                               SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
+	const struct job *job = L->job;
+	struct child_env env = CHILD_ENV_INIT;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t set;
+	pid_t pid = -1;
+	int erc;
+
+	if (job->env && child_env_init_block(&env, job->env, job->env_len) < 0) {
+		snprintf(L->err, sizeof L->err, "out of memory");
+		return -1;
+	}
 	posix_spawn_file_actions_init(&fa);
 	posix_spawnattr_init(&attr);
 	/* The same descriptor number again: clears close-on-exec. */
 	posix_spawn_file_actions_adddup2(&fa, L->run_fd, L->run_fd);
 	posix_spawn_file_actions_adddup2(&fa, L->go[0], L->go[0]);
-	posix_spawn_file_actions_adddup2(&fa, lease->fd, lease->fd);
+	posix_spawn_file_actions_adddup2(&fa, lease_fd, lease_fd);
 	/* The runner's own signals wait, blocked, until its handlers are in
 	 * place (it unblocks them then): a cancel in between would otherwise
 	 * kill it before it could record anything ("runner died"). */
@@ -353,14 +376,75 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	erc = posix_spawn(&pid, L->e->runner_path, &fa, &attr, args, job->env ? env.vars : environ);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
+	child_env_release(&env);
+	close(L->go[0]);
+	L->go[0] = -1;
 	if (erc) {
-		snprintf(err, len, "cannot start '%s': %s", L->e->runner_path, strerror(erc));
-		str_copy(L->err, sizeof L->err, err);
-		goto done;
+		snprintf(L->err, sizeof L->err, "cannot start '%.180s': %s", L->e->runner_path,
+		         strerror(erc));
+		return -1;
+	}
+	return pid;
+}
+
+/* The go socket: the engine's end L->go[1], the runner's L->go[0].  A
+ * socket, not a pipe: a go or arguments sent to a runner that died fail
+ * (protocol_send_strings), rather than raise SIGPIPE. */
+static int go_socket(struct launch *L)
+{
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, L->go) == 0)
+		return 0;
+	snprintf(L->err, sizeof L->err, "socketpair: %s", strerror(errno));
+	L->go[0] = L->go[1] = -1;
+	return -1;
+}
+
+/*
+ * Start gpuman-runner for a claimed job (see runner/gpuman-runner.c for its
+ * arguments), or give the lease to the one started as the job waited in
+ * the broker's line (engine_prespawn_runner).  Called with the GPUs chosen
+ * and before the lease is published (or the grant answered), so that the
+ * lease names the runner from the start; the runner is the ancestor of the
+ * job's processes.
+ */
+int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid, char *err,
+                        size_t len)
+{
+	struct launch *L = data;
+	char **args = NULL;
+	size_t n = 0;
+	pid_t pid = -1;
+	int placed = lease->placed;
+
+	if (L->early_pid > 0) {
+		/* Its lease's arguments, then (at the commit) the go. */
+		if (lease_args(L, lease, &args, &n) < 0 || engine_early_alive(L) <= 0 ||
+		    protocol_send_strings(L->go[1], args) < 0) {
+			engine_prespawn_drop(L); /* another, as without */
+		} else {
+			pid = L->early_pid;
+			engine_early_taken(L);
+		}
+		free_strv(args);
+		args = NULL;
+		n = 0;
+	}
+	if (pid < 0) {
+		placed = 0;
+		if ((L->go[1] < 0 && go_socket(L) < 0) || job_args(L, lease->fd, &args, &n) < 0 ||
+		    lease_args(L, lease, &args, &n) < 0 || command_args(L->job, &args, &n) < 0) {
+			if (!L->err[0])
+				snprintf(L->err, sizeof L->err, "out of memory");
+			goto done;
+		}
+		pid = spawn(L, args, lease->fd);
+		if (pid < 0)
+			goto done;
 	}
 	/* Into the lease's cgroup while it waits for the go, with the job it
-	 * will start; as its supervisor it leaves alive when the lease ends. */
-	if (lease->broker && broker_fence(lease, pid, 1, err, len) < 0) {
+	 * will start; as its supervisor it leaves alive when the lease ends.
+	 * One placed as it waited is there already. */
+	if (lease->broker && !placed && broker_fence(lease, pid, 1, err, len) < 0) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 		str_copy(L->err, sizeof L->err, err);
@@ -368,14 +452,39 @@ int engine_spawn_runner(void *data, const struct gm_lease *lease, pid_t *job_pid
 	}
 	L->runner = pid;
 	*job_pid = pid;
-	rc = 0;
-	goto done;
-oom:
-	snprintf(err, len, "out of memory");
 done:
 	free_strv(args);
-	free_strv(jargv);
-	free(uuids);
-	child_env_release(&env);
-	return rc;
+	if (L->runner <= 0 && L->err[0])
+		snprintf(err, len, "%s", L->err);
+	return L->runner > 0 ? 0 : -1;
+}
+
+/*
+ * acquire_opts' prespawn: the runner of L's job, started as the job waits
+ * in the broker's line, holding fd (the connection: the lease once
+ * granted); the broker places it in the cgroup of the lease-to-be, and its
+ * lease's arguments follow at the grant.  Its pid, or -1.
+ */
+pid_t engine_prespawn_runner(void *data, int fd)
+{
+	struct launch *L = data;
+	char **args = NULL;
+	size_t n = 0;
+	pid_t pid = -1;
+
+	if (go_socket(L) == 0 && job_args(L, fd, &args, &n) == 0 &&
+	    strv_add(&args, &n, "--late") == 0 && command_args(L->job, &args, &n) == 0)
+		pid = spawn(L, args, fd);
+	free_strv(args);
+	if (pid > 0 && engine_early_started(L, pid) == 0)
+		return pid;
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	if (L->go[1] >= 0)
+		close(L->go[1]);
+	L->go[0] = L->go[1] = -1;
+	L->err[0] = '\0'; /* the grant starts one as without */
+	return -1;
 }

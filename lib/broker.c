@@ -131,6 +131,8 @@ static int preplace(const struct acquire_opts *opts, int fd)
 	msg = json_object();
 	json_object_set_new(msg, "op", json_string("preplace"));
 	json_object_set_new(msg, "pid", json_integer(pid));
+	if (opts->prespawn_keeps)
+		json_object_set_new(msg, "keep", json_true());
 	broker_send(fd, msg);
 	json_decref(msg);
 	return 1;
@@ -209,6 +211,7 @@ struct broker_place {
 	char token[40]; /* the broker's place token, "" none yet */
 	char *key;      /* the request and command it waits for */
 	char *why;      /* what the broker last said it waits for */
+	int prespawned; /* a job started early holds fd too (opts->prespawn) */
 	struct broker_buf buf;
 };
 
@@ -301,6 +304,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		why = kept->why;
 		kept->why = NULL;
 		told = 1;
+		prespawned = kept->prespawned;
 	} else {
 		buf = kept ? &kept->buf : calloc(1, sizeof *buf);
 		msg = json_object();
@@ -341,8 +345,11 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 		                       deadline, &msg);
 
 		if (got == 0 && keep && told) {
-			/* Still in line: keep the place for the next try. */
+			/* Still in line: keep the place for the next try, and
+			 * the job started early with it. */
 			kept->fd = fd;
+			kept->prespawned = prespawned;
+			prespawned = 0;
 			kept->why = why;
 			why = NULL;
 			*place = kept;
@@ -392,6 +399,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			 * again with the place's token, if we were told one. */
 			rc = gm_fail(GM_ERR_UNAVAILABLE, err, len,
 			             "the lease broker at '%s' restarts", path);
+			kept->prespawned = 0; /* dropped below, with its connection */
 			if (kept->token[0]) {
 				close(fd);
 				fd = -1;
@@ -425,7 +433,7 @@ enum gm_err broker_acquire(const char *path, struct broker_place **place, struct
 			why = strdup(w ? w : "");
 			if (!told && opts && opts->on_wait && !keep)
 				opts->on_wait(opts->on_wait_data, why ? why : "");
-			if (!prespawned && !keep && opts && opts->prespawn &&
+			if (!prespawned && opts && opts->prespawn &&
 			    json_is_true(json_object_get(msg, "preplace")))
 				prespawned = preplace(opts, fd);
 			told = 1;

@@ -53,8 +53,9 @@
  *                              waits for its grant in the cgroup of its
  *                              lease-to-be, refused every GPU; the grant
  *                              says "placed":true once the lease's rule is
- *                              there (else the client asks "fence").  No
- *                              answer; ignored once granted
+ *                              there (else the client asks "fence");
+ *                              "keep":true: N is a supervisor, as fence's.
+ *                              No answer; ignored once granted
  *     {"op":"session","pid":N,"uid":U}   root only (the PAM hook): login
  *                              session N of U opens only U's leases' GPUs
  *   broker -> client

@@ -67,6 +67,9 @@ struct acquire_opts {
 	 */
 	pid_t (*prespawn)(void *data, int fd);
 	void (*prespawn_drop)(void *data);
+	/* The job prespawn starts is a supervisor (gpuman-runner), moved
+	 * home alive when the lease ends, as broker_fence's keep. */
+	int prespawn_keeps;
 	/* Set by a signal handler to stop waiting (GM_ERR_INTERRUPTED). */
 	volatile sig_atomic_t *interrupted;
 	/*

@@ -41,6 +41,11 @@
  *   --log=PATH [--cwd=DIR] [--task] [--time-limit=SECONDS]
  *   (--line=SHELL-LINE | -- PROGRAM ARG...)
  * Its environment is the job's.
+ *
+ * --late: started as its job waits in the broker's line, to be placed in
+ * the lease's cgroup meanwhile (the engine's prespawn).  The lease's own
+ * arguments (--lease-path ... --mem-fraction, --no-framework-env) come
+ * down the go socket at the grant, before the go (protocol_send_strings).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -67,6 +72,7 @@ struct args {
 	int attempt;
 	int run_fd, go_fd, lease_fd;
 	const char *lease_path, *lease_id, *gpus, *uuids, *cuda_visible;
+	int late;  /* the lease's arguments come before the go */
 	int share; /* --mem-fraction: a memory share */
 	double mem_fraction;
 	int no_framework_env;
@@ -129,7 +135,8 @@ static void write_result(const struct args *a, int64_t start, int64_t end, int s
  * find it (as gm_lease_release does). */
 static void release_lease(const struct args *a)
 {
-	unlink(a->lease_path);
+	if (a->lease_path && a->lease_path[0])
+		unlink(a->lease_path);
 	close(a->lease_fd);
 }
 
@@ -336,76 +343,100 @@ static __attribute__((noinline)) pid_t spawn_job(const struct job_exec *x)
 	return pid;
 }
 
+/* One --name[=value]: 0, or -1 unknown or malformed. */
+static int parse_arg(const char *arg, struct args *a)
+{
+	const char *v = strchr(arg, '=');
+	size_t klen = v ? (size_t)(v - arg) : strlen(arg);
+	char key[32];
+
+	if (!strcmp(arg, "--no-framework-env"))
+		return a->no_framework_env = 1, 0;
+	if (!strcmp(arg, "--task"))
+		return a->task = 1, 0;
+	if (!strcmp(arg, "--late"))
+		return a->late = 1, 0;
+	if (!v || klen >= sizeof key)
+		return -1;
+	/* arg stays as it was: ps and /proc/PID/cmdline show it whole */
+	memcpy(key, arg, klen);
+	key[klen] = '\0';
+	v++;
+	if (!strcmp(key, "--job"))
+		a->job = strtoll(v, NULL, 10);
+	else if (!strcmp(key, "--attempt"))
+		a->attempt = atoi(v);
+	else if (!strcmp(key, "--run-fd"))
+		a->run_fd = atoi(v);
+	else if (!strcmp(key, "--go-fd"))
+		a->go_fd = atoi(v);
+	else if (!strcmp(key, "--lease-fd"))
+		a->lease_fd = atoi(v);
+	else if (!strcmp(key, "--lease-path"))
+		a->lease_path = v;
+	else if (!strcmp(key, "--lease-id"))
+		a->lease_id = v;
+	else if (!strcmp(key, "--gpus"))
+		a->gpus = v;
+	else if (!strcmp(key, "--uuids"))
+		a->uuids = v;
+	else if (!strcmp(key, "--cuda-visible"))
+		a->cuda_visible = v;
+	else if (!strcmp(key, "--mem-fraction"))
+		a->share = 1, a->mem_fraction = strtod(v, NULL);
+	else if (!strcmp(key, "--log"))
+		a->log = v;
+	else if (!strcmp(key, "--cwd"))
+		a->cwd = v;
+	else if (!strcmp(key, "--line"))
+		a->line = v;
+	else if (!strcmp(key, "--time-limit"))
+		a->time_limit = strtoll(v, NULL, 10);
+	else
+		return -1;
+	return 0;
+}
+
+/* Are the lease's arguments all there? */
+static int lease_known(const struct args *a)
+{
+	return a->lease_path && a->lease_id && a->gpus && a->uuids && a->cuda_visible;
+}
+
 static int parse_args(int argc, char **argv, struct args *a)
 {
 	memset(a, 0, sizeof *a);
 	a->run_fd = a->go_fd = a->lease_fd = -1;
 	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i], *v = strchr(arg, '=');
-		size_t klen = v ? (size_t)(v - arg) : strlen(arg);
-		char key[32];
-
-		if (!strcmp(arg, "--")) {
+		if (!strcmp(argv[i], "--")) {
 			a->argv = argv + i + 1;
 			break;
 		}
-		if (!strcmp(arg, "--no-framework-env")) {
-			a->no_framework_env = 1;
-			continue;
-		}
-		if (!strcmp(arg, "--task")) {
-			a->task = 1;
-			continue;
-		}
-		if (!v || klen >= sizeof key)
-			return -1;
-		/* argv stays as it was: ps and /proc/PID/cmdline show it whole */
-		memcpy(key, arg, klen);
-		key[klen] = '\0';
-		arg = key;
-		v++;
-		if (!strcmp(arg, "--job"))
-			a->job = strtoll(v, NULL, 10);
-		else if (!strcmp(arg, "--attempt"))
-			a->attempt = atoi(v);
-		else if (!strcmp(arg, "--run-fd"))
-			a->run_fd = atoi(v);
-		else if (!strcmp(arg, "--go-fd"))
-			a->go_fd = atoi(v);
-		else if (!strcmp(arg, "--lease-fd"))
-			a->lease_fd = atoi(v);
-		else if (!strcmp(arg, "--lease-path"))
-			a->lease_path = v;
-		else if (!strcmp(arg, "--lease-id"))
-			a->lease_id = v;
-		else if (!strcmp(arg, "--gpus"))
-			a->gpus = v;
-		else if (!strcmp(arg, "--uuids"))
-			a->uuids = v;
-		else if (!strcmp(arg, "--cuda-visible"))
-			a->cuda_visible = v;
-		else if (!strcmp(arg, "--mem-fraction"))
-			a->share = 1, a->mem_fraction = strtod(v, NULL);
-		else if (!strcmp(arg, "--log"))
-			a->log = v;
-		else if (!strcmp(arg, "--cwd"))
-			a->cwd = v;
-		else if (!strcmp(arg, "--line"))
-			a->line = v;
-		else if (!strcmp(arg, "--time-limit"))
-			a->time_limit = strtoll(v, NULL, 10);
-		else
+		if (parse_arg(argv[i], a) < 0)
 			return -1;
 	}
 	if (a->job <= 0 || a->attempt <= 0 || a->run_fd < 3 || a->go_fd < 3 || a->lease_fd < 3 ||
-	    !a->lease_path || !a->lease_id || !a->gpus || !a->uuids || !a->cuda_visible ||
-	    !a->log || (!a->line && !(a->argv && a->argv[0])))
+	    !(a->late || lease_known(a)) || !a->log || (!a->line && !(a->argv && a->argv[0])))
 		return -1;
 	return 0;
 }
 
+/* An early runner's lease arguments, from the go socket: 0, or -1 (none
+ * came: the engine died or gave the place up; or they are malformed). */
+static int receive_late(struct args *a)
+{
+	char **v = protocol_receive_strings(a->go_fd);
+
+	if (!v)
+		return -1;
+	for (char **p = v; *p; p++)
+		if (parse_arg(*p, a) < 0)
+			return -1;
+	return lease_known(a) ? 0 : -1;
+}
+
 /* Close every descriptor above 2 but ours: nothing of the engine's lives on
- * in us (its lock, another runner's go pipe). */
+ * in us (its lock, another runner's go socket). */
 static void close_others(const struct args *a)
 {
 	int keep[3] = {a->run_fd, a->go_fd, a->lease_fd};
@@ -482,7 +513,7 @@ int main(int argc, char **argv)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 
-	if (protocol_await_go(a.go_fd) < 0) {
+	if ((a.late && receive_late(&a) < 0) || protocol_await_go(a.go_fd) < 0) {
 		/* The claim was not recorded: the job stays queued. */
 		write_result(&a, 0, 0, -1, 0, PROTOCOL_STOP_ABORTED);
 		release_lease(&a);

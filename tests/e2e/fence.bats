@@ -259,6 +259,65 @@ placed_while_waiting() { # placed_while_waiting MECHANISM MOUNT (SCOPES: systemd
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
+# waiting_runner MOUNT - the early job of waiting_cgroup, when it is bob's
+# queue runner (gpuman-runner, waiting for its lease and its go)
+waiting_runner() {
+	local cg pid
+	cg=$(waiting_cgroup "$1") && [ -n "$cg" ] && pid=$(cat "$cg/cgroup.procs") &&
+		[ "$(cat "/proc/$pid/comm")" = gpuman-runner ] &&
+		[ "$(stat -c %U "/proc/$pid")" = gmtest-bob ] && echo "$pid"
+}
+
+@test "fence v2: a queued job that waits for its GPU has its runner placed as it waits: nothing moves at the grant, the job runs fenced; a cancel or a dead dispatcher leaves nothing in line" {
+	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
+	gpus 4
+	start_daemon GPUMAN_FENCE=v2 GPUMAN_FENCE_PREPLACE=yes GPUMAN_FENCE_TRACE=1
+	mkdir -m 1777 "$SHARED/q"
+	export GPUMAN_QUEUE_DIR=$SHARED/q/bob
+	hold_gpu2
+	as_user bob gpuman submit --only 2 -- "$TRY" "$SHARED/out/queued" queued $NODES 3>&-
+	local runner=
+	wait_for "runner=\$(waiting_runner /sys/fs/cgroup/unified)"
+	[ ! -e "$SHARED/out/queued" ] # it has not run
+	touch "$SHARED/out/go"
+	wait_for "[ -s '$SHARED/out/queued' ]"
+	check "$SHARED/out/queued" queued
+	# its runner was placed as it waited, and the grant only changed the
+	# filter: no runner of bob's was moved at the grant
+	grep -q "fence trace: waiter pid $runner " "$BATS_TEST_TMPDIR/daemon.log"
+	grep -q "fence trace: granted-placed pid $runner " "$BATS_TEST_TMPDIR/daemon.log"
+	! grep -q "fence trace: grant-keeper pid $runner " "$BATS_TEST_TMPDIR/daemon.log" || false
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+
+	# cancelled as it waits: its runner and its place in line end with it
+	rm "$SHARED/out/go"
+	hold_gpu2
+	as_user bob gpuman submit --only 2 -- "$TRY" "$SHARED/out/cancelled" cancelled $NODES 3>&-
+	wait_for "runner=\$(waiting_runner /sys/fs/cgroup/unified)"
+	run -0 as_user bob gpuman cancel 2
+	wait_for "! kill -0 $runner 2>/dev/null"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 0 ]'
+	wait_for "[ \$(cgroups_left) = 1 ]" 30 # alice's
+
+	# its dispatcher killed as it waits: the runner ends (no go will come),
+	# nobody waits in line for it, the job stays queued and runs later
+	as_user bob gpuman submit --only 2 -- "$TRY" "$SHARED/out/later" later $NODES 3>&-
+	wait_for "runner=\$(waiting_runner /sys/fs/cgroup/unified)"
+	local d
+	d=$(cat "$GPUMAN_QUEUE_DIR"/dispatcher*.lock)
+	tr '\0' ' ' <"/proc/$d/cmdline" | grep -q "dispatcher"
+	kill -9 "$d"
+	wait_for "! kill -0 $runner 2>/dev/null"
+	wait_for '[ "$(gpuman status --json | jq ".waiters | length")" = 0 ]'
+	run -0 as_user bob gpuman queue --json
+	[ "$(jqr '.[] | select(.id == 3) | .state')" = queued ]
+	touch "$SHARED/out/go"
+	run -0 as_user bob gpuman wait 3
+	check "$SHARED/out/later" later
+	[ ! -e "$SHARED/out/cancelled" ]
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 @test "fence v2: GPUMAN_FENCE_TRACE=1 logs each placement's steps (at a grant, as a job waits, the grant's new filter); unset, none" {
 	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
 	gpus 4

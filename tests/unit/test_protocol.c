@@ -1,8 +1,8 @@
 /*
  * test_protocol.c - what the engine, its runner and `gpuman run` share
  * (engine/protocol.c): the result line both ways, run-file paths, the go
- * byte, exit statuses, out-of-memory messages, a task line's placeholders
- * and the job's environment.
+ * byte and what may come before it, exit statuses, out-of-memory messages, a task line's
+ * placeholders and the job's environment.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -107,6 +108,56 @@ static void test_run_path_and_go(void **state)
 	assert_int_equal(protocol_await_go(fds[0]), -1);
 	close(fds[0]);
 	close(fds[1]);
+}
+
+/* A socket: the go, then strings before a go, to a reader alive or gone. */
+static void test_strings_and_go_on_a_socket(void **state)
+{
+	char a[] = "--lease-id=1-2-ab", b[] = "", c[] = "--gpus=0,3";
+	char *const sent[] = {a, b, c, NULL}, *const none[] = {NULL};
+	char **got;
+	int sv[2];
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(protocol_send_strings(sv[1], sent), 0);
+	assert_int_equal(protocol_send_strings(sv[1], none), 0);
+	assert_int_equal(protocol_give_go(sv[1]), 0);
+	got = protocol_receive_strings(sv[0]);
+	assert_non_null(got);
+	assert_string_equal(got[0], "--lease-id=1-2-ab");
+	assert_string_equal(got[1], "");
+	assert_string_equal(got[2], "--gpus=0,3");
+	assert_null(got[3]);
+	free(got[0]);
+	free(got);
+	got = protocol_receive_strings(sv[0]);
+	assert_non_null(got);
+	assert_null(got[0]);
+	free(got[0]);
+	free(got);
+	/* exactly their bytes were read: the go follows */
+	assert_int_equal(protocol_await_go(sv[0]), 0);
+	/* a count past its bytes, then a cut-off list: refused */
+	{
+		uint32_t head[2] = {3, 2};
+
+		assert_int_equal(write(sv[1], head, sizeof head), (ssize_t)sizeof head);
+		assert_null(protocol_receive_strings(sv[0]));
+		head[0] = 1;
+		head[1] = 10;
+		assert_int_equal(write(sv[1], head, sizeof head), (ssize_t)sizeof head);
+		assert_int_equal(write(sv[1], "abc", 3), 3);
+		close(sv[1]);
+		assert_null(protocol_receive_strings(sv[0]));
+	}
+	close(sv[0]);
+	/* the reader died: a failure, not SIGPIPE (this test would die) */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	close(sv[0]);
+	assert_int_equal(protocol_give_go(sv[1]), -1);
+	assert_int_equal(protocol_send_strings(sv[1], sent), -1);
+	close(sv[1]);
 }
 
 static void test_exit_status(void **state)
@@ -270,11 +321,16 @@ static void test_check_line(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_result_round_trip), cmocka_unit_test(test_result_rejects),
-	    cmocka_unit_test(test_format_limit),      cmocka_unit_test(test_run_path_and_go),
-	    cmocka_unit_test(test_exit_status),       cmocka_unit_test(test_says_oom),
-	    cmocka_unit_test(test_substitute),        cmocka_unit_test(test_job_env),
+	    cmocka_unit_test(test_result_round_trip),
+	    cmocka_unit_test(test_result_rejects),
+	    cmocka_unit_test(test_format_limit),
+	    cmocka_unit_test(test_run_path_and_go),
+	    cmocka_unit_test(test_exit_status),
+	    cmocka_unit_test(test_says_oom),
+	    cmocka_unit_test(test_substitute),
+	    cmocka_unit_test(test_job_env),
 	    cmocka_unit_test(test_check_line),
+	    cmocka_unit_test(test_strings_and_go_on_a_socket),
 	};
 
 	return cmocka_run_group_tests_name("protocol", tests, NULL, NULL);
