@@ -309,7 +309,10 @@ static void free_keepers(struct keeper *k)
 
 /* Keepers of lease id home, alive (those still ours and still in its
  * cgroup).  Each is a move: where the hierarchy is mounted without
- * favordynmods it waits a grace period holding the kernel's cgroup lock. */
+ * favordynmods it waits a grace period holding the kernel's cgroup lock.
+ * Not a keeper on its way out (a runner releases its lease by exiting):
+ * the kernel moves no exiting process, but the move would wait as long,
+ * and the next grant's filter behind it. */
 static void send_home(const char *id, const struct keeper *k)
 {
 	const struct fence *f = daemon_fence_mechanism();
@@ -317,7 +320,7 @@ static void send_home(const char *id, const struct keeper *k)
 
 	fence_path(f, id, path, sizeof path);
 	for (; k; k = k->next)
-		if (proctree_start(k->pid) == k->start &&
+		if (!proctree_exiting(k->pid, k->start) &&
 		    f->ops->where(f, k->pid, here, sizeof here) == 0 && !strcmp(here, path) &&
 		    f->ops->move_to(f, k->origin, k->pid) < 0) {
 			/* Home was another lease's cgroup, ended meanwhile: the

@@ -61,6 +61,20 @@ unsigned long long proctree_start(int pid)
 	return proctree_start_of(proctree_stat(pid, buf, sizeof buf));
 }
 
+#define PF_EXITING_ 0x00000004u /* include/linux/sched.h's PF_EXITING */
+
+int proctree_exiting(int pid, unsigned long long start)
+{
+	char buf[1024], state;
+	const char *fields = proctree_stat(pid, buf, sizeof buf);
+	unsigned flags;
+
+	if (!fields || proctree_start_of(fields) != start ||
+	    sscanf(fields, "%c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+		return 1;
+	return state == 'Z' || state == 'X' || (flags & PF_EXITING_);
+}
+
 int proctree_parent(int pid)
 {
 	char buf[512];

@@ -32,6 +32,11 @@ const char *proctree_stat_fd(int fd, char *buf, size_t len);
 unsigned long long proctree_start(int pid);
 /* The start time in stat_fields, what proctree_stat returned. */
 unsigned long long proctree_start_of(const char *stat_fields);
+/* Is the process pid (started at start) on its way out: exiting (the
+ * kernel's PF_EXITING, field 9), a zombie, or gone?  A process that closed
+ * its last descriptor of a socket by exiting is, by the time the other end
+ * hears of it. */
+int proctree_exiting(int pid, unsigned long long start);
 /* The parent of pid, from /proc/PID/stat; -1 if it cannot be read (gone,
  * or not ours to read).  Needs nothing else of the library: the runner
  * links it alone. */

@@ -131,13 +131,15 @@ static void write_result(const struct args *a, int64_t start, int64_t end, int s
 		_exit(1); /* unrecorded: the engine says "runner died" */
 }
 
-/* Remove the lease, then close it: a waiter woken by the close must not
- * find it (as gm_lease_release does). */
+/* Remove the lease's file (the registry's; the broker's has none).  Its
+ * descriptor closes as we exit, just after: the release, which a waiter
+ * hears only once the file is gone, and the broker only once we are on
+ * our way out, so that it does not move us home from the lease's cgroup
+ * (a move that waits a kernel grace period, and the next grant behind it). */
 static void release_lease(const struct args *a)
 {
 	if (a->lease_path && a->lease_path[0])
 		unlink(a->lease_path);
-	close(a->lease_fd);
 }
 
 /*

@@ -318,6 +318,30 @@ waiting_runner() {
 	wait_for "[ \$(cgroups_left) = 0 ]" 30
 }
 
+@test "fence: with slow moves, the queue hands a GPU on without a move: its next job's runner waits placed, and the one ending is not moved home on its way out" {
+	# Each move made to wait 700 ms, as a lone move waits a grace period
+	# where the mount lacks favordynmods.  The hand-off from one queued
+	# job's end to the next one's start waited a move twice: the next
+	# runner's, at its grant, and the ending runner's, home.
+	gpus 1
+	start_daemon GPUMAN_FENCE_MOVE_DELAY_MS=700
+	mkdir -m 1777 "$SHARED/q"
+	export GPUMAN_QUEUE_DIR=$SHARED/q/bob
+	local i
+	for i in 1 2 3; do
+		as_user bob gpuman submit -- sh -c \
+			"date +%s%N >>$SHARED/out/start; sleep 1.5; date +%s%N >>$SHARED/out/end" 3>&-
+	done
+	run -0 as_user bob gpuman wait 1 2 3
+	# each hand-off: the end of one job to the start of the next
+	paste -d' ' <(tail -n 2 "$SHARED/out/start") <(head -n 2 "$SHARED/out/end") |
+		while read -r start end; do
+			echo "hand-off $(((start - end) / 1000000)) ms"
+			[ $(((start - end) / 1000000)) -lt 350 ]
+		done
+	wait_for "[ \$(cgroups_left) = 0 ]" 30
+}
+
 @test "fence v2: GPUMAN_FENCE_TRACE=1 logs each placement's steps (at a grant, as a job waits, the grant's new filter); unset, none" {
 	[ -d /sys/fs/cgroup/unified ] || skip "no cgroup v2 hierarchy"
 	gpus 4

@@ -132,6 +132,32 @@ static void test_command(void **s)
 	assert_non_null(strstr(out, "proctree"));
 }
 
+/* Alive, a zombie, reaped, or another process under the pid. */
+static void test_exiting(void **s)
+{
+	unsigned long long me = proctree_start(getpid()), start;
+	int fds[2];
+	char c;
+	pid_t child;
+
+	(void)s;
+	assert_int_equal(proctree_exiting(getpid(), me), 0);
+	assert_int_equal(proctree_exiting(getpid(), me + 1), 1); /* not this one */
+	assert_int_equal(pipe(fds), 0);
+	child = fork();
+	if (child == 0) {
+		close(fds[0]);
+		_exit(0); /* the pipe closes as it exits */
+	}
+	close(fds[1]);
+	start = proctree_start((int)child);
+	assert_int_equal(read(fds[0], &c, 1), 0); /* it is on its way out */
+	close(fds[0]);
+	assert_int_equal(proctree_exiting((int)child, start), 1);
+	waitpid(child, NULL, 0);
+	assert_int_equal(proctree_exiting((int)child, start), 1); /* gone */
+}
+
 int main(int argc, char **argv)
 {
 	/* exec_child's holder: wait for the SIGKILL */
@@ -143,6 +169,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_parent_through_tricky_name),
 	    cmocka_unit_test(test_tree_within),
 	    cmocka_unit_test(test_command),
+	    cmocka_unit_test(test_exiting),
 	};
 
 	return cmocka_run_group_tests_name("proctree", tests, NULL, NULL);
