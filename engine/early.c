@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include "internal.h"
 
-static int pidfd_of(pid_t pid)
+int engine_pidfd_open(pid_t pid)
 {
 #ifdef SYS_pidfd_open
 	return (int)syscall(SYS_pidfd_open, pid, 0);
@@ -50,7 +50,7 @@ static void end_runner(pid_t pid, int pidfd)
 
 int engine_early_started(struct launch *L, pid_t pid)
 {
-	int fd = pidfd_of(pid);
+	int fd = engine_pidfd_open(pid);
 
 	if (fd < 0)
 		return -1;

@@ -238,6 +238,8 @@ void engine_adopt(struct engine *e);
 int engine_adopted_ended(struct engine *e, struct slot *s);
 
 /* early.c: the head job's runner, started as it waits in the broker's line */
+/* A pidfd of pid (readable once it exits), or -1 with errno. */
+int engine_pidfd_open(pid_t pid);
 /* L's runner is pid, started now: 0, or -1 (no pidfd: it is not used). */
 int engine_early_started(struct launch *L, pid_t pid);
 /* Is L's early runner still there? */

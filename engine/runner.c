@@ -28,19 +28,6 @@
 
 extern char **environ;
 
-/* ---- small system helpers --------------------------------------------- */
-
-static int pidfd_open_(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-	return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-	(void)pid;
-	errno = ENOSYS;
-	return -1;
-#endif
-}
-
 /* A submitted job's argument vector from its JSON; NULL-terminated,
  * strings owned (free with free_strv). */
 static char **json_argv(const char *text)
@@ -209,7 +196,8 @@ void engine_adopt(struct engine *e)
 				s->samples = job.util_samples;
 				s->util_sum = job.util_sum;
 				engine_parse_gpus(s, job.gpus);
-				s->pidfd = job.runner_pid > 0 ? pidfd_open_(job.runner_pid) : -1;
+				s->pidfd =
+				    job.runner_pid > 0 ? engine_pidfd_open(job.runner_pid) : -1;
 				if (s->pidfd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
 					/* it ended meanwhile: record it below */
 					engine_slot_remove(e, s);
