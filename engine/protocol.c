@@ -91,6 +91,8 @@ char **protocol_receive_strings(int fd)
 		have += (size_t)n;
 	}
 	blob[have] = '\0';
+	if (!head[0])
+		free(blob); /* nothing points into it */
 	for (uint32_t i = 0; i < head[0] && at < have; i++) {
 		v[i] = blob + at;
 		at += strlen(blob + at) + 1;

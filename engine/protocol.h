@@ -52,7 +52,7 @@ int protocol_await_go(int fd);
  */
 int protocol_send_strings(int fd, char *const *v);
 /* The list sent (NULL-terminated, one allocation for the strings, v[0]'s
- * base, and one for the array), or NULL: end of file, a read error, out
+ * base where there is a v[0], and one for the array), or NULL: end of file, a read error, out
  * of memory, or a count past sanity. */
 char **protocol_receive_strings(int fd);
 
