@@ -39,15 +39,10 @@ static void commit_round(struct engine *e)
 	 * cancelled with them, by the store). */
 	if (ok && e->ended_any && !e->cfg->request && e->deps_waiting)
 		engine_queue_reload(e);
-	if (ok && e->ended_any && e->cfg->events_path) {
-		int fd = open(e->cfg->events_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
-		if (fd >= 0) {
-			if (write(fd, "1", 1) != 1)
-				engine_say(e, "warning: cannot write '%s'", e->cfg->events_path);
-			close(fd);
-		}
-	}
+	if (ok && e->ended_any && e->cfg->events_path && touch_watched(e->cfg->events_path) < 0 &&
+	    errno != ENOENT)
+		engine_say(e, "warning: cannot write '%s': %s", e->cfg->events_path,
+		           strerror(errno));
 	e->ended_any = 0;
 	if (ok && e->cfg->round_done)
 		e->cfg->round_done(e->cfg->round_data);

@@ -168,16 +168,19 @@ static struct gm_request *job_request(struct engine *e, const struct job *job,
 }
 
 /*
- * Empty a run file and give it the room of a result (zeros: no result), so
- * that the runner's result overwrites space the file already has: on a
- * disk that fills up while the job runs, a job that succeeded is still
- * recorded as such, not as "runner died".
+ * Make a run file the room of a result, all zeros (no result), so that the
+ * runner's result overwrites space the file already has: on a disk that
+ * fills up while the job runs, a job that succeeded is still recorded as
+ * such, not as "runner died".  Overwritten, then cut to that size, never
+ * emptied first: ext4 writes a file emptied and rewritten out at its
+ * close, a disk write for every job.
  */
 static int run_file_prepare(int fd)
 {
 	static const char zeros[PROTOCOL_RESULT_ROOM];
 
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, zeros, sizeof zeros, 0) != (ssize_t)sizeof zeros)
+	if (pwrite(fd, zeros, sizeof zeros, 0) != (ssize_t)sizeof zeros ||
+	    ftruncate(fd, sizeof zeros) < 0)
 		return -1;
 	return 0;
 }

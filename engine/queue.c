@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "queue.h"
+#include "util.h"
 
 static int make_private_dir(const char *dir, char *err, size_t len)
 {
@@ -175,15 +176,8 @@ char *queue_log_path(const struct queue *q, const struct job *job, char *buf, si
 void queue_wake(const struct queue *q)
 {
 	char path[PATH_MAX + 32];
-	int fd = open(queue_path(q, "wake", path, sizeof path),
-	              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 
-	if (fd < 0)
-		return;
-	if (write(fd, "1", 1) != 1) {
-		/* the close still wakes the dispatcher */
-	}
-	close(fd);
+	touch_watched(queue_path(q, "wake", path, sizeof path));
 }
 
 struct pruned {

@@ -24,6 +24,12 @@ void str_copy(char *dst, size_t size, const char *src);
  * if it cannot be read. */
 char *read_text_file(const char *path);
 
+/* Wake whoever watches path with inotify (IN_CLOSE_WRITE): its one byte
+ * written in place, never truncated -- ext4 writes a file truncated and
+ * rewritten out at its close, a disk write for every nudge.  0, or -1
+ * with errno. */
+int touch_watched(const char *path);
+
 /* An age at a glance, ms long: "42s", "5m", "1h05m" (negative: "0s").
  * Returns buf. */
 const char *age_text(char *buf, size_t len, int64_t ms);
